@@ -1,0 +1,63 @@
+package algo
+
+// Window is the state of the window algorithms. Start is the start of the
+// window that Curr counts (windows are [k·P, (k+1)·P) since the Unix epoch);
+// Prev counts the window before it (sliding_window only). Expire is the
+// first microsecond at which the state is back to initial. The zero value
+// is initial.
+type Window struct {
+	Start  int64
+	Expire int64
+	Prev   uint32
+	Curr   uint32
+}
+
+// roll clamps now so that it is never before the stored window (a clock
+// that steps backwards is treated as no time passing) and returns the start
+// of the window holding now with the counts of that window and the one
+// before it.
+func (s Window) roll(now, period int64) (at, ws, prev, curr int64) {
+	if now < s.Start {
+		now = s.Start
+	}
+	ws = WindowStart(now, period)
+	switch {
+	case s.Expire <= now:
+		return now, ws, 0, 0
+	case s.Start == ws:
+		return now, ws, int64(s.Prev), int64(s.Curr)
+	case s.Start == ws-period:
+		return now, ws, int64(s.Curr), 0
+	}
+	return now, ws, 0, 0
+}
+
+// FixedWindow decides a request under fixed windows of length P aligned to
+// multiples of P since the Unix epoch: admitted iff the window's count plus
+// cost is at most L.
+func FixedWindow(p Params, s Window, now, cost int64) (Window, Result) {
+	now, ws, _, count := s.roll(now, p.Period)
+	end := ws + p.Period
+	resetAfter := func(count int64) int64 {
+		if count == 0 {
+			return 0
+		}
+		return end - now
+	}
+	if cost > p.Limit {
+		return s, Result{Remaining: p.Limit - count, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
+	}
+	if count+cost <= p.Limit {
+		count += cost
+		ns := Window{}
+		if count > 0 {
+			ns = Window{Start: ws, Expire: end, Curr: uint32(count)}
+		}
+		return ns, Result{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
+	}
+	return s, Result{
+		Remaining:  p.Limit - count,
+		RetryAfter: retryMillis(end - now),
+		ResetAfter: ceilMillis(resetAfter(count)),
+	}
+}

@@ -1,0 +1,30 @@
+package algo
+
+import "time"
+
+// LeakyBucket decides a request under a leaky bucket used as a queue: one
+// cost unit leaves every T = P/L. With V the instant at which everything
+// already accepted has left (never earlier than now), a request of cost c is
+// accepted iff (V − now) + c·T ≤ B·T; it must then wait Delay = V − now
+// before it proceeds, and V grows by c·T. Admission equals TokenBucket's; the
+// output is smooth: each admitted request starts at least c_prev·T after the
+// previous one.
+//
+// maxDelay, when positive, additionally refuses a request whose delay would
+// exceed it (a caller that cannot wait that long); the state is then left
+// unchanged and RetryAfter says when the queue will be short enough.
+func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
+	ns, r, delay := tatStep(p, s, now, cost)
+	if r.Allowed && maxDelay > 0 && delay > maxDelay {
+		bq, br := s.backlog(now)
+		wait := ceilFrac(bq, br) - int64(maxDelay/time.Microsecond)
+		_, peek, _ := tatStep(p, s, now, 0)
+		return s, Result{
+			Remaining:  peek.Remaining,
+			RetryAfter: retryMillis(wait),
+			ResetAfter: peek.ResetAfter,
+		}
+	}
+	r.Delay = delay
+	return ns, r
+}

@@ -1,0 +1,14 @@
+package algo
+
+// TokenBucket decides a request of the given cost under a token bucket of
+// capacity B, full at first, refilled continuously at L/P tokens per unit of
+// time up to B. A request is admitted iff the bucket holds at least cost
+// tokens; it then takes them. A denied request takes nothing.
+//
+// The bucket is stored as GCRA stores it, as the instant it will be full
+// again: tokens(now) = B − (TAT − now)·L/P. That is the same number as a
+// (tokens, last update) pair, in one field, without any rounding.
+func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Result) {
+	s, r, _ := tatStep(p, s, now, cost)
+	return s, r
+}

@@ -1,0 +1,154 @@
+package sluice
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter applies one or more policies to keys: a request is admitted only
+// when every policy admits it, and when one denies, none is charged (so
+// 10/s AND 1000/h can be enforced together).
+//
+// A Limiter is safe for concurrent use. Its policies can be replaced at run
+// time with SetPolicies; a policy that is unchanged keeps its state, and a
+// changed one starts afresh for every key (its buckets full, its windows
+// empty).
+type Limiter struct {
+	store    Store
+	policies atomic.Pointer[[]Policy]
+}
+
+// New returns a Limiter that applies policies, in order, through store.
+func New(store Store, policies ...Policy) (*Limiter, error) {
+	l := &Limiter{store: store}
+	if err := l.SetPolicies(policies...); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetPolicies replaces the limiter's policies. It validates all of them and
+// changes nothing when one is invalid.
+func (l *Limiter) SetPolicies(policies ...Policy) error {
+	if len(policies) == 0 {
+		return ErrNoPolicy
+	}
+	ps := make([]Policy, len(policies))
+	for i, p := range policies {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		ps[i] = p
+	}
+	l.policies.Store(&ps)
+	return nil
+}
+
+// Policies returns a copy of the limiter's policies.
+func (l *Limiter) Policies() []Policy {
+	return append([]Policy(nil), *l.policies.Load()...)
+}
+
+// Allow decides, without blocking, whether key may spend cost units now.
+func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, error) {
+	return l.decide(ctx, time.Time{}, key, cost, 0)
+}
+
+// AllowAt is Allow at an explicit time, for simulations and tests. Stores
+// that keep their own clock (Redis) may ignore now; see their docs.
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
+	return l.decide(ctx, now, key, cost, 0)
+}
+
+// Peek returns the decision Allow would make now, without charging
+// anything.
+func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, error) {
+	if cost < 1 {
+		return Decision{}, ErrInvalidCost
+	}
+	ps := *l.policies.Load()
+	if len(ps) == 1 {
+		return l.store.Peek(ctx, time.Time{}, Request{Policy: ps[0], Key: key, Cost: cost})
+	}
+	ds := make([]Decision, len(ps))
+	for i, p := range ps {
+		d, err := l.store.Peek(ctx, time.Time{}, Request{Policy: p, Key: key, Cost: cost})
+		if err != nil {
+			return d, err
+		}
+		ds[i] = d
+	}
+	return Combine(ds), nil
+}
+
+func (l *Limiter) decide(ctx context.Context, now time.Time, key string, cost int64, maxDelay time.Duration) (Decision, error) {
+	if cost < 1 {
+		return Decision{}, ErrInvalidCost
+	}
+	ps := *l.policies.Load()
+	if len(ps) == 1 {
+		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
+	}
+	reqs := make([]Request, len(ps))
+	for i, p := range ps {
+		reqs[i] = Request{Policy: p, Key: key, Cost: cost, MaxDelay: maxDelay}
+	}
+	return l.store.AllowAll(ctx, now, reqs, nil)
+}
+
+// Wait blocks until key may spend cost units, then spends them. For the
+// leaky bucket it also sleeps the admitted request's Delay before it
+// returns, so that callers proceed evenly spaced.
+//
+// Wait honours ctx: it returns ctx's error when ctx ends while it sleeps,
+// and when ctx has a deadline that the wait would pass, it fails at once,
+// without sleeping, with an error that wraps context.DeadlineExceeded. A
+// request whose cost exceeds the capacity fails at once with
+// ErrCostExceedsCapacity.
+func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {
+	for {
+		var maxDelay time.Duration
+		deadline, hasDeadline := ctx.Deadline()
+		if hasDeadline {
+			maxDelay = time.Until(deadline)
+			if maxDelay <= 0 {
+				return Decision{}, fmt.Errorf("sluice: wait: %w", context.DeadlineExceeded)
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		d, err := l.decide(ctx, time.Time{}, key, cost, maxDelay)
+		if err != nil {
+			return d, err
+		}
+		if d.Allowed {
+			if d.Delay > 0 {
+				if err := sleep(ctx, d.Delay); err != nil {
+					return d, err
+				}
+			}
+			return d, nil
+		}
+		if hasDeadline && time.Now().Add(d.RetryAfter).After(deadline) {
+			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", d.RetryAfter, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, d.RetryAfter); err != nil {
+			return d, err
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends, whichever comes first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

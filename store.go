@@ -1,0 +1,131 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Never is the RetryAfter of a request that can never be admitted, because
+// its cost exceeds the policy's capacity.
+const Never time.Duration = -1
+
+// Decision is the outcome of one request.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+	// Limit is the policy's Limit (for several policies, that of the policy
+	// that decided: the one that denied, or the one with least remaining).
+	Limit int64
+	// Remaining is how many cost units could be admitted right now, after
+	// this decision, floored; never negative.
+	Remaining int64
+	// RetryAfter is, for a denied request, the smallest whole number of
+	// milliseconds, at least 1, after which the same request would be
+	// admitted if no other request came. It is 0 when Allowed, and Never
+	// when the cost exceeds the capacity.
+	RetryAfter time.Duration
+	// ResetAfter is the time, rounded up to whole milliseconds, until the
+	// key's state is back to initial if no other request came; 0 when it
+	// already is.
+	ResetAfter time.Duration
+	// Delay is how long an admitted request must wait before it proceeds:
+	// non-zero only for the leaky bucket, which smooths its output.
+	Delay time.Duration
+	// Degraded reports that the Store could not reach its backend and the
+	// decision was made by its failure policy (allow, deny or local).
+	Degraded bool
+}
+
+// Request asks a Store to charge Cost units to Key under Policy.
+type Request struct {
+	Policy Policy
+	Key    string
+	Cost   int64
+	// MaxDelay, when positive, bounds the leaky bucket's Delay: a request
+	// that would have to wait longer is denied (and not queued), with a
+	// RetryAfter that says when it would fit. Other algorithms ignore it.
+	MaxDelay time.Duration
+}
+
+// Store keeps the state of every (policy, key) pair and makes decisions.
+//
+// Contract, for every implementation:
+//   - A request over its limit is a decision (Allowed false), not an error.
+//     An error means the backend failed or the input is invalid; the
+//     Decision returned with a backend error is the zero Decision unless the
+//     store's failure policy made one (then Degraded is set and err is nil).
+//   - A request whose Cost exceeds the policy's capacity is refused with
+//     RetryAfter Never and an error wrapping ErrCostExceedsCapacity.
+//   - A zero now means the store's own clock (the memory store's clock, or
+//     Redis's TIME). A non-zero now is used by stores that accept caller
+//     time, such as the memory store; time that steps backwards is treated
+//     as no time passing.
+//   - AllowAll is all-or-nothing: when one request is denied, none is
+//     charged. Its Decision is Allowed only if every request is, and
+//     combines the results: the largest RetryAfter, ResetAfter and Delay,
+//     and the Limit and Remaining of the deciding policy. out, if not nil,
+//     must have len(reqs) and receives each request's own decision (for a
+//     denied whole, the requests that would have passed report their state
+//     without the charge).
+//   - Peek decides as Allow would and charges nothing.
+//   - Implementations are safe for concurrent use.
+type Store interface {
+	Allow(ctx context.Context, now time.Time, req Request) (Decision, error)
+	AllowAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, error)
+	Peek(ctx context.Context, now time.Time, req Request) (Decision, error)
+}
+
+// Errors.
+var (
+	// ErrCostExceedsCapacity is returned for a request whose cost is larger
+	// than its policy's capacity (Burst, or Limit for the window
+	// algorithms): it could never be admitted, however long it waited.
+	ErrCostExceedsCapacity = errors.New("cost exceeds the policy's capacity")
+	// ErrInvalidCost is returned for a cost below 1.
+	ErrInvalidCost = errors.New("cost must be at least 1")
+	// ErrNoPolicy is returned by a Limiter that has no policies.
+	ErrNoPolicy = errors.New("no policy")
+)
+
+// Combine merges the decisions of several policies on one request into one,
+// as AllowAll's contract describes. It is exported for Store
+// implementations.
+func Combine(ds []Decision) Decision {
+	if len(ds) == 0 {
+		return Decision{}
+	}
+	out := Decision{Allowed: true}
+	decider := -1
+	for _, d := range ds {
+		out.Degraded = out.Degraded || d.Degraded
+		out.Delay = max(out.Delay, d.Delay)
+		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
+		if !d.Allowed {
+			out.Allowed = false
+			if d.RetryAfter == Never || out.RetryAfter == Never {
+				out.RetryAfter = Never
+			} else {
+				out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
+			}
+		}
+	}
+	// The deciding policy: a denying one with the longest wait, else the
+	// one with the fewest remaining units.
+	for i, d := range ds {
+		switch {
+		case decider < 0:
+			decider = i
+		case !d.Allowed && ds[decider].Allowed:
+			decider = i
+		case d.Allowed != ds[decider].Allowed:
+		case !d.Allowed && (d.RetryAfter == Never || (ds[decider].RetryAfter != Never && d.RetryAfter > ds[decider].RetryAfter)):
+			decider = i
+		case d.Allowed && d.Remaining < ds[decider].Remaining:
+			decider = i
+		}
+	}
+	out.Limit = ds[decider].Limit
+	out.Remaining = ds[decider].Remaining
+	return out
+}
