@@ -1,0 +1,532 @@
+// Package memstore is Sluice's in-process Store: fast, exact, and local to
+// one process (each instance of a service counts on its own; use redisstore
+// to share limits between instances).
+//
+// The store is sharded by key hash; each shard has its own lock and its own
+// open-addressing tables, so a decision on an existing key allocates nothing
+// and touches one lock. Keys are not kept: the store tracks a seeded 64-bit
+// hash of (policy, key), so a tracked token-bucket key costs 24 bytes of
+// table slot (30 to 45 bytes of heap with the table's spare room), whatever
+// the key's length. Two different pairs share state only if their hashes
+// collide: with n keys tracked the chance that any pair collides is about
+// n²/2⁶⁵ (3·10⁻⁶ at ten million keys), and the seed is random per store, so
+// clients cannot aim for a collision.
+//
+// Memory is bounded: a key whose state is back to initial (a full bucket, an
+// empty window) is dropped, which changes no future decision; drops happen a
+// few slots at a time on every insert, and in full on Prune or every
+// Options.SweepInterval. Options.MaxKeys caps the tracked pairs; at the cap a
+// new key evicts, among a few sampled entries, the one closest to initial.
+// Evicting a key that is not yet initial forgets its history: that key's
+// next request starts from a fresh bucket. Nothing ever sweeps all keys
+// under one lock.
+package memstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Options configure a Store. The zero value is valid: the defaults are
+// given with each field.
+type Options struct {
+	// Now returns the current time. The default reads the monotonic clock
+	// from a wall-clock start, so the store's time never steps backwards.
+	Now func() time.Time
+	// MaxKeys caps the number of tracked (policy, key) pairs; 0 means no
+	// cap. The cap is split evenly over the shards.
+	MaxKeys int
+	// Shards is the number of shards, rounded up to a power of two.
+	// Default 64.
+	Shards int
+	// SweepInterval, when positive, starts a goroutine that calls Prune at
+	// that interval until Close.
+	SweepInterval time.Duration
+}
+
+// Store is an in-memory sluice.Store. It is safe for concurrent use.
+type Store struct {
+	seed     maphash.Seed
+	shards   []shard
+	mask     uint64
+	clock    func() int64
+	shardCap int
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+type shard struct {
+	mu    sync.Mutex
+	hw    int64 // the latest time seen, so time never steps backwards
+	tat   table[algo.TAT]
+	win   table[algo.Window]
+	logs  table[*logState]
+	sweep int // cursor of the incremental sweep
+	_     [40]byte
+}
+
+type logState struct {
+	log    algo.Log
+	expire int64
+}
+
+// New returns a Store. Call Close when Options.SweepInterval is set.
+func New(opts Options) *Store {
+	n := 64
+	if opts.Shards > 0 {
+		n = 1
+		for n < opts.Shards {
+			n <<= 1
+		}
+	}
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
+	if opts.MaxKeys > 0 {
+		s.shardCap = max(1, (opts.MaxKeys+n-1)/n)
+	}
+	if opts.Now != nil {
+		now := opts.Now
+		s.clock = func() int64 { return now().UnixMicro() }
+	} else {
+		base := time.Now()
+		baseUS := base.UnixMicro()
+		s.clock = func() int64 { return baseUS + int64(time.Since(base)/time.Microsecond) }
+	}
+	if opts.SweepInterval > 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweeper(opts.SweepInterval)
+	}
+	return s
+}
+
+// Close stops the sweeper goroutine, if any. The store stays usable.
+func (s *Store) Close() error {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+		s.stop = nil
+	}
+	return nil
+}
+
+func (s *Store) sweeper(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Prune(time.Time{})
+		}
+	}
+}
+
+func (s *Store) micros(now time.Time) int64 {
+	if now.IsZero() {
+		return s.clock()
+	}
+	return now.UnixMicro()
+}
+
+// hash returns the non-zero 64-bit hash that stands for (policy, key).
+func (s *Store) hash(p *sluice.Policy, key string) uint64 {
+	h := maphash.String(s.seed, key)
+	f := uint64(p.Algorithm)<<56 ^ uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Burst)*0xc2b2ae3d27d4eb4f ^ uint64(p.Period)*0x165667b19e3779f9
+	if p.Name != "" {
+		f ^= maphash.String(s.seed, p.Name)
+	}
+	h = mix(h ^ mix(f))
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// mix is the splitmix64 finalizer.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+func checkRequest(r *sluice.Request) error {
+	if r.Cost < 1 {
+		return fmt.Errorf("memstore: %w, got %d", sluice.ErrInvalidCost, r.Cost)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return fmt.Errorf("memstore: %w", err)
+	}
+	return nil
+}
+
+func params(p *sluice.Policy) algo.Params {
+	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
+}
+
+func decision(p *sluice.Policy, r algo.Result) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Limit:      p.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Delay:      r.Delay,
+	}
+}
+
+func capacityError(r *sluice.Request) error {
+	return fmt.Errorf("memstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
+}
+
+// Allow decides req and charges it when admitted. A zero now means the
+// store's clock.
+func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	if err := checkRequest(&req); err != nil {
+		return sluice.Decision{}, err
+	}
+	t := s.micros(now)
+	h := s.hash(&req.Policy, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	d := sh.decide(s, &req, h, t, req.Cost, true)
+	sh.mu.Unlock()
+	if d.RetryAfter == sluice.Never {
+		return d, capacityError(&req)
+	}
+	return d, nil
+}
+
+// Peek decides req without charging it.
+func (s *Store) Peek(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	if err := checkRequest(&req); err != nil {
+		return sluice.Decision{}, err
+	}
+	t := s.micros(now)
+	h := s.hash(&req.Policy, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	d := sh.decide(s, &req, h, t, req.Cost, false)
+	sh.mu.Unlock()
+	if d.RetryAfter == sluice.Never {
+		return d, capacityError(&req)
+	}
+	return d, nil
+}
+
+// AllowAll decides every request and charges them all, or none when one is
+// denied. All the shards involved are locked together, in index order.
+// Requests for the same policy and key decide as one request of their summed
+// cost.
+func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	if len(reqs) == 0 {
+		return sluice.Decision{}, errors.New("memstore: no requests")
+	}
+	if out != nil && len(out) != len(reqs) {
+		return sluice.Decision{}, fmt.Errorf("memstore: out has %d decisions for %d requests", len(out), len(reqs))
+	}
+	for i := range reqs {
+		if err := checkRequest(&reqs[i]); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	var hbuf [8]uint64
+	var ibuf [8]int
+	var dbuf [8]sluice.Decision
+	hs, idx, ds := hbuf[:0], ibuf[:0], dbuf[:0]
+	if out != nil {
+		ds = out[:0]
+	}
+	for i := range reqs {
+		h := s.hash(&reqs[i].Policy, reqs[i].Key)
+		hs = append(hs, h)
+		idx = append(idx, int(h&s.mask))
+	}
+	var lbuf [8]int
+	locked := append(lbuf[:0], idx...)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
+	t := s.micros(now)
+	for _, i := range locked {
+		t = max(t, s.shards[i].hw)
+	}
+	for _, i := range locked {
+		s.shards[i].hw = t
+	}
+	// Decide without charging; a repeated (policy, key) sees the cost of
+	// the requests before it.
+	allowed := true
+	for i := range reqs {
+		cost := reqs[i].Cost
+		for j := range i {
+			if hs[j] == hs[i] {
+				cost += reqs[j].Cost
+			}
+		}
+		d := s.shards[idx[i]].decide(s, &reqs[i], hs[i], t, cost, false)
+		if d.RetryAfter == sluice.Never {
+			return d, capacityError(&reqs[i])
+		}
+		allowed = allowed && d.Allowed
+		ds = append(ds, d)
+	}
+	if allowed {
+		for i := range reqs {
+			s.shards[idx[i]].decide(s, &reqs[i], hs[i], t, reqs[i].Cost, true)
+		}
+	} else {
+		for i := range ds {
+			if ds[i].Allowed {
+				// Not charged: report the state as it stays.
+				r := reqs[i]
+				r.MaxDelay = 0
+				ds[i] = s.shards[idx[i]].decide(s, &r, hs[i], t, 0, false)
+				ds[i].Allowed = true
+			}
+		}
+	}
+	return sluice.Combine(ds), nil
+}
+
+// advance clamps t so that the shard's time never steps backwards.
+func (sh *shard) advance(t int64) int64 {
+	if t < sh.hw {
+		return sh.hw
+	}
+	sh.hw = t
+	return t
+}
+
+// decide runs req's algorithm on the state of h at t, for cost, and stores
+// the new state when commit is set and the request is admitted. sh.mu must
+// be held.
+func (sh *shard) decide(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) sluice.Decision {
+	p := &req.Policy
+	ap := params(p)
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		i, found := sh.win.find(h)
+		var st algo.Window
+		if found {
+			st = sh.win.vals[i]
+		}
+		var ns algo.Window
+		var r algo.Result
+		if p.Algorithm == sluice.FixedWindowAlgorithm {
+			ns, r = algo.FixedWindow(ap, st, t, cost)
+		} else {
+			ns, r = algo.SlidingWindow(ap, st, t, cost)
+		}
+		if commit && r.Allowed {
+			switch {
+			case found && ns.Expire > t:
+				sh.win.vals[i] = ns
+			case found:
+				sh.win.remove(i)
+			case ns.Expire > t:
+				sh.makeRoom(s, t)
+				sh.win.insert(h, ns)
+				sh.sweepWin(t)
+			}
+		}
+		return decision(p, r)
+	case sluice.SlidingLogAlgorithm:
+		i, found := sh.logs.find(h)
+		if !commit {
+			if !found {
+				return decision(p, algo.SlidingLogPeek(ap, &algo.Log{}, t, cost))
+			}
+			return decision(p, algo.SlidingLogPeek(ap, &sh.logs.vals[i].log, t, cost))
+		}
+		if !found {
+			r := algo.SlidingLogPeek(ap, &algo.Log{}, t, cost)
+			if r.Allowed {
+				ls := &logState{}
+				algo.SlidingLog(ap, &ls.log, t, cost)
+				ls.expire = ls.log.Expiry(ap.Period)
+				sh.makeRoom(s, t)
+				sh.logs.insert(h, ls)
+				sh.sweepLogs(t)
+			}
+			return decision(p, r)
+		}
+		ls := sh.logs.vals[i]
+		r := algo.SlidingLog(ap, &ls.log, t, cost)
+		ls.expire = ls.log.Expiry(ap.Period)
+		if ls.log.Len() == 0 {
+			sh.logs.remove(i)
+		}
+		return decision(p, r)
+	default:
+		i, found := sh.tat.find(h)
+		var st algo.TAT
+		if found {
+			st = sh.tat.vals[i]
+		}
+		var ns algo.TAT
+		var r algo.Result
+		if p.Algorithm == sluice.LeakyBucketAlgorithm {
+			ns, r = algo.LeakyBucket(ap, st, t, cost, req.MaxDelay)
+		} else {
+			ns, r = algo.TokenBucket(ap, st, t, cost)
+		}
+		if commit && r.Allowed {
+			switch {
+			case found && ns.Expiry() > t:
+				sh.tat.vals[i] = ns
+			case found:
+				sh.tat.remove(i)
+			case ns.Expiry() > t:
+				sh.makeRoom(s, t)
+				sh.tat.insert(h, ns)
+				sh.sweepTAT(t)
+			}
+		}
+		return decision(p, r)
+	}
+}
+
+func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n }
+
+// sweepSteps is how many slots each insert examines for initial entries.
+const sweepSteps = 4
+
+func (sh *shard) sweepTAT(t int64) {
+	sweepTable(&sh.tat, &sh.sweep, t, func(v algo.TAT) int64 { return v.Expiry() })
+}
+
+func (sh *shard) sweepWin(t int64) {
+	sweepTable(&sh.win, &sh.sweep, t, func(v algo.Window) int64 { return v.Expire })
+}
+
+func (sh *shard) sweepLogs(t int64) {
+	sweepTable(&sh.logs, &sh.sweep, t, func(v *logState) int64 { return v.expire })
+}
+
+// sweepTable examines sweepSteps slots from the cursor and drops the
+// entries that are back to initial at t.
+func sweepTable[V any](tb *table[V], cursor *int, t int64, expiry func(V) int64) {
+	if len(tb.keys) == 0 {
+		return
+	}
+	for range sweepSteps {
+		i := *cursor % len(tb.keys)
+		if tb.keys[i] != 0 && expiry(tb.vals[i]) <= t {
+			tb.remove(i) // the slot may now hold a shifted entry: look again next time
+		} else {
+			*cursor = i + 1
+		}
+	}
+}
+
+// evictSample is how many occupied slots makeRoom compares.
+const evictSample = 16
+
+// makeRoom evicts one entry when the shard is at its key cap: among
+// evictSample consecutive entries of the fullest table, the one that is
+// closest to (or already back at) its initial state.
+func (sh *shard) makeRoom(s *Store, t int64) {
+	if s.shardCap == 0 || sh.len() < s.shardCap {
+		return
+	}
+	start := int(uint64(t) * 0x9e3779b97f4a7c15 >> 1)
+	switch {
+	case sh.tat.n >= sh.win.n && sh.tat.n >= sh.logs.n:
+		evictOne(&sh.tat, start, func(v algo.TAT) int64 { return v.Expiry() })
+	case sh.win.n >= sh.logs.n:
+		evictOne(&sh.win, start, func(v algo.Window) int64 { return v.Expire })
+	default:
+		evictOne(&sh.logs, start, func(v *logState) int64 { return v.expire })
+	}
+}
+
+func evictOne[V any](tb *table[V], start int, expiry func(V) int64) {
+	if tb.n == 0 {
+		return
+	}
+	best, bestExp, seen := -1, int64(0), 0
+	for i := start % len(tb.keys); seen < evictSample && seen < tb.n; i = tb.next(i) {
+		if tb.keys[i] == 0 {
+			continue
+		}
+		seen++
+		if e := expiry(tb.vals[i]); best < 0 || e < bestExp {
+			best, bestExp = i, e
+		}
+	}
+	tb.remove(best)
+}
+
+// Prune drops every entry that is back to initial at now (zero means the
+// store's clock), one shard and a bounded run of slots at a time, so no
+// lock is held for long. It returns the number of entries dropped.
+func (s *Store) Prune(now time.Time) int {
+	t := s.micros(now)
+	dropped := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		dropped += pruneTable(sh, &sh.tat, t, func(v algo.TAT) int64 { return v.Expiry() })
+		dropped += pruneTable(sh, &sh.win, t, func(v algo.Window) int64 { return v.Expire })
+		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire })
+	}
+	return dropped
+}
+
+// pruneChunk is how many slots Prune examines per lock acquisition.
+const pruneChunk = 512
+
+func pruneTable[V any](sh *shard, tb *table[V], t int64, expiry func(V) int64) int {
+	dropped := 0
+	for start := 0; ; start += pruneChunk {
+		sh.mu.Lock()
+		tt := max(t, sh.hw)
+		if start >= len(tb.keys) {
+			tb.shrink()
+			sh.mu.Unlock()
+			return dropped
+		}
+		for i := start; i < min(start+pruneChunk, len(tb.keys)); i++ {
+			for tb.keys[i] != 0 && expiry(tb.vals[i]) <= tt {
+				tb.remove(i)
+				dropped++
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Len returns the number of (policy, key) pairs tracked.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.len()
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,115 @@
+package memstore
+
+import "math/bits"
+
+// table is an open-addressing hash table from 64-bit key hashes to states,
+// with linear probing and backward-shift deletion (no tombstones). Hash 0
+// marks an empty slot, so callers never store 0 (see Store.hash).
+//
+// It grows by half when more than 4/5 of its slots are used, so its load
+// stays between 8/15 and 4/5: with 24-byte slots that is 30 to 45 bytes per
+// key, where a doubling table would swing between 30 and 60.
+type table[V any] struct {
+	keys []uint64
+	vals []V
+	n    int
+}
+
+const minSlots = 8
+
+// home returns the slot where a probe for h starts. It uses the high bits of
+// h (the low bits pick the shard).
+func (t *table[V]) home(h uint64) int {
+	hi, _ := bits.Mul64(h, uint64(len(t.keys)))
+	return int(hi)
+}
+
+func (t *table[V]) next(i int) int {
+	i++
+	if i == len(t.keys) {
+		return 0
+	}
+	return i
+}
+
+// find returns the slot holding h and true, or false when h is absent.
+func (t *table[V]) find(h uint64) (int, bool) {
+	if t.n == 0 {
+		return 0, false
+	}
+	for i := t.home(h); ; i = t.next(i) {
+		switch t.keys[i] {
+		case h:
+			return i, true
+		case 0:
+			return i, false
+		}
+	}
+}
+
+// insert adds h, which must be absent, with value v, growing the table when
+// needed, and returns its slot.
+func (t *table[V]) insert(h uint64, v V) int {
+	if (t.n+1)*5 > len(t.keys)*4 {
+		t.grow()
+	}
+	i := t.home(h)
+	for t.keys[i] != 0 {
+		i = t.next(i)
+	}
+	t.keys[i], t.vals[i] = h, v
+	t.n++
+	return i
+}
+
+func (t *table[V]) grow() {
+	t.resize(max(minSlots, len(t.keys)+len(t.keys)/2))
+}
+
+func (t *table[V]) resize(size int) {
+	old, oldVals := t.keys, t.vals
+	t.keys, t.vals = make([]uint64, size), make([]V, size)
+	for j, h := range old {
+		if h == 0 {
+			continue
+		}
+		i := t.home(h)
+		for t.keys[i] != 0 {
+			i = t.next(i)
+		}
+		t.keys[i], t.vals[i] = h, oldVals[j]
+	}
+}
+
+// remove deletes the entry in slot i and shifts later entries of its probe
+// run back, so that every remaining entry stays reachable from its home.
+func (t *table[V]) remove(i int) {
+	var zero V
+	j := i
+	for {
+		j = t.next(j)
+		h := t.keys[j]
+		if h == 0 {
+			break
+		}
+		// The entry at j may move to the hole at i unless its home lies
+		// cyclically in (i, j].
+		k := t.home(h)
+		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
+		}
+		t.keys[i], t.vals[i] = h, t.vals[j]
+		i = j
+	}
+	t.keys[i], t.vals[i] = 0, zero
+	t.n--
+}
+
+// shrink rebuilds a table that is less than 1/8 full at a quarter of its
+// size, giving back the memory of keys that are gone.
+func (t *table[V]) shrink() {
+	if len(t.keys) <= 4*minSlots || t.n*8 >= len(t.keys) {
+		return
+	}
+	t.resize(max(minSlots, len(t.keys)/4))
+}
