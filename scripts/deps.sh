@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the system packages Sluice's tests use, when they are missing.
+# Debian/Ubuntu only; needs root (CI runs as root). Safe to run repeatedly.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
