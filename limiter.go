@@ -132,6 +132,11 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 			}
 			return d, nil
 		}
+		if hasDeadline && d.Delay > 0 {
+			// A leaky bucket's queue would make the request start after
+			// the deadline; waiting does not change when it would start.
+			return d, fmt.Errorf("sluice: wait: the queue would delay the request %v, past the deadline: %w", d.Delay, context.DeadlineExceeded)
+		}
 		if hasDeadline && time.Now().Add(d.RetryAfter).After(deadline) {
 			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", d.RetryAfter, context.DeadlineExceeded)
 		}

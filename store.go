@@ -30,7 +30,9 @@ type Decision struct {
 	// already is.
 	ResetAfter time.Duration
 	// Delay is how long an admitted request must wait before it proceeds:
-	// non-zero only for the leaky bucket, which smooths its output.
+	// non-zero only for the leaky bucket, which smooths its output. On a
+	// denied decision a non-zero Delay means the request fitted the bucket
+	// but would have waited longer than Request.MaxDelay.
 	Delay time.Duration
 	// Degraded reports that the Store could not reach its backend and the
 	// decision was made by its failure policy (allow, deny or local).
@@ -43,8 +45,9 @@ type Request struct {
 	Key    string
 	Cost   int64
 	// MaxDelay, when positive, bounds the leaky bucket's Delay: a request
-	// that would have to wait longer is denied (and not queued), with a
-	// RetryAfter that says when it would fit. Other algorithms ignore it.
+	// that would have to wait longer is denied (and not queued); its
+	// Decision has the Delay it would have had and a RetryAfter that says
+	// when the queue will be short enough. Other algorithms ignore it.
 	MaxDelay time.Duration
 }
 

@@ -305,7 +305,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 				r := reqs[i]
 				r.MaxDelay = 0
 				ds[i] = s.shards[idx[i]].decide(s, &r, hs[i], t, 0, false)
-				ds[i].Allowed = true
+				ds[i].Allowed, ds[i].Delay = true, 0
 			}
 		}
 	}

@@ -11,18 +11,18 @@ import "time"
 // previous one.
 //
 // maxDelay, when positive, additionally refuses a request whose delay would
-// exceed it (a caller that cannot wait that long); the state is then left
-// unchanged and RetryAfter says when the queue will be short enough.
+// exceed it (a caller that cannot wait that long): the state is left
+// unchanged, Delay reports the wait the request would have had, and
+// RetryAfter says when the queue will be short enough for maxDelay.
 func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
 	ns, r, delay := tatStep(p, s, now, cost)
 	if r.Allowed && maxDelay > 0 && delay > maxDelay {
-		bq, br := s.backlog(now)
-		wait := ceilFrac(bq, br) - int64(maxDelay/time.Microsecond)
 		_, peek, _ := tatStep(p, s, now, 0)
 		return s, Result{
 			Remaining:  peek.Remaining,
-			RetryAfter: retryMillis(wait),
+			RetryAfter: retryMillis(int64((delay - maxDelay + time.Microsecond - 1) / time.Microsecond)),
 			ResetAfter: peek.ResetAfter,
+			Delay:      delay,
 		}
 	}
 	r.Delay = delay
