@@ -1,0 +1,235 @@
+package memstore_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// The benchmarks use a policy under which every request is admitted and
+// every key stays tracked: one unit per second refilled, a burst of 1e9.
+// The burst is never exhausted within a run (a run charges fewer than 1e9
+// units to one key), and a key needs a second per request it took to refill,
+// far longer than the time between two requests to it, so no key is dropped
+// as back to initial and every decision is on an existing key. This measures
+// the hot path (a decision that charges and writes the state back); a denied
+// request does the same work less the write.
+var benchPolicy = sluice.TokenBucket(1, time.Second, 1_000_000_000)
+
+// benchKeys returns n distinct keys shaped like real ones ("user:123").
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// rng is a xorshift64* generator: a few nanoseconds per number, no locks,
+// one per goroutine, so choosing a key costs the same in every benchmark.
+type rng uint64
+
+func (r *rng) next() uint64 {
+	x := uint64(*r)
+	x ^= x >> 12
+	x ^= x << 25
+	x ^= x >> 27
+	*r = rng(x)
+	return x * 0x2545f4914f6cdd1d
+}
+
+func newLimiter(b *testing.B, policies ...sluice.Policy) (*sluice.Limiter, *memstore.Store) {
+	b.Helper()
+	st := memstore.New(memstore.Options{})
+	l, err := sluice.New(st, policies...)
+	if err != nil {
+		b.Fatalf("sluice.New: %v", err)
+	}
+	return l, st
+}
+
+// checkAllowed fails the benchmark unless the decision admitted the
+// request. It returns false after a failure so that RunParallel bodies,
+// which must not call FailNow, can stop.
+func checkAllowed(b *testing.B, d sluice.Decision, err error) bool {
+	if err != nil || !d.Allowed {
+		b.Errorf("Allow = %+v, %v, want allowed", d, err)
+		return false
+	}
+	return true
+}
+
+// BenchmarkOneKey is one key, token bucket, through Limiter.Allow and
+// Store.Allow, both on the store's own clock, serial and parallel.
+func BenchmarkOneKey(b *testing.B) {
+	ctx := context.Background()
+	b.Run("Limiter.Allow/serial", func(b *testing.B) {
+		l, _ := newLimiter(b, benchPolicy)
+		b.ReportAllocs()
+		for b.Loop() {
+			d, err := l.Allow(ctx, "user:1", 1)
+			checkAllowed(b, d, err)
+		}
+	})
+	b.Run("Limiter.Allow/parallel", func(b *testing.B) {
+		l, _ := newLimiter(b, benchPolicy)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if d, err := l.Allow(ctx, "user:1", 1); !checkAllowed(b, d, err) {
+					return
+				}
+			}
+		})
+	})
+	b.Run("Store.Allow/serial", func(b *testing.B) {
+		st := memstore.New(memstore.Options{})
+		req := sluice.Request{Policy: benchPolicy, Key: "user:1", Cost: 1}
+		b.ReportAllocs()
+		for b.Loop() {
+			d, err := st.Allow(ctx, time.Time{}, req)
+			checkAllowed(b, d, err)
+		}
+	})
+	b.Run("Store.Allow/parallel", func(b *testing.B) {
+		st := memstore.New(memstore.Options{})
+		req := sluice.Request{Policy: benchPolicy, Key: "user:1", Cost: 1}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if d, err := st.Allow(ctx, time.Time{}, req); !checkAllowed(b, d, err) {
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkAlgorithm is one key, serial, for each algorithm, at explicit
+// times: the clock advances 2 ms per request under 1000 units per second,
+// half the policy's rate, so every request is admitted, the sliding log
+// holds about 500 entries, and the result does not depend on how fast the
+// machine is.
+func BenchmarkAlgorithm(b *testing.B) {
+	ctx := context.Background()
+	for _, alg := range sluice.Algorithms() {
+		b.Run(alg.String(), func(b *testing.B) {
+			st := memstore.New(memstore.Options{})
+			req := sluice.Request{
+				Policy: sluice.Policy{Algorithm: alg, Limit: 1000, Period: time.Second},
+				Key:    "user:1",
+				Cost:   1,
+			}
+			now := time.Unix(1_700_000_000, 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				now = now.Add(2 * time.Millisecond)
+				d, err := st.Allow(ctx, now, req)
+				checkAllowed(b, d, err)
+			}
+		})
+	}
+}
+
+// BenchmarkManyKeys is Limiter.Allow on 100,000 and 1,000,000 existing keys,
+// in parallel, each goroutine picking keys at random.
+func BenchmarkManyKeys(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100_000, 1_000_000} {
+		keys := benchKeys(n)
+		b.Run(strconv.Itoa(n)+"/Limiter.Allow/parallel", func(b *testing.B) {
+			l, _ := newLimiter(b, benchPolicy)
+			for _, k := range keys {
+				d, err := l.Allow(ctx, k, 1)
+				checkAllowed(b, d, err)
+			}
+			var seeds atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				r := rng(seeds.Add(1) * 0x9e3779b97f4a7c15)
+				for pb.Next() {
+					if d, err := l.Allow(ctx, keys[r.next()%uint64(n)], 1); !checkAllowed(b, d, err) {
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// threePolicies is a per-second token bucket, an hourly fixed window and a
+// daily sliding window, sized so that every request of a run is admitted.
+var threePolicies = []sluice.Policy{
+	benchPolicy,
+	sluice.FixedWindow(1_000_000_000, time.Hour),
+	sluice.SlidingWindow(1_000_000_000, 24*time.Hour),
+}
+
+// BenchmarkAllowAll is one key under three policies at once, all or
+// nothing, through Limiter.Allow and directly through Store.AllowAll.
+func BenchmarkAllowAll(b *testing.B) {
+	ctx := context.Background()
+	b.Run("3-policies/Limiter.Allow/serial", func(b *testing.B) {
+		l, _ := newLimiter(b, threePolicies...)
+		b.ReportAllocs()
+		for b.Loop() {
+			d, err := l.Allow(ctx, "user:1", 1)
+			checkAllowed(b, d, err)
+		}
+	})
+	b.Run("3-policies/Store.AllowAll/serial", func(b *testing.B) {
+		st := memstore.New(memstore.Options{})
+		reqs := make([]sluice.Request, len(threePolicies))
+		for i, p := range threePolicies {
+			reqs[i] = sluice.Request{Policy: p, Key: "user:1", Cost: 1}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			d, err := st.AllowAll(ctx, time.Time{}, reqs, nil)
+			checkAllowed(b, d, err)
+		}
+	})
+}
+
+// BenchmarkBytesPerKey measures the heap a tracked token-bucket key costs at
+// 1,000,000 keys: live heap after a full GC, before and after one admitted
+// request on each of 1e6 distinct keys, divided by 1e6. Each key is a fresh
+// string, so anything the store kept of it would count. The store's clock
+// is fixed, so no key is dropped as back to initial while it is measured.
+// The measurement runs once; the timed loop is empty and its ns/op means
+// nothing: the result is the B/key metric.
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1_000_000
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	st := memstore.New(memstore.Options{Now: func() time.Time { return now }})
+	l, err := sluice.New(st, sluice.TokenBucket(100, time.Minute, 100))
+	if err != nil {
+		b.Fatalf("sluice.New: %v", err)
+	}
+	for i := range n {
+		d, err := l.Allow(ctx, "user:"+strconv.Itoa(i), 1)
+		if !checkAllowed(b, d, err) {
+			return
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := st.Len(); got != n {
+		b.Fatalf("Len() = %d, want %d", got, n)
+	}
+	runtime.KeepAlive(l)
+	for b.Loop() {
+	}
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/key")
+}
