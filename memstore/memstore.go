@@ -178,17 +178,6 @@ func params(p *sluice.Policy) algo.Params {
 	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
 }
 
-func decision(p *sluice.Policy, r algo.Result) sluice.Decision {
-	return sluice.Decision{
-		Allowed:    r.Allowed,
-		Limit:      p.Limit,
-		Remaining:  r.Remaining,
-		RetryAfter: r.RetryAfter,
-		ResetAfter: r.ResetAfter,
-		Delay:      r.Delay,
-	}
-}
-
 func capacityError(r *sluice.Request) error {
 	return fmt.Errorf("memstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
 }
@@ -325,89 +314,106 @@ func (sh *shard) advance(t int64) int64 {
 // the new state when commit is set and the request is admitted. sh.mu must
 // be held.
 func (sh *shard) decide(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) sluice.Decision {
-	p := &req.Policy
-	ap := params(p)
-	switch p.Algorithm {
+	var r algo.Result
+	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		i, found := sh.win.find(h)
-		var st algo.Window
-		if found {
-			st = sh.win.vals[i]
-		}
-		var ns algo.Window
-		var r algo.Result
-		if p.Algorithm == sluice.FixedWindowAlgorithm {
-			ns, r = algo.FixedWindow(ap, st, t, cost)
-		} else {
-			ns, r = algo.SlidingWindow(ap, st, t, cost)
-		}
-		if commit && r.Allowed {
-			switch {
-			case found && ns.Expire > t:
-				sh.win.vals[i] = ns
-			case found:
-				sh.win.remove(i)
-			case ns.Expire > t:
-				sh.makeRoom(s, t)
-				sh.win.insert(h, ns)
-				sh.sweepWin(t)
-			}
-		}
-		return decision(p, r)
+		r = sh.decideWindow(s, req, h, t, cost, commit)
 	case sluice.SlidingLogAlgorithm:
-		i, found := sh.logs.find(h)
-		if !commit {
-			if !found {
-				return decision(p, algo.SlidingLogPeek(ap, &algo.Log{}, t, cost))
-			}
-			return decision(p, algo.SlidingLogPeek(ap, &sh.logs.vals[i].log, t, cost))
-		}
-		if !found {
-			r := algo.SlidingLogPeek(ap, &algo.Log{}, t, cost)
-			if r.Allowed {
-				ls := &logState{}
-				algo.SlidingLog(ap, &ls.log, t, cost)
-				ls.expire = ls.log.Expiry(ap.Period)
-				sh.makeRoom(s, t)
-				sh.logs.insert(h, ls)
-				sh.sweepLogs(t)
-			}
-			return decision(p, r)
-		}
-		ls := sh.logs.vals[i]
-		r := algo.SlidingLog(ap, &ls.log, t, cost)
-		ls.expire = ls.log.Expiry(ap.Period)
-		if ls.log.Len() == 0 {
-			sh.logs.remove(i)
-		}
-		return decision(p, r)
+		r = sh.decideLog(s, req, h, t, cost, commit)
 	default:
-		i, found := sh.tat.find(h)
-		var st algo.TAT
-		if found {
-			st = sh.tat.vals[i]
-		}
-		var ns algo.TAT
-		var r algo.Result
-		if p.Algorithm == sluice.LeakyBucketAlgorithm {
-			ns, r = algo.LeakyBucket(ap, st, t, cost, req.MaxDelay)
-		} else {
-			ns, r = algo.TokenBucket(ap, st, t, cost)
-		}
-		if commit && r.Allowed {
-			switch {
-			case found && ns.Expiry() > t:
-				sh.tat.vals[i] = ns
-			case found:
-				sh.tat.remove(i)
-			case ns.Expiry() > t:
-				sh.makeRoom(s, t)
-				sh.tat.insert(h, ns)
-				sh.sweepTAT(t)
-			}
-		}
-		return decision(p, r)
+		r = sh.decideTAT(s, req, h, t, cost, commit)
 	}
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Limit:      req.Policy.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Delay:      r.Delay,
+	}
+}
+
+func (sh *shard) decideTAT(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+	i, found := sh.tat.find(h)
+	var st algo.TAT
+	if found {
+		st = sh.tat.vals[i]
+	}
+	var ns algo.TAT
+	var r algo.Result
+	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
+		ns, r = algo.LeakyBucket(params(&req.Policy), st, t, cost, req.MaxDelay)
+	} else {
+		ns, r = algo.TokenBucket(params(&req.Policy), st, t, cost)
+	}
+	if commit && r.Allowed {
+		switch {
+		case found && ns.Expiry() > t:
+			sh.tat.vals[i] = ns
+		case found:
+			sh.tat.remove(i)
+		case ns.Expiry() > t:
+			sh.makeRoom(s, t)
+			sh.tat.insert(h, ns)
+			sh.sweepTAT(t)
+		}
+	}
+	return r
+}
+
+func (sh *shard) decideWindow(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+	i, found := sh.win.find(h)
+	var st algo.Window
+	if found {
+		st = sh.win.vals[i]
+	}
+	var ns algo.Window
+	var r algo.Result
+	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
+		ns, r = algo.FixedWindow(params(&req.Policy), st, t, cost)
+	} else {
+		ns, r = algo.SlidingWindow(params(&req.Policy), st, t, cost)
+	}
+	if commit && r.Allowed {
+		switch {
+		case found && ns.Expire > t:
+			sh.win.vals[i] = ns
+		case found:
+			sh.win.remove(i)
+		case ns.Expire > t:
+			sh.makeRoom(s, t)
+			sh.win.insert(h, ns)
+			sh.sweepWin(t)
+		}
+	}
+	return r
+}
+
+func (sh *shard) decideLog(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+	ap := params(&req.Policy)
+	i, found := sh.logs.find(h)
+	if !found {
+		r := algo.SlidingLogPeek(ap, &algo.Log{}, t, cost)
+		if commit && r.Allowed && cost > 0 {
+			ls := &logState{}
+			algo.SlidingLog(ap, &ls.log, t, cost)
+			ls.expire = ls.log.Expiry(ap.Period)
+			sh.makeRoom(s, t)
+			sh.logs.insert(h, ls)
+			sh.sweepLogs(t)
+		}
+		return r
+	}
+	ls := sh.logs.vals[i]
+	if !commit {
+		return algo.SlidingLogPeek(ap, &ls.log, t, cost)
+	}
+	r := algo.SlidingLog(ap, &ls.log, t, cost)
+	ls.expire = ls.log.Expiry(ap.Period)
+	if ls.log.Len() == 0 {
+		sh.logs.remove(i)
+	}
+	return r
 }
 
 func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n }
