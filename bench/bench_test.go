@@ -1,0 +1,304 @@
+package bench
+
+import (
+	"context"
+	"hash/maphash"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	throttledmem "github.com/throttled/throttled/v2/store/memstore"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Every library gets the same limit: a token bucket refilled at one unit per
+// minute with a burst of 1e8. A run at the default -benchtime (1s) charges
+// far fewer than 1e8 units to one key, so every request is admitted (a
+// denial fails the benchmark), and a key takes a minute per request to
+// refill, far longer than the time between two requests to it, so no
+// library drops a key as idle during a run: every benchmark measures the
+// common hot path, a request on an existing key that is admitted and
+// charged. (throttled keeps burst×interval in nanoseconds in an int64,
+// which rules out a larger burst at this rate.)
+const (
+	burst    = 100_000_000
+	interval = time.Minute
+	seedMul  = 0x9e3779b97f4a7c15
+)
+
+// allowFunc admits or denies one request of cost 1 for key. Every library
+// is called through one, so each pays the same indirect call.
+type allowFunc func(key string) bool
+
+// subject is one library under test. newOne builds a limiter for a single
+// key (nil when the library is only measured with many keys); newMany
+// builds one that keys its state by the key string. Both return a function
+// that releases what they started.
+type subject struct {
+	name    string
+	newOne  func(tb testing.TB) (allowFunc, func())
+	newMany func(tb testing.TB) (allowFunc, func())
+}
+
+// subjects returns the libraries in the order of the tables in
+// docs/BENCHMARKS.md.
+func subjects() []subject {
+	return []subject{
+		{name: "sluice", newOne: newSluice, newMany: newSluice},
+		{name: "xrate", newOne: newXRate, newMany: newXRateSyncMap},
+		{name: "xrate-shards", newMany: newXRateShards},
+		{name: "golimiter", newOne: newGoLimiter, newMany: newGoLimiter},
+		{name: "throttled", newOne: newThrottled, newMany: newThrottled},
+	}
+}
+
+// newSluice is Sluice's memory store behind a Limiter; Limiter.Allow reads
+// the store's own clock, as rate.Limiter.Allow reads time.Now.
+func newSluice(tb testing.TB) (allowFunc, func()) {
+	st := memstore.New(memstore.Options{})
+	l, err := sluice.New(st, sluice.TokenBucket(1, interval, burst))
+	if err != nil {
+		tb.Fatalf("sluice.New: %v", err)
+	}
+	ctx := context.Background()
+	return func(key string) bool {
+		d, err := l.Allow(ctx, key, 1)
+		return err == nil && d.Allowed
+	}, func() { st.Close() }
+}
+
+// newXRate is one rate.Limiter: for one key, x/time/rate needs no map.
+func newXRate(testing.TB) (allowFunc, func()) {
+	lim := rate.NewLimiter(rate.Every(interval), burst)
+	return func(string) bool { return lim.Allow() }, func() {}
+}
+
+// newXRateSyncMap is the usual way to key x/time/rate: one rate.Limiter per
+// key in a sync.Map, created on first use.
+func newXRateSyncMap(testing.TB) (allowFunc, func()) {
+	var m sync.Map
+	return func(key string) bool {
+		v, ok := m.Load(key)
+		if !ok {
+			v, _ = m.LoadOrStore(key, rate.NewLimiter(rate.Every(interval), burst))
+		}
+		return v.(*rate.Limiter).Allow()
+	}, func() {}
+}
+
+// xrateShards is x/time/rate keyed through 64 maps, each behind its own
+// RWMutex, picked by a seeded hash of the key: the same sharding Sluice's
+// store uses, so neither side wins on lock contention alone.
+type xrateShards struct {
+	seed   maphash.Seed
+	shards [64]struct {
+		mu sync.RWMutex
+		m  map[string]*rate.Limiter
+		_  [32]byte // keep shards on separate cache lines
+	}
+}
+
+func newXRateShards(testing.TB) (allowFunc, func()) {
+	s := &xrateShards{seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*rate.Limiter)
+	}
+	return func(key string) bool {
+		sh := &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+		sh.mu.RLock()
+		lim := sh.m[key]
+		sh.mu.RUnlock()
+		if lim == nil {
+			sh.mu.Lock()
+			if lim = sh.m[key]; lim == nil {
+				lim = rate.NewLimiter(rate.Every(interval), burst)
+				sh.m[key] = lim
+			}
+			sh.mu.Unlock()
+		}
+		return lim.Allow()
+	}, func() {}
+}
+
+// newGoLimiter is go-limiter's memorystore. It has no separate burst: its
+// bucket holds Tokens and refills them every Interval, so burst tokens per
+// burst minutes is the same long-run rate and burst as the others, and no
+// interval ends within a run.
+func newGoLimiter(tb testing.TB) (allowFunc, func()) {
+	st, err := memorystore.New(&memorystore.Config{Tokens: burst, Interval: burst * interval})
+	if err != nil {
+		tb.Fatalf("memorystore.New: %v", err)
+	}
+	ctx := context.Background()
+	return func(key string) bool {
+		_, _, _, ok, err := st.Take(ctx, key)
+		return err == nil && ok
+	}, func() { st.Close(ctx) }
+}
+
+// newThrottled is throttled's GCRA limiter on its memstore, without the
+// LRU cap (maxKeys 0: a map behind one RWMutex, its fastest form).
+func newThrottled(tb testing.TB) (allowFunc, func()) {
+	st, err := throttledmem.NewCtx(0)
+	if err != nil {
+		tb.Fatalf("memstore.NewCtx: %v", err)
+	}
+	rl, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerMin(1), MaxBurst: burst - 1})
+	if err != nil {
+		tb.Fatalf("NewGCRARateLimiterCtx: %v", err)
+	}
+	// Under contention on one key its compare-and-swap loop gives up with an
+	// error after 10 attempts by default; let it retry instead, as a user
+	// with a hot key would configure it.
+	rl.SetMaxCASAttemptsLimit(1 << 20)
+	ctx := context.Background()
+	return func(key string) bool {
+		limited, _, err := rl.RateLimitCtx(ctx, key, 1)
+		return err == nil && !limited
+	}, func() {}
+}
+
+// rng is a xorshift64* generator, one per goroutine, so that choosing a
+// key costs a few nanoseconds and the same for every library.
+type rng uint64
+
+func (r *rng) next() uint64 {
+	x := uint64(*r)
+	x ^= x >> 12
+	x ^= x << 25
+	x ^= x >> 27
+	*r = rng(x)
+	return x * 0x2545f4914f6cdd1d
+}
+
+// keys returns n distinct keys shaped like real ones ("user:123").
+func keys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "user:" + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// start builds a limiter and collects the garbage of the previous one, so
+// that no library pays for another's heap.
+func start(b *testing.B, newFn func(testing.TB) (allowFunc, func())) allowFunc {
+	allow, stop := newFn(b)
+	b.Cleanup(stop)
+	runtime.GC()
+	return allow
+}
+
+func denied(b *testing.B, key string) {
+	b.Errorf("request for %q denied, want every request admitted", key)
+}
+
+// BenchmarkOneKeySerial is one key, one goroutine.
+func BenchmarkOneKeySerial(b *testing.B) {
+	for _, s := range subjects() {
+		if s.newOne == nil {
+			continue
+		}
+		b.Run("lib="+s.name, func(b *testing.B) {
+			allow := start(b, s.newOne)
+			b.ReportAllocs()
+			for b.Loop() {
+				if !allow("user:1") {
+					b.Fatal("request denied, want every request admitted")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkOneKeyParallel is one key shared by GOMAXPROCS goroutines.
+func BenchmarkOneKeyParallel(b *testing.B) {
+	for _, s := range subjects() {
+		if s.newOne == nil {
+			continue
+		}
+		b.Run("lib="+s.name, func(b *testing.B) {
+			allow := start(b, s.newOne)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !allow("user:1") {
+						denied(b, "user:1")
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkKeysParallel is 100,000 and 1,000,000 keys, every one already
+// tracked, requested at random by GOMAXPROCS goroutines.
+func BenchmarkKeysParallel(b *testing.B) {
+	for _, n := range []int{100_000, 1_000_000} {
+		ks := keys(n)
+		for _, s := range subjects() {
+			b.Run("keys="+strconv.Itoa(n)+"/lib="+s.name, func(b *testing.B) {
+				allow := start(b, s.newMany)
+				for _, k := range ks {
+					if !allow(k) {
+						b.Fatalf("first request for %q denied", k)
+					}
+				}
+				var seeds atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					r := rng(seeds.Add(1) * seedMul)
+					for pb.Next() {
+						k := ks[r.next()%uint64(n)]
+						if !allow(k) {
+							denied(b, k)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkBytesPerKey measures the live heap each library holds per
+// tracked key at 1,000,000 keys: the heap after a full GC, before and after
+// one admitted request on each of 1e6 distinct keys, divided by 1e6. Every
+// key is a fresh 10- or 11-byte string ("user:123456"), so a library that
+// keeps the key pays for it (16 bytes of string each) and one that does not
+// keep it pays nothing. The measurement runs once; the timed loop is empty
+// and its ns/op means nothing: the result is the B/key metric.
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1_000_000
+	for _, s := range subjects() {
+		b.Run("lib="+s.name, func(b *testing.B) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			allow, stop := s.newMany(b)
+			for i := range n {
+				k := "user:" + strconv.Itoa(i)
+				if !allow(k) {
+					b.Fatalf("first request for %q denied", k)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			runtime.KeepAlive(allow)
+			stop()
+			for b.Loop() {
+			}
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/key")
+		})
+	}
+}
