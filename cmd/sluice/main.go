@@ -1,0 +1,133 @@
+// Command sluice is Sluice's command-line tool. Run `sluice help` for its
+// commands and `sluice <command> -h` for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// streams are the standard streams a command reads and writes.
+type streams struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// command is one subcommand of sluice.
+type command struct {
+	name    string
+	summary string // one line for `sluice help`
+	usage   string // the text of `sluice <name> -h`
+	run     func(ctx context.Context, s streams, args []string) error
+}
+
+// commands returns sluice's subcommands, in the order `sluice help` lists
+// them. Adding a command is adding a line here.
+func commands() []command {
+	return []command{
+		{"simulate", "replay a trace of requests through the rate-limiting algorithms", simulateUsage, runSimulate},
+	}
+}
+
+// run runs sluice with the given arguments (without the program name). It
+// returns flag.ErrHelp when help was asked for and printed, and a
+// *usageError for a command line that is wrong.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	s := streams{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		writeUsage(stderr)
+		return &usageError{err: errors.New("no command given"), shown: true}
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if name == "help" && len(rest) > 0 {
+			c, ok := lookup(rest[0])
+			if !ok {
+				return &usageError{err: fmt.Errorf("help: unknown command %q", rest[0])}
+			}
+			_, err := io.WriteString(stdout, c.usage)
+			return err
+		}
+		writeUsage(stdout)
+		return nil
+	}
+	c, ok := lookup(name)
+	if !ok {
+		return &usageError{err: fmt.Errorf("unknown command %q", name)}
+	}
+	return c.run(ctx, s, rest)
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func writeUsage(w io.Writer) {
+	fmt.Fprint(w, "sluice is the command-line tool of Sluice, an exact rate limiter.\n\n"+
+		"Usage:\n  sluice <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "  help       show this text, or a command's: sluice help <command>\n\n"+
+		"Run 'sluice <command> -h' for a command's flags.\n")
+}
+
+// usageError is a command line that is wrong: an unknown command, a bad
+// flag, an invalid policy. sluice exits with status 2 for it.
+type usageError struct {
+	err error
+	// shown reports that the message was already written to stderr (the
+	// flag package does so for the flags it cannot parse).
+	shown bool
+	// cmd is the command whose flags are wrong, if any.
+	cmd string
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usageErrorf returns a *usageError of command cmd with a formatted
+// message.
+func usageErrorf(cmd, format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...), cmd: cmd}
+}
+
+// exitCode reports err on stderr and returns sluice's exit status: 0 for
+// success or help, 2 for a wrong command line, 1 for any other failure.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		if !ue.shown {
+			hint := "sluice help"
+			if ue.cmd != "" {
+				hint = "sluice " + ue.cmd + " -h"
+			}
+			fmt.Fprintf(stderr, "sluice: %v\nRun '%s' for usage.\n", err, hint)
+		}
+		return 2
+	}
+	fmt.Fprintf(stderr, "sluice: %v\n", err)
+	return 1
+}
