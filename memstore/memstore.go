@@ -29,6 +29,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -59,6 +60,7 @@ type Store struct {
 	mask     uint64
 	clock    func() int64
 	shardCap int
+	policies [policyCacheSize]atomic.Pointer[compiled]
 
 	stop chan struct{}
 	done chan struct{}
@@ -140,14 +142,45 @@ func (s *Store) micros(now time.Time) int64 {
 	return now.UnixMicro()
 }
 
-// hash returns the non-zero 64-bit hash that stands for (policy, key).
-func (s *Store) hash(p *sluice.Policy, key string) uint64 {
-	h := maphash.String(s.seed, key)
-	f := uint64(p.Algorithm)<<56 ^ uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Burst)*0xc2b2ae3d27d4eb4f ^ uint64(p.Period)*0x165667b19e3779f9
-	if p.Name != "" {
-		f ^= maphash.String(s.seed, p.Name)
+// compiled is a validated policy with what its decisions need worked out
+// once: the fingerprint that keeps its keys apart from other policies' and
+// the algorithm's constants.
+type compiled struct {
+	policy sluice.Policy
+	err    error
+	fp     uint64
+	pp     algo.Prepared
+}
+
+// policyCacheSize is the number of compiled policies a Store keeps; more
+// distinct policies than this still work, a little slower.
+const policyCacheSize = 256
+
+// compile returns p compiled, from a small direct-mapped cache. Entries are
+// immutable, so readers need no lock.
+func (s *Store) compile(p *sluice.Policy) *compiled {
+	slot := &s.policies[(uint64(p.Limit)*0x9e3779b97f4a7c15^uint64(p.Period)*0xc2b2ae3d27d4eb4f^uint64(p.Burst)^uint64(p.Algorithm)^uint64(len(p.Name)))>>56]
+	if c := slot.Load(); c != nil && c.policy == *p {
+		return c
 	}
-	h = mix(h ^ mix(f))
+	c := &compiled{policy: *p}
+	if err := p.Validate(); err != nil {
+		c.err = fmt.Errorf("memstore: %w", err)
+	} else {
+		f := uint64(p.Algorithm)<<56 ^ uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Burst)*0xc2b2ae3d27d4eb4f ^ uint64(p.Period)*0x165667b19e3779f9
+		if p.Name != "" {
+			f ^= maphash.String(s.seed, p.Name)
+		}
+		c.fp = mix(f)
+		c.pp = algo.Prepare(algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)})
+	}
+	slot.Store(c)
+	return c
+}
+
+// hash returns the non-zero 64-bit hash that stands for (policy, key).
+func (s *Store) hash(c *compiled, key string) uint64 {
+	h := mix(maphash.String(s.seed, key) ^ c.fp)
 	if h == 0 {
 		h = 1
 	}
@@ -164,18 +197,16 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-func checkRequest(r *sluice.Request) error {
+// check validates r and returns its compiled policy.
+func (s *Store) check(r *sluice.Request) (*compiled, error) {
 	if r.Cost < 1 {
-		return fmt.Errorf("memstore: %w, got %d", sluice.ErrInvalidCost, r.Cost)
+		return nil, fmt.Errorf("memstore: %w, got %d", sluice.ErrInvalidCost, r.Cost)
 	}
-	if err := r.Policy.Validate(); err != nil {
-		return fmt.Errorf("memstore: %w", err)
+	c := s.compile(&r.Policy)
+	if c.err != nil {
+		return nil, c.err
 	}
-	return nil
-}
-
-func params(p *sluice.Policy) algo.Params {
-	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
+	return c, nil
 }
 
 func capacityError(r *sluice.Request) error {
@@ -185,15 +216,16 @@ func capacityError(r *sluice.Request) error {
 // Allow decides req and charges it when admitted. A zero now means the
 // store's clock.
 func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	if err := checkRequest(&req); err != nil {
+	c, err := s.check(&req)
+	if err != nil {
 		return sluice.Decision{}, err
 	}
 	t := s.micros(now)
-	h := s.hash(&req.Policy, req.Key)
+	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	d := sh.decide(s, &req, h, t, req.Cost, true)
+	d := sh.decide(s, c, &req, h, t, req.Cost, true)
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(&req)
@@ -203,15 +235,16 @@ func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (slu
 
 // Peek decides req without charging it.
 func (s *Store) Peek(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	if err := checkRequest(&req); err != nil {
+	c, err := s.check(&req)
+	if err != nil {
 		return sluice.Decision{}, err
 	}
 	t := s.micros(now)
-	h := s.hash(&req.Policy, req.Key)
+	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	d := sh.decide(s, &req, h, t, req.Cost, false)
+	d := sh.decide(s, c, &req, h, t, req.Cost, false)
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(&req)
@@ -230,10 +263,14 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	if out != nil && len(out) != len(reqs) {
 		return sluice.Decision{}, fmt.Errorf("memstore: out has %d decisions for %d requests", len(out), len(reqs))
 	}
+	var cbuf [8]*compiled
+	cs := cbuf[:0]
 	for i := range reqs {
-		if err := checkRequest(&reqs[i]); err != nil {
+		c, err := s.check(&reqs[i])
+		if err != nil {
 			return sluice.Decision{}, err
 		}
+		cs = append(cs, c)
 	}
 	var hbuf [8]uint64
 	var ibuf [8]int
@@ -243,7 +280,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		ds = out[:0]
 	}
 	for i := range reqs {
-		h := s.hash(&reqs[i].Policy, reqs[i].Key)
+		h := s.hash(cs[i], reqs[i].Key)
 		hs = append(hs, h)
 		idx = append(idx, int(h&s.mask))
 	}
@@ -276,7 +313,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 				cost += reqs[j].Cost
 			}
 		}
-		d := s.shards[idx[i]].decide(s, &reqs[i], hs[i], t, cost, false)
+		d := s.shards[idx[i]].decide(s, cs[i], &reqs[i], hs[i], t, cost, false)
 		if d.RetryAfter == sluice.Never {
 			return d, capacityError(&reqs[i])
 		}
@@ -285,7 +322,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	}
 	if allowed {
 		for i := range reqs {
-			s.shards[idx[i]].decide(s, &reqs[i], hs[i], t, reqs[i].Cost, true)
+			s.shards[idx[i]].decide(s, cs[i], &reqs[i], hs[i], t, reqs[i].Cost, true)
 		}
 	} else {
 		for i := range ds {
@@ -293,7 +330,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 				// Not charged: report the state as it stays.
 				r := reqs[i]
 				r.MaxDelay = 0
-				ds[i] = s.shards[idx[i]].decide(s, &r, hs[i], t, 0, false)
+				ds[i] = s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, 0, false)
 				ds[i].Allowed, ds[i].Delay = true, 0
 			}
 		}
@@ -313,15 +350,15 @@ func (sh *shard) advance(t int64) int64 {
 // decide runs req's algorithm on the state of h at t, for cost, and stores
 // the new state when commit is set and the request is admitted. sh.mu must
 // be held.
-func (sh *shard) decide(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) sluice.Decision {
+func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) sluice.Decision {
 	var r algo.Result
 	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		r = sh.decideWindow(s, req, h, t, cost, commit)
+		r = sh.decideWindow(s, c, req, h, t, cost, commit)
 	case sluice.SlidingLogAlgorithm:
-		r = sh.decideLog(s, req, h, t, cost, commit)
+		r = sh.decideLog(s, c, req, h, t, cost, commit)
 	default:
-		r = sh.decideTAT(s, req, h, t, cost, commit)
+		r = sh.decideTAT(s, c, req, h, t, cost, commit)
 	}
 	return sluice.Decision{
 		Allowed:    r.Allowed,
@@ -333,7 +370,7 @@ func (sh *shard) decide(s *Store, req *sluice.Request, h uint64, t, cost int64, 
 	}
 }
 
-func (sh *shard) decideTAT(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
 	i, found := sh.tat.find(h)
 	var st algo.TAT
 	if found {
@@ -342,9 +379,9 @@ func (sh *shard) decideTAT(s *Store, req *sluice.Request, h uint64, t, cost int6
 	var ns algo.TAT
 	var r algo.Result
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
-		ns, r = algo.LeakyBucket(params(&req.Policy), st, t, cost, req.MaxDelay)
+		ns, r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
 	} else {
-		ns, r = algo.TokenBucket(params(&req.Policy), st, t, cost)
+		ns, r = c.pp.TokenBucket(st, t, cost)
 	}
 	if commit && r.Allowed {
 		switch {
@@ -361,7 +398,7 @@ func (sh *shard) decideTAT(s *Store, req *sluice.Request, h uint64, t, cost int6
 	return r
 }
 
-func (sh *shard) decideWindow(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
 	i, found := sh.win.find(h)
 	var st algo.Window
 	if found {
@@ -370,9 +407,9 @@ func (sh *shard) decideWindow(s *Store, req *sluice.Request, h uint64, t, cost i
 	var ns algo.Window
 	var r algo.Result
 	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
-		ns, r = algo.FixedWindow(params(&req.Policy), st, t, cost)
+		ns, r = algo.FixedWindow(c.pp.Params, st, t, cost)
 	} else {
-		ns, r = algo.SlidingWindow(params(&req.Policy), st, t, cost)
+		ns, r = algo.SlidingWindow(c.pp.Params, st, t, cost)
 	}
 	if commit && r.Allowed {
 		switch {
@@ -389,8 +426,8 @@ func (sh *shard) decideWindow(s *Store, req *sluice.Request, h uint64, t, cost i
 	return r
 }
 
-func (sh *shard) decideLog(s *Store, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
-	ap := params(&req.Policy)
+func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+	ap := c.pp.Params
 	i, found := sh.logs.find(h)
 	if !found {
 		r := algo.SlidingLogPeek(ap, &algo.Log{}, t, cost)

@@ -28,44 +28,65 @@ func (s TAT) backlog(now int64) (q, r int64) {
 	return 0, 0
 }
 
+// Prepared holds a Params with the token-bucket family's constants worked
+// out once: T = P/L and B·T, each as whole µs plus a remainder in 1/L µs.
+// Stores that decide many requests under one policy keep a Prepared.
+type Prepared struct {
+	Params
+	tq, tr int64 // T
+	hq, hr int64 // B·T
+}
+
+// Prepare works out p's constants. p must satisfy Check.
+func Prepare(p Params) Prepared {
+	hq, hr, _ := mulDivmod(p.Burst, p.Period, p.Limit)
+	return Prepared{Params: p, tq: p.Period / p.Limit, tr: p.Period % p.Limit, hq: hq, hr: hr}
+}
+
 // tatStep is the transition shared by the token-bucket family. It returns
 // the new state, the result and the backlog before the request (the leaky
 // bucket's delay).
 //
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
-func tatStep(p Params, s TAT, now, cost int64) (TAT, Result, time.Duration) {
+func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration) {
+	p := &pp.Params
 	bq, br := s.backlog(now)
-	remaining := func(q, r int64) int64 {
-		// B - ceil(backlog/T) = B - ceil((q·L + r) / P)
-		return p.Burst - mulAddDivCeil(q, p.Limit, r, p.Period)
-	}
 	if cost > p.Burst {
-		return s, Result{Remaining: remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, 0
+		return s, Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, 0
 	}
-	cq, cr, _ := mulDivmod(cost, p.Period, p.Limit) // c·T
-	hq, hr, _ := mulDivmod(p.Burst, p.Period, p.Limit)
+	// c·T = c·tq + c·tr/L; c·tr < B·L ≤ 10^18 fits an int64.
+	cq, cr := cost*pp.tq, cost*pp.tr
+	if cr >= p.Limit {
+		cq, cr = cq+cr/p.Limit, cr%p.Limit
+	}
 	nq, nr := bq+cq, br+cr
 	if nr >= p.Limit {
 		nq, nr = nq+1, nr-p.Limit
 	}
-	if nq < hq || (nq == hq && nr <= hr) {
+	if nq < pp.hq || (nq == pp.hq && nr <= pp.hr) {
 		return TAT{At: now + nq, Frac: nr}, Result{
 			Allowed:    true,
-			Remaining:  remaining(nq, nr),
+			Remaining:  pp.remaining(nq, nr),
 			ResetAfter: ceilMillis(ceilFrac(nq, nr)),
 		}, time.Duration(ceilFrac(bq, br)) * time.Microsecond
 	}
 	// Denied: wait until the backlog has drained by the excess nb - H.
-	eq, er := nq-hq, nr-hr
+	eq, er := nq-pp.hq, nr-pp.hr
 	if er < 0 {
 		eq, er = eq-1, er+p.Limit
 	}
 	return s, Result{
-		Remaining:  remaining(bq, br),
+		Remaining:  pp.remaining(bq, br),
 		RetryAfter: retryMillis(ceilFrac(eq, er)),
 		ResetAfter: ceilMillis(ceilFrac(bq, br)),
 	}, 0
+}
+
+// remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
+// backlog of q µs plus r/L µs.
+func (pp *Prepared) remaining(q, r int64) int64 {
+	return pp.Burst - mulAddDivCeil(q, pp.Limit, r, pp.Period)
 }
 
 // ceilFrac rounds q + r/L (0 ≤ r < L) up to whole microseconds.
@@ -80,6 +101,6 @@ func ceilFrac(q, r int64) int64 {
 // algorithm: one timestamp per key, the theoretical arrival time. Its
 // decisions are identical to TokenBucket's with the same Params.
 func GCRA(p Params, s TAT, now, cost int64) (TAT, Result) {
-	s, r, _ := tatStep(p, s, now, cost)
-	return s, r
+	pp := Prepare(p)
+	return pp.TokenBucket(s, now, cost)
 }

@@ -15,9 +15,15 @@ import "time"
 // unchanged, Delay reports the wait the request would have had, and
 // RetryAfter says when the queue will be short enough for maxDelay.
 func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
-	ns, r, delay := tatStep(p, s, now, cost)
+	pp := Prepare(p)
+	return pp.LeakyBucket(s, now, cost, maxDelay)
+}
+
+// LeakyBucket is LeakyBucket with pp's constants.
+func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
+	ns, r, delay := pp.tatStep(s, now, cost)
 	if r.Allowed && maxDelay > 0 && delay > maxDelay {
-		_, peek, _ := tatStep(p, s, now, 0)
+		_, peek, _ := pp.tatStep(s, now, 0)
 		return s, Result{
 			Remaining:  peek.Remaining,
 			RetryAfter: retryMillis(int64((delay - maxDelay + time.Microsecond - 1) / time.Microsecond)),

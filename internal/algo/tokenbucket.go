@@ -9,6 +9,12 @@ package algo
 // again: tokens(now) = B − (TAT − now)·L/P. That is the same number as a
 // (tokens, last update) pair, in one field, without any rounding.
 func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Result) {
-	s, r, _ := tatStep(p, s, now, cost)
+	pp := Prepare(p)
+	return pp.TokenBucket(s, now, cost)
+}
+
+// TokenBucket is TokenBucket (and GCRA) with pp's constants.
+func (pp *Prepared) TokenBucket(s TAT, now, cost int64) (TAT, Result) {
+	s, r, _ := pp.tatStep(s, now, cost)
 	return s, r
 }
