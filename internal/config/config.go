@@ -1,0 +1,319 @@
+// Package config reads, checks and holds the configuration of the Sluice
+// service (sluice serve).
+//
+// A configuration is a YAML file with the sections listen, store, limits
+// and proxy; docs/configuration.md describes every key. Decoding is strict
+// and complete: an unknown key, a wrong type, a bad number, duration,
+// address or reference is a Problem naming the file, the line, the path in
+// the document (such as limits.api-key.burst) and what is wrong, and Parse
+// reports every problem of a file at once, in an *Error.
+//
+// A Config is immutable once built: its accessors return copies, so one
+// Config can be shared by every goroutine of a server, and a reload swaps
+// in a whole new one.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"io"
+	"net/netip"
+	"net/url"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// Backend names where the service keeps rate-limit state.
+type Backend string
+
+// The store backends.
+const (
+	// MemoryBackend keeps state in the process (package memstore): each
+	// instance of the service counts on its own.
+	MemoryBackend Backend = "memory"
+	// RedisBackend keeps state in Redis (package redisstore), shared by
+	// every instance that uses the same Redis and prefix.
+	RedisBackend Backend = "redis"
+)
+
+// OnError names what a Redis-backed store decides when Redis cannot be
+// reached in time.
+type OnError string
+
+// The failure policies.
+const (
+	// OnErrorAllow admits every request while Redis is unreachable.
+	OnErrorAllow OnError = "allow"
+	// OnErrorDeny refuses every request while Redis is unreachable.
+	OnErrorDeny OnError = "deny"
+	// OnErrorLocal decides with an in-process store while Redis is
+	// unreachable, so each instance enforces the limits on its own.
+	OnErrorLocal OnError = "local"
+)
+
+// Defaults for keys that a configuration file leaves out.
+const (
+	// DefaultHTTPAddr is listen.http's default.
+	DefaultHTTPAddr = "127.0.0.1:8080"
+	// DefaultRedisPrefix is store.redis.prefix's default.
+	DefaultRedisPrefix = "sluice:"
+	// DefaultTimeout is store.timeout's default.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultOnError is store.on_error's default.
+	DefaultOnError = OnErrorAllow
+)
+
+// MaxFileSize is the largest configuration file Load and Parse accept.
+const MaxFileSize = 4 << 20
+
+// Listen holds the addresses the service listens on, each host:port.
+type Listen struct {
+	// HTTP serves the decision API, forward-auth, the proxy, /metrics,
+	// /healthz and /readyz. Never empty.
+	HTTP string
+	// GRPC serves Envoy's rate limit service; empty means off.
+	GRPC string
+}
+
+// Store configures the store backend.
+type Store struct {
+	// Backend is MemoryBackend or RedisBackend.
+	Backend Backend
+	// Redis is set only when Backend is RedisBackend.
+	Redis Redis
+	// Timeout bounds each call to the backend.
+	Timeout time.Duration
+	// OnError is the failure policy of a Redis-backed store.
+	OnError OnError
+}
+
+// Redis configures the Redis backend.
+type Redis struct {
+	// Addrs are host:port addresses: one for a single Redis, several for
+	// a cluster.
+	Addrs []string
+	// Prefix starts every key Sluice writes.
+	Prefix string
+}
+
+// Limit is a named rate limit.
+type Limit struct {
+	// Policy is the limit's policy; Policy.Name is the limit's name.
+	Policy sluice.Policy
+	// Shadow makes the limit a dry run: it decides and counts, and the
+	// service reports what it decided, but it never denies a request.
+	Shadow bool
+}
+
+// Name returns the limit's name.
+func (l Limit) Name() string { return l.Policy.Name }
+
+// Proxy configures the rules that limit proxied and forward-auth requests,
+// and the reverse proxy.
+type Proxy struct {
+	// Upstream is where admitted requests are forwarded; nil when the
+	// rules serve forward-auth only.
+	Upstream *url.URL
+	// TrustedProxies are the networks whose X-Forwarded-For and
+	// X-Forwarded-* headers are believed.
+	TrustedProxies []netip.Prefix
+	// Rules are tried in order; the first that matches a request applies.
+	Rules []Rule
+}
+
+// Rule says which requests a set of limits applies to.
+type Rule struct {
+	// Name identifies the rule for forward-auth (?rule=NAME); may be
+	// empty.
+	Name string
+	// Match selects requests.
+	Match Match
+	// Limits are charged together, all-or-nothing.
+	Limits []RuleLimit
+	// Line is the rule's line in the configuration file, for messages.
+	Line int
+}
+
+// Match selects requests by path prefix and method. The zero Match
+// matches every request.
+type Match struct {
+	// PathPrefix, when not empty, must prefix the request's path.
+	PathPrefix string
+	// Methods, when not empty, lists the methods that match, upper case.
+	Methods []string
+}
+
+// Matches reports whether a request with the given method and path is
+// selected.
+func (m Match) Matches(method, path string) bool {
+	if m.PathPrefix != "" && !hasPrefix(path, m.PathPrefix) {
+		return false
+	}
+	return len(m.Methods) == 0 || slices.Contains(m.Methods, method)
+}
+
+func hasPrefix(s, prefix string) bool {
+	return len(s) >= len(prefix) && s[:len(prefix)] == prefix
+}
+
+// RuleLimit charges one limit for a request, with a key taken from it.
+type RuleLimit struct {
+	// Limit names an entry of the limits section.
+	Limit string
+	// Key is the key source, such as "ip", "header:X-API-Key" or
+	// "ip+path".
+	Key string
+	// KeyFunc extracts the key from a request, as httplimit.ParseKey
+	// built it from Key, with the proxy's trusted proxies for "ip".
+	KeyFunc httplimit.KeyFunc
+	// Cost is what one request costs, at least 1.
+	Cost int64
+}
+
+// Config is a validated configuration. It is immutable: its accessors
+// return copies. The zero Config is not valid; get one from Load, Parse or
+// Default.
+type Config struct {
+	source string
+	listen Listen
+	store  Store
+	limits map[string]Limit
+	names  []string // limit names, sorted
+	proxy  *Proxy
+}
+
+// Source returns the name of the file the configuration was read from, or
+// DefaultSource for the built-in default.
+func (c *Config) Source() string { return c.source }
+
+// Listen returns the listen addresses.
+func (c *Config) Listen() Listen { return c.listen }
+
+// Store returns the store configuration.
+func (c *Config) Store() Store {
+	s := c.store
+	s.Redis.Addrs = slices.Clone(s.Redis.Addrs)
+	return s
+}
+
+// Limit returns the limit with the given name.
+func (c *Config) Limit(name string) (Limit, bool) {
+	l, ok := c.limits[name]
+	return l, ok
+}
+
+// Limits returns every limit, sorted by name.
+func (c *Config) Limits() []Limit {
+	out := make([]Limit, len(c.names))
+	for i, n := range c.names {
+		out[i] = c.limits[n]
+	}
+	return out
+}
+
+// Proxy returns the proxy section, and false when the configuration has
+// none.
+func (c *Config) Proxy() (Proxy, bool) {
+	if c.proxy == nil {
+		return Proxy{}, false
+	}
+	p := *c.proxy
+	if p.Upstream != nil {
+		u := *p.Upstream
+		if u.User != nil {
+			ui := *u.User
+			u.User = &ui
+		}
+		p.Upstream = &u
+	}
+	p.TrustedProxies = slices.Clone(p.TrustedProxies)
+	p.Rules = make([]Rule, len(c.proxy.Rules))
+	for i, r := range c.proxy.Rules {
+		r.Match.Methods = slices.Clone(r.Match.Methods)
+		r.Limits = slices.Clone(r.Limits)
+		p.Rules[i] = r
+	}
+	return p, true
+}
+
+// RestartRequired lists the settings that differ between old and new and
+// that a running service cannot change by reloading: the listen
+// addresses and the store. Limits and proxy rules reload in place.
+func RestartRequired(old, new *Config) []string {
+	var out []string
+	if old.listen.HTTP != new.listen.HTTP {
+		out = append(out, "listen.http")
+	}
+	if old.listen.GRPC != new.listen.GRPC {
+		out = append(out, "listen.grpc")
+	}
+	o, n := old.store, new.store
+	if o.Backend != n.Backend {
+		out = append(out, "store.backend")
+	}
+	if !slices.Equal(o.Redis.Addrs, n.Redis.Addrs) {
+		out = append(out, "store.redis.addrs")
+	}
+	if o.Redis.Prefix != n.Redis.Prefix {
+		out = append(out, "store.redis.prefix")
+	}
+	if o.Timeout != n.Timeout {
+		out = append(out, "store.timeout")
+	}
+	if o.OnError != n.OnError {
+		out = append(out, "store.on_error")
+	}
+	return out
+}
+
+// DefaultSource is the Source of the built-in default configuration.
+const DefaultSource = "<built-in default>"
+
+// DefaultYAML is the built-in configuration that sluice serve uses when it
+// is given no file: the memory store, one demo limit, and the HTTP API on
+// 127.0.0.1:8080.
+//
+//go:embed default.yaml
+var DefaultYAML string
+
+// Default returns the built-in configuration, DefaultYAML. Its error is
+// never non-nil in a tested build; it is returned rather than hidden.
+func Default() (*Config, error) {
+	return Parse(DefaultSource, []byte(DefaultYAML))
+}
+
+// Load reads and validates the configuration file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates the configuration in data; name is the file name used in
+// messages. A configuration with problems returns an *Error listing all of
+// them.
+func Parse(name string, data []byte) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, &Error{Problems: []Problem{{File: name, Message: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}}}
+	}
+	d := &decoder{file: name, budget: maxVisits, declared: make(map[string]bool)}
+	c := d.document(bytes.NewReader(data))
+	if len(d.problems) > 0 {
+		d.sort()
+		return nil, &Error{Problems: d.problems}
+	}
+	c.source = name
+	return c, nil
+}

@@ -1,0 +1,496 @@
+package config
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// wantLines returns the "# want: " lines of a fixture: the problems Parse
+// must report, in order, exactly.
+func wantLines(t *testing.T, data []byte) []string {
+	t.Helper()
+	var want []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if w, ok := strings.CutPrefix(sc.Text(), "# want: "); ok {
+			want = append(want, w)
+		}
+	}
+	return want
+}
+
+func problems(err error) []string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	out := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// TestParseBad parses every fixture under testdata/bad, one configuration
+// mistake each, and compares the problems with the fixture's "# want:"
+// lines.
+func TestParseBad(t *testing.T) {
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, file := range files {
+		name := filepath.Base(file)
+		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := wantLines(t, data)
+			if len(want) == 0 {
+				t.Fatalf("%s has no # want: lines", file)
+			}
+			c, err := Parse(name, data)
+			if err == nil {
+				t.Fatalf("Parse(%s) = %v, nil; want problems:\n%s", name, c, strings.Join(want, "\n"))
+			}
+			got := problems(err)
+			if got == nil {
+				t.Fatalf("Parse(%s) error %T (%v), want *Error", name, err, err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("Parse(%s) problems:\n%s\nwant:\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if c != nil {
+				t.Errorf("Parse(%s) returned a Config with its error", name)
+			}
+			if e := err.Error(); e != strings.Join(want, "\n") {
+				t.Errorf("Error() = %q, want the problems one per line", e)
+			}
+		})
+	}
+}
+
+func TestParseGood(t *testing.T) {
+	files, err := filepath.Glob("testdata/good/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
+			c, err := Load(file)
+			if err != nil {
+				t.Fatalf("Load(%s): %v", file, err)
+			}
+			if got := c.Source(); got != file {
+				t.Errorf("Source() = %q, want %q", got, file)
+			}
+			for _, l := range c.Limits() {
+				if err := l.Policy.Validate(); err != nil {
+					t.Errorf("limit %s: %v", l.Name(), err)
+				}
+			}
+		})
+	}
+}
+
+// TestIssueExample checks every value of the example configuration in
+// issue 5.
+func TestIssueExample(t *testing.T) {
+	c, err := Load("testdata/good/issue.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Listen(), (Listen{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081"}); got != want {
+		t.Errorf("Listen() = %+v, want %+v", got, want)
+	}
+	s := c.Store()
+	if s.Backend != MemoryBackend || s.Timeout != 50*time.Millisecond || s.OnError != OnErrorAllow || s.Redis.Addrs != nil {
+		t.Errorf("Store() = %+v, want memory, 50ms, allow, no redis", s)
+	}
+	wantLimits := []Limit{
+		{Policy: sluice.TokenBucket(10, time.Second, 50).Named("api-key")},
+		{Policy: sluice.SlidingWindow(100, time.Minute).Named("per-ip")},
+	}
+	if got := c.Limits(); !slices.Equal(got, wantLimits) {
+		t.Errorf("Limits() = %+v, want %+v", got, wantLimits)
+	}
+	if l, ok := c.Limit("per-ip"); !ok || l != wantLimits[1] {
+		t.Errorf("Limit(per-ip) = %+v, %v, want %+v, true", l, ok, wantLimits[1])
+	}
+	if _, ok := c.Limit("nope"); ok {
+		t.Errorf("Limit(nope) found a limit")
+	}
+	p, ok := c.Proxy()
+	if !ok {
+		t.Fatal("Proxy() = false, want the proxy section")
+	}
+	if got := p.Upstream.String(); got != "http://127.0.0.1:9000" {
+		t.Errorf("Upstream = %s", got)
+	}
+	if want := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}; !slices.Equal(p.TrustedProxies, want) {
+		t.Errorf("TrustedProxies = %v, want %v", p.TrustedProxies, want)
+	}
+	if len(p.Rules) != 2 {
+		t.Fatalf("len(Rules) = %d, want 2", len(p.Rules))
+	}
+	r0, r1 := p.Rules[0], p.Rules[1]
+	if r0.Match.PathPrefix != "/login" || !slices.Equal(r0.Match.Methods, []string{"POST"}) || r0.Line != 24 {
+		t.Errorf("rule 0 = %+v", r0)
+	}
+	if len(r0.Limits) != 1 || r0.Limits[0].Limit != "per-ip" || r0.Limits[0].Key != "ip" || r0.Limits[0].Cost != 1 {
+		t.Errorf("rule 0 limits = %+v", r0.Limits)
+	}
+	if r1.Match.PathPrefix != "/api/" || r1.Match.Methods != nil {
+		t.Errorf("rule 1 match = %+v", r1.Match)
+	}
+	if len(r1.Limits) != 2 || r1.Limits[0].Key != "header:X-API-Key" || r1.Limits[1].Limit != "per-ip" {
+		t.Errorf("rule 1 limits = %+v", r1.Limits)
+	}
+
+	// The key functions are built, and "ip" believes the trusted proxy.
+	req := httptest.NewRequest("GET", "/api/x", nil)
+	req.RemoteAddr = "127.0.0.1:5000"
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	req.Header.Set("X-API-Key", "k1")
+	for i, want := range []string{"k1", "203.0.113.7"} {
+		if got, ok := r1.Limits[i].KeyFunc(req); !ok || got != want {
+			t.Errorf("rule 1 limit %d key = %q, %v, want %q, true", i, got, ok, want)
+		}
+	}
+	req.RemoteAddr = "198.51.100.1:5000" // not trusted: its header is ignored
+	if got, _ := r1.Limits[1].KeyFunc(req); got != "198.51.100.1" {
+		t.Errorf("ip key from an untrusted peer = %q, want 198.51.100.1", got)
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	c, err := Load("testdata/good/anchors.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Limit{
+		"small":    {Policy: sluice.SlidingLog(60, time.Minute).Named("small")},
+		"large":    {Policy: sluice.SlidingLog(600, time.Minute).Named("large")},
+		"shadowed": {Policy: sluice.SlidingLog(60, time.Minute).Named("shadowed"), Shadow: true},
+	}
+	for name, w := range want {
+		if got, ok := c.Limit(name); !ok || got != w {
+			t.Errorf("Limit(%s) = %+v, %v, want %+v", name, got, ok, w)
+		}
+	}
+	p, _ := c.Proxy()
+	if len(p.Rules) != 2 || len(p.Rules[1].Limits) != 2 || p.Rules[1].Limits[1].Key != "ip+path" {
+		t.Fatalf("rules = %+v", p.Rules)
+	}
+	if got := p.Rules[1].Match.Methods; !slices.Equal(got, []string{"GET", "POST"}) {
+		t.Errorf("methods = %v, want upper case [GET POST]", got)
+	}
+}
+
+func TestRedis(t *testing.T) {
+	c, err := Load("testdata/good/redis.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store()
+	want := Store{Backend: RedisBackend, Timeout: 20 * time.Millisecond, OnError: OnErrorLocal,
+		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:"}}
+	if s.Backend != want.Backend || s.Timeout != want.Timeout || s.OnError != want.OnError ||
+		s.Redis.Prefix != want.Redis.Prefix || !slices.Equal(s.Redis.Addrs, want.Redis.Addrs) {
+		t.Errorf("Store() = %+v, want %+v", s, want)
+	}
+	if got := c.Listen().HTTP; got != ":8080" {
+		t.Errorf("Listen().HTTP = %q, want :8080", got)
+	}
+	if l, _ := c.Limit("daily"); l.Policy.Period != 24*time.Hour {
+		t.Errorf("daily period = %v, want 24h", l.Policy.Period)
+	}
+	if _, ok := c.Proxy(); ok {
+		t.Errorf("Proxy() = true for a file without a proxy section")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse("min.yaml", []byte("limits: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Listen(); got != (Listen{HTTP: DefaultHTTPAddr}) {
+		t.Errorf("Listen() = %+v", got)
+	}
+	s := c.Store()
+	if s.Backend != MemoryBackend || s.Timeout != DefaultTimeout || s.OnError != DefaultOnError {
+		t.Errorf("Store() = %+v", s)
+	}
+	c, err = Parse("r.yaml", []byte("store: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Store().Redis.Prefix; got != DefaultRedisPrefix {
+		t.Errorf("prefix = %q, want %q", got, DefaultRedisPrefix)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c, err := Default()
+	if err != nil {
+		t.Fatalf("Default(): %v", err)
+	}
+	if c.Source() != DefaultSource {
+		t.Errorf("Source() = %q", c.Source())
+	}
+	if got := c.Listen(); got != (Listen{HTTP: "127.0.0.1:8080"}) {
+		t.Errorf("Listen() = %+v", got)
+	}
+	if got := c.Store().Backend; got != MemoryBackend {
+		t.Errorf("Backend = %q", got)
+	}
+	want := Limit{Policy: sluice.TokenBucket(10, time.Minute, 0).Named("demo")}
+	if got, ok := c.Limit("demo"); !ok || got != want {
+		t.Errorf("Limit(demo) = %+v, %v, want %+v", got, ok, want)
+	}
+	p, ok := c.Proxy()
+	if !ok || p.Upstream != nil || len(p.Rules) != 1 || p.Rules[0].Name != "demo" {
+		t.Errorf("Proxy() = %+v, %v, want one forward-auth rule named demo", p, ok)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want an error wrapping os.ErrNotExist", err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	data := append([]byte("# "), bytes.Repeat([]byte("x"), MaxFileSize)...)
+	if err := os.WriteFile(big, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(big)
+	if got, want := problems(err), []string{big + ": file is larger than 4194304 bytes"}; !slices.Equal(got, want) {
+		t.Errorf("Load(big) = %v, want %v", got, want)
+	}
+}
+
+// TestAliasBudget checks that aliases cannot make validation walk far more
+// nodes than the file holds.
+func TestAliasBudget(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("limits:\n  a: {algorithm: gcra, limit: 10, period: 1s}\nproxy:\n  rules:\n")
+	b.WriteString("    - &r {limits: &l [")
+	for i := range 1100 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("{limit: a, key: ip}")
+	}
+	b.WriteString("]}\n")
+	for range 1100 {
+		b.WriteString("    - *r\n")
+	}
+	start := time.Now()
+	_, err := Parse("bomb.yaml", []byte(b.String()))
+	got := problems(err)
+	if len(got) != 1 || !strings.Contains(got[0], "the document is too complex") {
+		t.Errorf("Parse(bomb) problems = %q, want one 'too complex'", got)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Parse(bomb) took %v", d)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"1s", time.Second, true},
+		{"1m30s", 90 * time.Second, true},
+		{"500ms", 500 * time.Millisecond, true},
+		{"1d", 24 * time.Hour, true},
+		{"7d", 7 * 24 * time.Hour, true},
+		{"0", 0, true},
+		{"d", 0, false},
+		{"-1d", 0, false},
+		{"+1d", 0, false},
+		{"1.5d", 0, false},
+		{"99999999999d", 0, false},
+		{"1 minute", 0, false},
+		{"60", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseDuration(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("ParseDuration(%q) = %v, %v, want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestMatch(t *testing.T) {
+	tests := []struct {
+		name         string
+		m            Match
+		method, path string
+		want         bool
+	}{
+		{"zero matches all", Match{}, "GET", "/", true},
+		{"prefix", Match{PathPrefix: "/api/"}, "GET", "/api/x", true},
+		{"prefix exact", Match{PathPrefix: "/api/"}, "GET", "/api/", true},
+		{"prefix miss", Match{PathPrefix: "/api/"}, "GET", "/api", false},
+		{"method", Match{Methods: []string{"POST"}}, "POST", "/x", true},
+		{"method miss", Match{Methods: []string{"POST"}}, "GET", "/x", false},
+		{"both", Match{PathPrefix: "/login", Methods: []string{"POST", "PUT"}}, "PUT", "/login", true},
+		{"both miss path", Match{PathPrefix: "/login", Methods: []string{"POST"}}, "POST", "/logout", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.m.Matches(tt.method, tt.path); got != tt.want {
+				t.Errorf("Matches(%q, %q) = %v, want %v", tt.method, tt.path, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestImmutable checks that changing what the accessors return does not
+// change the Config.
+func TestImmutable(t *testing.T) {
+	c, err := Load("testdata/good/issue.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.Proxy()
+	p.Upstream.Host = "evil:1"
+	p.TrustedProxies[0] = netip.MustParsePrefix("0.0.0.0/0")
+	p.Rules[0].Match.Methods[0] = "GET"
+	p.Rules[0].Limits[0].Limit = "x"
+	ls := c.Limits()
+	ls[0].Policy.Limit = 1
+	q, _ := c.Proxy()
+	if q.Upstream.Host != "127.0.0.1:9000" || q.TrustedProxies[0].Bits() != 32 ||
+		q.Rules[0].Match.Methods[0] != "POST" || q.Rules[0].Limits[0].Limit != "per-ip" {
+		t.Errorf("Proxy() changed through a returned copy: %+v", q)
+	}
+	if l, _ := c.Limit("api-key"); l.Policy.Limit != 10 {
+		t.Errorf("Limit changed through Limits(): %+v", l)
+	}
+	rc, err := Load("testdata/good/redis.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Store().Redis.Addrs[0] = "x:1"
+	if got := rc.Store().Redis.Addrs[0]; got != "10.0.0.1:6379" {
+		t.Errorf("Store() changed through a returned copy: %s", got)
+	}
+}
+
+func TestRestartRequired(t *testing.T) {
+	parse := func(s string) *Config {
+		t.Helper()
+		c, err := Parse("x.yaml", []byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	base := parse("limits: {a: {algorithm: gcra, limit: 1, period: 1s}}")
+	tests := []struct {
+		name string
+		yaml string
+		want []string
+	}{
+		{"limits only", "limits: {a: {algorithm: gcra, limit: 2, period: 1s}}", nil},
+		{"listen", "listen: {http: ':9', grpc: ':10'}", []string{"listen.http", "listen.grpc"}},
+		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p}, timeout: 1s, on_error: deny}",
+			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.timeout", "store.on_error"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RestartRequired(base, parse(tt.yaml)); !slices.Equal(got, tt.want) {
+				t.Errorf("RestartRequired = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestProblemString(t *testing.T) {
+	tests := []struct {
+		p    Problem
+		want string
+	}{
+		{Problem{File: "a.yaml", Line: 3, Column: 5, Path: "limits.x", Message: "bad"}, "a.yaml:3: limits.x: bad"},
+		{Problem{File: "a.yaml", Message: "empty"}, "a.yaml: empty"},
+		{Problem{File: "a.yaml", Line: 1, Message: "m"}, "a.yaml:1: m"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.String(); got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.p, got, tt.want)
+		}
+	}
+}
+
+// FuzzLoad checks that no input makes Parse panic, that it returns either
+// a Config or an *Error with at least one problem, and that every Config it
+// returns holds valid policies.
+func FuzzLoad(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*/*.yaml")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(DefaultYAML))
+	f.Add([]byte("limits: {a: {<<: {algorithm: gcra}, limit: 1, period: 1s}}"))
+	f.Add([]byte("a: &a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse("fuzz.yaml", data)
+		if (c == nil) == (err == nil) {
+			t.Fatalf("Parse = %v, %v: want exactly one of a Config and an error", c, err)
+		}
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || len(e.Problems) == 0 {
+				t.Fatalf("Parse error %T %v, want an *Error with problems", err, err)
+			}
+			for _, p := range e.Problems {
+				if p.File != "fuzz.yaml" || p.Message == "" {
+					t.Fatalf("problem %+v lacks its file or message", p)
+				}
+			}
+			return
+		}
+		for _, l := range c.Limits() {
+			if err := l.Policy.Validate(); err != nil {
+				t.Fatalf("limit %s: %v", l.Name(), err)
+			}
+		}
+		if p, ok := c.Proxy(); ok {
+			for _, r := range p.Rules {
+				for _, rl := range r.Limits {
+					l, ok := c.Limit(rl.Limit)
+					if !ok || rl.KeyFunc == nil || rl.Cost < 1 || rl.Cost > l.Policy.Capacity() {
+						t.Fatalf("rule limit %+v is not valid", rl)
+					}
+				}
+			}
+		}
+		_ = fmt.Sprint(c.Listen(), c.Store())
+	})
+}

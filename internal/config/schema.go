@@ -1,0 +1,595 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// document decodes a whole configuration file.
+func (d *decoder) document(r io.Reader) *Config {
+	dec := yaml.NewDecoder(r)
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			d.add(nil, "", "the file is empty (see docs/configuration.md)")
+		} else {
+			d.syntax(err)
+		}
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		d.add(&extra, "", "a second YAML document (---); a configuration file holds one")
+	} else if !errors.Is(err, io.EOF) {
+		d.syntax(err)
+	}
+	if len(doc.Content) != 1 {
+		d.add(&doc, "", "the file holds no YAML document")
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		d.add(root, "", "the file is empty (see docs/configuration.md)")
+		return nil
+	}
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy")
+	if !ok {
+		return nil
+	}
+	c := &Config{
+		listen: d.listen(top),
+		store:  d.store(top),
+		limits: d.limits(top),
+	}
+	c.names = make([]string, 0, len(c.limits))
+	for name := range c.limits {
+		c.names = append(c.names, name)
+	}
+	slices.Sort(c.names)
+	if n := top.get("proxy"); n != nil {
+		c.proxy = d.proxy(top.fields["proxy"].key, n, c.limits)
+	}
+	return c
+}
+
+// syntax records a YAML syntax error, with its line when the message has
+// one ("yaml: line 3: ...").
+func (d *decoder) syntax(err error) {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	p := Problem{File: d.file}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(num); err == nil {
+				p.Line, msg = line, text
+			}
+		}
+	}
+	p.Message = "invalid YAML: " + msg
+	d.problems = append(d.problems, p)
+}
+
+func (d *decoder) listen(top object) Listen {
+	l := Listen{HTTP: DefaultHTTPAddr}
+	n := top.get("listen")
+	if n == nil {
+		return l
+	}
+	o, ok := d.mapping(top.fields["listen"].key, n, "listen", "http", "grpc")
+	if !ok {
+		return l
+	}
+	if v := o.get("http"); v != nil {
+		if s, ok := d.addr(v, "listen.http"); ok {
+			l.HTTP = s
+		}
+	}
+	if v := o.get("grpc"); v != nil {
+		if s, ok := d.addr(v, "listen.grpc"); ok {
+			l.GRPC = s
+			if s == l.HTTP && !strings.HasSuffix(s, ":0") {
+				d.add(deref(v), "listen.grpc", "must differ from listen.http (%s)", l.HTTP)
+			}
+		}
+	}
+	return l
+}
+
+// addr decodes a host:port address.
+func (d *decoder) addr(n *yaml.Node, path string) (string, bool) {
+	s, ok := d.nonEmpty(n, path)
+	if !ok {
+		return "", false
+	}
+	if msg := checkAddr(s); msg != "" {
+		d.add(deref(n), path, "%s", msg)
+		return "", false
+	}
+	return s, true
+}
+
+// checkAddr returns what is wrong with a host:port address, or "".
+func checkAddr(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("%q is not an address host:port, like 127.0.0.1:8080 or :8080", s)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || port == "" || (port[0] == '0' && p != 0) {
+		return fmt.Sprintf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if !validHostname(host) {
+		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", s, host)
+	}
+	return ""
+}
+
+// validHostname reports whether s is a DNS host name: dot-separated labels
+// of letters, digits and hyphens.
+func validHostname(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+var (
+	backends = []string{string(MemoryBackend), string(RedisBackend)}
+	onErrors = []string{string(OnErrorAllow), string(OnErrorDeny), string(OnErrorLocal)}
+)
+
+func (d *decoder) store(top object) Store {
+	s := Store{Backend: MemoryBackend, Timeout: DefaultTimeout, OnError: DefaultOnError}
+	n := top.get("store")
+	if n == nil {
+		return s
+	}
+	o, ok := d.mapping(top.fields["store"].key, n, "store", "backend", "redis", "timeout", "on_error")
+	if !ok {
+		return s
+	}
+	if v := o.get("backend"); v != nil {
+		if b, ok := d.str(v, "store.backend"); ok {
+			if slices.Contains(backends, b) {
+				s.Backend = Backend(b)
+			} else {
+				d.add(deref(v), "store.backend", "unknown backend %q (want %s)", b, list(backends))
+			}
+		}
+	}
+	if v := o.get("timeout"); v != nil {
+		if t, ok := d.duration(v, "store.timeout", time.Minute); ok {
+			s.Timeout = t
+		}
+	}
+	if v := o.get("on_error"); v != nil {
+		if e, ok := d.str(v, "store.on_error"); ok {
+			if slices.Contains(onErrors, e) {
+				s.OnError = OnError(e)
+			} else {
+				d.add(deref(v), "store.on_error", "unknown failure policy %q (want %s)", e, list(onErrors))
+			}
+		}
+	}
+	rv := o.get("redis")
+	if rv == nil {
+		if s.Backend == RedisBackend {
+			d.add(o.fields["backend"].key, "store.redis", "missing: the redis backend needs store.redis.addrs")
+		}
+		return s
+	}
+	if s.Backend != RedisBackend {
+		d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
+	}
+	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix")
+	if !ok {
+		return s
+	}
+	s.Redis.Prefix = DefaultRedisPrefix
+	if v := ro.get("prefix"); v != nil {
+		if p, ok := d.str(v, "store.redis.prefix"); ok {
+			s.Redis.Prefix = p
+		}
+	}
+	av := ro.get("addrs")
+	if av == nil {
+		d.add(ro.at, "store.redis.addrs", "missing: list the Redis addresses, like [127.0.0.1:6379]")
+		return s
+	}
+	if addrs, ok := d.strs(av, "store.redis.addrs", "[127.0.0.1:6379]", checkAddr); ok {
+		if len(addrs) == 0 {
+			d.add(deref(av), "store.redis.addrs", "must list at least one address")
+		}
+		s.Redis.Addrs = addrs
+	}
+	return s
+}
+
+var limitKeys = []string{"algorithm", "limit", "period", "burst", "shadow"}
+
+func algorithmNames() []string {
+	var names []string
+	for _, a := range sluice.Algorithms() {
+		names = append(names, a.String())
+	}
+	return names
+}
+
+func (d *decoder) limits(top object) map[string]Limit {
+	out := make(map[string]Limit)
+	n := top.get("limits")
+	if n == nil {
+		return out
+	}
+	fs, ok := d.pairs(n, "limits")
+	if !ok {
+		return out
+	}
+	for _, f := range fs {
+		name := f.key.Value
+		path := join("limits", name)
+		d.declared[name] = true
+		if !validName(name) {
+			d.add(f.key, path, "a limit name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+		}
+		l, ok := d.limit(f.key, f.val, path, name)
+		if ok && validName(name) {
+			out[name] = l
+		}
+	}
+	return out
+}
+
+func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
+	o, ok := d.mapping(at, n, path, limitKeys...)
+	if !ok {
+		return Limit{}, false
+	}
+	p := sluice.Policy{Name: name}
+	good := true
+	if v := o.get("algorithm"); v == nil {
+		d.add(at, join(path, "algorithm"), "missing (want %s)", list(algorithmNames()))
+		good = false
+	} else if s, ok := d.str(v, join(path, "algorithm")); !ok {
+		good = false
+	} else if a, err := sluice.ParseAlgorithm(s); err != nil {
+		d.add(deref(v), join(path, "algorithm"), "unknown algorithm %q (want %s)%s", s, list(algorithmNames()), suggest(s, algorithmNames()))
+		good = false
+	} else {
+		p.Algorithm = a
+	}
+	if v := o.get("limit"); v == nil {
+		d.add(at, join(path, "limit"), "missing: how many cost units each key may spend per period")
+		good = false
+	} else if x, ok := d.integer(v, join(path, "limit"), 1, sluice.MaxLimit); ok {
+		p.Limit = x
+	} else {
+		good = false
+	}
+	if v := o.get("period"); v == nil {
+		d.add(at, join(path, "period"), "missing: a duration like 1s, 1m or 1h")
+		good = false
+	} else if x, ok := d.duration(v, join(path, "period"), sluice.MaxPeriod); ok {
+		p.Period = x
+	} else {
+		good = false
+	}
+	if v := o.get("burst"); v != nil {
+		bp := join(path, "burst")
+		vv := deref(v)
+		switch {
+		case good && !p.Algorithm.HasBurst():
+			d.add(vv, bp, "%s has no burst: its capacity is its limit; remove burst, or use token_bucket, gcra or leaky_bucket", p.Algorithm)
+			good = false
+		case vv.Kind == yaml.ScalarNode && vv.ShortTag() == "!!int" && vv.Value == "0":
+			d.add(vv, bp, "must be at least 1; remove burst to use the limit as the burst")
+			good = false
+		default:
+			if x, ok := d.integer(v, bp, 1, sluice.MaxLimit); ok {
+				p.Burst = x
+			} else {
+				good = false
+			}
+		}
+	}
+	var shadow bool
+	if v := o.get("shadow"); v != nil {
+		shadow, ok = d.boolean(v, join(path, "shadow"))
+		good = good && ok
+	}
+	if !good {
+		return Limit{}, false
+	}
+	if err := p.Validate(); err != nil {
+		// The field checks above leave only the combined bound.
+		d.add(at, path, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%v: policy %q: ", sluice.ErrInvalidPolicy, name)))
+		return Limit{}, false
+	}
+	return Limit{Policy: p, Shadow: shadow}, true
+}
+
+func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
+	o, ok := d.mapping(at, n, "proxy", "upstream", "trusted_proxies", "rules")
+	if !ok {
+		return nil
+	}
+	p := &Proxy{}
+	if v := o.get("upstream"); v != nil {
+		if s, ok := d.nonEmpty(v, "proxy.upstream"); ok {
+			u, msg := parseUpstream(s)
+			if msg != "" {
+				d.add(deref(v), "proxy.upstream", "%s", msg)
+			}
+			p.Upstream = u
+		}
+	}
+	if v := o.get("trusted_proxies"); v != nil {
+		d.strs(v, "proxy.trusted_proxies", "[127.0.0.1/32, 10.0.0.0/8]", func(s string) string {
+			pfx, err := httplimit.ParseTrustedProxies([]string{s})
+			if err != nil {
+				return fmt.Sprintf("%q is not an IP address or a CIDR prefix, like 10.0.0.0/8 or 127.0.0.1", s)
+			}
+			p.TrustedProxies = append(p.TrustedProxies, pfx...)
+			return ""
+		})
+	}
+	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
+	if v := o.get("rules"); v != nil {
+		p.Rules = d.rules(v, limits, clientIP)
+	}
+	return p
+}
+
+// parseUpstream parses an upstream URL, returning what is wrong with it.
+func parseUpstream(s string) (*url.URL, string) {
+	if !strings.Contains(s, "://") {
+		return nil, fmt.Sprintf("%q is not a URL with a scheme, like http://127.0.0.1:9000", s)
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("%q is not a URL: %v", s, errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Sprintf("%q: the scheme must be http or https, like http://127.0.0.1:9000", s)
+	case u.Host == "":
+		return nil, fmt.Sprintf("%q has no host, like http://127.0.0.1:9000", s)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return nil, fmt.Sprintf("%q: an upstream URL has no query or fragment", s)
+	case u.User != nil:
+		return nil, fmt.Sprintf("%q: an upstream URL has no user information", s)
+	}
+	if msg := checkAddr(hostPort(u)); msg != "" {
+		return nil, fmt.Sprintf("%q: %s", s, msg)
+	}
+	return u, ""
+}
+
+// hostPort returns the URL's host with its port, the scheme's default
+// port when it has none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+func (d *decoder) rules(n *yaml.Node, limits map[string]Limit, clientIP *httplimit.ClientIP) []Rule {
+	n = deref(n)
+	if n.Kind != yaml.SequenceNode {
+		d.add(n, "proxy.rules", "must be a list of rules, got %s", describe(n))
+		return nil
+	}
+	var out []Rule
+	names := make(map[string]int) // rule name -> line
+	for i, e := range n.Content {
+		if !d.visit(e) {
+			return nil
+		}
+		path := index("proxy.rules", i)
+		r, ok := d.rule(deref(e), path, limits, clientIP)
+		if r.Name != "" {
+			if line, dup := names[r.Name]; dup {
+				d.add(deref(e), join(path, "name"), "duplicate rule name %q (first used on line %d)", r.Name, line)
+				ok = false
+			} else {
+				names[r.Name] = deref(e).Line
+			}
+		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (Rule, bool) {
+	o, ok := d.mapping(n, n, path, "name", "match", "limits")
+	if !ok {
+		return Rule{}, false
+	}
+	r := Rule{Line: n.Line}
+	good := true
+	if v := o.get("name"); v != nil {
+		np := join(path, "name")
+		if s, ok := d.nonEmpty(v, np); !ok {
+			good = false
+		} else if !validName(s) {
+			d.add(deref(v), np, "a rule name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+			good = false
+		} else {
+			r.Name = s
+		}
+	}
+	if v := o.get("match"); v != nil {
+		m, ok := d.match(o.fields["match"].key, v, join(path, "match"))
+		r.Match = m
+		good = good && ok
+	}
+	lv := o.get("limits")
+	if lv == nil {
+		d.add(n, join(path, "limits"), "missing: list the limits this rule charges, like [{limit: per-ip, key: ip}]")
+		return r, false
+	}
+	lp := join(path, "limits")
+	ln := deref(lv)
+	if ln.Kind != yaml.SequenceNode {
+		d.add(ln, lp, "must be a list, like [{limit: per-ip, key: ip}], got %s", describe(ln))
+		return r, false
+	}
+	if len(ln.Content) == 0 {
+		d.add(ln, lp, "must list at least one limit")
+		return r, false
+	}
+	for i, e := range ln.Content {
+		if !d.visit(e) {
+			return r, false
+		}
+		rl, ok := d.ruleLimit(deref(e), index(lp, i), limits, clientIP)
+		good = good && ok
+		r.Limits = append(r.Limits, rl)
+	}
+	return r, good
+}
+
+func (d *decoder) match(at, n *yaml.Node, path string) (Match, bool) {
+	o, ok := d.mapping(at, n, path, "path_prefix", "methods")
+	if !ok {
+		return Match{}, false
+	}
+	var m Match
+	good := true
+	if v := o.get("path_prefix"); v != nil {
+		pp := join(path, "path_prefix")
+		if s, ok := d.nonEmpty(v, pp); !ok {
+			good = false
+		} else if s[0] != '/' {
+			d.add(deref(v), pp, "must start with /, got %q", s)
+			good = false
+		} else {
+			m.PathPrefix = s
+		}
+	}
+	if v := o.get("methods"); v != nil {
+		mp := join(path, "methods")
+		methods, ok := d.strs(v, mp, "[GET, POST]", func(s string) string {
+			if !httpToken(s) {
+				return fmt.Sprintf("%q is not an HTTP method", s)
+			}
+			return ""
+		})
+		if ok && len(methods) == 0 {
+			d.add(deref(v), mp, "is empty; remove it to match every method")
+			ok = false
+		}
+		for i, s := range methods {
+			methods[i] = strings.ToUpper(s)
+		}
+		m.Methods = methods
+		good = good && ok
+	}
+	return m, good
+}
+
+// httpToken reports whether s is an RFC 9110 token, the syntax of a
+// method.
+func httpToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (RuleLimit, bool) {
+	o, ok := d.mapping(n, n, path, "limit", "key", "cost")
+	if !ok {
+		return RuleLimit{}, false
+	}
+	rl := RuleLimit{Cost: 1}
+	good := true
+	var lim Limit
+	var known bool
+	if v := o.get("limit"); v == nil {
+		d.add(n, join(path, "limit"), "missing: the name of a limit in the limits section")
+		good = false
+	} else if s, ok := d.nonEmpty(v, join(path, "limit")); !ok {
+		good = false
+	} else if lim, known = limits[s]; !known && d.declared[s] {
+		good = false // the limit's own problems are reported
+	} else if !known {
+		d.add(deref(v), join(path, "limit"), "no limit named %q in the limits section%s", s, suggest(s, sortedNames(limits)))
+		good = false
+	} else {
+		rl.Limit = s
+	}
+	if v := o.get("key"); v == nil {
+		d.add(n, join(path, "key"), "missing: where the key comes from, like ip, header:X-API-Key or ip+path")
+		good = false
+	} else if s, ok := d.nonEmpty(v, join(path, "key")); !ok {
+		good = false
+	} else if fn, err := httplimit.ParseKey(s, &httplimit.KeyOptions{ClientIP: clientIP}); err != nil {
+		d.add(deref(v), join(path, "key"), "%v", err)
+		good = false
+	} else {
+		rl.Key, rl.KeyFunc = s, fn
+	}
+	if v := o.get("cost"); v != nil {
+		cp := join(path, "cost")
+		if c, ok := d.integer(v, cp, 1, sluice.MaxLimit); !ok {
+			good = false
+		} else if known && c > lim.Policy.Capacity() {
+			d.add(deref(v), cp, "%d exceeds the capacity of limit %q (%d): no request could ever pass", c, rl.Limit, lim.Policy.Capacity())
+			good = false
+		} else {
+			rl.Cost = c
+		}
+	}
+	return rl, good
+}
+
+func sortedNames(limits map[string]Limit) []string {
+	names := make([]string, 0, len(limits))
+	for n := range limits {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
