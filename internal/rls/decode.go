@@ -1,0 +1,388 @@
+package rls
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxVisits bounds the YAML nodes one decode looks at, so that aliases
+// cannot make a small file expand into an enormous one.
+const maxVisits = 1 << 20
+
+// Decode reads the envoy section from its YAML node, a sequence of domain
+// documents, strictly: an unknown key, a key given twice, a value of the
+// wrong type, a missing requests_per_unit or a unit_multiplier of 0 is a
+// problem. It then validates the result as Validate does and returns
+// every problem found, sorted by place, each with its line and column and
+// its path below path (such as "envoy[0].descriptors[1].rate_limit.unit").
+// A nil or null node is an empty section.
+//
+// The domains are returned even when there are problems, for messages;
+// use them only when there are none.
+func Decode(node *yaml.Node, path string) ([]Domain, []Problem) {
+	d := &decoder{v: validator{lines: map[string]pos{}}}
+	var domains []Domain
+	if node != nil {
+		node = d.resolve(node)
+		if node.Kind == yaml.DocumentNode && len(node.Content) == 1 {
+			node = d.resolve(node.Content[0])
+		}
+		switch {
+		case isNull(node):
+		case node.Kind == yaml.SequenceNode:
+			d.v.lines[path] = pos{node.Line, node.Column}
+			for i, item := range node.Content {
+				domains = append(domains, d.domain(item, fmt.Sprintf("%s[%d]", path, i)))
+			}
+		default:
+			d.at(node, path, "want a list of domains (each with domain and descriptors), got %s", kindName(node))
+		}
+	}
+	return domains, d.finish(domains, path)
+}
+
+// Parse reads domain documents from YAML source: a list of domains, or a
+// single domain document as envoyproxy/ratelimit's configuration files
+// hold (several such documents may follow each other, separated by
+// "---"). Paths start with path; problems are as Decode's.
+func Parse(data []byte, path string) ([]Domain, []Problem) {
+	d := &decoder{v: validator{lines: map[string]pos{}}}
+	var domains []Domain
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			d.v.problems = append(d.v.problems, Problem{Path: path, Message: strings.TrimPrefix(err.Error(), "yaml: ")})
+			return nil, d.v.problems
+		}
+		n := d.resolve(&doc)
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = d.resolve(n.Content[0])
+		}
+		switch {
+		case isNull(n):
+		case n.Kind == yaml.SequenceNode:
+			for _, item := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, len(domains))
+				domains = append(domains, d.domain(item, p))
+			}
+		case n.Kind == yaml.MappingNode:
+			domains = append(domains, d.domain(n, fmt.Sprintf("%s[%d]", path, len(domains))))
+		default:
+			d.at(n, path, "want a domain document or a list of them, got %s", kindName(n))
+		}
+	}
+	return domains, d.finish(domains, path)
+}
+
+type decoder struct {
+	v      validator
+	visits int
+	over   bool
+}
+
+// finish validates domains and returns every problem, sorted by place. A
+// problem of validation is left out when decoding already found one at its
+// path or around it (a unit of the wrong type is not also missing).
+func (d *decoder) finish(domains []Domain, path string) []Problem {
+	decoded := d.v.problems
+	d.v.problems = nil
+	d.v.domains(domains, path)
+	checked := d.v.problems
+	d.v.problems = decoded
+	for _, p := range checked {
+		covered := false
+		for _, q := range decoded {
+			if p.Path == q.Path || strings.HasPrefix(p.Path, q.Path+".") || strings.HasPrefix(p.Path, q.Path+"[") {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			d.v.problems = append(d.v.problems, p)
+		}
+	}
+	sort.SliceStable(d.v.problems, func(i, j int) bool {
+		a, b := d.v.problems[i], d.v.problems[j]
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Column < b.Column
+	})
+	return d.v.problems
+}
+
+// resolve follows aliases and counts the visit against the budget.
+func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	d.visits++
+	return n
+}
+
+// at records a problem located at node n.
+func (d *decoder) at(n *yaml.Node, path, format string, args ...any) {
+	d.v.problems = append(d.v.problems, Problem{Line: n.Line, Column: n.Column, Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(n) {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+// fields calls f for each key of the mapping n, after checking that the
+// key is known and not repeated. It reports whether n is a mapping.
+func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key string, val *yaml.Node, path string)) bool {
+	n = d.resolve(n)
+	if d.visits > maxVisits {
+		if !d.over {
+			d.over = true
+			d.at(n, path, "the envoy section is too large (more than %d nodes)", maxVisits)
+		}
+		return false
+	}
+	if n.Kind != yaml.MappingNode {
+		d.at(n, path, "want a mapping, got %s", kindName(n))
+		return false
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := d.resolve(n.Content[i]), n.Content[i+1]
+		kp := path + "." + k.Value
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			d.at(k, path, "a key must be a plain name, got %s", kindName(k))
+			continue
+		case !slices.Contains(known, k.Value):
+			d.at(k, kp, "unknown key %q (want one of %s)", k.Value, strings.Join(known, ", "))
+			continue
+		case seen[k.Value]:
+			d.at(k, kp, "key %q is given twice", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		d.v.lines[kp] = pos{k.Line, k.Column}
+		f(k.Value, val, kp)
+	}
+	return true
+}
+
+// list calls f for each item of the sequence n; null is an empty list.
+func (d *decoder) list(n *yaml.Node, path string, f func(item *yaml.Node, path string)) bool {
+	n = d.resolve(n)
+	if isNull(n) {
+		return false
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.at(n, path, "want a list, got %s", kindName(n))
+		return false
+	}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		item = d.resolve(item)
+		d.v.lines[p] = pos{item.Line, item.Column}
+		f(item, p)
+	}
+	return true
+}
+
+// str decodes a scalar as text, as envoyproxy/ratelimit does: 500 and true
+// are the strings "500" and "true", and null is "".
+func (d *decoder) str(n *yaml.Node, path string) string {
+	n = d.resolve(n)
+	if n.Kind != yaml.ScalarNode {
+		d.at(n, path, "want a string, got %s", kindName(n))
+		return ""
+	}
+	if isNull(n) {
+		return ""
+	}
+	return n.Value
+}
+
+// boolean decodes true or false; like the YAML 1.1 decoder that
+// envoyproxy/ratelimit uses, it also takes an unquoted yes, no, on or off.
+func (d *decoder) boolean(n *yaml.Node, path string) bool {
+	n = d.resolve(n)
+	if n.Kind == yaml.ScalarNode {
+		if n.ShortTag() == "!!bool" {
+			var b bool
+			if err := n.Decode(&b); err == nil {
+				return b
+			}
+		}
+		if n.Style == 0 {
+			switch strings.ToLower(n.Value) {
+			case "yes", "on":
+				return true
+			case "no", "off":
+				return false
+			}
+		}
+	}
+	d.at(n, path, "want true or false, got %s", kindName(n))
+	return false
+}
+
+// uint32 decodes a whole number from 0 to 4294967295.
+func (d *decoder) uint32(n *yaml.Node, path string) (uint32, bool) {
+	n = d.resolve(n)
+	var u uint64
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&u) != nil || u > 1<<32-1 {
+		d.at(n, path, "want a whole number from 0 to 4294967295, got %s", kindName(n))
+		return 0, false
+	}
+	return uint32(u), true
+}
+
+// int64 decodes a whole number.
+func (d *decoder) int64(n *yaml.Node, path string) int64 {
+	n = d.resolve(n)
+	var i int64
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+		d.at(n, path, "want a whole number, got %s", kindName(n))
+		return 0
+	}
+	return i
+}
+
+var (
+	domainKeys     = []string{"domain", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}
+	replaceKeys    = []string{"name"}
+)
+
+func (d *decoder) domain(n *yaml.Node, path string) Domain {
+	var dom Domain
+	n = d.resolve(n)
+	d.v.lines[path] = pos{n.Line, n.Column}
+	d.fields(n, path, domainKeys, func(key string, val *yaml.Node, p string) {
+		switch key {
+		case "domain":
+			dom.Domain = d.str(val, p)
+		case "descriptors":
+			dom.Descriptors = d.descriptors(val, p, 1)
+		}
+	})
+	return dom
+}
+
+func (d *decoder) descriptors(n *yaml.Node, path string, depth int) []Descriptor {
+	if depth > maxDepth {
+		d.at(d.resolve(n), path, "descriptors are nested more than %d deep", maxDepth)
+		return nil
+	}
+	var out []Descriptor
+	d.list(n, path, func(item *yaml.Node, p string) {
+		out = append(out, d.descriptor(item, p, depth))
+	})
+	return out
+}
+
+func (d *decoder) descriptor(n *yaml.Node, path string, depth int) Descriptor {
+	var desc Descriptor
+	d.fields(n, path, descriptorKeys, func(key string, val *yaml.Node, p string) {
+		switch key {
+		case "key":
+			desc.Key = d.str(val, p)
+		case "value":
+			desc.Value = d.str(val, p)
+		case "rate_limit":
+			r, ok := d.rateLimit(val, p)
+			if ok {
+				desc.RateLimit = &r
+			}
+		case "rate_limits":
+			desc.RateLimits = []RateLimit{}
+			d.list(val, p, func(item *yaml.Node, ip string) {
+				r, _ := d.rateLimit(item, ip)
+				desc.RateLimits = append(desc.RateLimits, r)
+			})
+		case "algorithm":
+			desc.Algorithm = d.str(val, p)
+		case "shadow_mode":
+			desc.ShadowMode = d.boolean(val, p)
+		case "detailed_metric":
+			desc.DetailedMetric = d.boolean(val, p)
+		case "value_to_metric":
+			desc.ValueToMetric = d.boolean(val, p)
+		case "share_threshold":
+			desc.ShareThreshold = d.boolean(val, p)
+		case "descriptors":
+			desc.Descriptors = d.descriptors(val, p, depth+1)
+		}
+	})
+	return desc
+}
+
+// rateLimit decodes a rate limit; it reports false for a null one, which
+// envoyproxy/ratelimit reads as no limit at all.
+func (d *decoder) rateLimit(n *yaml.Node, path string) (RateLimit, bool) {
+	var r RateLimit
+	if isNull(d.resolve(n)) {
+		return r, false
+	}
+	hasRPU := false
+	ok := d.fields(n, path, rateLimitKeys, func(key string, val *yaml.Node, p string) {
+		switch key {
+		case "unit":
+			r.Unit = d.str(val, p)
+		case "requests_per_unit":
+			r.RequestsPerUnit, _ = d.uint32(val, p)
+			hasRPU = true
+		case "unit_multiplier":
+			m, ok := d.uint32(val, p)
+			if ok && m == 0 {
+				d.at(d.resolve(val), p, "unit_multiplier must be at least 1 (leave it out for 1)")
+			}
+			r.UnitMultiplier = m
+		case "unlimited":
+			r.Unlimited = d.boolean(val, p)
+		case "name":
+			r.Name = d.str(val, p)
+		case "replaces":
+			d.list(val, p, func(item *yaml.Node, ip string) {
+				var rep Replace
+				d.fields(item, ip, replaceKeys, func(_ string, v *yaml.Node, np string) {
+					rep.Name = d.str(v, np)
+				})
+				r.Replaces = append(r.Replaces, rep)
+			})
+		case "algorithm":
+			r.Algorithm = d.str(val, p)
+		case "burst":
+			r.Burst = d.int64(val, p)
+		}
+	})
+	if ok && !hasRPU && !r.Unlimited {
+		d.at(d.resolve(n), path+".requests_per_unit", "requests_per_unit is required (0 refuses every request), or set unlimited: true")
+	}
+	return r, true
+}

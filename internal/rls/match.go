@@ -1,0 +1,270 @@
+package rls
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Config is a compiled envoy section: the descriptor tree of every domain,
+// ready to match requests. It is immutable and safe for concurrent use;
+// build one with Compile.
+type Config struct {
+	domains map[string]*node
+}
+
+// node is a compiled Descriptor.
+type node struct {
+	// path names the node in metrics, as envoyproxy/ratelimit's stats do:
+	// "database_users.op".
+	path   string
+	limits []limit
+	// unlimited admits everything; replaces are then the replaces of its
+	// unlimited rate limit.
+	unlimited bool
+	replaces  []string
+	shadow    bool
+	detailed  bool
+	// share is set on a wildcard node whose matches share one counter;
+	// pattern is then its configured value, such as "foo*".
+	share   bool
+	pattern string
+
+	exact    map[entry]*node // children with a literal value
+	wild     []wildChild     // children with a wildcard value, in order
+	fallback map[string]*node
+}
+
+type entry struct{ key, value string }
+
+type wildChild struct {
+	key, prefix string
+	n           *node
+}
+
+// limit is one compiled rate limit.
+type limit struct {
+	// policy is unset (Limit 0) for a limit of zero requests, which
+	// refuses everything without consulting the store.
+	policy     sluice.Policy
+	rpu        uint32
+	unit       unitCode
+	multiplier uint32
+	name       string
+	replaces   []string
+}
+
+// Compile builds a Config from domains, which must be valid: it returns a
+// *ProblemsError listing Validate's problems (under the path "envoy")
+// otherwise.
+func Compile(domains []Domain) (*Config, error) {
+	if ps := Validate(domains, "envoy"); len(ps) > 0 {
+		return nil, &ProblemsError{Problems: ps}
+	}
+	c := &Config{domains: make(map[string]*node, len(domains))}
+	for _, d := range domains {
+		root := &node{}
+		compileChildren(root, d.Domain, "", d.Descriptors)
+		c.domains[d.Domain] = root
+	}
+	return c, nil
+}
+
+// Domains returns the names of the configured domains.
+func (c *Config) Domains() []string {
+	out := make([]string, 0, len(c.domains))
+	for d := range c.domains {
+		out = append(out, d)
+	}
+	return out
+}
+
+func compileChildren(parent *node, domain, path string, ds []Descriptor) {
+	for i := range ds {
+		d := &ds[i]
+		n := &node{shadow: d.ShadowMode, detailed: d.DetailedMetric}
+		seg := d.Key
+		if d.Value != "" {
+			seg += "_" + d.Value
+		}
+		if path == "" {
+			n.path = seg
+		} else {
+			n.path = path + "." + seg
+		}
+		descAlgo := sluice.FixedWindowAlgorithm
+		if d.Algorithm != "" {
+			descAlgo, _ = sluice.ParseAlgorithm(d.Algorithm)
+		}
+		rls := d.RateLimits
+		if d.RateLimit != nil {
+			rls = []RateLimit{*d.RateLimit}
+		}
+		for j, r := range rls {
+			if r.Unlimited {
+				n.unlimited = true
+				n.replaces = replaceNames(r.Replaces)
+				continue
+			}
+			name := "envoy:" + domain + "." + n.path
+			if len(rls) > 1 {
+				name += "#" + strconv.Itoa(j)
+			}
+			n.limits = append(n.limits, compileLimit(r, descAlgo, name))
+		}
+		switch {
+		case strings.HasSuffix(d.Value, "*"):
+			n.share = d.ShareThreshold
+			n.pattern = d.Value
+			parent.wild = append(parent.wild, wildChild{key: d.Key, prefix: strings.TrimSuffix(d.Value, "*"), n: n})
+		case d.Value != "":
+			if parent.exact == nil {
+				parent.exact = map[entry]*node{}
+			}
+			parent.exact[entry{d.Key, d.Value}] = n
+		default:
+			if parent.fallback == nil {
+				parent.fallback = map[string]*node{}
+			}
+			parent.fallback[d.Key] = n
+		}
+		compileChildren(n, domain, n.path, d.Descriptors)
+	}
+}
+
+func replaceNames(rs []Replace) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// compileLimit turns a valid, limited RateLimit into a limit whose policy
+// is named name.
+func compileLimit(r RateLimit, descAlgo sluice.Algorithm, name string) limit {
+	unitLen, code, _ := parseUnit(r.Unit)
+	mult := max(r.UnitMultiplier, 1)
+	l := limit{rpu: r.RequestsPerUnit, unit: code, multiplier: mult, name: r.Name, replaces: replaceNames(r.Replaces)}
+	if r.RequestsPerUnit > 0 {
+		a := descAlgo
+		if r.Algorithm != "" {
+			a, _ = sluice.ParseAlgorithm(r.Algorithm)
+		}
+		l.policy = sluice.Policy{
+			Name:      name,
+			Algorithm: a,
+			Limit:     int64(r.RequestsPerUnit),
+			Period:    time.Duration(mult) * unitLen,
+			Burst:     r.Burst,
+		}
+	}
+	return l
+}
+
+// overrideLimit returns the limit of Envoy's RateLimitOverride, a fixed
+// window of rpu requests per multiplier units, and false when the unit is
+// unknown or the period too long.
+func overrideLimit(rpu uint32, unit unitCode, multiplier uint32, domain string) (limit, bool) {
+	unitLen, ok := unitPeriod(unit)
+	if !ok || time.Duration(multiplier) > sluice.MaxPeriod/unitLen || rpu > sluice.MaxLimit {
+		return limit{}, false
+	}
+	l := limit{rpu: rpu, unit: unit, multiplier: multiplier}
+	if rpu > 0 {
+		l.policy = sluice.Policy{
+			Name:      "envoy-override:" + domain,
+			Algorithm: sluice.FixedWindowAlgorithm,
+			Limit:     int64(rpu),
+			Period:    time.Duration(multiplier) * unitLen,
+		}
+	}
+	return l, true
+}
+
+// match walks the tree of a domain with the entries of one request
+// descriptor, as envoyproxy/ratelimit does: at each level the entry's key
+// and value are looked up first, then the wildcard values of that key in
+// the order of the configuration, then the key alone. The descriptor has
+// the limits of the node where the walk ends only if it ends on its last
+// entry; a node with no nested descriptors ends the walk. It returns nil
+// when no limit applies. When patterns is not nil, patterns[i] receives
+// the configured value of a node with share_threshold that entry i matched
+// through its wildcard.
+func (root *node) match(entries []entry, patterns []string) *node {
+	level := root
+	for i, e := range entries {
+		next := level.exact[e]
+		if next == nil {
+			for _, w := range level.wild {
+				if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+					next = w.n
+					break
+				}
+			}
+			if next != nil && next.share && patterns != nil {
+				patterns[i] = next.pattern
+			}
+		}
+		if next == nil {
+			next = level.fallback[e.key]
+		}
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			if len(next.limits) == 0 && !next.unlimited {
+				return nil
+			}
+			return next
+		}
+		if next.exact == nil && next.wild == nil && next.fallback == nil {
+			return nil
+		}
+		level = next
+	}
+	return nil
+}
+
+// storeKey returns the key under which a request descriptor is counted:
+// the domain and every entry, each value prefixed by its length so that
+// no choice of values can make two descriptors share a key. An entry
+// matched through a shared wildcard is counted under the wildcard's
+// pattern instead of its value.
+func storeKey(domain string, entries []entry, patterns []string) string {
+	var b strings.Builder
+	b.Grow(len(domain) + 16*len(entries))
+	b.WriteString(domain)
+	for i, e := range entries {
+		v := e.value
+		if patterns != nil && patterns[i] != "" {
+			v = patterns[i]
+		}
+		b.WriteByte('|')
+		b.WriteString(e.key)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// detailedPath returns the metrics name of a request descriptor under
+// detailed_metric: its keys and values, "database_users.op_get".
+func detailedPath(entries []entry) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.key)
+		if e.value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.value)
+		}
+	}
+	return b.String()
+}

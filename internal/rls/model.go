@@ -1,0 +1,390 @@
+package rls
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Domain is one domain document in envoyproxy/ratelimit's configuration
+// format: a domain name and its descriptor tree. The envoy section of
+// Sluice's configuration is a list of them.
+type Domain struct {
+	// Domain is the name Envoy sends in RateLimitRequest.domain. Required,
+	// and unique within the envoy section.
+	Domain string `yaml:"domain"`
+	// Descriptors are the first level of the descriptor tree.
+	Descriptors []Descriptor `yaml:"descriptors,omitempty"`
+}
+
+// Descriptor is one node of a domain's descriptor tree: it matches one
+// entry (key, value) of a request's descriptor, and either limits the
+// requests that stop here or refines the match with nested Descriptors.
+type Descriptor struct {
+	// Key must equal the entry's key. Required.
+	Key string `yaml:"key"`
+	// Value, when set, must equal the entry's value; a value ending in "*"
+	// matches every value that starts with what comes before the "*". An
+	// empty Value matches any value, as a fallback for the values that no
+	// sibling names.
+	Value string `yaml:"value,omitempty"`
+	// RateLimit is the limit of a request descriptor that ends at this
+	// node. At most one of RateLimit and RateLimits may be set.
+	RateLimit *RateLimit `yaml:"rate_limit,omitempty"`
+	// RateLimits (a Sluice extension) are several limits that all apply,
+	// all-or-nothing: 10 per second AND 10,000 per day.
+	RateLimits []RateLimit `yaml:"rate_limits,omitempty"`
+	// Algorithm (a Sluice extension) is the algorithm of this node's
+	// limits, by its configuration name; empty means fixed_window, the
+	// algorithm of envoyproxy/ratelimit. A RateLimit's own Algorithm
+	// overrides it.
+	Algorithm string `yaml:"algorithm,omitempty"`
+	// ShadowMode makes this node's limits a dry run: they are decided and
+	// counted, and reported, but never make the request OVER_LIMIT.
+	ShadowMode bool `yaml:"shadow_mode,omitempty"`
+	// DetailedMetric reports this node's decisions to the metrics hook
+	// under the request's own values rather than the configured key.
+	DetailedMetric bool `yaml:"detailed_metric,omitempty"`
+	// ValueToMetric is accepted for compatibility with envoyproxy/ratelimit
+	// and changes nothing here: Sluice's metrics name configured keys.
+	ValueToMetric bool `yaml:"value_to_metric,omitempty"`
+	// ShareThreshold, on a node with a wildcard Value, makes every value
+	// that the wildcard matches share one counter, instead of one counter
+	// per value.
+	ShareThreshold bool `yaml:"share_threshold,omitempty"`
+	// Descriptors match the next entry of the request's descriptor.
+	Descriptors []Descriptor `yaml:"descriptors,omitempty"`
+}
+
+// RateLimit is a limit in envoyproxy/ratelimit's terms: RequestsPerUnit
+// per Unit (times UnitMultiplier), in fixed windows aligned to the Unix
+// epoch unless an algorithm says otherwise.
+type RateLimit struct {
+	// Unit is second, minute, hour, day, week, month (30 days) or year
+	// (365 days), in any case. Required unless Unlimited.
+	Unit string `yaml:"unit,omitempty"`
+	// RequestsPerUnit is the limit. Zero refuses every request. Required
+	// unless Unlimited.
+	RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	// UnitMultiplier makes the period several units long (30 seconds);
+	// zero means 1.
+	UnitMultiplier uint32 `yaml:"unit_multiplier,omitempty"`
+	// Unlimited admits every request without counting it.
+	Unlimited bool `yaml:"unlimited,omitempty"`
+	// Name names the limit for Replaces and is reported to Envoy.
+	Name string `yaml:"name,omitempty"`
+	// Replaces lists the names of limits that this one replaces: when a
+	// request matches both, the replaced limit is not applied.
+	Replaces []Replace `yaml:"replaces,omitempty"`
+	// Algorithm (a Sluice extension) overrides the descriptor's
+	// Algorithm for this limit.
+	Algorithm string `yaml:"algorithm,omitempty"`
+	// Burst (a Sluice extension) is the capacity of a token_bucket, gcra
+	// or leaky_bucket limit; zero means RequestsPerUnit.
+	Burst int64 `yaml:"burst,omitempty"`
+}
+
+// Replace names a limit that a RateLimit replaces.
+type Replace struct {
+	Name string `yaml:"name"`
+}
+
+// Problem is one thing wrong with an envoy section.
+type Problem struct {
+	// Line and Column locate the problem in the YAML source, counting
+	// from 1; both are 0 when the configuration did not come from YAML.
+	Line, Column int
+	// Path is where the problem is, such as
+	// "envoy[0].descriptors[1].rate_limit.unit".
+	Path string
+	// Message says what is wrong.
+	Message string
+}
+
+// String returns the problem as "line:column: path: message", leaving out
+// what is unknown.
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Line > 0 {
+		fmt.Fprintf(&b, "%d:%d: ", p.Line, p.Column)
+	}
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// ProblemsError is the error of a configuration that has problems.
+type ProblemsError struct {
+	Problems []Problem
+}
+
+// Error returns the problems, one per line.
+func (e *ProblemsError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Units, as envoyproxy/ratelimit counts them: a month is 30 days and a
+// year 365, whatever the calendar says.
+var units = []struct {
+	name   string
+	period time.Duration
+	unit   unitCode
+}{
+	{"second", time.Second, unitSecond},
+	{"minute", time.Minute, unitMinute},
+	{"hour", time.Hour, unitHour},
+	{"day", 24 * time.Hour, unitDay},
+	{"week", 7 * 24 * time.Hour, unitWeek},
+	{"month", 30 * 24 * time.Hour, unitMonth},
+	{"year", 365 * 24 * time.Hour, unitYear},
+}
+
+// unitCode mirrors the values of envoy.service.ratelimit.v3's
+// RateLimitResponse.RateLimit.Unit.
+type unitCode int32
+
+const (
+	unitSecond unitCode = 1
+	unitMinute unitCode = 2
+	unitHour   unitCode = 3
+	unitDay    unitCode = 4
+	unitMonth  unitCode = 5
+	unitYear   unitCode = 6
+	unitWeek   unitCode = 7
+)
+
+// parseUnit returns the unit named s, in any case.
+func parseUnit(s string) (time.Duration, unitCode, bool) {
+	for _, u := range units {
+		if strings.EqualFold(s, u.name) {
+			return u.period, u.unit, true
+		}
+	}
+	return 0, 0, false
+}
+
+// unitPeriod returns the length of one unit.
+func unitPeriod(c unitCode) (time.Duration, bool) {
+	for _, u := range units {
+		if u.unit == c {
+			return u.period, true
+		}
+	}
+	return 0, false
+}
+
+// maxDepth bounds the nesting of descriptors.
+const maxDepth = 64
+
+// Validate checks domains and returns every problem, each with its path
+// below path (such as "envoy"; the first domain is path+"[0]"). The
+// problems have no line numbers; Decode adds them for YAML input.
+func Validate(domains []Domain, path string) []Problem {
+	v := &validator{}
+	v.domains(domains, path)
+	return v.problems
+}
+
+// validator collects problems. lines, when set, maps paths to their place
+// in the YAML source.
+type validator struct {
+	problems []Problem
+	lines    map[string]pos
+}
+
+type pos struct{ line, col int }
+
+// add records a problem at path; its place is that of path or, when path
+// has none (a missing key), of the nearest enclosing path that has one.
+func (v *validator) add(path, format string, args ...any) {
+	p := Problem{Path: path, Message: fmt.Sprintf(format, args...)}
+	for q := path; q != "" && v.lines != nil; q = parentPath(q) {
+		if at, ok := v.lines[q]; ok {
+			p.Line, p.Column = at.line, at.col
+			break
+		}
+	}
+	v.problems = append(v.problems, p)
+}
+
+// parentPath returns the path that encloses path: "a.b[2]" for
+// "a.b[2].c", "a.b" for "a.b[2]".
+func parentPath(path string) string {
+	i := strings.LastIndexAny(path, ".[")
+	if i < 0 {
+		return ""
+	}
+	return path[:i]
+}
+
+func (v *validator) domains(domains []Domain, path string) {
+	seen := map[string]string{}
+	for i, d := range domains {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if d.Domain == "" {
+			v.add(p+".domain", "domain is required")
+		} else if first, dup := seen[d.Domain]; dup {
+			v.add(p+".domain", "duplicate domain %q (first at %s)", d.Domain, first)
+		} else {
+			seen[d.Domain] = p
+		}
+		names := map[string]bool{}
+		collectNames(d.Descriptors, names)
+		v.descriptors(d.Descriptors, p+".descriptors", names, 1)
+	}
+}
+
+// collectNames adds the name of every rate limit in ds to names.
+func collectNames(ds []Descriptor, names map[string]bool) {
+	for _, d := range ds {
+		if d.RateLimit != nil && d.RateLimit.Name != "" {
+			names[d.RateLimit.Name] = true
+		}
+		for _, r := range d.RateLimits {
+			if r.Name != "" {
+				names[r.Name] = true
+			}
+		}
+		collectNames(d.Descriptors, names)
+	}
+}
+
+func (v *validator) descriptors(ds []Descriptor, path string, names map[string]bool, depth int) {
+	if depth > maxDepth {
+		v.add(path, "descriptors are nested more than %d deep", maxDepth)
+		return
+	}
+	seen := map[[2]string]string{}
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if d.Key == "" {
+			v.add(p+".key", "key is required")
+		}
+		id := [2]string{d.Key, d.Value}
+		if first, dup := seen[id]; dup && d.Key != "" {
+			if d.Value == "" {
+				v.add(p, "duplicate descriptor key %q without a value (first at %s)", d.Key, first)
+			} else {
+				v.add(p, "duplicate descriptor key %q with value %q (first at %s)", d.Key, d.Value, first)
+			}
+		} else {
+			seen[id] = p
+		}
+		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+			v.add(p+".share_threshold", "share_threshold needs a wildcard value (one ending in \"*\"), got value %q", d.Value)
+		}
+		var descAlgo sluice.Algorithm = sluice.FixedWindowAlgorithm
+		if d.Algorithm != "" {
+			a, err := sluice.ParseAlgorithm(d.Algorithm)
+			if err != nil {
+				v.add(p+".algorithm", "%v", err)
+			} else {
+				descAlgo = a
+			}
+		}
+		switch {
+		case d.RateLimit != nil && d.RateLimits != nil:
+			v.add(p, "rate_limit and rate_limits are both set; use rate_limits for several limits")
+		case d.RateLimit != nil:
+			v.rateLimit(*d.RateLimit, p+".rate_limit", descAlgo, names)
+		case d.RateLimits != nil:
+			if len(d.RateLimits) == 0 {
+				v.add(p+".rate_limits", "rate_limits is empty")
+			}
+			for j, r := range d.RateLimits {
+				rp := fmt.Sprintf("%s.rate_limits[%d]", p, j)
+				if r.Unlimited && len(d.RateLimits) > 1 {
+					v.add(rp+".unlimited", "an unlimited limit cannot be combined with other limits")
+					continue
+				}
+				v.rateLimit(r, rp, descAlgo, names)
+			}
+		}
+		if d.Algorithm != "" && d.RateLimit == nil && len(d.RateLimits) == 0 {
+			v.add(p+".algorithm", "algorithm is set but the descriptor has no rate_limit")
+		}
+		v.descriptors(d.Descriptors, p+".descriptors", names, depth+1)
+	}
+}
+
+func (v *validator) rateLimit(r RateLimit, path string, descAlgo sluice.Algorithm, names map[string]bool) {
+	for j, rep := range r.Replaces {
+		rp := fmt.Sprintf("%s.replaces[%d].name", path, j)
+		switch {
+		case rep.Name == "":
+			v.add(rp, "replaces entry needs a name")
+		case rep.Name == r.Name:
+			v.add(rp, "a limit cannot replace itself (%q)", rep.Name)
+		case !names[rep.Name]:
+			v.add(rp, "no rate limit in this domain is named %q", rep.Name)
+		}
+	}
+	if r.Unlimited {
+		if r.Unit != "" {
+			v.add(path+".unit", "unit must not be set when unlimited is true")
+		}
+		if r.Algorithm != "" {
+			v.add(path+".algorithm", "algorithm must not be set when unlimited is true")
+		}
+		if r.Burst != 0 {
+			v.add(path+".burst", "burst must not be set when unlimited is true")
+		}
+		return
+	}
+	unitLen, _, ok := parseUnit(r.Unit)
+	if !ok {
+		if r.Unit == "" {
+			v.add(path+".unit", "unit is required (second, minute, hour, day, week, month or year), or set unlimited: true")
+		} else {
+			v.add(path+".unit", "unknown unit %q (want second, minute, hour, day, week, month or year)", r.Unit)
+		}
+	}
+	algo := descAlgo
+	if r.Algorithm != "" {
+		a, err := sluice.ParseAlgorithm(r.Algorithm)
+		if err != nil {
+			v.add(path+".algorithm", "%v", err)
+			return
+		}
+		algo = a
+	}
+	if r.RequestsPerUnit > sluice.MaxLimit {
+		v.add(path+".requests_per_unit", "requests_per_unit must be at most %d, got %d", sluice.MaxLimit, r.RequestsPerUnit)
+		return
+	}
+	switch {
+	case r.Burst < 0:
+		v.add(path+".burst", "burst must not be negative, got %d", r.Burst)
+		return
+	case r.Burst > sluice.MaxLimit:
+		v.add(path+".burst", "burst must be at most %d, got %d", sluice.MaxLimit, r.Burst)
+		return
+	case r.Burst != 0 && !algo.HasBurst():
+		v.add(path+".burst", "%s has no burst; remove burst or use token_bucket, gcra or leaky_bucket", algo)
+		return
+	}
+	if !ok {
+		return
+	}
+	mult := max(int64(r.UnitMultiplier), 1)
+	if time.Duration(mult) > sluice.MaxPeriod/unitLen {
+		v.add(path+".unit_multiplier", "the period, unit_multiplier %d × %s, is longer than 10 years", mult, strings.ToLower(r.Unit))
+		return
+	}
+	if r.RequestsPerUnit == 0 {
+		return // refuses everything; no policy to check
+	}
+	p := sluice.Policy{Algorithm: algo, Limit: int64(r.RequestsPerUnit), Period: time.Duration(mult) * unitLen, Burst: r.Burst}
+	if err := p.Validate(); err != nil {
+		v.add(path, "%v", err)
+	}
+}

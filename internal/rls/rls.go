@@ -1,0 +1,548 @@
+// Package rls serves Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService, over go-control-plane's
+// generated types, so that Envoy, Istio and other Envoy-based gateways can
+// use Sluice as their global rate limit service.
+//
+// Limits are configured in envoyproxy/ratelimit's own format (Domain,
+// Descriptor, RateLimit), so a file written for that service behaves the
+// same here: descriptors match by key and value, with wildcards and
+// nesting, and limits count fixed windows aligned to the Unix epoch. Two
+// Sluice extensions go further: a descriptor's limits can use any of
+// Sluice's six algorithms (Descriptor.Algorithm), and a descriptor can
+// carry several limits at once (Descriptor.RateLimits), such as 10 per
+// second AND 10,000 per day.
+//
+// A request is decided all-or-nothing: the limits of all its descriptors
+// go to the store in one Store.AllowAll call, and when one is over, none is
+// charged. docs/envoy.md describes the configuration, how to point Envoy
+// at Sluice, and how Sluice differs from envoyproxy/ratelimit.
+package rls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Outcome is what happened to one descriptor of a request.
+type Outcome uint8
+
+// The outcomes.
+const (
+	// OutcomeAllowed: the descriptor's limits admitted it.
+	OutcomeAllowed Outcome = iota
+	// OutcomeDenied: a limit of the descriptor was over, so the request
+	// was answered OVER_LIMIT.
+	OutcomeDenied
+	// OutcomeShadowDenied: a limit of a descriptor in shadow mode was
+	// over; the descriptor was answered OK all the same.
+	OutcomeShadowDenied
+	// OutcomeUnlimited: the descriptor matched an unlimited limit.
+	OutcomeUnlimited
+)
+
+var outcomeNames = [...]string{"allowed", "denied", "shadow_denied", "unlimited"}
+
+// String returns the outcome's name: allowed, denied, shadow_denied or
+// unlimited.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Event describes the decision on one descriptor of a request that matched
+// a limit, for metrics. Descriptors that match no limit have no event.
+type Event struct {
+	// Domain is the request's domain.
+	Domain string
+	// Key names the configured descriptor that matched, as
+	// envoyproxy/ratelimit names its stats: "database_users.op". Under
+	// detailed_metric it is the request's own keys and values instead
+	// ("database_users.op_get"), which is not bounded. For Envoy's
+	// RateLimitOverride it is "override:" and the request's keys.
+	Key string
+	// Outcome is the descriptor's own verdict.
+	Outcome Outcome
+	// Hits is what the descriptor costs: its hits_addend, or the
+	// request's, or 1. Zero for a descriptor that charges nothing.
+	Hits int64
+	// Charged reports whether the hits were counted: false when another
+	// descriptor of the request was over its limit, or when this one was.
+	Charged bool
+	// Degraded reports that the store's failure policy decided.
+	Degraded bool
+}
+
+// Options configure a Service. The zero value is valid.
+type Options struct {
+	// Now returns the time of each decision. The default, nil, passes the
+	// zero time, which means the store's own clock (Redis's TIME for the
+	// Redis store). Tests set it to replay explicit times.
+	Now func() time.Time
+	// OnDecision, when set, is called once per descriptor that matched a
+	// limit, before the response is sent. It must be fast and safe for
+	// concurrent use.
+	OnDecision func(Event)
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitServiceServer. It
+// is safe for concurrent use; its configuration can be swapped while it
+// serves with SetConfig.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store      sluice.Store
+	cfg        atomic.Pointer[Config]
+	now        func() time.Time
+	onDecision func(Event)
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
+
+// New returns a Service that decides with store under cfg. A nil cfg has
+// no domains: every request is answered OK.
+func New(store sluice.Store, cfg *Config, opts Options) *Service {
+	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision}
+	s.SetConfig(cfg)
+	return s
+}
+
+// SetConfig replaces the configuration; requests under way finish with the
+// old one. A limit whose numbers and place are unchanged keeps its state.
+func (s *Service) SetConfig(cfg *Config) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	s.cfg.Store(cfg)
+}
+
+// Config returns the configuration in use.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(r, s)
+}
+
+// item is one descriptor of a request being decided.
+type item struct {
+	limits     []limit
+	key        string // the store key
+	metricKey  string
+	cost       int64 // 0: charges nothing (hits_addend 0, or negative hits)
+	shadow     bool
+	unlimited  bool
+	replaces   []string // of an unlimited limit
+	matched    bool
+	ds         []sluice.Decision // one per limit
+	impossible bool              // a limit can never admit cost
+}
+
+// ShouldRateLimit decides a request: it matches each descriptor to its
+// limits in the request's domain, charges all of them at once or none, and
+// answers OVER_LIMIT when a limit that is not in shadow mode is over.
+//
+// A descriptor that matches no limit, and every descriptor of an unknown
+// domain, is answered OK with no current_limit. A request without a domain
+// or descriptors is InvalidArgument. When the store fails (and its failure
+// policy did not decide), the call fails with Unavailable, and Envoy
+// applies its failure_mode_deny setting.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "rls: the request has no domain")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rls: the request has no descriptors")
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	root := s.cfg.Load().domains[domain]
+	if root == nil {
+		for i := range resp.Statuses {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	reqCost := int64(req.GetHitsAddend())
+	if reqCost == 0 {
+		reqCost = 1
+	}
+	items := make([]item, len(descs))
+	replaced := map[string]bool{}
+	for i, d := range descs {
+		if err := s.matchDescriptor(&items[i], root, domain, d, reqCost); err != nil {
+			return nil, err
+		}
+		it := &items[i]
+		for _, r := range it.replaces {
+			replaced[r] = true
+		}
+		for _, l := range it.limits {
+			for _, r := range l.replaces {
+				replaced[r] = true
+			}
+		}
+	}
+	if len(replaced) > 0 {
+		for i := range items {
+			it := &items[i]
+			it.limits = dropReplaced(it.limits, replaced)
+			if it.matched && !it.unlimited && len(it.limits) == 0 {
+				it.matched = false
+			}
+		}
+	}
+
+	var now time.Time
+	if s.now != nil {
+		now = s.now()
+	}
+	denied, degraded, err := s.decideEnforced(ctx, now, items)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.decideOthers(ctx, now, items, denied); err != nil {
+		return nil, err
+	}
+	if denied {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i := range items {
+		resp.Statuses[i] = s.statusOf(domain, &items[i], denied, degraded)
+	}
+	return resp, nil
+}
+
+// matchDescriptor fills it with the limits that apply to descriptor d.
+func (s *Service) matchDescriptor(it *item, root *node, domain string, d *rlscommon.RateLimitDescriptor, reqCost int64) error {
+	entries := make([]entry, len(d.GetEntries()))
+	for j, e := range d.GetEntries() {
+		entries[j] = entry{e.GetKey(), e.GetValue()}
+	}
+	it.cost = reqCost
+	if h := d.GetHitsAddend(); h != nil {
+		if h.GetValue() > math.MaxInt64 {
+			it.cost = math.MaxInt64
+		} else {
+			it.cost = int64(h.GetValue())
+		}
+	}
+	if d.GetIsNegativeHits() {
+		it.cost = 0
+	}
+	if o := d.GetLimit(); o != nil {
+		mult := uint32(1)
+		if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
+			mult = m.GetValue()
+		}
+		l, ok := overrideLimit(o.GetRequestsPerUnit(), unitCode(o.GetUnit()), mult, domain)
+		if !ok {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %s has a limit override with unit %v × %d, which Sluice cannot count", detailedPath(entries), o.GetUnit(), mult)
+		}
+		it.limits = []limit{l}
+		it.matched = true
+		it.key = storeKey(domain, entries, nil)
+		keys := make([]entry, len(entries))
+		for j, e := range entries {
+			keys[j] = entry{key: e.key}
+		}
+		it.metricKey = "override:" + detailedPath(keys)
+		return nil
+	}
+	patterns := make([]string, len(entries))
+	n := root.match(entries, patterns)
+	if n == nil {
+		return nil
+	}
+	it.matched = true
+	it.limits = n.limits
+	it.unlimited = n.unlimited
+	it.replaces = n.replaces
+	it.shadow = n.shadow
+	shared := false
+	for _, p := range patterns {
+		shared = shared || p != ""
+	}
+	if !shared {
+		patterns = nil
+	}
+	it.key = storeKey(domain, entries, patterns)
+	it.metricKey = n.path
+	if n.detailed {
+		it.metricKey = detailedPath(entries)
+	}
+	return nil
+}
+
+// dropReplaced returns limits without those whose name is replaced, as a
+// new slice when any is dropped (limits belongs to the configuration).
+func dropReplaced(limits []limit, replaced map[string]bool) []limit {
+	keep := 0
+	for _, l := range limits {
+		if l.name == "" || !replaced[l.name] {
+			keep++
+		}
+	}
+	if keep == len(limits) {
+		return limits
+	}
+	out := make([]limit, 0, keep)
+	for _, l := range limits {
+		if l.name == "" || !replaced[l.name] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// enforced reports whether it is charged with the request's all-or-nothing
+// call: it has limits, charges something and is not in shadow mode.
+func (it *item) enforced() bool {
+	return it.matched && !it.unlimited && !it.shadow && it.cost > 0
+}
+
+// possible reports whether l can ever admit cost.
+func possible(l limit, cost int64) bool {
+	return l.rpu > 0 && cost <= l.policy.Capacity()
+}
+
+// decideEnforced decides the enforced descriptors with one AllowAll call
+// and reports whether the request is denied, and whether the store's
+// failure policy decided. A descriptor whose cost no limit could ever
+// admit (a limit of 0, or a cost above the capacity) denies the request
+// without charging anything; the others then report their state.
+func (s *Service) decideEnforced(ctx context.Context, now time.Time, items []item) (denied, degraded bool, err error) {
+	var reqs []sluice.Request
+	for i := range items {
+		it := &items[i]
+		if !it.enforced() {
+			continue
+		}
+		it.ds = make([]sluice.Decision, len(it.limits))
+		for _, l := range it.limits {
+			if !possible(l, it.cost) {
+				it.impossible = true
+			}
+			reqs = append(reqs, sluice.Request{Policy: l.policy, Key: it.key, Cost: it.cost})
+		}
+	}
+	if len(reqs) == 0 {
+		return false, false, nil
+	}
+	for i := range items {
+		if items[i].impossible {
+			denied = true
+		}
+	}
+	if denied {
+		// Nothing is charged; report each limit's state.
+		for i := range items {
+			it := &items[i]
+			if !it.enforced() {
+				continue
+			}
+			for j, l := range it.limits {
+				if it.ds[j], err = s.peek(ctx, now, l, it.key, it.cost); err != nil {
+					return false, false, err
+				}
+			}
+		}
+		return true, false, nil
+	}
+	out := make([]sluice.Decision, len(reqs))
+	all, err := s.store.AllowAll(ctx, now, reqs, out)
+	if err != nil {
+		return false, false, storeError(err)
+	}
+	k := 0
+	for i := range items {
+		it := &items[i]
+		if !it.enforced() {
+			continue
+		}
+		for j := range it.limits {
+			it.ds[j] = out[k]
+			if all.Degraded {
+				// The failure policy decided the whole; its verdict is
+				// every descriptor's.
+				it.ds[j].Allowed = all.Allowed
+				it.ds[j].Degraded = true
+			}
+			k++
+		}
+	}
+	return !all.Allowed, all.Degraded, nil
+}
+
+// decideOthers decides the descriptors in shadow mode, charging them when
+// the request is admitted (each descriptor's limits all-or-nothing, apart
+// from the rest of the request), and reports the state of the descriptors
+// that charge nothing.
+func (s *Service) decideOthers(ctx context.Context, now time.Time, items []item, denied bool) error {
+	for i := range items {
+		it := &items[i]
+		if !it.matched || it.unlimited || it.enforced() {
+			continue
+		}
+		it.ds = make([]sluice.Decision, len(it.limits))
+		for _, l := range it.limits {
+			if it.cost > 0 && !possible(l, it.cost) {
+				it.impossible = true
+			}
+		}
+		if it.cost > 0 && !denied && !it.impossible {
+			var err error
+			if len(it.limits) == 1 {
+				it.ds[0], err = s.store.Allow(ctx, now, sluice.Request{Policy: it.limits[0].policy, Key: it.key, Cost: it.cost})
+			} else {
+				reqs := make([]sluice.Request, len(it.limits))
+				for j, l := range it.limits {
+					reqs[j] = sluice.Request{Policy: l.policy, Key: it.key, Cost: it.cost}
+				}
+				_, err = s.store.AllowAll(ctx, now, reqs, it.ds)
+			}
+			if err != nil {
+				return storeError(err)
+			}
+			continue
+		}
+		for j, l := range it.limits {
+			var err error
+			if it.ds[j], err = s.peek(ctx, now, l, it.key, it.cost); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// peek returns the decision on cost units under l without charging them.
+// A cost of 0 reports the state: Allowed, and Remaining as it stands. A
+// limit that can never admit cost is denied with RetryAfter Never.
+func (s *Service) peek(ctx context.Context, now time.Time, l limit, key string, cost int64) (sluice.Decision, error) {
+	if l.rpu == 0 {
+		return sluice.Decision{Allowed: cost == 0, RetryAfter: retryNever(cost)}, nil
+	}
+	ask := cost
+	if ask < 1 || ask > l.policy.Capacity() {
+		ask = 1
+	}
+	d, err := s.store.Peek(ctx, now, sluice.Request{Policy: l.policy, Key: key, Cost: ask})
+	if err != nil {
+		return d, storeError(err)
+	}
+	if ask == cost {
+		return d, nil
+	}
+	// Peek answered for one unit; report the state before that unit.
+	if d.Allowed {
+		d.Remaining++
+	}
+	d.RetryAfter = 0
+	d.Allowed = cost == 0
+	if cost > 0 {
+		d.RetryAfter = sluice.Never
+	}
+	return d, nil
+}
+
+func retryNever(cost int64) time.Duration {
+	if cost == 0 {
+		return 0
+	}
+	return sluice.Never
+}
+
+// storeError turns a store's error into the gRPC status of the call.
+func storeError(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Errorf(codes.Unavailable, "rls: store: %v", err)
+}
+
+// statusOf returns the status of one descriptor and reports its event.
+func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+	if !it.matched {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	ev := Event{Domain: domain, Key: it.metricKey, Hits: it.cost}
+	if it.unlimited {
+		ev.Outcome = OutcomeUnlimited
+		s.emit(ev)
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	// The deciding limit: a denying one with the longest wait, else the
+	// one with the fewest units left.
+	k := 0
+	for j, d := range it.ds {
+		dk := it.ds[k]
+		switch {
+		case !d.Allowed && dk.Allowed:
+			k = j
+		case d.Allowed != dk.Allowed:
+		case !d.Allowed && (d.RetryAfter == sluice.Never || (dk.RetryAfter != sluice.Never && d.RetryAfter > dk.RetryAfter)):
+			k = j
+		case d.Allowed && d.Remaining < dk.Remaining:
+			k = j
+		}
+	}
+	d, l := it.ds[k], it.limits[k]
+	own := d.Allowed
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code: rlsv3.RateLimitResponse_OK,
+		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
+			Name:            l.name,
+			RequestsPerUnit: l.rpu,
+			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.unit),
+		},
+		LimitRemaining: uint32(min(max(d.Remaining, 0), math.MaxUint32)),
+	}
+	if l.multiplier > 1 {
+		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
+	}
+	switch {
+	case !own && d.RetryAfter != sluice.Never:
+		st.DurationUntilReset = durationpb.New(d.RetryAfter)
+	case own:
+		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+	}
+	ev.Degraded = d.Degraded || (degraded && it.enforced())
+	switch {
+	case own:
+		ev.Outcome = OutcomeAllowed
+		ev.Charged = it.cost > 0 && !denied
+	case it.shadow:
+		ev.Outcome = OutcomeShadowDenied
+	default:
+		ev.Outcome = OutcomeDenied
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	s.emit(ev)
+	return st
+}
+
+func (s *Service) emit(ev Event) {
+	if s.onDecision != nil {
+		s.onDecision(ev)
+	}
+}
