@@ -148,17 +148,17 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	heading := fmt.Sprintf("Trace: %s, %d %s", c.Span, len(c.keys), keys)
 	shared, ok := sharedLimit(c.Policies)
 	label := func(p sluice.Policy) string { return describe(p) }
-	period := "PERIOD"
+	first, period, length := "POLICY", "PERIOD", "of the policy's period"
 	if ok {
 		heading += "\nPolicy: " + shared
 		label = func(p sluice.Policy) string { return p.Algorithm.String() }
-		period = c.Policies[0].Period.String()
+		first, period, length = "ALGORITHM", c.Policies[0].Period.String(), "of that length"
 	}
 	if _, err := fmt.Fprintf(w, "%s\n\n", heading); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "ALGORITHM\tADMITTED\tDENIED\tCOST ADMITTED\tMAX COST IN ANY %s\tP99 DELAY\n", period)
+	fmt.Fprintf(tw, "%s\tADMITTED\tDENIED\tCOST ADMITTED\tMAX COST IN ANY %s\tP99 DELAY\n", first, period)
 	for _, r := range c.Results() {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\n",
 			label(r.Policy), r.Admitted, r.Denied, r.CostAdmitted, r.MaxCostInPeriod, r.P99Delay)
@@ -166,9 +166,9 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nMAX COST IN ANY %s: the most cost admitted for one key within any interval of that length.\n"+
+	_, err := fmt.Fprintf(w, "\nMAX COST IN ANY %s: the most cost admitted for one key within any interval %s.\n"+
 		"P99 DELAY: nearest-rank 99th percentile of the delay of admitted requests (the ⌈0.99·n⌉-th smallest of n);\n"+
-		"only leaky_bucket delays requests.\n", period)
+		"only leaky_bucket delays requests.\n", period, length)
 	return err
 }
 
