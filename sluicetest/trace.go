@@ -49,7 +49,7 @@ func (st Step) String() string {
 	for i, r := range st.Reqs {
 		parts[i] = fmtRequest(r)
 	}
-	return fmt.Sprintf("%s %s(%s)", st.At.UTC().Format(time.RFC3339Nano), st.Op, strings.Join(parts, "; "))
+	return fmt.Sprintf("%s %s(%s)", st.At.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), st.Op, strings.Join(parts, "; "))
 }
 
 // Trace is a sequence of Store calls at non-decreasing times. Seed is the
