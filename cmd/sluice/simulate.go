@@ -89,17 +89,24 @@ type simulateFlags struct {
 	format    string
 }
 
-func runSimulate(ctx context.Context, s streams, args []string) error {
+// newSimulateFlags returns the flag set of `sluice simulate`, which
+// reports to stderr, and the values it fills.
+func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(s.stderr)
+	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simulateUsage) }
-	var f simulateFlags
+	f := new(simulateFlags)
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
 	fs.Int64Var(&f.limit, "limit", 0, "cost units per period")
 	fs.DurationVar(&f.period, "period", 0, "the period")
 	fs.Int64Var(&f.burst, "burst", 0, "the token-bucket family's capacity")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
+	return fs, f
+}
+
+func runSimulate(ctx context.Context, s streams, args []string) error {
+	fs, f := newSimulateFlags(s.stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
