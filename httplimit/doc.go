@@ -1,0 +1,60 @@
+// Package httplimit puts Sluice in front of net/http handlers and behind
+// net/http clients.
+//
+// # Inbound: the middleware
+//
+// New builds a Middleware from a sluice.Store and a list of Limits. Each
+// Limit is a policy, a KeyFunc that says what a request is counted under
+// (client IP, API key header, route, tenant from the context, or a Join of
+// several), a cost, and optionally a dry-run flag. A request passes only if
+// every enforced limit admits it; when one refuses, none is charged, and
+// all of them are decided in one Store.AllowAll call. So "10/s per IP AND
+// 1000/h per user AND 5000/s per endpoint" is three Limits:
+//
+//	m, err := httplimit.New(store, []httplimit.Limit{
+//		{Policy: sluice.TokenBucket(10, time.Second, 0).Named("per-ip")},
+//		{Policy: sluice.SlidingWindow(1000, time.Hour).Named("per-user"), Key: httplimit.Context(userKey)},
+//		{Policy: sluice.GCRA(5000, time.Second, 0).Named("per-route"), Key: httplimit.Route},
+//	}, nil)
+//	mux.Handle("GET /items/{id}", m.Handler(items))
+//
+// The middleware works with anything built on net/http: the standard mux,
+// chi, gorilla. Key specs as written in configuration files ("ip",
+// "header:X-API-Key", "ip+path") are parsed by ParseKey.
+//
+// Client addresses are never taken from headers a client can forge:
+// ClientIP reads X-Forwarded-For, X-Real-IP or Forwarded only when the
+// connection comes from a configured trusted proxy, and groups IPv6
+// clients by /64.
+//
+// # Responses
+//
+// Admitted requests carry the quota fields of
+// draft-ietf-httpapi-ratelimit-headers-10:
+//
+//	RateLimit-Policy: "per-ip";q=10;w=1, "per-user";q=1000;w=3600
+//	RateLimit: "per-ip";r=7;t=1
+//
+// (RateLimit reports the policy closest to its limit), and, when selected
+// with Options.Headers, the older RateLimit-Limit/-Remaining/-Reset and
+// X-RateLimit-* fields. A refused request gets 429 Too Many Requests,
+// Retry-After in whole seconds (rounded up, at least 1), Cache-Control:
+// no-store and an RFC 9457 application/problem+json body of type
+// https://iana.org/assignments/http-problem-types#quota-exceeded; the body
+// is written by a replaceable DenyHandler.
+//
+// When the store fails, its failure policy decides (Decision.Degraded): a
+// request it refuses gets 503 Service Unavailable with Retry-After, not 429.
+// A store error with no failure policy also answers 503, or passes the
+// request with Options.FailOpen. The error is reported to
+// Options.OnDecision and Options.Logger and never sent to the client.
+//
+// # Outbound: the Transport
+//
+// Transport is an http.RoundTripper that waits, honouring the request's
+// context, until every limit admits a request before sending it (30/s
+// overall AND 1/s per chat for the Telegram Bot API), and after a 429 from
+// the remote side holds further requests to the same key until its
+// Retry-After has passed. With a shared store (Redis) several processes
+// share one outbound budget.
+package httplimit

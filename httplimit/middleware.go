@@ -1,0 +1,518 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Limit is one rate limit the middleware applies: a policy, the key each
+// request is counted under, and what a request costs.
+type Limit struct {
+	// Policy is the limit's policy. Its Name labels the limit in headers,
+	// problem bodies, logs and stats, and keeps its state apart from other
+	// limits in the store; when empty, New names it "default" if it is the
+	// only limit and "limit-N" (N its position from 1) otherwise.
+	Policy sluice.Policy
+	// Key returns the key a request is counted under. Nil means the client
+	// IP, as Options.ClientIP finds it. A request without a key is not
+	// counted by this limit.
+	Key KeyFunc
+	// Cost is what each request costs; 0 means 1.
+	Cost int64
+	// CostFunc, when set, returns the cost of a request instead of Cost
+	// (a heavy endpoint costs more). A cost below 1 exempts the request
+	// from this limit.
+	CostFunc func(r *http.Request) int64
+	// PolicyFunc, when set, chooses the policy for each request from the
+	// request and its key (a plan per customer); it replaces Policy, which
+	// then only provides a default name for returned policies without one.
+	// Returning false exempts the request from this limit. The policies
+	// returned should have distinct names, since the name appears in the
+	// RateLimit-Policy field and separates their state.
+	PolicyFunc func(r *http.Request, key string) (sluice.Policy, bool)
+	// Shadow makes the limit a dry run: it is decided and charged as if it
+	// were enforced, its would-be denials are counted (Stats), logged and
+	// reported to Options.OnDecision, but it never refuses a request and it
+	// is not shown in the response's quota fields. It is decided apart
+	// from the enforced limits, so it never changes what they charge.
+	Shadow bool
+}
+
+// Options configure a Middleware. The zero value (and nil) is valid: the
+// defaults are given with each field.
+type Options struct {
+	// Headers selects the quota fields written on responses; the default
+	// is HeadersIETF (RateLimit and RateLimit-Policy).
+	Headers HeaderStyle
+	// ClientIP finds the client address for limits without a Key. Nil
+	// means the connection's remote address, IPv6 grouped by /64, no
+	// trusted proxies.
+	ClientIP *ClientIP
+	// OnDenied writes the response to a refused request; nil means
+	// WriteProblem (an RFC 9457 problem+json body).
+	OnDenied DenyHandler
+	// OnDecision, when set, is called once for every request the
+	// middleware decides on, after the decision and before the response is
+	// written or the next handler runs, for metrics and logs. It must not
+	// keep the Event or its slices after it returns.
+	OnDecision func(*Event)
+	// FailOpen lets requests through when the store returns an error (the
+	// store's own failure policy did not decide). The default, false,
+	// answers 503 Service Unavailable with Retry-After. Either way the
+	// error goes to OnDecision and the Logger, never to the client.
+	FailOpen bool
+	// ErrorRetryAfter is the Retry-After of a 503 whose decision carries
+	// no retry time; default 1s.
+	ErrorRetryAfter time.Duration
+	// MaxDelay bounds how long a leaky-bucket limit may hold an admitted
+	// request to space requests evenly (Decision.Delay); a request that
+	// would wait longer is refused. 0 means no bound beyond the bucket's
+	// own.
+	MaxDelay time.Duration
+	// Logger, when set, receives dry-run denials (Info), store errors
+	// (Warn) and denials (Debug). Keys are never logged; use OnDecision to
+	// see them.
+	Logger *slog.Logger
+	// Now returns the current time for X-RateLimit-Reset; default
+	// time.Now. Decisions use the store's clock.
+	Now func() time.Time
+}
+
+// Result is one limit's part of the decision on a request.
+type Result struct {
+	// Policy is the policy applied; its Name is always set.
+	Policy sluice.Policy
+	// Key is the key the request was counted under.
+	Key string
+	// Cost is the request's cost under this limit.
+	Cost int64
+	// Shadow reports a dry-run limit.
+	Shadow bool
+	// Applied reports that the limit was decided: false when the request
+	// had no key, a cost below 1, or no policy from PolicyFunc.
+	Applied bool
+	// Decision is the store's decision for this limit. For a request
+	// refused by another limit, it reports the state without this
+	// request's charge (nothing is charged).
+	Decision sluice.Decision
+	// Err is the store's error for this limit, if any.
+	Err error
+}
+
+func (r *Result) counts() bool { return r.Applied && !r.Shadow }
+
+// Event is what Options.OnDecision receives for a request.
+type Event struct {
+	// Request is the request decided on.
+	Request *http.Request
+	// Results holds one Result per limit, in the order of the limits.
+	Results []Result
+	// Allowed reports that the request goes on to the next handler.
+	Allowed bool
+	// Status is the middleware's own response status for a refused
+	// request (429 or 503), 0 when Allowed.
+	Status int
+	// Decision is the combined decision of the enforced limits.
+	Decision sluice.Decision
+	// Err is the store's error for the enforced limits, if any (the
+	// client never sees it).
+	Err error
+	// DryRunDenied reports that a dry-run limit would have refused the
+	// request.
+	DryRunDenied bool
+}
+
+// LimitStats counts one limit's refusals since the middleware was built.
+type LimitStats struct {
+	// Name is the limit's policy name.
+	Name string
+	// Denied counts requests this limit refused (with status 429).
+	Denied uint64
+	// DryRunDenied counts requests a dry-run limit would have refused.
+	DryRunDenied uint64
+}
+
+// Middleware limits the requests that pass through it. Build one with New;
+// it is safe for concurrent use.
+type Middleware struct {
+	store       sluice.Store
+	limits      []limit
+	enforced    int // how many limits are not dry runs
+	style       HeaderStyle
+	deny        DenyHandler
+	onDecision  func(*Event)
+	failOpen    bool
+	errRetry    time.Duration
+	maxDelay    time.Duration
+	logger      *slog.Logger
+	now         func() time.Time
+	policyField []string // RateLimit-Policy when every enforced limit applies
+	pool        sync.Pool
+}
+
+type limit struct {
+	policy     sluice.Policy
+	key        KeyFunc
+	cost       int64
+	costFunc   func(*http.Request) int64
+	policyFunc func(*http.Request, string) (sluice.Policy, bool)
+	shadow     bool
+	denied     atomic.Uint64
+	dryDenied  atomic.Uint64
+}
+
+type scratch struct {
+	res  []Result
+	reqs []sluice.Request
+	idx  []int
+	out  []sluice.Decision
+	viol []string
+	ev   Event
+}
+
+// New returns a Middleware that applies limits, all or nothing, through
+// store: a request passes only when every enforced limit admits it, and
+// when one refuses, none is charged. The limits are checked in one
+// Store.AllowAll call (one round trip for a remote store).
+func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error) {
+	if store == nil {
+		return nil, errors.New("httplimit: store is nil")
+	}
+	if len(limits) == 0 {
+		return nil, errors.New("httplimit: no limits")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.ErrorRetryAfter < 0 {
+		return nil, fmt.Errorf("httplimit: ErrorRetryAfter must not be negative, got %v", opts.ErrorRetryAfter)
+	}
+	if opts.MaxDelay < 0 {
+		return nil, fmt.Errorf("httplimit: MaxDelay must not be negative, got %v", opts.MaxDelay)
+	}
+	cip := opts.ClientIP
+	if cip == nil {
+		cip = &ClientIP{}
+	}
+	if err := cip.check(); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
+	}
+	m := &Middleware{
+		store:      store,
+		limits:     make([]limit, len(limits)),
+		style:      opts.Headers,
+		deny:       opts.OnDenied,
+		onDecision: opts.OnDecision,
+		failOpen:   opts.FailOpen,
+		errRetry:   opts.ErrorRetryAfter,
+		maxDelay:   opts.MaxDelay,
+		logger:     opts.Logger,
+		now:        opts.Now,
+	}
+	if m.deny == nil {
+		m.deny = WriteProblem
+	}
+	if m.errRetry == 0 {
+		m.errRetry = time.Second
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	names := make(map[string]int, len(limits))
+	var field []byte
+	for i, l := range limits {
+		p := l.Policy
+		if p.Name == "" {
+			if len(limits) == 1 {
+				p.Name = "default"
+			} else {
+				p.Name = fmt.Sprintf("limit-%d", i+1)
+			}
+		}
+		where := fmt.Sprintf("httplimit: limit %d (%q)", i+1, p.Name)
+		if !validPolicyName(p.Name) {
+			return nil, fmt.Errorf("%s: name must be printable ASCII", where)
+		}
+		if j, dup := names[p.Name]; dup {
+			return nil, fmt.Errorf("%s: name already used by limit %d", where, j+1)
+		}
+		names[p.Name] = i
+		if l.PolicyFunc == nil {
+			if err := p.Validate(); err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+		}
+		if l.Cost < 0 {
+			return nil, fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
+		}
+		if l.PolicyFunc == nil && l.CostFunc == nil && max(l.Cost, 1) > p.Capacity() {
+			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, p.Capacity())
+		}
+		key := l.Key
+		if key == nil {
+			key = cip.Key
+		}
+		m.limits[i] = limit{
+			policy:     p,
+			key:        key,
+			cost:       max(l.Cost, 1),
+			costFunc:   l.CostFunc,
+			policyFunc: l.PolicyFunc,
+			shadow:     l.Shadow,
+		}
+		if !l.Shadow {
+			m.enforced++
+			if l.PolicyFunc == nil {
+				if len(field) > 0 {
+					field = append(field, ", "...)
+				}
+				field = AppendPolicy(field, p)
+			}
+		}
+	}
+	if len(field) > 0 {
+		// Shared by every response: a slice of capacity 1, so that Add on a
+		// response's header copies it rather than writing into it.
+		m.policyField = []string{string(field)}[:1:1]
+	}
+	n := len(limits)
+	m.pool.New = func() any {
+		return &scratch{
+			res:  make([]Result, n),
+			reqs: make([]sluice.Request, 0, n),
+			idx:  make([]int, 0, n),
+			out:  make([]sluice.Decision, n),
+		}
+	}
+	return m, nil
+}
+
+// Handler returns next wrapped by the middleware: requests that the limits
+// admit go on to next with the quota fields set on the response; refused
+// ones get the DenyHandler's response.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.Check(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// Check decides on r, for code that is not a plain handler chain (a
+// forward-auth endpoint, a proxy): it sets the quota fields on w's header
+// and reports true when the request may proceed; when it is refused, Check
+// writes the whole response and reports false. For a leaky-bucket limit it
+// waits the admitted request's Delay first, and reports false, writing
+// nothing, if r's context ends meanwhile.
+func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
+	sc := m.pool.Get().(*scratch)
+	defer m.release(sc)
+	ctx := r.Context()
+	res := sc.res
+	reqs, idx := sc.reqs[:0], sc.idx[:0]
+	static := true // every enforced limit applied with its static policy
+	shadows := false
+	never := false // a cost exceeds its policy's capacity
+	for i := range m.limits {
+		l := &m.limits[i]
+		res[i] = Result{Policy: l.policy, Shadow: l.shadow}
+		key, ok := l.key(r)
+		if !ok {
+			static = static && l.shadow
+			continue
+		}
+		cost := l.cost
+		if l.costFunc != nil {
+			if cost = l.costFunc(r); cost < 1 {
+				static = static && l.shadow
+				continue
+			}
+		}
+		if l.policyFunc != nil {
+			p, ok := l.policyFunc(r, key)
+			if !ok {
+				static = static && l.shadow
+				continue
+			}
+			if p.Name == "" {
+				p.Name = l.policy.Name
+			}
+			res[i].Policy = p
+			static = static && l.shadow
+		}
+		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
+		if l.shadow {
+			shadows = true
+			continue
+		}
+		if cost > res[i].Policy.Capacity() {
+			never = true
+			res[i].Decision = sluice.Decision{Limit: res[i].Policy.Limit, RetryAfter: sluice.Never}
+			res[i].Err = fmt.Errorf("httplimit: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, cost, res[i].Policy.Capacity(), res[i].Policy)
+			continue
+		}
+		reqs = append(reqs, sluice.Request{Policy: res[i].Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay})
+		idx = append(idx, i)
+	}
+	sc.reqs, sc.idx = reqs, idx
+
+	d := sluice.Decision{Allowed: true}
+	var err error
+	switch {
+	case never:
+		d = sluice.Decision{RetryAfter: sluice.Never}
+		for _, i := range idx {
+			res[i].Decision = sluice.Decision{Allowed: true} // not decided: refused before the store
+		}
+	case len(reqs) == 1:
+		d, err = m.store.Allow(ctx, time.Time{}, reqs[0])
+		res[idx[0]].Decision, res[idx[0]].Err = d, err
+	case len(reqs) > 1:
+		out := sc.out[:len(reqs)]
+		d, err = m.store.AllowAll(ctx, time.Time{}, reqs, out)
+		for j, i := range idx {
+			if err != nil {
+				res[i].Decision, res[i].Err = sluice.Decision{}, err
+			} else {
+				res[i].Decision = out[j]
+			}
+		}
+	}
+
+	dryDenied := false
+	if shadows {
+		passed := err == nil && d.Allowed && !never
+		for i := range res {
+			if !res[i].Applied || !res[i].Shadow {
+				continue
+			}
+			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost, MaxDelay: m.maxDelay}
+			var sd sluice.Decision
+			var serr error
+			if passed {
+				sd, serr = m.store.Allow(ctx, time.Time{}, req)
+			} else {
+				sd, serr = m.store.Peek(ctx, time.Time{}, req)
+			}
+			res[i].Decision, res[i].Err = sd, serr
+			if !sd.Allowed && (serr == nil || errors.Is(serr, sluice.ErrCostExceedsCapacity)) {
+				dryDenied = true
+				m.limits[i].dryDenied.Add(1)
+				if m.logger != nil {
+					m.logger.LogAttrs(ctx, slog.LevelInfo, "httplimit: dry-run limit would deny",
+						slog.String("limit", res[i].Policy.Name), slog.String("method", r.Method),
+						slog.String("path", r.URL.Path), slog.Duration("retry_after", sd.RetryAfter))
+				}
+			}
+		}
+	}
+
+	status := 0
+	retry := time.Duration(0)
+	switch {
+	case never:
+		status, retry = http.StatusTooManyRequests, sluice.Never
+	case err != nil && errors.Is(err, sluice.ErrCostExceedsCapacity):
+		status, retry = http.StatusTooManyRequests, sluice.Never
+	case err != nil:
+		if m.logger != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: store failed", slog.Any("error", err),
+				slog.Bool("fail_open", m.failOpen))
+		}
+		if !m.failOpen {
+			status, retry = http.StatusServiceUnavailable, m.errRetry
+		}
+	case !d.Allowed && d.Degraded:
+		status, retry = http.StatusServiceUnavailable, d.RetryAfter
+		if retry <= 0 {
+			retry = m.errRetry
+		}
+	case !d.Allowed:
+		status, retry = http.StatusTooManyRequests, d.RetryAfter
+	}
+
+	if m.onDecision != nil {
+		ev := &sc.ev
+		*ev = Event{Request: r, Results: res, Allowed: status == 0, Status: status, Decision: d, Err: err, DryRunDenied: dryDenied}
+		m.onDecision(ev)
+	}
+
+	h := w.Header()
+	if status == 0 {
+		if err == nil && !d.Degraded {
+			pf := m.policyField
+			if !static {
+				pf = nil
+			}
+			writeHeaders(h, m.style, res, pf, m.now())
+		}
+		if d.Delay > 0 {
+			t := time.NewTimer(d.Delay)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return false
+			}
+		}
+		return true
+	}
+
+	viol := sc.viol[:0]
+	for i := range res {
+		if res[i].counts() && !res[i].Decision.Allowed {
+			if status == http.StatusTooManyRequests {
+				m.limits[i].denied.Add(1)
+			}
+			viol = append(viol, res[i].Policy.Name)
+		}
+	}
+	sc.viol = viol
+	if status == http.StatusTooManyRequests {
+		if !never {
+			pf := m.policyField
+			if !static {
+				pf = nil
+			}
+			writeHeaders(h, m.style, res, pf, m.now())
+		}
+		if m.logger != nil && m.logger.Enabled(ctx, slog.LevelDebug) {
+			m.logger.LogAttrs(ctx, slog.LevelDebug, "httplimit: denied", slog.Any("limits", viol),
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Duration("retry_after", retry))
+		}
+	} else {
+		viol = nil
+	}
+	if retry != sluice.Never {
+		h[hdrRetryAfter] = []string{strconv.FormatInt(RetryAfterSeconds(retry), 10)}
+	}
+	h["Cache-Control"] = []string{"no-store"}
+	m.deny(w, r, Denial{Status: status, RetryAfter: retry, Violated: viol, Results: res})
+	return false
+}
+
+func (m *Middleware) release(sc *scratch) {
+	clear(sc.res) // drop keys and errors
+	clear(sc.reqs[:cap(sc.reqs)])
+	clear(sc.viol)
+	sc.ev = Event{}
+	m.pool.Put(sc)
+}
+
+// Stats returns each limit's refusal counts, in the order of the limits.
+func (m *Middleware) Stats() []LimitStats {
+	out := make([]LimitStats, len(m.limits))
+	for i := range m.limits {
+		l := &m.limits[i]
+		out[i] = LimitStats{Name: l.policy.Name, Denied: l.denied.Load(), DryRunDenied: l.dryDenied.Load()}
+	}
+	return out
+}
