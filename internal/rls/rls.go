@@ -435,9 +435,12 @@ func (s *Service) decideOthers(ctx context.Context, now time.Time, items []item,
 	return nil
 }
 
-// peek returns the decision on cost units under l without charging them.
-// A cost of 0 reports the state: Allowed, and Remaining as it stands. A
-// limit that can never admit cost is denied with RetryAfter Never.
+// peek returns the decision on cost units under l without charging them,
+// for a descriptor that is not charged: Allowed and RetryAfter say whether
+// cost would fit, Remaining is what is left as the state stands, and
+// ResetAfter is as if cost had been charged (the end of the window, for a
+// fixed window). A cost of 0 is always allowed. A limit that can never
+// admit cost is denied with RetryAfter Never.
 func (s *Service) peek(ctx context.Context, now time.Time, l limit, key string, cost int64) (sluice.Decision, error) {
 	if l.rpu == 0 {
 		return sluice.Decision{Allowed: cost == 0, RetryAfter: retryNever(cost)}, nil
@@ -450,17 +453,13 @@ func (s *Service) peek(ctx context.Context, now time.Time, l limit, key string, 
 	if err != nil {
 		return d, storeError(err)
 	}
-	if ask == cost {
-		return d, nil
-	}
-	// Peek answered for one unit; report the state before that unit.
 	if d.Allowed {
-		d.Remaining++
+		// Peek's Remaining is after the units it was asked about.
+		d.Remaining += ask
 	}
-	d.RetryAfter = 0
-	d.Allowed = cost == 0
-	if cost > 0 {
-		d.RetryAfter = sluice.Never
+	if ask != cost {
+		d.Allowed = cost == 0
+		d.RetryAfter = retryNever(cost)
 	}
 	return d, nil
 }
