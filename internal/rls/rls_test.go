@@ -237,7 +237,7 @@ descriptors:
 	}{
 		{0, want{ok, 2, sec, 1, time.Second}},
 		{0, want{ok, 2, sec, 0, time.Second}},
-		{0, want{over, 2, sec, 0, time.Second}}, // not charged to the day
+		{0, want{over, 2, sec, 0, time.Second}},         // not charged to the day
 		{time.Second, want{ok, 2, sec, 1, time.Second}}, // day: 2 left
 		{time.Second, want{ok, 2, sec, 0, time.Second}}, // day: 1 left
 		{time.Second, want{over, 2, sec, 0, time.Second}},
