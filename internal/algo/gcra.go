@@ -20,8 +20,16 @@ func (s TAT) Expiry() int64 {
 	return s.At
 }
 
-// backlog returns max(tat - now, 0) as whole µs plus a remainder in 1/L µs.
-func (s TAT) backlog(now int64) (q, r int64) {
+// backlog returns max(tat − now, 0) as whole µs plus a remainder in 1/L µs,
+// never more than the horizon H = hq + hr/L = B·T. Every admitted request
+// leaves tat ≤ now + H, so a larger backlog is only seen when the clock has
+// stepped backwards; it is read as H, an empty bucket, as if now were
+// tat − H, an instant no later than the latest one the state has seen. The
+// comparisons are written so that no value of now can overflow them.
+func (s TAT) backlog(now, hq, hr int64) (q, r int64) {
+	if d := s.At - hq; d > now || (d == now && s.Frac > hr) {
+		return hq, hr
+	}
 	if s.At > now || (s.At == now && s.Frac > 0) {
 		return s.At - now, s.Frac
 	}
@@ -44,32 +52,38 @@ func Prepare(p Params) Prepared {
 }
 
 // tatStep is the transition shared by the token-bucket family. It returns
-// the new state, the result and the backlog before the request (the leaky
-// bucket's delay).
+// the new state, the result and the backlog before the request rounded up
+// to the µs (an admitted leaky-bucket request's delay).
 //
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
 func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration) {
 	p := &pp.Params
-	bq, br := s.backlog(now)
+	bq, br := s.backlog(now, pp.hq, pp.hr)
+	wait := time.Duration(ceilFrac(bq, br)) * time.Microsecond
 	if cost > p.Burst {
-		return s, Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, 0
+		return s, Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, wait
 	}
 	// c·T = c·tq + c·tr/L; c·tr < B·L ≤ 10^18 fits an int64.
 	cq, cr := cost*pp.tq, cost*pp.tr
 	if cr >= p.Limit {
 		cq, cr = cq+cr/p.Limit, cr%p.Limit
 	}
-	nq, nr := bq+cq, br+cr
-	if nr >= p.Limit {
-		nq, nr = nq+1, nr-p.Limit
-	}
+	nq, nr := addFrac(bq, br, cq, cr, p.Limit)
 	if nq < pp.hq || (nq == pp.hq && nr <= pp.hr) {
-		return TAT{At: now + nq, Frac: nr}, Result{
+		// The new state is max(tat, now) + c·T, computed from s rather than
+		// from now + backlog so that a backlog clamped to H (a clock that
+		// stepped back, where only cost 0 passes) leaves s as it is.
+		base := TAT{At: now}
+		if bq > 0 || br > 0 {
+			base = s
+		}
+		at, frac := addFrac(base.At, base.Frac, cq, cr, p.Limit)
+		return TAT{At: at, Frac: frac}, Result{
 			Allowed:    true,
 			Remaining:  pp.remaining(nq, nr),
 			ResetAfter: ceilMillis(ceilFrac(nq, nr)),
-		}, time.Duration(ceilFrac(bq, br)) * time.Microsecond
+		}, wait
 	}
 	// Denied: wait until the backlog has drained by the excess nb - H.
 	eq, er := nq-pp.hq, nr-pp.hr
@@ -80,13 +94,23 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration)
 		Remaining:  pp.remaining(bq, br),
 		RetryAfter: retryMillis(ceilFrac(eq, er)),
 		ResetAfter: ceilMillis(ceilFrac(bq, br)),
-	}, 0
+	}, wait
 }
 
 // remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
 // backlog of q µs plus r/L µs.
 func (pp *Prepared) remaining(q, r int64) int64 {
 	return pp.Burst - mulAddDivCeil(q, pp.Limit, r, pp.Period)
+}
+
+// addFrac returns (aq + ar/l) + (bq + br/l) as whole µs plus a remainder in
+// 1/l µs, for remainders in [0, l).
+func addFrac(aq, ar, bq, br, l int64) (q, r int64) {
+	q, r = aq+bq, ar+br
+	if r >= l {
+		q, r = q+1, r-l
+	}
+	return q, r
 }
 
 // ceilFrac rounds q + r/L (0 ≤ r < L) up to whole microseconds.

@@ -13,7 +13,10 @@ import "time"
 // maxDelay, when positive, additionally refuses a request whose delay would
 // exceed it (a caller that cannot wait that long): the state is left
 // unchanged, Delay reports the wait the request would have had, and
-// RetryAfter says when the queue will be short enough for maxDelay.
+// RetryAfter says when the queue will be short enough for maxDelay. A
+// request refused for want of room has Delay 0 as usual, and its RetryAfter
+// is the later of the instants at which there is room and at which the
+// queue is short enough.
 func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
 	pp := Prepare(p)
 	return pp.LeakyBucket(s, now, cost, maxDelay)
@@ -22,15 +25,25 @@ func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT,
 // LeakyBucket is LeakyBucket with pp's constants.
 func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
 	ns, r, delay := pp.tatStep(s, now, cost)
-	if r.Allowed && maxDelay > 0 && delay > maxDelay {
+	if maxDelay > 0 && delay > maxDelay && r.RetryAfter != Never {
+		// The queue is longer than the caller can wait. The request passes
+		// once the queue has shrunk to maxDelay (and, when it is also over
+		// capacity, once there is room: whichever comes later).
+		short := retryMillis(int64((delay - maxDelay + time.Microsecond - 1) / time.Microsecond))
+		if !r.Allowed {
+			r.RetryAfter = max(r.RetryAfter, short)
+			return s, r
+		}
 		_, peek, _ := pp.tatStep(s, now, 0)
 		return s, Result{
 			Remaining:  peek.Remaining,
-			RetryAfter: retryMillis(int64((delay - maxDelay + time.Microsecond - 1) / time.Microsecond)),
+			RetryAfter: short,
 			ResetAfter: peek.ResetAfter,
 			Delay:      delay,
 		}
 	}
-	r.Delay = delay
+	if r.Allowed {
+		r.Delay = delay
+	}
 	return ns, r
 }
