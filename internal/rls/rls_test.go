@@ -669,3 +669,89 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 		t.Errorf("storeKey collides: %q", a)
 	}
 }
+
+// countingStore counts the calls a Service makes to a real store.
+type countingStore struct {
+	sluice.Store
+	mu                    sync.Mutex
+	allow, allowAll, peek int
+}
+
+func (c *countingStore) Allow(ctx context.Context, now time.Time, r sluice.Request) (sluice.Decision, error) {
+	c.mu.Lock()
+	c.allow++
+	c.mu.Unlock()
+	return c.Store.Allow(ctx, now, r)
+}
+
+func (c *countingStore) AllowAll(ctx context.Context, now time.Time, rs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	c.mu.Lock()
+	c.allowAll++
+	c.mu.Unlock()
+	return c.Store.AllowAll(ctx, now, rs, out)
+}
+
+func (c *countingStore) Peek(ctx context.Context, now time.Time, r sluice.Request) (sluice.Decision, error) {
+	c.mu.Lock()
+	c.peek++
+	c.mu.Unlock()
+	return c.Store.Peek(ctx, now, r)
+}
+
+// TestOneStoreCall: the limits of every descriptor of a request, several
+// per descriptor included, go to the store in one AllowAll call.
+func TestOneStoreCall(t *testing.T) {
+	cs := &countingStore{Store: memstore.New(memstore.Options{})}
+	h := startWith(t, cs, compile(t, `
+domain: one
+descriptors:
+  - key: a
+    rate_limits:
+      - {unit: second, requests_per_unit: 5}
+      - {unit: hour, requests_per_unit: 50}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`))
+	for i, wantCode := range []rlsv3.RateLimitResponse_Code{ok, over} {
+		resp := h.call(t, "one", desc("a", "1"), desc("b", "1"), desc("unmatched", "x"))
+		if resp.OverallCode != wantCode {
+			t.Errorf("call %d: overall_code = %v, want %v", i, resp.OverallCode, wantCode)
+		}
+	}
+	if cs.allowAll != 2 || cs.allow != 0 || cs.peek != 0 {
+		t.Errorf("store calls: %d AllowAll, %d Allow, %d Peek; want 2, 0, 0", cs.allowAll, cs.allow, cs.peek)
+	}
+}
+
+func BenchmarkShouldRateLimit(b *testing.B) {
+	domains, ps := Parse([]byte(`
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: api_key
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000000000}
+      - {unit: day, requests_per_unit: 1000000000}
+`), "envoy")
+	if len(ps) > 0 {
+		b.Fatal(ps)
+	}
+	cfg, err := Compile(domains)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := New(memstore.New(memstore.Options{}), cfg, Options{})
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
+		desc("remote_address", "10.0.0.1"), desc("api_key", "k1"),
+	}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := svc.ShouldRateLimit(context.Background(), req)
+			if err != nil || resp.OverallCode != ok {
+				b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
+			}
+		}
+	})
+}
