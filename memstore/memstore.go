@@ -43,13 +43,16 @@ type Options struct {
 	// from a wall-clock start, so the store's time never steps backwards.
 	Now func() time.Time
 	// MaxKeys caps the number of tracked (policy, key) pairs; 0 means no
-	// cap. The cap is split evenly over the shards.
+	// cap. The cap is split evenly over the shards, and each shard evicts
+	// when it holds its share, even if other shards have room; a cap below
+	// the number of shards lowers the number of shards to fit.
 	MaxKeys int
 	// Shards is the number of shards, rounded up to a power of two.
 	// Default 64.
 	Shards int
 	// SweepInterval, when positive, starts a goroutine that calls Prune at
-	// that interval until Close.
+	// that interval, on the store's clock, until Close. A store that is
+	// passed explicit times should call Prune itself, with those times.
 	SweepInterval time.Duration
 }
 
@@ -59,11 +62,11 @@ type Store struct {
 	shards   []shard
 	mask     uint64
 	clock    func() int64
-	shardCap int
 	policies [policyCacheSize]atomic.Pointer[compiled]
 
-	stop chan struct{}
-	done chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -75,7 +78,8 @@ type shard struct {
 	win   table[algo.Window]
 	logs  table[*logState]
 	sweep int // cursor of the incremental sweep
-	_     [40]byte
+	cap   int // the most entries the shard may hold; 0 means no cap
+	_     [32]byte
 }
 
 type logState struct {
@@ -92,9 +96,20 @@ func New(opts Options) *Store {
 			n <<= 1
 		}
 	}
+	if opts.MaxKeys > 0 {
+		for n > opts.MaxKeys {
+			n >>= 1
+		}
+	}
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
 	if opts.MaxKeys > 0 {
-		s.shardCap = max(1, (opts.MaxKeys+n-1)/n)
+		// Shares that add up to exactly MaxKeys.
+		for i := range s.shards {
+			s.shards[i].cap = opts.MaxKeys / n
+			if i < opts.MaxKeys%n {
+				s.shards[i].cap++
+			}
+		}
 	}
 	if opts.Now != nil {
 		now := opts.Now
@@ -111,12 +126,12 @@ func New(opts Options) *Store {
 	return s
 }
 
-// Close stops the sweeper goroutine, if any. The store stays usable.
+// Close stops the sweeper goroutine, if any, and waits for it to end. It
+// may be called more than once, concurrently. The store stays usable.
 func (s *Store) Close() error {
 	if s.stop != nil {
-		close(s.stop)
+		s.closeOnce.Do(func() { close(s.stop) })
 		<-s.done
-		s.stop = nil
 	}
 	return nil
 }
@@ -322,7 +337,12 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	}
 	if allowed {
 		for i := range reqs {
-			s.shards[idx[i]].decide(s, cs[i], &reqs[i], hs[i], t, reqs[i].Cost, true)
+			// MaxDelay was checked above, against the summed cost of
+			// a repeated (policy, key); charging the second of two
+			// must not check it again against the first's delay.
+			r := reqs[i]
+			r.MaxDelay = 0
+			s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, r.Cost, true)
 		}
 	} else {
 		for i := range ds {
@@ -493,7 +513,7 @@ const evictSample = 16
 // evictSample consecutive entries of the fullest table, the one that is
 // closest to (or already back at) its initial state.
 func (sh *shard) makeRoom(s *Store, t int64) {
-	if s.shardCap == 0 || sh.len() < s.shardCap {
+	if sh.cap == 0 || sh.len() < sh.cap {
 		return
 	}
 	start := int(uint64(t) * 0x9e3779b97f4a7c15 >> 1)
@@ -527,6 +547,10 @@ func evictOne[V any](tb *table[V], start int, expiry func(V) int64) {
 // Prune drops every entry that is back to initial at now (zero means the
 // store's clock), one shard and a bounded run of slots at a time, so no
 // lock is held for long. It returns the number of entries dropped.
+//
+// now counts as a time seen: a later decision at an earlier time decides
+// as at now (as for a clock that steps backwards), so that no key is found
+// dropped before its state was back to initial.
 func (s *Store) Prune(now time.Time) int {
 	t := s.micros(now)
 	dropped := 0
@@ -546,7 +570,8 @@ func pruneTable[V any](sh *shard, tb *table[V], t int64, expiry func(V) int64) i
 	dropped := 0
 	for start := 0; ; start += pruneChunk {
 		sh.mu.Lock()
-		tt := max(t, sh.hw)
+		sh.hw = max(t, sh.hw)
+		tt := sh.hw
 		if start >= len(tb.keys) {
 			tb.shrink()
 			sh.mu.Unlock()

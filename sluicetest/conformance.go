@@ -310,6 +310,17 @@ func (s *suite) allowAll(t *testing.T) {
 		}
 		d, err = allow(t, st, s.at(0), sluice.Request{Policy: p, Key: "d", Cost: 1})
 		expect(t, "Allow(cost 1) after the denied duplicates", d, err, true, 0)
+
+		// A leaky bucket's MaxDelay bounds the wait of the summed request
+		// (none here: the queue is empty), not the second request's wait
+		// behind the first.
+		leaky := sluice.Request{Policy: sluice.LeakyBucket(10, slow, 0), Key: "d", Cost: 1, MaxDelay: 24 * time.Hour}
+		d, out, err = allowAll(t, st, s.at(0), []sluice.Request{leaky, leaky})
+		expect(t, "AllowAll(leaky, leaky) with MaxDelay", d, err, true, 8)
+		expect(t, "AllowAll(leaky, leaky) with MaxDelay: out[1]", out[1], nil, true, 8)
+		leaky.MaxDelay = 0
+		d, err = peek(t, st, s.at(0), leaky)
+		expect(t, "Peek(leaky) after both were admitted", d, err, true, 7)
 	})
 
 	t.Run("OneRequestDecidesAsAllow", func(t *testing.T) {

@@ -81,8 +81,9 @@ var timelineCases = []timelineCase{
 		{at: 0, cost: 1, remaining: 0, retry: 100 * ms, reset: 300 * ms},
 		{at: 150 * ms, cost: 2, remaining: 1, retry: 50 * ms, reset: 150 * ms},
 		{at: 200 * ms, cost: 2, allowed: true, remaining: 0, reset: 300 * ms, delay: 100 * ms},
-		// Full: denied for room, whatever MaxDelay says.
-		{at: 250 * ms, cost: 1, maxDelay: 100 * ms, remaining: 0, retry: 50 * ms, reset: 250 * ms},
+		// Full: denied for room (there is room from 300 ms), and the
+		// 250 ms queue exceeds MaxDelay until 400 ms.
+		{at: 250 * ms, cost: 1, maxDelay: 100 * ms, remaining: 0, retry: 150 * ms, reset: 250 * ms},
 		// Room, but the 200 ms queue exceeds MaxDelay: denied, not queued,
 		// reporting the Delay it would have had.
 		{at: 300 * ms, cost: 1, maxDelay: 100 * ms, remaining: 1, retry: 100 * ms, reset: 200 * ms, delay: 200 * ms},

@@ -1,0 +1,195 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// reference is the simplest store that keeps the Store contract: one lock,
+// Go maps keyed by the policy and the key itself, and nothing ever dropped
+// or evicted. The memory store must decide exactly as it does.
+type reference struct {
+	mu   sync.Mutex
+	hw   int64
+	tat  map[refKey]algo.TAT
+	win  map[refKey]algo.Window
+	logs map[refKey]*algo.Log
+}
+
+type refKey struct {
+	policy sluice.Policy
+	key    string
+}
+
+var _ sluice.Store = (*reference)(nil)
+
+func newReference() *reference {
+	return &reference{tat: map[refKey]algo.TAT{}, win: map[refKey]algo.Window{}, logs: map[refKey]*algo.Log{}}
+}
+
+// tracked returns the number of (policy, key) pairs whose state is not
+// back to initial at now.
+func (r *reference) tracked(now time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := max(now.UnixMicro(), r.hw)
+	n := 0
+	for _, s := range r.tat {
+		if s.Expiry() > t {
+			n++
+		}
+	}
+	for _, s := range r.win {
+		if s.Expire > t {
+			n++
+		}
+	}
+	for k, l := range r.logs {
+		if l.Expiry(int64(k.policy.Period/time.Microsecond)) > t {
+			n++
+		}
+	}
+	return n
+}
+
+func check(req *sluice.Request) error {
+	if req.Cost < 1 {
+		return fmt.Errorf("reference: %w", sluice.ErrInvalidCost)
+	}
+	if err := req.Policy.Validate(); err != nil {
+		return fmt.Errorf("reference: %w", err)
+	}
+	return nil
+}
+
+var errCapacity = fmt.Errorf("reference: %w", sluice.ErrCostExceedsCapacity)
+
+// clamp returns now in µs, never before the latest time seen. r.mu must be
+// held.
+func (r *reference) clamp(now time.Time) int64 {
+	r.hw = max(r.hw, now.UnixMicro())
+	return r.hw
+}
+
+// decide decides req for cost at t and, when commit is set and it is
+// admitted, stores the new state. r.mu must be held.
+func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) sluice.Decision {
+	p := algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Capacity(), Period: int64(req.Policy.Period / time.Microsecond)}
+	k := refKey{req.Policy, req.Key}
+	var res algo.Result
+	switch req.Policy.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		var ns algo.Window
+		if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
+			ns, res = algo.FixedWindow(p, r.win[k], t, cost)
+		} else {
+			ns, res = algo.SlidingWindow(p, r.win[k], t, cost)
+		}
+		if commit && res.Allowed {
+			r.win[k] = ns
+		}
+	case sluice.SlidingLogAlgorithm:
+		l := r.logs[k]
+		if l == nil {
+			l = &algo.Log{}
+			r.logs[k] = l
+		}
+		if commit {
+			res = algo.SlidingLog(p, l, t, cost)
+		} else {
+			res = algo.SlidingLogPeek(p, l, t, cost)
+		}
+	default:
+		var ns algo.TAT
+		if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
+			ns, res = algo.LeakyBucket(p, r.tat[k], t, cost, maxDelay)
+		} else {
+			ns, res = algo.TokenBucket(p, r.tat[k], t, cost)
+		}
+		if commit && res.Allowed {
+			r.tat[k] = ns
+		}
+	}
+	return sluice.Decision{
+		Allowed:    res.Allowed,
+		Limit:      req.Policy.Limit,
+		Remaining:  res.Remaining,
+		RetryAfter: res.RetryAfter,
+		ResetAfter: res.ResetAfter,
+		Delay:      res.Delay,
+	}
+}
+
+func (r *reference) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return r.one(now, req, true)
+}
+
+func (r *reference) Peek(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return r.one(now, req, false)
+}
+
+func (r *reference) one(now time.Time, req sluice.Request, commit bool) (sluice.Decision, error) {
+	if err := check(&req); err != nil {
+		return sluice.Decision{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.decide(&req, r.clamp(now), req.Cost, req.MaxDelay, commit)
+	if d.RetryAfter == sluice.Never {
+		return d, errCapacity
+	}
+	return d, nil
+}
+
+// AllowAll decides the requests without charging, each repeated (policy,
+// key) with the cost of the requests before it; then charges them all, or
+// reports the uncharged state of those that would have passed.
+func (r *reference) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	if len(reqs) == 0 {
+		return sluice.Decision{}, errors.New("reference: no requests")
+	}
+	if out != nil && len(out) != len(reqs) {
+		return sluice.Decision{}, errors.New("reference: out has the wrong length")
+	}
+	for i := range reqs {
+		if err := check(&reqs[i]); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.clamp(now)
+	ds := make([]sluice.Decision, len(reqs))
+	allowed := true
+	for i := range reqs {
+		cost := reqs[i].Cost
+		for j := range i {
+			if reqs[j].Policy == reqs[i].Policy && reqs[j].Key == reqs[i].Key {
+				cost += reqs[j].Cost
+			}
+		}
+		ds[i] = r.decide(&reqs[i], t, cost, reqs[i].MaxDelay, false)
+		if ds[i].RetryAfter == sluice.Never {
+			return ds[i], errCapacity
+		}
+		allowed = allowed && ds[i].Allowed
+	}
+	for i := range reqs {
+		switch {
+		case allowed:
+			// MaxDelay was checked against the summed cost above.
+			r.decide(&reqs[i], t, reqs[i].Cost, 0, true)
+		case ds[i].Allowed:
+			ds[i] = r.decide(&reqs[i], t, 0, 0, false)
+			ds[i].Delay = 0
+		}
+	}
+	copy(out, ds)
+	return sluice.Combine(ds), nil
+}
