@@ -205,8 +205,8 @@ func sharedLimit(ps []sluice.Policy) (string, bool) {
 }
 
 // periodWindow holds the admitted requests of one key under one policy
-// that lie within the last period, oldest first, in a ring buffer, with
-// the sum of their costs.
+// that lie within the last period, oldest first, in a ring buffer whose
+// length is a power of two, with the sum of their costs.
 type periodWindow struct {
 	buf     []windowEntry
 	head, n int
@@ -223,28 +223,26 @@ type windowEntry struct {
 // interval that ends at t.
 func (w *periodWindow) add(t, cost, periodUS int64) int64 {
 	w.sum += cost
-	if last := w.n - 1; last >= 0 && w.at(last).t == t {
-		w.buf[(w.head+last)%len(w.buf)].cost += cost
+	if w.n > 0 && w.buf[(w.head+w.n-1)&(len(w.buf)-1)].t == t {
+		w.buf[(w.head+w.n-1)&(len(w.buf)-1)].cost += cost
 	} else {
 		if w.n == len(w.buf) {
 			grown := make([]windowEntry, max(4, 2*len(w.buf)))
 			for i := range w.n {
-				grown[i] = w.at(i)
+				grown[i] = w.buf[(w.head+i)&(len(w.buf)-1)]
 			}
 			w.buf, w.head = grown, 0
 		}
-		w.buf[(w.head+w.n)%len(w.buf)] = windowEntry{t: t, cost: cost}
+		w.buf[(w.head+w.n)&(len(w.buf)-1)] = windowEntry{t: t, cost: cost}
 		w.n++
 	}
 	for (t-w.buf[w.head].t)*1000 >= periodUS {
 		w.sum -= w.buf[w.head].cost
-		w.head = (w.head + 1) % len(w.buf)
+		w.head = (w.head + 1) & (len(w.buf) - 1)
 		w.n--
 	}
 	return w.sum
 }
-
-func (w *periodWindow) at(i int) windowEntry { return w.buf[(w.head+i)%len(w.buf)] }
 
 // oldest returns the time of the oldest entry; w must not be empty.
 func (w *periodWindow) oldest() int64 { return w.buf[w.head].t }

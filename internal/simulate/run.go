@@ -54,8 +54,13 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 			return err
 		}
 	}
-	store := memstore.New(memstore.Options{})
-	defer store.Close()
+	// One store per policy: each policy keeps its own state, and a store
+	// that serves one policy never has to look up another's parameters.
+	stores := make([]*memstore.Store, len(policies))
+	for i := range stores {
+		stores[i] = memstore.New(memstore.Options{})
+		defer stores[i].Close()
+	}
 	ds := make([]sluice.Decision, len(policies))
 	var prev int64
 	for n := int64(0); ; n++ {
@@ -80,7 +85,7 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 		prev = req.T
 		now := time.UnixMilli(req.T)
 		for i := range policies {
-			d, err := store.Allow(ctx, now, sluice.Request{Policy: policies[i], Key: req.Key, Cost: req.Cost})
+			d, err := stores[i].Allow(ctx, now, sluice.Request{Policy: policies[i], Key: req.Key, Cost: req.Cost})
 			if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 				return fmt.Errorf("simulate: request %d (%s at %d ms): %w", n+1, req.Key, req.T, err)
 			}
