@@ -1,0 +1,352 @@
+// Package redistest starts private redis-server processes for tests: a
+// single instance or a Redis Cluster, each on free loopback ports, with no
+// persistence, in a temporary directory, stopped when the test ends.
+//
+// It never touches a Redis it did not start (and never port 6379). When
+// redis-server is not on PATH the calling test is skipped with a message that
+// says how to install it, unless the environment variable
+// SLUICE_REQUIRE_REDIS is 1, in which case the test fails instead, so that CI
+// cannot pass without Redis.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RequireEnv is the environment variable that turns a missing redis-server
+// into a test failure instead of a skip.
+const RequireEnv = "SLUICE_REQUIRE_REDIS"
+
+// startTimeout bounds how long a server may take to answer PING.
+const startTimeout = 10 * time.Second
+
+// Require skips t (or fails it, when SLUICE_REQUIRE_REDIS=1) unless every
+// named program is on PATH.
+func Require(t testing.TB, programs ...string) {
+	t.Helper()
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			msg := fmt.Sprintf("%s not found on PATH: install it with `apt-get install redis-server` (Debian/Ubuntu); set %s=1 to make this a failure", p, RequireEnv)
+			if os.Getenv(RequireEnv) == "1" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+}
+
+// Server is one redis-server process started by Start or StartCluster. Its
+// methods are safe for concurrent use.
+type Server struct {
+	// Addr is the server's host:port on 127.0.0.1.
+	Addr string
+	// Port is the client port; BusPort the cluster bus port (0 when not in
+	// a cluster).
+	Port, BusPort int
+
+	dir  string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Options configure a server.
+type Options struct {
+	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
+	Args []string
+}
+
+// Start starts a single redis-server on a free loopback port and stops it
+// when t ends.
+func Start(t testing.TB, opts ...Options) *Server {
+	t.Helper()
+	Require(t, "redis-server")
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s, err := startServer(t.TempDir(), false, o.Args)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// startServer picks free ports and starts a server in dir, retrying a few
+// times when another process takes a port in between.
+func startServer(dir string, cluster bool, extra []string) (*Server, error) {
+	var lastErr error
+	for range 5 {
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir}
+		s.args = []string{
+			"--port", strconv.Itoa(s.Port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", dir,
+			"--logfile", filepath.Join(dir, "redis.log"),
+			"--daemonize", "no",
+			"--protected-mode", "no",
+		}
+		if cluster {
+			s.BusPort = ports[1]
+			s.args = append(s.args,
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+				"--cluster-port", strconv.Itoa(s.BusPort),
+			)
+		}
+		s.args = append(s.args, extra...)
+		if lastErr = s.Restart(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// freePorts returns n distinct free loopback ports, none of them 6379.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		if p := l.Addr().(*net.TCPAddr).Port; p != 6379 {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// Restart starts the server again on the same port and directory, after
+// Kill or Stop (it does nothing while the server runs), and waits until it
+// answers PING. Without persistence a restarted server is empty; a cluster
+// node keeps its identity through nodes.conf.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return nil
+	}
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if reply, err := s.do("PING"); err == nil && reply == "PONG" {
+			break
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on port %d exited at start: %s", s.Port, s.logTail())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s", s.Port, startTimeout, s.logTail())
+		}
+	}
+	s.cmd, s.done = cmd, done
+	return nil
+}
+
+// Kill stops the server at once with SIGKILL, as a crash would, and waits
+// for the process to end. It does nothing when the server is not running.
+func (s *Server) Kill() { s.stop(syscall.SIGKILL) }
+
+// Stop stops the server with SIGTERM (a clean shutdown) and waits for it.
+func (s *Server) Stop() { s.stop(syscall.SIGTERM) }
+
+func (s *Server) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(sig)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd, s.done = nil, nil
+}
+
+// Running reports whether the server process is running.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Pause stops the process with SIGSTOP: it keeps its connections but
+// answers nothing, like a hung server, until Resume.
+func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server with SIGCONT.
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("redistest: server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Do sends one command to the server on a new connection and returns its
+// reply: a string for simple and bulk strings, an int64 for integers, a
+// []any for arrays, nil for a null reply, and an error for an error reply
+// or a failed connection. It is meant for setup and inspection (INFO,
+// CONFIG, CLUSTER INFO), not for speed.
+func (s *Server) Do(args ...string) (any, error) { return s.do(args...) }
+
+func (s *Server) do(args ...string) (any, error) {
+	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := conn.Write([]byte(b.String())); err != nil {
+		return nil, err
+	}
+	return readReply(bufio.NewReader(conn))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(r *bufio.Reader) (any, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("redistest: empty reply line")
+	}
+	switch line[0] {
+	case '+':
+		return line[1:], nil
+	case '-':
+		return nil, fmt.Errorf("redis: %s", line[1:])
+	case ':':
+		return strconv.ParseInt(line[1:], 10, 64)
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		buf := make([]byte, n+2)
+		if _, err := readFull(r, buf); err != nil {
+			return nil, err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return nil, err
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = readReply(r); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("redistest: unexpected reply %q", line)
+}
+
+func readFull(r *bufio.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Info returns the fields of INFO section (for example "cpu",
+// "commandstats", "memory") as a map.
+func (s *Server) Info(section string) (map[string]string, error) {
+	reply, err := s.do("INFO", section)
+	if err != nil {
+		return nil, err
+	}
+	text, ok := reply.(string)
+	if !ok {
+		return nil, fmt.Errorf("redistest: INFO replied %T", reply)
+	}
+	return parseInfo(text), nil
+}
+
+func parseInfo(text string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func mkdirAll(dir string) error { return os.MkdirAll(dir, 0o755) }

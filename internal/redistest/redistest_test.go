@@ -1,0 +1,45 @@
+package redistest
+
+import (
+	"testing"
+	"time"
+)
+
+func TestServerKillRestart(t *testing.T) {
+	s := Start(t)
+	if s.Port == 6379 {
+		t.Fatalf("Start used port 6379")
+	}
+	if _, err := s.Do("SET", "k", "v"); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	s.Kill()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatalf("PING after Kill succeeded, want an error")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	got, err := s.Do("GET", "k")
+	if err != nil || got != nil {
+		t.Errorf("GET k after a restart = %v, %v; want nil (no persistence)", got, err)
+	}
+	info, err := s.Info("server")
+	if err != nil || info["tcp_port"] == "" {
+		t.Errorf("Info(server) = %v, %v; want tcp_port", info, err)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	start := time.Now()
+	c := StartCluster(t, ClusterOptions{})
+	t.Logf("3-master cluster ready in %v", time.Since(start))
+	if len(c.Nodes) != 3 || len(c.Masters()) != 3 {
+		t.Fatalf("StartCluster gave %d nodes, %d masters; want 3, 3", len(c.Nodes), len(c.Masters()))
+	}
+	for _, slot := range []int{0, 8000, 16383} {
+		if _, err := c.NodeForSlot(slot); err != nil {
+			t.Errorf("NodeForSlot(%d): %v", slot, err)
+		}
+	}
+}
