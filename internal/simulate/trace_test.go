@@ -3,6 +3,8 @@ package simulate
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -156,5 +158,25 @@ func TestAppendCSV(t *testing.T) {
 	r := Request{T: 1767268859000, Key: "client 1", Cost: 3}
 	if got, want := string(r.AppendCSV(nil)), "1767268859000,client 1,3"; got != want {
 		t.Errorf("AppendCSV = %q, want %q", got, want)
+	}
+}
+
+// TestExampleTraces checks that every shipped example trace is valid.
+func TestExampleTraces(t *testing.T) {
+	paths, err := filepath.Glob("../../examples/traces/*.csv")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no example traces: %v", err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if n, err := CheckTrace(f); err != nil || n == 0 {
+				t.Errorf("CheckTrace(%s) = %d, %v, want some requests and no error", path, n, err)
+			}
+		})
 	}
 }
