@@ -132,8 +132,12 @@ func (l *limiter) expiry() int64 {
 	return l.tat.Expiry()
 }
 
-// sameState reports whether l and m hold the same state.
-func (l *limiter) sameState(m *limiter) bool {
+// sameState reports whether l and m hold the same state at now: both back
+// to initial by then (a state a store may drop), or equal.
+func (l *limiter) sameState(m *limiter, now int64) bool {
+	if l.expiry() <= now && m.expiry() <= now {
+		return true
+	}
 	return l.tat == m.tat && l.win == m.win && slices.Equal(l.log.Entries(), m.log.Entries())
 }
 
