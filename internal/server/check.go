@@ -1,0 +1,332 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// checkBody is the body of POST /v1/check: one check (Limit, Key, Cost)
+// or several (Checks), never both.
+type checkBody struct {
+	Limit  *string      `json:"limit"`
+	Key    *string      `json:"key"`
+	Cost   *int64       `json:"cost"`
+	Checks *[]checkItem `json:"checks"`
+}
+
+type checkItem struct {
+	Limit *string `json:"limit"`
+	Key   *string `json:"key"`
+	Cost  *int64  `json:"cost"`
+}
+
+// item is one validated check.
+type item struct {
+	limit config.Limit
+	key   string
+	cost  int64
+}
+
+// requestError is a problem with a request, answered with its status.
+type requestError struct {
+	status int
+	msg    string
+}
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) *requestError {
+	return &requestError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// serveCheck answers POST /v1/check. See docs/configuration.md for the
+// request and response.
+func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
+	st := h.state.Load()
+	items, multi, rerr := parseCheck(w, r, st.cfg)
+	if rerr != nil {
+		writeError(w, rerr.status, rerr.msg)
+		return
+	}
+	ctx := r.Context()
+
+	// The enforced checks are decided together, all or nothing; the
+	// dry-run ones apart, so that they never change what the enforced ones
+	// charge, and charged only when the enforced ones passed (as the
+	// middleware does).
+	results := make([]httplimit.Result, len(items))
+	var reqBuf [8]sluice.Request
+	var idxBuf [8]int
+	reqs, idx := reqBuf[:0], idxBuf[:0]
+	for i, it := range items {
+		results[i] = httplimit.Result{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true}
+		if !it.limit.Shadow {
+			reqs = append(reqs, sluice.Request{Policy: it.limit.Policy, Key: it.key, Cost: it.cost})
+			idx = append(idx, i)
+		}
+	}
+	d := sluice.Decision{Allowed: true}
+	var err error
+	switch len(reqs) {
+	case 0:
+	case 1:
+		d, err = h.store.Allow(ctx, time.Time{}, reqs[0])
+		results[idx[0]].Decision = d
+	default:
+		var outBuf [8]sluice.Decision
+		out := outBuf[:0]
+		if len(reqs) <= len(outBuf) {
+			out = outBuf[:len(reqs)]
+		} else {
+			out = make([]sluice.Decision, len(reqs))
+		}
+		d, err = h.store.AllowAll(ctx, time.Time{}, reqs, out)
+		for j, i := range idx {
+			results[i].Decision = out[j]
+		}
+	}
+	if err != nil {
+		h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err))
+		writeError(w, http.StatusServiceUnavailable, "the store failed to decide; see the server's log")
+		return
+	}
+	for i := range results {
+		res := &results[i]
+		if !res.Shadow {
+			continue
+		}
+		req := sluice.Request{Policy: res.Policy, Key: res.Key, Cost: res.Cost}
+		if d.Allowed {
+			res.Decision, res.Err = h.store.Allow(ctx, time.Time{}, req)
+		} else {
+			res.Decision, res.Err = h.store.Peek(ctx, time.Time{}, req)
+		}
+		if res.Err != nil {
+			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed on a dry-run limit",
+				slog.String("limit", res.Policy.Name), slog.Any("error", res.Err))
+		}
+	}
+
+	for i := range results {
+		res := &results[i]
+		if res.Err == nil {
+			h.metrics.decisions.WithLabelValues(res.Policy.Name, outcome(res.Decision, res.Shadow)).Inc()
+		}
+	}
+	if !d.Allowed && h.logger.Enabled(ctx, slog.LevelDebug) {
+		var denied []string
+		for i := range results {
+			if !results[i].Shadow && !results[i].Decision.Allowed {
+				denied = append(denied, results[i].Policy.Name)
+			}
+		}
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "check: denied", slog.Any("limits", denied),
+			slog.Duration("retry_after", d.RetryAfter))
+	}
+
+	if !d.Degraded {
+		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, results, h.now())
+	}
+	b := make([]byte, 0, 128+96*len(results))
+	if multi {
+		b = appendMulti(b, d, results)
+	} else {
+		b = appendResult(b, &results[0])
+	}
+	b = append(b, '\n')
+	hd := w.Header()
+	hd["Content-Type"] = []string{"application/json"}
+	hd["Content-Length"] = []string{strconv.Itoa(len(b))}
+	hd["Cache-Control"] = []string{"no-store"}
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
+
+// parseCheck reads and validates a /v1/check body. multi reports the
+// "checks" form.
+func parseCheck(w http.ResponseWriter, r *http.Request, cfg *config.Config) (items []item, multi bool, rerr *requestError) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	var body checkBody
+	if err := dec.Decode(&body); err != nil {
+		return nil, false, bodyError(err)
+	}
+	switch _, err := dec.Token(); {
+	case errors.Is(err, io.EOF):
+	case errors.As(err, new(*http.MaxBytesError)):
+		return nil, false, bodyError(err)
+	default:
+		return nil, false, badRequest("the body holds more than one JSON value")
+	}
+	if body.Checks == nil {
+		if body.Limit == nil && body.Key == nil && body.Cost == nil {
+			return nil, false, badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them`)
+		}
+		it, rerr := checkOne(cfg, "", body.Limit, body.Key, body.Cost)
+		if rerr != nil {
+			return nil, false, rerr
+		}
+		return []item{it}, false, nil
+	}
+	if body.Limit != nil || body.Key != nil || body.Cost != nil {
+		return nil, true, badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
+	}
+	checks := *body.Checks
+	switch {
+	case len(checks) == 0:
+		return nil, true, badRequest(`"checks" must hold at least one check`)
+	case len(checks) > maxChecks:
+		return nil, true, badRequest(`"checks" holds %d checks; at most %d are allowed`, len(checks), maxChecks)
+	}
+	items = make([]item, len(checks))
+	for i, c := range checks {
+		it, rerr := checkOne(cfg, fmt.Sprintf("checks[%d].", i), c.Limit, c.Key, c.Cost)
+		if rerr != nil {
+			return nil, true, rerr
+		}
+		items[i] = it
+	}
+	return items, true, nil
+}
+
+// checkOne validates one check; where prefixes field names in messages.
+func checkOne(cfg *config.Config, where string, limit, key *string, cost *int64) (item, *requestError) {
+	if limit == nil || *limit == "" {
+		return item{}, badRequest("%slimit is missing: name a limit of the configuration", where)
+	}
+	if key == nil {
+		return item{}, badRequest("%skey is missing", where)
+	}
+	if *key == "" {
+		return item{}, badRequest("%skey is empty", where)
+	}
+	it := item{key: *key, cost: 1}
+	if cost != nil {
+		if *cost < 1 {
+			return item{}, badRequest("%scost must be at least 1, got %d", where, *cost)
+		}
+		it.cost = *cost
+	}
+	l, ok := cfg.Limit(*limit)
+	if !ok {
+		return item{}, &requestError{http.StatusNotFound, fmt.Sprintf("%slimit: no limit named %q", where, *limit)}
+	}
+	if c := l.Policy.Capacity(); it.cost > c {
+		return item{}, badRequest("%scost %d exceeds the capacity of limit %q (%d): it could never be allowed", where, it.cost, *limit, c)
+	}
+	it.limit = l
+	return it, nil
+}
+
+// bodyError turns a JSON decoding error into a message for the client.
+func bodyError(err error) *requestError {
+	var tooBig *http.MaxBytesError
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &tooBig):
+		return badRequest("the body is larger than %d bytes", tooBig.Limit)
+	case errors.Is(err, io.EOF):
+		return badRequest("the body is empty; send a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("the body ends in the middle of its JSON")
+	case errors.As(err, &syntax):
+		return badRequest("the body is not valid JSON: %v (at byte %d)", syntax, syntax.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return badRequest("the body must be a JSON object, not %s", typ.Value)
+		}
+		return badRequest("%s must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return badRequest("unknown field %s (want limit, key, cost or checks)", f)
+	}
+	return badRequest("the body is not valid: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int64":
+		return "a whole number"
+	case "string":
+		return "a string"
+	case "slice":
+		return "a list"
+	case "struct":
+		return "an object"
+	}
+	return goKind
+}
+
+// appendResult appends one check's result as a JSON object.
+func appendResult(b []byte, r *httplimit.Result) []byte {
+	d := r.Decision
+	allowed := d.Allowed || r.Shadow
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, allowed)
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, r.Policy.Limit, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
+	b = append(b, `,"reset_after_ms":`...)
+	b = strconv.AppendInt(b, millis(d.ResetAfter), 10)
+	if d.Delay > 0 {
+		b = append(b, `,"delay_ms":`...)
+		b = strconv.AppendInt(b, millis(d.Delay), 10)
+	}
+	if d.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
+	if r.Shadow {
+		b = append(b, `,"shadow":true`...)
+		if !d.Allowed && r.Err == nil {
+			b = append(b, `,"shadow_denied":true`...)
+		}
+		if r.Err != nil {
+			b = append(b, `,"error":"the store failed to decide"`...)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendMulti appends the answer to a "checks" request.
+func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"retry_after_ms":`...)
+	b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
+	if d.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
+	b = append(b, `,"results":[`...)
+	for i := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendResult(b, &results[i])
+	}
+	return append(b, "]}"...)
+}
+
+// millis returns d in whole milliseconds, rounded up; 0 for d ≤ 0.
+// Decisions carry whole milliseconds already.
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+)
+
+// serveForwardAuth answers a reverse proxy that asks whether to let a
+// request through (Caddy's forward_auth, Traefik's ForwardAuth, nginx's
+// auth_request): 200 to let it through, 429 with Retry-After to stop it,
+// both with the RateLimit fields of the rule's limits.
+//
+// The rule is the one named by ?rule=NAME, or else the first whose match
+// selects the original request. When the connection comes from a trusted
+// proxy, the original request is described by X-Forwarded-Method,
+// X-Forwarded-Uri and X-Forwarded-Host (and the client address by
+// X-Forwarded-For); otherwise those headers are ignored and the request is
+// taken as it is. A request no rule selects is let through.
+func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
+	st := h.state.Load()
+	orig, msg := st.original(r)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
+	var ru *rule
+	if q := r.URL.Query(); q.Has("rule") {
+		name := q.Get("rule")
+		if ru = st.byName[name]; ru == nil {
+			writeError(w, http.StatusNotFound, "no rule named "+strconv.Quote(name))
+			return
+		}
+	} else if ru = st.match(orig.Method, orig.URL.Path); ru == nil {
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if ru.mw.Check(w, orig) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// original returns the request a trusted proxy asks about, rebuilt from
+// its X-Forwarded-* headers, or r itself when the peer is not trusted.
+func (st *state) original(r *http.Request) (*http.Request, string) {
+	if !st.trustedPeer(r.RemoteAddr) {
+		return r, ""
+	}
+	method := r.Header.Get("X-Forwarded-Method")
+	uri := r.Header.Get("X-Forwarded-Uri")
+	host := r.Header.Get("X-Forwarded-Host")
+	if method == "" && uri == "" && host == "" {
+		return r, ""
+	}
+	o := r.WithContext(r.Context()) // a shallow copy
+	if method != "" {
+		o.Method = method
+	}
+	if uri != "" {
+		u, err := url.ParseRequestURI(uri)
+		if err != nil {
+			return nil, "X-Forwarded-Uri is not a request URI: " + strconv.Quote(uri)
+		}
+		o.URL = u
+		o.RequestURI = uri
+	}
+	if host != "" {
+		o.Host = host
+	}
+	return o, ""
+}
+
+// trustedPeer reports whether the connection comes from a trusted proxy.
+func (st *state) trustedPeer(remoteAddr string) bool {
+	if len(st.trusted) == 0 {
+		return false
+	}
+	var a netip.Addr
+	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
+		a = ap.Addr()
+	} else if a, err = netip.ParseAddr(remoteAddr); err != nil {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	for _, p := range st.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

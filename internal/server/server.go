@@ -1,0 +1,360 @@
+// Package server is the HTTP side of the Sluice service (sluice serve): the
+// decision API (POST /v1/check), forward-auth for reverse proxies
+// (/v1/forward-auth), health and readiness probes, and Prometheus metrics.
+//
+// A Handler is built from a validated config.Config and a sluice.Store. It
+// holds its configuration in an atomic pointer: Reload swaps in a new one
+// while requests are being served, and every request is answered entirely
+// under the configuration it started with. Limits whose policy is unchanged
+// keep their state across a reload, because stores keep state by policy
+// (name, algorithm and numbers) and key; a limit whose numbers change
+// starts afresh.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// Options configure a Handler. The zero value is valid: the defaults are
+// given with each field.
+type Options struct {
+	// Logger receives store failures (Warn), reloads (Info) and, at Debug,
+	// one line per denial. Keys are never logged. Nil discards logs.
+	Logger *slog.Logger
+	// Registry receives the service's metrics and is served at /metrics.
+	// Nil means a new registry with the Go runtime and process collectors
+	// added. A registry can serve one Handler: a second New on it fails.
+	Registry *prometheus.Registry
+	// Now returns the current time, for reload timestamps and header
+	// fields that carry a time; default time.Now. Decisions use the
+	// store's clock.
+	Now func() time.Time
+}
+
+// Handler serves the Sluice HTTP API. Build one with New; it is safe for
+// concurrent use, including Reload while it serves.
+type Handler struct {
+	store   *meteredStore
+	raw     sluice.Store
+	logger  *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+	now     func() time.Time
+	mux     *http.ServeMux
+
+	state    atomic.Pointer[state]
+	reloadMu sync.Mutex // serialises Reload
+	draining atomic.Bool
+}
+
+// state is everything a request needs from the configuration, built once
+// per configuration.
+type state struct {
+	cfg    *config.Config
+	names  []string // limit names, sorted
+	rules  []*rule
+	byName map[string]*rule
+	// trusted are the proxies whose X-Forwarded-* headers are believed.
+	trusted []netip.Prefix
+}
+
+// rule is a configured rule with the middleware that applies its limits.
+type rule struct {
+	cfg config.Rule
+	mw  *httplimit.Middleware
+}
+
+// maxBody is the largest request body /v1/check reads.
+const maxBody = 64 << 10
+
+// maxChecks is the most checks one /v1/check request may hold.
+const maxChecks = 128
+
+// New returns a Handler that decides with store under cfg.
+func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("server: config is nil")
+	}
+	if store == nil {
+		return nil, fmt.Errorf("server: store is nil")
+	}
+	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now}
+	if h.logger == nil {
+		h.logger = slog.New(slog.DiscardHandler)
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.reg == nil {
+		h.reg = prometheus.NewRegistry()
+		h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	m, err := newMetrics(h.reg, store)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	h.metrics = m
+	h.store = newMeteredStore(store, m)
+	st, err := h.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.state.Store(st)
+	m.setLimits(nil, st.names)
+	m.lastReload.Set(float64(h.now().UnixNano()) / 1e9)
+
+	h.mux = http.NewServeMux()
+	h.handle("/v1/check", "check", onlyMethod("POST", h.serveCheck))
+	h.handle("/v1/forward-auth", "forward_auth", h.serveForwardAuth)
+	h.handle("/healthz", "healthz", onlyMethod("GET", h.serveHealthz))
+	h.handle("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))
+	h.handle("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	h.handle("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
+	})
+	return h, nil
+}
+
+// onlyMethod answers 405 with a JSON error to requests of another method
+// (and lets HEAD through where GET is allowed).
+func onlyMethod(method string, next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, "use "+method+" for "+r.URL.Path)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (h *Handler) handle(pattern, name string, fn http.HandlerFunc) {
+	h.mux.Handle(pattern, h.instrument(name, fn))
+}
+
+// instrument counts and times the requests of one handler.
+func (h *Handler) instrument(name string, next http.Handler) http.Handler {
+	dur := h.metrics.duration.WithLabelValues(name)
+	codes := h.metrics.requests.MustCurryWith(prometheus.Labels{"handler": name})
+	var byCode sync.Map // int -> prometheus.Counter, to skip the label lookup
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(&sw, r)
+		dur.Observe(time.Since(start).Seconds())
+		c, ok := byCode.Load(sw.status)
+		if !ok {
+			c, _ = byCode.LoadOrStore(sw.status, codes.WithLabelValues(strconv.Itoa(sw.status)))
+		}
+		c.(prometheus.Counter).Inc()
+	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ServeHTTP routes a request to the endpoint its path names.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// Config returns the configuration in use.
+func (h *Handler) Config() *config.Config {
+	return h.state.Load().cfg
+}
+
+// Reload makes cfg the configuration in use, for every request that starts
+// after it returns; requests already being served finish under the old
+// one. Limits whose policy is unchanged keep their state. It changes
+// nothing and returns an error when cfg cannot be applied.
+//
+// Reload applies the limits and rules; the listen addresses and the store
+// are the caller's (config.RestartRequired lists the differences that a
+// reload does not apply).
+func (h *Handler) Reload(cfg *config.Config) error {
+	if cfg == nil {
+		return fmt.Errorf("server: config is nil")
+	}
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	st, err := h.build(cfg)
+	if err != nil {
+		return err
+	}
+	old := h.state.Swap(st)
+	h.metrics.setLimits(old.names, st.names)
+	h.metrics.reloads.Inc()
+	h.metrics.lastReload.Set(float64(h.now().UnixNano()) / 1e9)
+	h.logger.LogAttrs(context.Background(), slog.LevelInfo, "configuration reloaded",
+		slog.String("source", cfg.Source()), slog.Int("limits", len(st.names)), slog.Int("rules", len(st.rules)))
+	return nil
+}
+
+// Drain makes /readyz answer 503, so that load balancers stop sending new
+// requests while the server shuts down; every other endpoint keeps
+// working.
+func (h *Handler) Drain() {
+	h.draining.Store(true)
+}
+
+// build compiles a configuration into the state requests use.
+func (h *Handler) build(cfg *config.Config) (*state, error) {
+	st := &state{cfg: cfg, byName: make(map[string]*rule)}
+	for _, l := range cfg.Limits() {
+		st.names = append(st.names, l.Name())
+	}
+	p, ok := cfg.Proxy()
+	if !ok {
+		return st, nil
+	}
+	st.trusted = p.TrustedProxies
+	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
+	for i, rc := range p.Rules {
+		limits := make([]httplimit.Limit, len(rc.Limits))
+		for j, rl := range rc.Limits {
+			l, ok := cfg.Limit(rl.Limit)
+			if !ok {
+				return nil, fmt.Errorf("server: rule %d: no limit named %q", i, rl.Limit)
+			}
+			limits[j] = httplimit.Limit{Policy: l.Policy, Key: rl.KeyFunc, Cost: rl.Cost, Shadow: l.Shadow}
+		}
+		mw, err := httplimit.New(h.store, limits, &httplimit.Options{
+			ClientIP:   clientIP,
+			OnDecision: h.countEvent,
+			Logger:     h.logger,
+			Now:        h.now,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: rule %d: %w", i, err)
+		}
+		r := &rule{cfg: rc, mw: mw}
+		st.rules = append(st.rules, r)
+		if rc.Name != "" {
+			st.byName[rc.Name] = r
+		}
+	}
+	return st, nil
+}
+
+// countEvent records a rule's decision in the metrics.
+func (h *Handler) countEvent(ev *httplimit.Event) {
+	for i := range ev.Results {
+		r := &ev.Results[i]
+		if !r.Applied || (r.Err != nil && r.Decision == (sluice.Decision{})) {
+			continue
+		}
+		h.metrics.decisions.WithLabelValues(r.Policy.Name, outcome(r.Decision, r.Shadow)).Inc()
+	}
+}
+
+// match returns the first rule that selects a request with the given
+// method and path, or nil.
+func (st *state) match(method, path string) *rule {
+	for _, r := range st.rules {
+		if r.cfg.Match.Matches(method, path) {
+			return r
+		}
+	}
+	return nil
+}
+
+func (h *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// pinger is a store that can check that its backend answers.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// readyTimeout bounds the store check of /readyz.
+const readyTimeout = 2 * time.Second
+
+// serveReadyz answers 200 when the service can decide: a configuration is
+// loaded and the store answers, or its failure policy decides in its place.
+func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	st := h.state.Load()
+	body := map[string]any{"config": st.cfg.Source(), "limits": len(st.names)}
+	if h.draining.Load() {
+		body["status"] = "draining"
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	body["status"] = "ready"
+	if p, ok := h.raw.(pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		err := p.Ping(ctx)
+		cancel()
+		if err != nil {
+			s := st.cfg.Store()
+			body["store"] = "unreachable"
+			if s.OnError == "" {
+				body["status"] = "store unreachable"
+				writeJSON(w, http.StatusServiceUnavailable, body)
+				return
+			}
+			body["status"] = "degraded"
+			body["on_error"] = string(s.OnError)
+			writeJSON(w, http.StatusOK, body)
+			return
+		}
+		body["store"] = "ok"
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// writeJSON writes v as a JSON response.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed"}`)
+	}
+	b = append(b, '\n')
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Length", strconv.Itoa(len(b)))
+	hd.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// writeError writes {"error": msg} with status.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
