@@ -186,12 +186,13 @@ func validPolicyName(name string) bool {
 // clients see only the limits that can stop them. now is the time the
 // decision was made, for X-RateLimit-Reset.
 func WriteHeaders(h http.Header, style HeaderStyle, results []Result, now time.Time) {
-	writeHeaders(h, style, results, nil, now)
+	writeHeaders(h, style, results, nil, func() time.Time { return now })
 }
 
 // writeHeaders is WriteHeaders with, optionally, a prebuilt
-// RateLimit-Policy value for when every result applied.
-func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyField []string, now time.Time) {
+// RateLimit-Policy value for when every result applied, and a clock read
+// only for X-RateLimit-Reset.
+func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyField []string, now func() time.Time) {
 	if !style.has(HeadersIETF | HeadersLegacy | HeadersX) {
 		return
 	}
@@ -235,7 +236,7 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 			h[hdrXLimit] = []string{limit}
 			h[hdrXRemaining] = []string{remaining}
 			if hasReset {
-				at := now.Add(time.Duration(reset) * time.Second)
+				at := now().Add(time.Duration(reset) * time.Second)
 				sec := at.Unix()
 				if at.Nanosecond() > 0 {
 					sec++ // never earlier than the real reset

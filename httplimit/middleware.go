@@ -452,7 +452,7 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 			if !static {
 				pf = nil
 			}
-			writeHeaders(h, m.style, res, pf, m.now())
+			writeHeaders(h, m.style, res, pf, m.now)
 		}
 		if d.Delay > 0 {
 			t := time.NewTimer(d.Delay)
@@ -482,7 +482,7 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 			if !static {
 				pf = nil
 			}
-			writeHeaders(h, m.style, res, pf, m.now())
+			writeHeaders(h, m.style, res, pf, m.now)
 		}
 		if m.logger != nil && m.logger.Enabled(ctx, slog.LevelDebug) {
 			m.logger.LogAttrs(ctx, slog.LevelDebug, "httplimit: denied", slog.Any("limits", viol),
