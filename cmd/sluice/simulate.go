@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -97,9 +98,9 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simulateUsage) }
 	f := new(simulateFlags)
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
-	fs.Int64Var(&f.limit, "limit", 0, "cost units per period")
-	fs.DurationVar(&f.period, "period", 0, "the period")
-	fs.Int64Var(&f.burst, "burst", 0, "the token-bucket family's capacity")
+	fs.Var((*intFlag)(&f.limit), "limit", "cost units per period")
+	fs.Var((*durationFlag)(&f.period), "period", "the period")
+	fs.Var((*intFlag)(&f.burst), "burst", "the token-bucket family's capacity")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
 	return fs, f
@@ -268,4 +269,45 @@ func checkAndRewind(r io.Reader) (_ io.Reader, cleanup func(), _ error) {
 		return nil, cleanup, fmt.Errorf("rewind the copy of the trace: %w", err)
 	}
 	return tmp, cleanup, nil
+}
+
+// intFlag is an int64 flag whose errors say what is wanted.
+type intFlag int64
+
+func (v *intFlag) String() string {
+	if v == nil {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*v), 10)
+}
+
+func (v *intFlag) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return errors.New("out of range")
+	}
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v = intFlag(n)
+	return nil
+}
+
+// durationFlag is a time.Duration flag whose errors say what is wanted.
+type durationFlag time.Duration
+
+func (v *durationFlag) String() string {
+	if v == nil {
+		return "0s"
+	}
+	return time.Duration(*v).String()
+}
+
+func (v *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (Go syntax: 250ms, 1s, 1m, 24h)")
+	}
+	*v = durationFlag(d)
+	return nil
 }

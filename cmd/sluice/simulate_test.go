@@ -226,9 +226,12 @@ func TestSimulateBadFlagSyntax(t *testing.T) {
 		want string
 	}{
 		{[]string{"simulate", "--rate", "5"}, "flag provided but not defined: -rate\n"},
-		{[]string{"simulate", "--limit", "ten"}, `invalid value "ten" for flag -limit: parse error` + "\n"},
-		{[]string{"simulate", "--period", "5"}, `invalid value "5" for flag -period: parse error` + "\n"},
-		{[]string{"simulate", "--period", "1 minute"}, `invalid value "1 minute" for flag -period: parse error` + "\n"},
+		{[]string{"simulate", "--limit", "ten"}, `invalid value "ten" for flag -limit: not an integer` + "\n"},
+		{[]string{"simulate", "--burst", "1e3"}, `invalid value "1e3" for flag -burst: not an integer` + "\n"},
+		{[]string{"simulate", "--limit", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -limit: out of range` + "\n"},
+		{[]string{"simulate", "--period", "5"}, `invalid value "5" for flag -period: not a duration (Go syntax: 250ms, 1s, 1m, 24h)` + "\n"},
+		{[]string{"simulate", "--period", "1 minute"}, `invalid value "1 minute" for flag -period: not a duration (Go syntax: 250ms, 1s, 1m, 24h)` + "\n"},
+		{[]string{"simulate", "--limit"}, "flag needs an argument: -limit\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
