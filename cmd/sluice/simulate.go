@@ -33,7 +33,8 @@ Flags:
                        burst of their own and refuse one other than the limit.
                        With --algorithm all it applies to the bucket family only.
   --trace FILE|-       the trace to read; - or no --trace reads standard input
-  --format table|jsonl table (default): a summary per key, or with
+  --format table|jsonl
+                       table (default): a summary per key, or with
                        --algorithm all a comparison; jsonl: one decision per
                        line (one algorithm only)
 
@@ -46,8 +47,8 @@ Trace: CSV, one request per line, t_ms,key[,cost]:
     (quoted CSV fields are not supported).
   - cost: an integer from 1 to 1000000000; 1 when the field is left out.
   - Spaces around fields are ignored. Blank lines and lines starting with #
-    are skipped. The first other line is a header, and skipped, when its
-    first field is not an integer.
+    are skipped. The first line that is neither is a header, and skipped,
+    when its first field is not an integer.
   Any malformed line stops the simulation with an error naming the line.
 
 JSON Lines output: one object per request, in input order, with exactly the
@@ -61,8 +62,8 @@ reset_after_ms:
                   rounded up to whole ms; 0 for the other algorithms
   reset_after_ms  whole ms (rounded up) until the key's state is back to
                   initial if nothing else came
-A jsonl run reads the trace twice (standard input is copied to a temporary
-file) so that a bad line stops it before any output.
+A jsonl run reads the trace twice, so that a bad line stops it before any
+output; standard input that cannot seek (a pipe) is copied to a temporary file.
 
 Comparison (--algorithm all): per algorithm, the requests admitted and
 denied, the cost admitted, the most cost admitted for one key within any
