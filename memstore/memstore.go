@@ -174,7 +174,8 @@ const policyCacheSize = 256
 // compile returns p compiled, from a small direct-mapped cache. Entries are
 // immutable, so readers need no lock.
 func (s *Store) compile(p *sluice.Policy) *compiled {
-	slot := &s.policies[(uint64(p.Limit)*0x9e3779b97f4a7c15^uint64(p.Period)*0xc2b2ae3d27d4eb4f^uint64(p.Burst)^uint64(p.Algorithm)^uint64(len(p.Name)))>>56]
+	x := uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Period)*0xc2b2ae3d27d4eb4f ^ uint64(p.Burst)*0x165667b19e3779f9 ^ uint64(p.Algorithm)<<8 ^ uint64(len(p.Name))
+	slot := &s.policies[(x*0xff51afd7ed558ccd)>>56]
 	if c := slot.Load(); c != nil && c.policy == *p {
 		return c
 	}
