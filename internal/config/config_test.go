@@ -287,17 +287,21 @@ func TestLoadErrors(t *testing.T) {
 // TestAliasBudget checks that aliases cannot make validation walk far more
 // nodes than the file holds.
 func TestAliasBudget(t *testing.T) {
+	const n = 500 // n rules of n limits each: n² visits from a file of size O(n)
 	var b strings.Builder
-	b.WriteString("limits:\n  a: {algorithm: gcra, limit: 10, period: 1s}\nproxy:\n  rules:\n")
-	b.WriteString("    - &r {limits: &l [")
-	for i := range 1100 {
+	b.WriteString("limits:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  l%d: {algorithm: gcra, limit: 10, period: 1s}\n", i)
+	}
+	b.WriteString("proxy:\n  rules:\n    - &r {limits: [")
+	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("{limit: a, key: ip}")
+		fmt.Fprintf(&b, "{limit: l%d, key: ip}", i)
 	}
 	b.WriteString("]}\n")
-	for range 1100 {
+	for range n {
 		b.WriteString("    - *r\n")
 	}
 	start := time.Now()
@@ -308,6 +312,26 @@ func TestAliasBudget(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Parse(bomb) took %v", d)
+	}
+}
+
+// TestManyProblems checks that the report stops at maxProblems.
+func TestManyProblems(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("limits:\n")
+	for i := range 3 * maxProblems {
+		fmt.Fprintf(&b, "  l%d: {algorithm: gcra, limit: 0, period: 1s}\n", i)
+	}
+	_, err := Parse("many.yaml", []byte(b.String()))
+	got := problems(err)
+	if len(got) != maxProblems+1 {
+		t.Fatalf("Parse reported %d problems, want %d and a note", len(got), maxProblems)
+	}
+	if want := "many.yaml:2: limits.l0.limit: must be from 1 to 1000000000, got 0"; got[0] != want {
+		t.Errorf("first problem = %q, want %q", got[0], want)
+	}
+	if want := "many.yaml: stopped after 50 problems"; got[maxProblems] != want {
+		t.Errorf("last line = %q, want %q", got[maxProblems], want)
 	}
 }
 

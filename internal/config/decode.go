@@ -17,7 +17,7 @@ import (
 // maxVisits bounds the nodes a decoder visits, counting each visit of an
 // aliased node again, so that a small file full of aliases cannot make
 // validation take long.
-const maxVisits = 1_000_000
+const maxVisits = 200_000
 
 // maxNameLen is the longest limit or rule name.
 const maxNameLen = 64
@@ -40,8 +40,19 @@ type field struct {
 	key, val *yaml.Node
 }
 
+// maxProblems is the most problems reported for one file; past it the
+// walk stops, so that a file cannot make an error message of any size.
+const maxProblems = 50
+
 // add records a problem at node n (which may be nil).
 func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
+	if len(d.problems) >= maxProblems {
+		if len(d.problems) == maxProblems {
+			d.problems = append(d.problems, Problem{File: d.file, Line: 1 << 30, Message: fmt.Sprintf("stopped after %d problems", maxProblems)})
+		}
+		d.budget = 0 // stop walking
+		return
+	}
 	p := Problem{File: d.file, Path: path, Message: fmt.Sprintf(format, args...)}
 	if n != nil {
 		p.Line, p.Column = n.Line, n.Column
@@ -49,8 +60,14 @@ func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
 	d.problems = append(d.problems, p)
 }
 
-// sort orders the problems by their place in the file.
+// sort orders the problems by their place in the file; the note that the
+// walk stopped comes last, and loses its placeholder line.
 func (d *decoder) sort() {
+	defer func() {
+		if n := len(d.problems); n > maxProblems {
+			d.problems[n-1].Line = 0
+		}
+	}()
 	slices.SortStableFunc(d.problems, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})

@@ -473,11 +473,22 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clien
 		d.add(ln, lp, "must list at least one limit")
 		return r, false
 	}
+	used := make(map[string]int) // limit name -> index in this rule
 	for i, e := range ln.Content {
 		if !d.visit(e) {
 			return r, false
 		}
 		rl, ok := d.ruleLimit(deref(e), index(lp, i), limits, clientIP)
+		if ok {
+			if j, dup := used[rl.Limit]; dup {
+				// One limit is one policy: its name labels the RateLimit
+				// fields and its state, so it is charged once per request.
+				d.add(deref(e), join(index(lp, i), "limit"), "limit %q is already charged by %s; define another limit with the same numbers to count a second key", rl.Limit, index(lp, j))
+				ok = false
+			} else {
+				used[rl.Limit] = i
+			}
+		}
 		good = good && ok
 		r.Limits = append(r.Limits, rl)
 	}
