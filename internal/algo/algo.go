@@ -67,7 +67,10 @@ func (p Params) Check() error {
 }
 
 // Result is one decision. Durations are whole milliseconds except Delay,
-// which is exact to the microsecond (rounded up).
+// which is exact to the microsecond (rounded up). A duration longer than a
+// time.Duration holds (about 292 years, which only a bucket that takes
+// longer than that to refill can reach) saturates at the largest whole
+// number of milliseconds, or microseconds for Delay, that it holds.
 type Result struct {
 	Allowed bool
 	// Remaining is how many cost units could be admitted right now, after
@@ -117,10 +120,26 @@ func mulAddDivCeil(a, b, c, d int64) int64 {
 	return int64(q)
 }
 
+// Largest whole numbers of milliseconds and microseconds a Duration holds.
+const (
+	maxDurationMillis = math.MaxInt64 / int64(time.Millisecond)
+	maxDurationMicros = math.MaxInt64 / int64(time.Microsecond)
+)
+
 // ceilMillis converts a non-negative microsecond count to a Duration rounded
-// up to whole milliseconds.
+// up to whole milliseconds, saturating at the largest one a Duration holds.
 func ceilMillis(us int64) time.Duration {
-	return time.Duration((us+999)/1000) * time.Millisecond
+	ms := us / 1000
+	if us%1000 > 0 {
+		ms++
+	}
+	return time.Duration(min(ms, maxDurationMillis)) * time.Millisecond
+}
+
+// ceilMicros converts a non-negative microsecond count to a Duration,
+// saturating at the largest whole number of µs a Duration holds.
+func ceilMicros(us int64) time.Duration {
+	return time.Duration(min(us, maxDurationMicros)) * time.Microsecond
 }
 
 // retryMillis is ceilMillis with the floor of 1 ms that RetryAfter promises.

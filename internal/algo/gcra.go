@@ -60,7 +60,7 @@ func Prepare(p Params) Prepared {
 func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration) {
 	p := &pp.Params
 	bq, br := s.backlog(now, pp.hq, pp.hr)
-	wait := time.Duration(ceilFrac(bq, br)) * time.Microsecond
+	wait := ceilMicros(ceilFrac(bq, br))
 	if cost > p.Burst {
 		return s, Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, wait
 	}

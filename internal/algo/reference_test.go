@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"time"
 )
@@ -77,14 +78,14 @@ func refDecide(m model, t, c int64, guess Result) (model, Result) {
 		if l, ok := m.(*leakyModel); ok && l.fits(t, c) {
 			// Refused only because the caller cannot wait that long: the
 			// extension to the definition reports the wait it would have had.
-			r.Delay = time.Duration(ceilRat(l.backlog(t))) * time.Microsecond
+			r.Delay = durationMicros(ceilRat(l.backlog(t)))
 		}
 		return m, r
 	}
 	n := m.clone()
 	var delay time.Duration
 	if d := n.charge(t, c); d != nil {
-		delay = time.Duration(ceilRat(d)) * time.Microsecond
+		delay = durationMicros(ceilRat(d))
 	}
 	return n, Result{Allowed: true, Remaining: n.remaining(t), ResetAfter: refResetAfter(n, t, guess.ResetAfter), Delay: delay}
 }
@@ -93,14 +94,28 @@ func refDecide(m model, t, c int64, guess Result) (model, Result) {
 // that the request would pass at t + d.
 func refRetryAfter(m model, t, c int64, guess time.Duration) time.Duration {
 	d := smallest(1, guess.Milliseconds(), func(d int64) bool { return m.allows(t+d*uMS, c) })
-	return time.Duration(d) * time.Millisecond
+	return durationMillis(d)
+}
+
+// durationMillis returns d milliseconds as a Duration, saturated at the
+// largest whole number of milliseconds a Duration holds (292 years): the one
+// place where the exact answer cannot be represented.
+func durationMillis(d int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	return time.Duration(min(d, most)) * time.Millisecond
+}
+
+// durationMicros is durationMillis for microseconds.
+func durationMicros(d int64) time.Duration {
+	const most = math.MaxInt64 / int64(time.Microsecond)
+	return time.Duration(min(d, most)) * time.Microsecond
 }
 
 // refResetAfter returns the smallest whole number of milliseconds d ≥ 0 such
 // that the state is initial at t + d.
 func refResetAfter(m model, t int64, guess time.Duration) time.Duration {
 	d := smallest(0, guess.Milliseconds(), func(d int64) bool { return m.initial(t + d*uMS) })
-	return time.Duration(d) * time.Millisecond
+	return durationMillis(d)
 }
 
 // refExpiry returns the first microsecond at or after t at which the state
@@ -237,7 +252,7 @@ func (m *leakyModel) allows(t, c int64) bool {
 	if !m.fits(t, c) {
 		return false
 	}
-	return m.maxDelay <= 0 || time.Duration(ceilRat(m.backlog(t)))*time.Microsecond <= m.maxDelay
+	return m.maxDelay <= 0 || durationMicros(ceilRat(m.backlog(t))) <= m.maxDelay
 }
 
 func (m *leakyModel) remaining(t int64) int64 {

@@ -80,6 +80,51 @@ func boundaryRows(first, second func(i int64) row) []row {
 
 var boundaryParams = Params{Limit: 100, Burst: 100, Period: uMin}
 
+// allTimelines pairs every timeline with the algorithms it is run against.
+func allTimelines() []struct {
+	algs []algorithm
+	tls  []timeline
+} {
+	return []struct {
+		algs []algorithm
+		tls  []timeline
+	}{
+		{[]algorithm{tokenBucket, gcra}, tokenBucketTimelines()},
+		{[]algorithm{leakyBucket}, leakyBucketTimelines()},
+		{[]algorithm{fixedWindow}, fixedWindowTimelines()},
+		{[]algorithm{slidingLog}, slidingLogTimelines()},
+		{[]algorithm{slidingWindow}, slidingWindowTimelines()},
+	}
+}
+
+// TestTimelines replays every hand-worked timeline from 2026-03-14 12:00 UTC.
+func TestTimelines(t *testing.T) {
+	for _, g := range allTimelines() {
+		runTimelines(t, g.algs, g.tls)
+	}
+}
+
+// TestTimelinesFarFuture replays the same timelines from the first instants
+// of the years 9999 and 100,000 (multiples of every period they use): the
+// results must not change.
+func TestTimelinesFarFuture(t *testing.T) {
+	for _, year := range []int{9999, 100_000} {
+		origin := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		t.Run(fmt.Sprint(year), func(t *testing.T) {
+			for _, g := range allTimelines() {
+				var moved []timeline
+				for _, tl := range g.tls {
+					if tl.origin == 0 { // the others are pinned to an instant
+						tl.origin = origin
+						moved = append(moved, tl)
+					}
+				}
+				runTimelines(t, g.algs, moved)
+			}
+		})
+	}
+}
+
 // TestBoundary counts what each algorithm admits of the boundary trace:
 // fixed_window 200, sliding_log and sliding_window 100, the token-bucket
 // family 101.
@@ -104,9 +149,9 @@ func TestBoundary(t *testing.T) {
 	}
 }
 
-// TestTokenBucketTimeline runs the token-bucket timelines against both
-// TokenBucket and GCRA, which must decide identically.
-func TestTokenBucketTimeline(t *testing.T) {
+// tokenBucketTimelines are run against both TokenBucket and GCRA, which
+// must decide identically.
+func tokenBucketTimelines() []timeline {
 	// T = 600ms. At 59s request i leaves 99−i tokens and a bucket full again
 	// after (i+1)·600ms. One second later 100/60 tokens are back: one
 	// request passes (0.67 left, full again in 60s − 1s + 0.6s = 59.6s),
@@ -119,7 +164,7 @@ func TestTokenBucketTimeline(t *testing.T) {
 			}
 			return row{60 * sec, 1, false, 0, 200 * ms, 59600 * ms, 0}
 		})
-	runTimelines(t, []algorithm{tokenBucket, gcra}, []timeline{
+	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
 			// T = 100ms, capacity 5, so a full refill takes 500ms.
@@ -190,12 +235,12 @@ func TestTokenBucketTimeline(t *testing.T) {
 				{11 * sec, 1, true, 0, 0, 1 * sec, 0},
 			},
 		},
-	})
+	}
 }
 
-// TestLeakyBucketTimeline checks queue delays, which the token bucket does
-// not have, and the maxDelay extension.
-func TestLeakyBucketTimeline(t *testing.T) {
+// leakyBucketTimelines check queue delays, which the token bucket does not
+// have, and the maxDelay extension.
+func leakyBucketTimelines() []timeline {
 	// Admission is the token bucket's; request i at 59s waits i·600ms. At
 	// 60s the queue empties at 59s + 60s, so the admitted one waits 59s.
 	boundary := boundaryRows(
@@ -208,7 +253,7 @@ func TestLeakyBucketTimeline(t *testing.T) {
 			}
 			return row{60 * sec, 1, false, 0, 200 * ms, 59600 * ms, 0}
 		})
-	runTimelines(t, []algorithm{leakyBucket}, []timeline{
+	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
 			// T = 100ms, room for 3 units (300ms of queue).
@@ -261,19 +306,19 @@ func TestLeakyBucketTimeline(t *testing.T) {
 				{150 * ms, 7, true, 0, 0, 950 * ms, 250 * ms},
 			},
 		},
-	})
+	}
 }
 
-// TestFixedWindowTimeline checks fixed windows aligned to multiples of P
-// since the epoch.
-func TestFixedWindowTimeline(t *testing.T) {
+// fixedWindowTimelines check fixed windows aligned to multiples of P since
+// the epoch.
+func fixedWindowTimelines() []timeline {
 	boundary := boundaryRows(
 		func(i int64) row { return row{59 * sec, 1, true, 99 - i, 0, 1 * sec, 0} },
 		func(i int64) row { return row{60 * sec, 1, true, 99 - i, 0, 60 * sec, 0} })
 	boundary = append(boundary, row{60 * sec, 1, false, 0, 60 * sec, 60 * sec, 0})
 	// 1773399999s = 7·253342857s: a window of 7s starts there.
 	const w7 = 1_773_399_999 * uSec
-	runTimelines(t, []algorithm{fixedWindow}, []timeline{
+	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
 			name: "weighted costs",
@@ -303,17 +348,17 @@ func TestFixedWindowTimeline(t *testing.T) {
 				{8 * sec, 1, true, 2, 0, 7 * sec, 0},
 			},
 		},
-	})
+	}
 }
 
-// TestSlidingLogTimeline checks the log: an entry admitted at s counts at t
-// iff t − s < P.
-func TestSlidingLogTimeline(t *testing.T) {
+// slidingLogTimelines check the log: an entry admitted at s counts at t iff
+// t − s < P.
+func slidingLogTimelines() []timeline {
 	boundary := boundaryRows(
 		func(i int64) row { return row{59 * sec, 1, true, 99 - i, 0, 60 * sec, 0} },
 		func(i int64) row { return row{60 * sec, 1, false, 0, 59 * sec, 59 * sec, 0} })
 	boundary = append(boundary, row{119 * sec, 1, true, 99, 0, 60 * sec, 0}) // 119 − 59 = P: gone
-	runTimelines(t, []algorithm{slidingLog}, []timeline{
+	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
 			name: "weighted costs",
@@ -333,12 +378,12 @@ func TestSlidingLogTimeline(t *testing.T) {
 				{30 * sec, 0, true, 5, 0, 0, 0},
 			},
 		},
-	})
+	}
 }
 
-// TestSlidingWindowTimeline checks the counter's estimate
+// slidingWindowTimelines check the counter's estimate
 // prev·(P − (t − windowStart))/P + curr, exact.
-func TestSlidingWindowTimeline(t *testing.T) {
+func slidingWindowTimelines() []timeline {
 	boundary := boundaryRows(
 		// Reset: the end of the next window, 12:02:00.
 		func(i int64) row { return row{59 * sec, 1, true, 99 - i, 0, 61 * sec, 0} },
@@ -346,7 +391,7 @@ func TestSlidingWindowTimeline(t *testing.T) {
 		// and only prev is left: reset at the end of this window.
 		func(i int64) row { return row{60 * sec, 1, false, 0, 600 * ms, 60 * sec, 0} })
 	boundary = append(boundary, row{60600 * ms, 1, true, 0, 0, 119400 * ms, 0})
-	runTimelines(t, []algorithm{slidingWindow}, []timeline{
+	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
 			name: "previous window weighting",
@@ -386,5 +431,5 @@ func TestSlidingWindowTimeline(t *testing.T) {
 				{20 * sec, 11, false, 0, Never, 20 * sec, 0},
 			},
 		},
-	})
+	}
 }
