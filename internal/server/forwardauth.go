@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // serveForwardAuth answers a reverse proxy that asks whether to let a
@@ -18,6 +21,9 @@ import (
 // X-Forwarded-Uri and X-Forwarded-Host (and the client address by
 // X-Forwarded-For); otherwise those headers are ignored and the request is
 // taken as it is. A request no rule selects is let through.
+//
+// ?deny_status=401 or 403 replaces the 429 of a denial, for nginx's
+// auth_request, which treats any other status as an error.
 func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	orig, msg := st.original(r)
@@ -25,8 +31,17 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
+	q := r.URL.Query()
+	if ds := q.Get("deny_status"); ds != "" {
+		status, err := strconv.Atoi(ds)
+		if err != nil || (status != http.StatusUnauthorized && status != http.StatusForbidden && status != http.StatusTooManyRequests) {
+			writeError(w, http.StatusBadRequest, "deny_status must be 401, 403 or 429, got "+strconv.Quote(ds))
+			return
+		}
+		orig = orig.WithContext(context.WithValue(orig.Context(), denyStatusKey{}, status))
+	}
 	var ru *rule
-	if q := r.URL.Query(); q.Has("rule") {
+	if q.Has("rule") {
 		name := q.Get("rule")
 		if ru = st.byName[name]; ru == nil {
 			writeError(w, http.StatusNotFound, "no rule named "+strconv.Quote(name))
@@ -41,6 +56,20 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
 	}
+}
+
+// denyStatusKey is the context key of the status that replaces 429 in a
+// forward-auth denial (?deny_status=403, for nginx's auth_request, which
+// passes only 401 and 403 on).
+type denyStatusKey struct{}
+
+// deny writes the response to a refused request: the middleware's
+// problem+json answer, with the status the forward-auth caller asked for.
+func deny(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
+	if s, ok := r.Context().Value(denyStatusKey{}).(int); ok && d.Status == http.StatusTooManyRequests {
+		d.Status = s
+	}
+	httplimit.WriteProblem(w, r, d)
 }
 
 // original returns the request a trusted proxy asks about, rebuilt from

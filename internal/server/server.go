@@ -257,6 +257,7 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 		mw, err := httplimit.New(h.store, limits, &httplimit.Options{
 			ClientIP:   clientIP,
 			OnDecision: h.countEvent,
+			OnDenied:   deny,
 			Logger:     h.logger,
 			Now:        h.now,
 		})

@@ -508,6 +508,19 @@ func TestForwardAuthErrors(t *testing.T) {
 	if rec := f.do("POST", "/v1/forward-auth?rule=login", ""); rec.Code != http.StatusOK {
 		t.Errorf("POST forward-auth = %d, want 200", rec.Code)
 	}
+	// nginx's auth_request passes on only 401 and 403.
+	for i, want := range []int{200, 200, 403} {
+		rec := f.do("GET", "/v1/forward-auth?rule=login&deny_status=403", "", "RemoteAddr", "192.0.2.99:1")
+		if rec.Code != want {
+			t.Errorf("deny_status=403, request %d = %d, want %d", i, rec.Code, want)
+		}
+		if want == 403 && rec.Header().Get("Retry-After") != "40" {
+			t.Errorf("deny_status=403: Retry-After = %q, want 40", rec.Header().Get("Retry-After"))
+		}
+	}
+	if rec := f.do("GET", "/v1/forward-auth?rule=login&deny_status=500", ""); rec.Code != http.StatusBadRequest {
+		t.Errorf("deny_status=500 = %d, want 400", rec.Code)
+	}
 	// Without a proxy section there are no rules: all pass, names are unknown.
 	g := newFixture(t, "limits: {a: {algorithm: gcra, limit: 1, period: 1s}}")
 	if rec := g.do("GET", "/v1/forward-auth", ""); rec.Code != http.StatusOK {
