@@ -56,7 +56,7 @@ func (p *pruning) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Req
 // which never drops anything: dropping keys that are back to initial must
 // change no decision.
 func TestDecidesAsReference(t *testing.T) {
-	seeds := uint64(40)
+	seeds := uint64(20)
 	if testing.Short() {
 		seeds = 5
 	}
@@ -204,11 +204,11 @@ func TestMaxKeys(t *testing.T) {
 		for _, c := range []struct{ maxKeys, shards int }{{1000, 0}, {10, 0}, {1, 0}, {100, 3}, {64, 64}} {
 			st := memstore.New(memstore.Options{MaxKeys: c.maxKeys, Shards: c.shards})
 			p := sluice.TokenBucket(1, time.Hour, 0)
-			for i := range 20_000 {
+			for i := range 5_000 {
 				st.Allow(ctx, t0, sluice.Request{Policy: p, Key: fmt.Sprint(i), Cost: 1})
 			}
 			if n := st.Len(); n > c.maxKeys || n < c.maxKeys*3/4 {
-				t.Errorf("MaxKeys %d, Shards %d: Len() = %d after 20,000 keys, want at most %d and near it", c.maxKeys, c.shards, n, c.maxKeys)
+				t.Errorf("MaxKeys %d, Shards %d: Len() = %d after 5,000 keys, want at most %d and near it", c.maxKeys, c.shards, n, c.maxKeys)
 			}
 		}
 	})
@@ -242,14 +242,14 @@ func TestMaxKeys(t *testing.T) {
 		}
 	})
 	t.Run("steady keys under a flood", func(t *testing.T) {
-		// 200 keys in steady use and a flood of 200,000 keys used once,
+		// 200 keys in steady use and a flood of 40,000 keys used once,
 		// in a store capped at 1,000 keys: the steady keys decide as in
 		// a store without a cap, and memory stays bounded.
 		st, ref := memstore.New(memstore.Options{MaxKeys: 1000}), newReference()
 		p := sluice.TokenBucket(10, time.Second, 0)
 		now := t0
 		flood := 0
-		for step := range 4000 {
+		for step := range 2000 {
 			now = now.Add(time.Millisecond)
 			req := sluice.Request{Policy: p, Key: fmt.Sprint("steady", step%200), Cost: 3}
 			got, _ := st.Allow(ctx, now, req)
@@ -257,7 +257,7 @@ func TestMaxKeys(t *testing.T) {
 			if got != want {
 				t.Fatalf("step %d: steady Allow = %+v, want %+v", step, got, want)
 			}
-			for range 50 {
+			for range 20 {
 				flood++
 				st.Allow(ctx, now, sluice.Request{Policy: p, Key: fmt.Sprint("flood", flood), Cost: 1})
 			}
