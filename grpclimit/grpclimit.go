@@ -1,0 +1,613 @@
+// Package grpclimit puts Sluice in front of gRPC services and behind gRPC
+// clients.
+//
+// A Limiter's Unary and Stream server interceptors apply several limits to
+// each call, all or nothing, in one Store.AllowAll call, keyed by the
+// peer's address, a metadata value (an API key) or the full method name. A
+// refused call fails with codes.ResourceExhausted; its status carries a
+// google.rpc.RetryInfo detail and its trailer a "retry-after" entry in
+// whole seconds (rounded up, at least 1). When the store fails and its
+// failure policy refuses the call, or the store returns an error, the call
+// fails with codes.Unavailable (with retry information) and the error is
+// never sent to the client.
+//
+// A Waiter's client interceptors do the opposite: they wait, honouring the
+// call's context, until the limits admit a call before sending it, and
+// after a ResourceExhausted with retry information from the server they
+// hold further calls until it has passed.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// RetryAfterKey is the trailer metadata key that carries the retry time of
+// a refused call, in whole seconds.
+const RetryAfterKey = "retry-after"
+
+// Limit is one rate limit on calls.
+type Limit struct {
+	// Policy is the limit's policy. Its Name labels the limit in status
+	// messages, logs and stats and keeps its state apart; when empty, New
+	// names it "default" if it is the only limit and "limit-N" otherwise.
+	Policy sluice.Policy
+	// Key returns the key a call is counted under. Nil means the peer's
+	// IP address (PeerIP(64)) for server interceptors and one shared key
+	// for a Waiter.
+	Key KeyFunc
+	// Cost is what each call costs; 0 means 1.
+	Cost int64
+	// CostFunc, when set, returns the cost of a call instead of Cost. A
+	// cost below 1 exempts the call from this limit.
+	CostFunc func(ctx context.Context, fullMethod string) int64
+	// Shadow makes the limit a dry run (server interceptors only): it is
+	// decided and charged apart from the enforced limits and its would-be
+	// refusals are counted and reported, but it never refuses a call.
+	Shadow bool
+}
+
+// Options configure a Limiter. The zero value (and nil) is valid.
+type Options struct {
+	// OnDecision, when set, is called once per decided call with the
+	// outcome; it must not keep the Event's slices.
+	OnDecision func(*Event)
+	// FailOpen lets calls through when the store returns an error. The
+	// default refuses them with codes.Unavailable.
+	FailOpen bool
+	// ErrorRetryAfter is the retry time given with codes.Unavailable when
+	// the decision carries none; default 1s.
+	ErrorRetryAfter time.Duration
+	// Logger, when set, receives dry-run refusals (Info), store errors
+	// (Warn) and refusals (Debug). Keys are never logged.
+	Logger *slog.Logger
+}
+
+// Result is one limit's part of the decision on a call.
+type Result struct {
+	// Policy is the policy applied, with its Name set.
+	Policy sluice.Policy
+	// Key is the key the call was counted under.
+	Key string
+	// Cost is the call's cost under this limit.
+	Cost int64
+	// Shadow reports a dry-run limit.
+	Shadow bool
+	// Applied reports that the limit was decided (the call had a key and
+	// a cost of at least 1).
+	Applied bool
+	// Decision is the store's decision for this limit.
+	Decision sluice.Decision
+	// Err is the store's error for this limit, if any.
+	Err error
+}
+
+// Event is what Options.OnDecision receives.
+type Event struct {
+	// FullMethod is the call's method.
+	FullMethod string
+	// Results holds one Result per limit, in order.
+	Results []Result
+	// Allowed reports that the call proceeds.
+	Allowed bool
+	// Code is the status code of a refused call (ResourceExhausted or
+	// Unavailable); codes.OK when Allowed.
+	Code codes.Code
+	// Decision is the combined decision of the enforced limits.
+	Decision sluice.Decision
+	// Err is the store's error for the enforced limits, if any.
+	Err error
+	// DryRunDenied reports that a dry-run limit would have refused.
+	DryRunDenied bool
+}
+
+// Limiter applies limits to incoming calls through its interceptors. It is
+// safe for concurrent use.
+type Limiter struct {
+	store      sluice.Store
+	limits     []limit
+	onDecision func(*Event)
+	failOpen   bool
+	errRetry   time.Duration
+	logger     *slog.Logger
+}
+
+type limit struct {
+	Limit
+	denied    atomic.Uint64
+	dryDenied atomic.Uint64
+}
+
+// LimitStats counts one limit's refusals.
+type LimitStats struct {
+	Name         string
+	Denied       uint64
+	DryRunDenied uint64
+}
+
+func prepare(limits []Limit, defaultKey KeyFunc, where string) ([]limit, error) {
+	if len(limits) == 0 {
+		return nil, fmt.Errorf("%s: no limits", where)
+	}
+	out := make([]limit, len(limits))
+	names := make(map[string]int, len(limits))
+	for i, l := range limits {
+		if l.Policy.Name == "" {
+			if len(limits) == 1 {
+				l.Policy.Name = "default"
+			} else {
+				l.Policy.Name = fmt.Sprintf("limit-%d", i+1)
+			}
+		}
+		at := fmt.Sprintf("%s: limit %d (%q)", where, i+1, l.Policy.Name)
+		if j, dup := names[l.Policy.Name]; dup {
+			return nil, fmt.Errorf("%s: name already used by limit %d", at, j+1)
+		}
+		names[l.Policy.Name] = i
+		if err := l.Policy.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		if l.Cost < 0 {
+			return nil, fmt.Errorf("%s: cost must not be negative, got %d", at, l.Cost)
+		}
+		l.Cost = max(l.Cost, 1)
+		if l.CostFunc == nil && l.Cost > l.Policy.Capacity() {
+			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no call could pass", at, l.Cost, l.Policy.Capacity())
+		}
+		if l.Key == nil {
+			l.Key = defaultKey
+		}
+		out[i].Limit = l
+	}
+	return out, nil
+}
+
+// New returns a Limiter that applies limits, all or nothing, through store.
+func New(store sluice.Store, limits []Limit, opts *Options) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("grpclimit: store is nil")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.ErrorRetryAfter < 0 {
+		return nil, fmt.Errorf("grpclimit: ErrorRetryAfter must not be negative, got %v", opts.ErrorRetryAfter)
+	}
+	ls, err := prepare(limits, PeerIP(64), "grpclimit")
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{store: store, limits: ls, onDecision: opts.OnDecision, failOpen: opts.FailOpen,
+		errRetry: opts.ErrorRetryAfter, logger: opts.Logger}
+	if l.errRetry == 0 {
+		l.errRetry = time.Second
+	}
+	return l, nil
+}
+
+// Unary returns the unary server interceptor.
+func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, err := l.Check(ctx, info.FullMethod)
+		if err != nil {
+			if md != nil {
+				grpc.SetTrailer(ctx, md)
+			}
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor; a stream is decided once,
+// when it opens.
+func (l *Limiter) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, err := l.Check(ss.Context(), info.FullMethod)
+		if err != nil {
+			if md != nil {
+				ss.SetTrailer(md)
+			}
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// Check decides on a call. It returns nil when the call may proceed;
+// otherwise a status error (ResourceExhausted or Unavailable) and the
+// trailer metadata to send with it, for callers that are not one of the
+// interceptors.
+func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, error) {
+	res := make([]Result, len(l.limits))
+	var buf [4]sluice.Request
+	reqs := buf[:0]
+	var ibuf [4]int
+	idx := ibuf[:0]
+	shadows, never := false, false
+	for i := range l.limits {
+		lm := &l.limits[i]
+		res[i] = Result{Policy: lm.Policy, Shadow: lm.Shadow}
+		key, ok := lm.Key(ctx, fullMethod)
+		if !ok {
+			continue
+		}
+		cost := lm.Cost
+		if lm.CostFunc != nil {
+			if cost = lm.CostFunc(ctx, fullMethod); cost < 1 {
+				continue
+			}
+		}
+		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
+		if lm.Shadow {
+			shadows = true
+			continue
+		}
+		if cost > lm.Policy.Capacity() {
+			never = true
+			res[i].Decision = sluice.Decision{Limit: lm.Policy.Limit, RetryAfter: sluice.Never}
+			continue
+		}
+		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
+		idx = append(idx, i)
+	}
+	d := sluice.Decision{Allowed: true}
+	var err error
+	switch {
+	case never:
+		d = sluice.Decision{RetryAfter: sluice.Never}
+		for _, i := range idx {
+			res[i].Decision.Allowed = true
+		}
+	case len(reqs) == 1:
+		d, err = l.store.Allow(ctx, time.Time{}, reqs[0])
+		res[idx[0]].Decision, res[idx[0]].Err = d, err
+	case len(reqs) > 1:
+		out := make([]sluice.Decision, len(reqs))
+		d, err = l.store.AllowAll(ctx, time.Time{}, reqs, out)
+		for j, i := range idx {
+			if err == nil {
+				res[i].Decision = out[j]
+			} else {
+				res[i].Err = err
+			}
+		}
+	}
+	dry := false
+	if shadows {
+		passed := err == nil && d.Allowed && !never
+		for i := range res {
+			if !res[i].Applied || !res[i].Shadow {
+				continue
+			}
+			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
+			if passed {
+				res[i].Decision, res[i].Err = l.store.Allow(ctx, time.Time{}, req)
+			} else {
+				res[i].Decision, res[i].Err = l.store.Peek(ctx, time.Time{}, req)
+			}
+			if !res[i].Decision.Allowed && (res[i].Err == nil || errors.Is(res[i].Err, sluice.ErrCostExceedsCapacity)) {
+				dry = true
+				l.limits[i].dryDenied.Add(1)
+				if l.logger != nil {
+					l.logger.LogAttrs(ctx, slog.LevelInfo, "grpclimit: dry-run limit would deny",
+						slog.String("limit", res[i].Policy.Name), slog.String("method", fullMethod))
+				}
+			}
+		}
+	}
+
+	code, retry := codes.OK, time.Duration(0)
+	switch {
+	case never, err != nil && errors.Is(err, sluice.ErrCostExceedsCapacity):
+		code, retry = codes.ResourceExhausted, sluice.Never
+	case err != nil:
+		if l.logger != nil {
+			l.logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: store failed", slog.Any("error", err), slog.Bool("fail_open", l.failOpen))
+		}
+		if !l.failOpen {
+			code, retry = codes.Unavailable, l.errRetry
+		}
+	case !d.Allowed && d.Degraded:
+		code, retry = codes.Unavailable, d.RetryAfter
+		if retry <= 0 {
+			retry = l.errRetry
+		}
+	case !d.Allowed:
+		code, retry = codes.ResourceExhausted, d.RetryAfter
+	}
+	if l.onDecision != nil {
+		l.onDecision(&Event{FullMethod: fullMethod, Results: res, Allowed: code == codes.OK, Code: code, Decision: d, Err: err, DryRunDenied: dry})
+	}
+	if code == codes.OK {
+		return nil, nil
+	}
+	var violated []string
+	if code == codes.ResourceExhausted {
+		for i := range res {
+			if res[i].Applied && !res[i].Shadow && !res[i].Decision.Allowed {
+				violated = append(violated, res[i].Policy.Name)
+				l.limits[i].denied.Add(1)
+			}
+		}
+		if l.logger != nil && l.logger.Enabled(ctx, slog.LevelDebug) {
+			l.logger.LogAttrs(ctx, slog.LevelDebug, "grpclimit: denied", slog.Any("limits", violated), slog.String("method", fullMethod))
+		}
+	}
+	return refusal(code, retry, violated)
+}
+
+// refusal builds the status error and trailer of a refused call.
+func refusal(code codes.Code, retry time.Duration, violated []string) (metadata.MD, error) {
+	var msg string
+	switch {
+	case code == codes.Unavailable:
+		msg = "rate limiter unavailable"
+	case retry == sluice.Never:
+		msg = fmt.Sprintf("rate limit exceeded (%s): the call costs more than the quota allows at once", joinNames(violated))
+	default:
+		msg = fmt.Sprintf("rate limit exceeded (%s)", joinNames(violated))
+	}
+	st := status.New(code, msg)
+	if retry == sluice.Never {
+		return nil, st.Err()
+	}
+	secs := retryAfterSeconds(retry)
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)}); err == nil {
+		st = withInfo
+	}
+	return metadata.Pairs(RetryAfterKey, strconv.FormatInt(secs, 10)), st.Err()
+}
+
+func joinNames(names []string) string {
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Quote(n)
+	}
+	return s
+}
+
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 1
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// Stats returns each limit's refusal counts, in order.
+func (l *Limiter) Stats() []LimitStats {
+	out := make([]LimitStats, len(l.limits))
+	for i := range l.limits {
+		out[i] = LimitStats{Name: l.limits[i].Policy.Name, Denied: l.limits[i].denied.Load(), DryRunDenied: l.limits[i].dryDenied.Load()}
+	}
+	return out
+}
+
+// RetryDelay returns the retry time a refused call's error carries in its
+// google.rpc.RetryInfo detail.
+func RetryDelay(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			if err := ri.GetRetryDelay().CheckValid(); err != nil {
+				return 0, false
+			}
+			return max(ri.GetRetryDelay().AsDuration(), 0), true
+		}
+	}
+	return 0, false
+}
+
+// WaiterOptions configure a Waiter. The zero value (and nil) is valid.
+type WaiterOptions struct {
+	// MaxBackoff caps the retry time from a server's refusal that holds
+	// further calls; default 10 minutes.
+	MaxBackoff time.Duration
+}
+
+// Waiter keeps outgoing calls within limits: its interceptors wait until
+// the limits admit a call before sending it. It is safe for concurrent
+// use.
+type Waiter struct {
+	store      sluice.Store
+	limits     []limit
+	maxBackoff time.Duration
+
+	mu   sync.Mutex
+	hold time.Time // no call before, after a server's refusal
+}
+
+// NewWaiter returns a Waiter applying limits through store. Limits without
+// a Key share one key ("").
+func NewWaiter(store sluice.Store, limits []Limit, opts *WaiterOptions) (*Waiter, error) {
+	if store == nil {
+		return nil, errors.New("grpclimit: waiter: store is nil")
+	}
+	if opts == nil {
+		opts = &WaiterOptions{}
+	}
+	ls, err := prepare(limits, Constant(""), "grpclimit: waiter")
+	if err != nil {
+		return nil, err
+	}
+	for i := range ls {
+		if ls[i].Shadow {
+			return nil, fmt.Errorf("grpclimit: waiter: limit %d (%q): a waiter has no dry run", i+1, ls[i].Policy.Name)
+		}
+	}
+	w := &Waiter{store: store, limits: ls, maxBackoff: opts.MaxBackoff}
+	if w.maxBackoff <= 0 {
+		w.maxBackoff = 10 * time.Minute
+	}
+	return w, nil
+}
+
+// Wait blocks until the limits admit a call to fullMethod, honouring ctx:
+// it returns ctx's error when ctx ends first, and fails at once with an
+// error wrapping context.DeadlineExceeded when the wait would pass ctx's
+// deadline. Key functions read the outgoing context.
+func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
+	w.mu.Lock()
+	hold := w.hold
+	w.mu.Unlock()
+	if d := time.Until(hold); d > 0 {
+		if dl, ok := ctx.Deadline(); ok && hold.After(dl) {
+			return fmt.Errorf("grpclimit: held for %v after the server's refusal, past the deadline: %w", d, context.DeadlineExceeded)
+		}
+		if err := sleepCtx(ctx, d); err != nil {
+			return err
+		}
+	}
+	reqs := make([]sluice.Request, 0, len(w.limits))
+	for i := range w.limits {
+		lm := &w.limits[i]
+		key, ok := lm.Key(ctx, fullMethod)
+		if !ok {
+			continue
+		}
+		cost := lm.Cost
+		if lm.CostFunc != nil {
+			if cost = lm.CostFunc(ctx, fullMethod); cost < 1 {
+				continue
+			}
+		}
+		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := waitAll(ctx, w.store, reqs); err != nil {
+		return fmt.Errorf("grpclimit: %w", err)
+	}
+	return nil
+}
+
+// observe holds further calls after a refusal that carries a retry time.
+func (w *Waiter) observe(err error) {
+	if status.Code(err) != codes.ResourceExhausted {
+		return
+	}
+	d, ok := RetryDelay(err)
+	if !ok {
+		return
+	}
+	until := time.Now().Add(min(d, w.maxBackoff))
+	w.mu.Lock()
+	if until.After(w.hold) {
+		w.hold = until
+	}
+	w.mu.Unlock()
+}
+
+// Unary returns the unary client interceptor.
+func (w *Waiter) Unary() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if err := w.Wait(ctx, method); err != nil {
+			return waitStatus(err)
+		}
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		w.observe(err)
+		return err
+	}
+}
+
+// Stream returns the stream client interceptor; a stream waits once,
+// before it opens.
+func (w *Waiter) Stream() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if err := w.Wait(ctx, method); err != nil {
+			return nil, waitStatus(err)
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		w.observe(err)
+		return cs, err
+	}
+}
+
+// waitStatus turns a Wait error into a status error: DeadlineExceeded or
+// Canceled when the context ended, Unavailable when the store failed.
+func waitStatus(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// waitAll blocks until store admits every request of reqs at once, as
+// httplimit's Transport does (see Limiter.Wait in the root package for the
+// single-key form).
+func waitAll(ctx context.Context, store sluice.Store, reqs []sluice.Request) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		deadline, hasDeadline := ctx.Deadline()
+		if hasDeadline {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return fmt.Errorf("wait: %w", context.DeadlineExceeded)
+			}
+			for i := range reqs {
+				reqs[i].MaxDelay = left
+			}
+		}
+		var d sluice.Decision
+		var err error
+		if len(reqs) == 1 {
+			d, err = store.Allow(ctx, time.Time{}, reqs[0])
+		} else {
+			d, err = store.AllowAll(ctx, time.Time{}, reqs, nil)
+		}
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			if d.Delay > 0 {
+				return sleepCtx(ctx, d.Delay)
+			}
+			return nil
+		}
+		wait := d.RetryAfter
+		if wait <= 0 {
+			wait = time.Second
+		}
+		if hasDeadline && time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

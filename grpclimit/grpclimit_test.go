@@ -1,0 +1,381 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// serve starts a real gRPC server with the health service on a loopback
+// port, limited by l, and returns a client connection to it.
+func serve(t *testing.T, l *Limiter, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(l.Unary()), grpc.StreamInterceptor(l.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	conn, err := grpc.NewClient(lis.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func check(ctx context.Context, conn *grpc.ClientConn, trailer *metadata.MD) error {
+	opts := []grpc.CallOption{}
+	if trailer != nil {
+		opts = append(opts, grpc.Trailer(trailer))
+	}
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	return err
+}
+
+func TestUnaryDenied(t *testing.T) {
+	l, err := New(memstore.New(memstore.Options{}), []Limit{
+		{Policy: sluice.FixedWindow(2, time.Hour).Named("per-peer")},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l)
+	ctx := context.Background()
+	for i := range 2 {
+		if err := check(ctx, conn, nil); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	var trailer metadata.MD
+	err = check(ctx, conn, &trailer)
+	st, _ := status.FromError(err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("code = %v, want ResourceExhausted (%v)", st.Code(), err)
+	}
+	if !strings.Contains(st.Message(), `"per-peer"`) {
+		t.Errorf("message = %q, want the limit's name", st.Message())
+	}
+	ra := trailer.Get(RetryAfterKey)
+	if len(ra) != 1 {
+		t.Fatalf("trailer %s = %q, want one value", RetryAfterKey, ra)
+	}
+	d, ok := RetryDelay(err)
+	if secs, err := strconv.Atoi(ra[0]); !ok || err != nil || d != time.Duration(secs)*time.Second || d < time.Second || d > time.Hour {
+		t.Errorf("RetryInfo = %v, %v; trailer %q: want the same whole seconds, within the hour", d, ok, ra[0])
+	}
+	if got := l.Stats()[0].Denied; got != 1 {
+		t.Errorf("Denied = %d, want 1", got)
+	}
+}
+
+func TestRetryInfoMatchesTrailer(t *testing.T) {
+	// 1 per 90s: the second call may retry in 90s (rounded up); the trailer
+	// and the RetryInfo detail agree.
+	l, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.GCRA(1, 90*time.Second, 0)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l)
+	check(context.Background(), conn, nil)
+	var trailer metadata.MD
+	err = check(context.Background(), conn, &trailer)
+	d, ok := RetryDelay(err)
+	if !ok || d != 90*time.Second || strings.Join(trailer.Get(RetryAfterKey), ",") != "90" {
+		t.Errorf("RetryDelay = %v, %v; trailer %q; want 90s and \"90\"", d, ok, trailer.Get(RetryAfterKey))
+	}
+}
+
+func TestStreamDenied(t *testing.T) {
+	l, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.FixedWindow(1, time.Hour), Key: Method}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l)
+	client := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s1, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Recv(); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	s2, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s2.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second stream: %v, want ResourceExhausted", err)
+	}
+	if got := s2.Trailer().Get(RetryAfterKey); len(got) != 1 {
+		t.Errorf("stream trailer = %v, want retry-after", s2.Trailer())
+	}
+	// The unary method is a different key.
+	if err := check(context.Background(), conn, nil); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+}
+
+func TestMetadataKeyAllOrNothing(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	var events []Event
+	l, err := New(store, []Limit{
+		{Policy: sluice.FixedWindow(2, time.Hour).Named("per-key"), Key: Metadata("X-API-Key")},
+		{Policy: sluice.FixedWindow(3, time.Hour).Named("per-method"), Key: Method},
+		{Policy: sluice.FixedWindow(1, time.Hour).Named("trial"), Key: Method, Shadow: true},
+	}, &Options{OnDecision: func(e *Event) {
+		cp := *e
+		cp.Results = append([]Result(nil), e.Results...)
+		events = append(events, cp)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l)
+	call := func(key string) codes.Code {
+		ctx := context.Background()
+		if key != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+		}
+		return status.Code(check(ctx, conn, nil))
+	}
+	steps := []struct {
+		key  string
+		want codes.Code
+	}{
+		{"a", codes.OK},
+		{"a", codes.OK},
+		{"a", codes.ResourceExhausted}, // per-key refuses: per-method not charged
+		{"b", codes.OK},                // per-method: 3rd
+		{"", codes.ResourceExhausted},  // no key: only per-method applies, spent
+	}
+	for i, s := range steps {
+		if got := call(s.key); got != s.want {
+			t.Errorf("step %d (%q): %v, want %v", i+1, s.key, got, s.want)
+		}
+	}
+	if n := l.Stats()[2].DryRunDenied; n != 4 {
+		t.Errorf("trial DryRunDenied = %d, want 4 (every call after the first)", n)
+	}
+	if e := events[2]; e.Allowed || e.Code != codes.ResourceExhausted || e.Results[0].Decision.Allowed || !e.Results[1].Decision.Allowed {
+		t.Errorf("event 3 = %+v", e)
+	}
+	if e := events[4]; e.Results[0].Applied {
+		t.Errorf("event 5: per-key applied without a key")
+	}
+}
+
+type failingStore struct{ degraded bool }
+
+func (s failingStore) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
+	if s.degraded {
+		return sluice.Decision{Degraded: true, RetryAfter: 1500 * time.Millisecond}, nil
+	}
+	return sluice.Decision{}, errors.New("redis 10.0.0.9:6379: secret-detail")
+}
+
+func (s failingStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	return s.Allow(ctx, now, reqs[0])
+}
+
+func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Allow(ctx, now, req)
+}
+
+func TestStoreFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		store    failingStore
+		failOpen bool
+		want     codes.Code
+		retry    string
+	}{
+		{"error", failingStore{}, false, codes.Unavailable, "1"},
+		{"error fail open", failingStore{}, true, codes.OK, ""},
+		{"degraded deny", failingStore{degraded: true}, false, codes.Unavailable, "2"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var evErr error
+			l, err := New(tt.store, []Limit{{Policy: sluice.GCRA(1, time.Second, 0)}}, &Options{FailOpen: tt.failOpen, OnDecision: func(e *Event) { evErr = e.Err }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := serve(t, l)
+			var trailer metadata.MD
+			err = check(context.Background(), conn, &trailer)
+			if status.Code(err) != tt.want {
+				t.Fatalf("code = %v, want %v", status.Code(err), tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "secret") {
+				t.Errorf("the status leaks the store error: %v", err)
+			}
+			if got := strings.Join(trailer.Get(RetryAfterKey), ","); got != tt.retry {
+				t.Errorf("retry-after = %q, want %q", got, tt.retry)
+			}
+			if !tt.store.degraded && evErr == nil {
+				t.Error("OnDecision did not get the store error")
+			}
+		})
+	}
+}
+
+func TestPeerIP(t *testing.T) {
+	tests := []struct {
+		addr net.Addr
+		bits int
+		want string
+		ok   bool
+	}{
+		{&net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 5}, 0, "192.0.2.1", true},
+		{&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.1"), Port: 5}, 0, "192.0.2.1", true},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3::1"), Port: 5}, 0, "2001:db8:1:2::/64", true},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3::1"), Port: 5}, 48, "2001:db8:1::/48", true},
+		{&net.TCPAddr{IP: net.ParseIP("2001:db8:1:2:3::1"), Port: 5}, 128, "2001:db8:1:2:3::1", true},
+		{&net.UnixAddr{Name: "/tmp/s", Net: "unix"}, 0, "/tmp/s", true},
+	}
+	for _, tt := range tests {
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: tt.addr})
+		got, ok := PeerIP(tt.bits)(ctx, "/x")
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("PeerIP(%d) of %v = %q, %v, want %q, %v", tt.bits, tt.addr, got, ok, tt.want, tt.ok)
+		}
+	}
+	if _, ok := PeerIP(0)(context.Background(), "/x"); ok {
+		t.Error("PeerIP without a peer reported a key")
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", "k|1"))
+	ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 1}})
+	for _, tt := range []struct{ spec, want string }{
+		{"peer", "192.0.2.7"},
+		{"method", "/pkg.Svc/Do"},
+		{"metadata:X-API-Key", "k|1"},
+		{"const:all", "all"},
+		{"metadata:x-api-key+method", `k\|1|/pkg.Svc/Do`},
+	} {
+		fn, err := ParseKey(tt.spec)
+		if err != nil {
+			t.Fatalf("ParseKey(%q): %v", tt.spec, err)
+		}
+		if got, _ := fn(ctx, "/pkg.Svc/Do"); got != tt.want {
+			t.Errorf("ParseKey(%q) = %q, want %q", tt.spec, got, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "ip", "metadata", "metadata:", "peer:x", "peer+"} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	ok := sluice.GCRA(1, time.Second, 0)
+	for _, tt := range []struct {
+		name   string
+		store  sluice.Store
+		limits []Limit
+		want   string
+	}{
+		{"nil store", nil, []Limit{{Policy: ok}}, "store is nil"},
+		{"no limits", store, nil, "no limits"},
+		{"invalid", store, []Limit{{Policy: sluice.GCRA(0, time.Second, 0)}}, "invalid policy"},
+		{"duplicate", store, []Limit{{Policy: ok.Named("a")}, {Policy: ok.Named("a")}}, "already used by limit 1"},
+		{"cost", store, []Limit{{Policy: ok, Cost: 2}}, "exceeds the policy's capacity"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.store, tt.limits, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestWaiter(t *testing.T) {
+	// The server allows 100/s; the client keeps itself to 10 per 100ms
+	// with a burst of 2, so the 4 calls take about 100ms and none is
+	// refused.
+	server, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.TokenBucket(100, time.Second, 0)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWaiter(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.TokenBucket(20, time.Second, 2)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, server, grpc.WithUnaryInterceptor(w.Unary()), grpc.WithStreamInterceptor(w.Stream()))
+	start := time.Now()
+	for i := range 4 {
+		if err := check(context.Background(), conn, nil); err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+	}
+	if el := time.Since(start); el < 95*time.Millisecond {
+		t.Errorf("4 calls took %v, want at least 100ms (2 at once, then 1 per 50ms)", el)
+	}
+	// A deadline the wait would pass fails at once with DeadlineExceeded.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	check(context.Background(), conn, nil)
+	check(context.Background(), conn, nil)
+	if err := check(ctx, conn, nil); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("with a short deadline: %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestWaiterHonoursServerRetry(t *testing.T) {
+	// The server allows 1 per 300ms; the client has no limit of its own
+	// worth speaking of, so its second call is refused with a retry of 1s
+	// (rounded up), and the Waiter holds the third call until then.
+	server, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.GCRA(1, 300*time.Millisecond, 0)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWaiter(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.TokenBucket(1000, time.Second, 0)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, server, grpc.WithUnaryInterceptor(w.Unary()))
+	if err := check(context.Background(), conn, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(context.Background(), conn, nil); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second call: %v, want ResourceExhausted", err)
+	}
+	start := time.Now()
+	if err := check(context.Background(), conn, nil); err != nil {
+		t.Fatalf("third call: %v", err)
+	}
+	if el := time.Since(start); el < 900*time.Millisecond {
+		t.Errorf("third call went after %v, want the server's retry time (1s)", el)
+	}
+}
