@@ -3,12 +3,18 @@ module github.com/sluicehq/sluice/bench
 go 1.26.0
 
 require (
+	github.com/go-chi/httprate v0.16.1
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/sluicehq/sluice v0.0.0
 	github.com/throttled/throttled/v2 v2.15.0
 	golang.org/x/time v0.16.0
 )
 
-require github.com/hashicorp/golang-lru v0.5.4 // indirect
+require (
+	github.com/hashicorp/golang-lru v0.5.4 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
 
 replace github.com/sluicehq/sluice => ../

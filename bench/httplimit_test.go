@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-chi/httprate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Middleware benchmarks: the cost a rate-limiting middleware adds to a
+// request it admits, Sluice's httplimit against go-chi/httprate, both
+// keyed by the client IP from RemoteAddr (IPv6 grouped by /64), both with
+// an in-memory sliding-window counter of 1e9 requests per minute, so that
+// every request is admitted and no key expires during a run. Requests come
+// from 1024 client addresses. The handler writes only a status; the
+// response writer reuses its header map. "Bare" is the handler alone:
+// subtract it to get the middleware's own cost.
+
+// middlewareWriter is a ResponseWriter that reuses its header map.
+type middlewareWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *middlewareWriter) Header() http.Header         { return w.h }
+func (w *middlewareWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *middlewareWriter) WriteHeader(code int)        { w.code = code }
+
+var statusOK = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+
+func middlewareRequests() []*http.Request {
+	reqs := make([]*http.Request, 1024)
+	for i := range reqs {
+		reqs[i] = httptest.NewRequest("GET", "/items/7", nil)
+		reqs[i].RemoteAddr = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ":1234"
+	}
+	return reqs
+}
+
+func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
+	reqs := middlewareRequests()
+	b.ReportAllocs()
+	if !parallel {
+		w := &middlewareWriter{h: make(http.Header, 4)}
+		i := 0
+		for b.Loop() {
+			clear(w.h)
+			h.ServeHTTP(w, reqs[i&1023])
+			i++
+		}
+		if w.code != http.StatusOK {
+			b.Fatalf("status %d, want 200", w.code)
+		}
+		return
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &middlewareWriter{h: make(http.Header, 4)}
+		i := 0
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, reqs[i&1023])
+			if w.code != http.StatusOK {
+				b.Errorf("status %d, want 200", w.code)
+				return
+			}
+			i++
+		}
+	})
+}
+
+func sluiceMiddleware(b *testing.B, headers httplimit.HeaderStyle) http.Handler {
+	m, err := httplimit.New(memstore.New(memstore.Options{}), []httplimit.Limit{
+		{Policy: sluice.SlidingWindow(1_000_000_000, time.Minute).Named("per-ip")},
+	}, &httplimit.Options{Headers: headers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m.Handler(statusOK)
+}
+
+func httprateMiddleware() http.Handler {
+	byIP := func(r *http.Request) (string, error) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return httprate.CanonicalizeIP(host), nil
+	}
+	return httprate.LimitBy(1_000_000_000, time.Minute, byIP)(statusOK)
+}
+
+func BenchmarkMiddleware(b *testing.B) {
+	for _, mode := range []struct {
+		name     string
+		parallel bool
+	}{{"serial", false}, {"parallel", true}} {
+		b.Run("Bare/"+mode.name, func(b *testing.B) { runMiddleware(b, statusOK, mode.parallel) })
+		b.Run("Sluice/"+mode.name, func(b *testing.B) {
+			runMiddleware(b, sluiceMiddleware(b, httplimit.HeadersIETF), mode.parallel)
+		})
+		b.Run("Sluice-XHeaders/"+mode.name, func(b *testing.B) {
+			runMiddleware(b, sluiceMiddleware(b, httplimit.HeadersX), mode.parallel)
+		})
+		b.Run("httprate/"+mode.name, func(b *testing.B) { runMiddleware(b, httprateMiddleware(), mode.parallel) })
+	}
+}
