@@ -22,6 +22,12 @@
 // chi, gorilla. Key specs as written in configuration files ("ip",
 // "header:X-API-Key", "ip+path") are parsed by ParseKey.
 //
+// A limit can be a dry run (Limit.Shadow: decided, counted and reported,
+// never refusing), and a limit can be charged only after the response, for
+// chosen statuses (Limit.ChargeOn: "5 failed logins per account per 15
+// minutes" charges 401 and 403, and refuses the sixth attempt before it
+// reaches the handler).
+//
 // Client addresses are never taken from headers a client can forge:
 // ClientIP reads X-Forwarded-For, X-Real-IP or Forwarded only when the
 // connection comes from a configured trusted proxy, and groups IPv6

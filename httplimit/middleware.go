@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,15 @@ type Limit struct {
 	// returned should have distinct names, since the name appears in the
 	// RateLimit-Policy field and separates their state.
 	PolicyFunc func(r *http.Request, key string) (sluice.Policy, bool)
+	// ChargeOn, when set, charges the limit after the response instead of
+	// before it, and only for the statuses it accepts: "5 failed logins per
+	// account" is a limit whose ChargeOn accepts 401 and 403. Before the
+	// next handler runs the limit is checked without charging (Peek), so a
+	// request whose limit is already spent is refused before it reaches the
+	// handler; concurrent requests that pass that check together may all
+	// be charged afterwards. Only Handler charges such limits; Check only
+	// checks them. ChargeOn cannot be combined with Shadow.
+	ChargeOn func(status int) bool
 	// Shadow makes the limit a dry run: it is decided and charged as if it
 	// were enforced, its would-be denials are counted (Stats), logged and
 	// reported to Options.OnDecision, but it never refuses a request and it
@@ -155,6 +165,7 @@ type Middleware struct {
 	logger      *slog.Logger
 	now         func() time.Time
 	policyField []string // RateLimit-Policy when every enforced limit applies
+	chargeOn    bool     // some limit is charged after the response
 	pool        sync.Pool
 }
 
@@ -164,6 +175,7 @@ type limit struct {
 	cost       int64
 	costFunc   func(*http.Request) int64
 	policyFunc func(*http.Request, string) (sluice.Policy, bool)
+	chargeOn   func(int) bool
 	shadow     bool
 	denied     atomic.Uint64
 	dryDenied  atomic.Uint64
@@ -256,6 +268,9 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 		if l.PolicyFunc == nil && l.CostFunc == nil && max(l.Cost, 1) > p.Capacity() {
 			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, p.Capacity())
 		}
+		if l.ChargeOn != nil && l.Shadow {
+			return nil, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
+		}
 		key := l.Key
 		if key == nil {
 			key = cip.Key
@@ -266,8 +281,10 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 			cost:       max(l.Cost, 1),
 			costFunc:   l.CostFunc,
 			policyFunc: l.PolicyFunc,
+			chargeOn:   l.ChargeOn,
 			shadow:     l.Shadow,
 		}
+		m.chargeOn = m.chargeOn || l.ChargeOn != nil
 		if !l.Shadow {
 			m.enforced++
 			if l.PolicyFunc == nil {
@@ -299,11 +316,71 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 // admit go on to next with the quota fields set on the response; refused
 // ones get the DenyHandler's response.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
+	if !m.chargeOn {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if m.Check(w, r) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.Check(w, r) {
-			next.ServeHTTP(w, r)
+		sc := m.pool.Get().(*scratch)
+		defer m.release(sc)
+		if !m.check(w, r, sc) {
+			return
 		}
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		m.settle(r, sc.res, sw.status)
 	})
+}
+
+// settle charges the ChargeOn limits that status calls for, after the
+// response.
+func (m *Middleware) settle(r *http.Request, res []Result, status int) {
+	ctx := context.WithoutCancel(r.Context()) // the client may be gone; the charge still counts
+	for i := range m.limits {
+		l := &m.limits[i]
+		if l.chargeOn == nil || !res[i].Applied || status == 0 || !l.chargeOn(status) {
+			continue
+		}
+		req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
+		if _, err := m.store.Allow(ctx, time.Time{}, req); err != nil && m.logger != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: charging after the response failed",
+				slog.String("limit", res[i].Policy.Name), slog.Any("error", err))
+		}
+	}
+}
+
+// statusWriter records the status of a response for settle. Unwrap lets
+// http.ResponseController reach the writer's other abilities.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush implements http.Flusher for handlers that assert it.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Check decides on r, for code that is not a plain handler chain (a
@@ -311,15 +388,23 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // and reports true when the request may proceed; when it is refused, Check
 // writes the whole response and reports false. For a leaky-bucket limit it
 // waits the admitted request's Delay first, and reports false, writing
-// nothing, if r's context ends meanwhile.
+// nothing, if r's context ends meanwhile. Limits with ChargeOn are only
+// checked, never charged, by Check.
 func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 	sc := m.pool.Get().(*scratch)
 	defer m.release(sc)
+	return m.check(w, r, sc)
+}
+
+// check is Check with the caller's scratch, whose results stay valid until
+// it is released.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) bool {
 	ctx := r.Context()
 	res := sc.res
 	reqs, idx := sc.reqs[:0], sc.idx[:0]
 	static := true // every enforced limit applied with its static policy
 	shadows := false
+	post := false  // a ChargeOn limit applies: peek it first
 	never := false // a cost exceeds its policy's capacity
 	for i := range m.limits {
 		l := &m.limits[i]
@@ -353,6 +438,12 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 			shadows = true
 			continue
 		}
+		if l.chargeOn != nil {
+			post = true
+			if cost <= res[i].Policy.Capacity() {
+				continue
+			}
+		}
 		if cost > res[i].Policy.Capacity() {
 			never = true
 			res[i].Decision = sluice.Decision{Limit: res[i].Policy.Limit, RetryAfter: sluice.Never}
@@ -366,6 +457,38 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 
 	d := sluice.Decision{Allowed: true}
 	var err error
+	if post && !never {
+		// Check the limits charged after the response, without charging.
+		// When one is spent (or the store fails), the request is refused
+		// and nothing is charged; the other limits are then peeked too, for
+		// the headers.
+		var pbuf [4]sluice.Decision
+		peeked := pbuf[:0]
+		for i := range m.limits {
+			if m.limits[i].chargeOn == nil || !res[i].Applied {
+				continue
+			}
+			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
+			res[i].Decision, res[i].Err = m.store.Peek(ctx, time.Time{}, req)
+			if res[i].Err != nil {
+				err = res[i].Err
+				break
+			}
+			peeked = append(peeked, res[i].Decision)
+		}
+		if err == nil {
+			d = sluice.Combine(peeked)
+		}
+		if err != nil || !d.Allowed {
+			for j, i := range idx {
+				res[i].Decision, res[i].Err = m.store.Peek(ctx, time.Time{}, reqs[j])
+				if res[i].Err == nil {
+					res[i].Decision.Allowed = true // not the reason for the refusal
+				}
+			}
+			reqs = reqs[:0] // decide nothing more
+		}
+	}
 	switch {
 	case never:
 		d = sluice.Decision{RetryAfter: sluice.Never}
@@ -373,11 +496,14 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 			res[i].Decision = sluice.Decision{Allowed: true} // not decided: refused before the store
 		}
 	case len(reqs) == 1:
-		d, err = m.store.Allow(ctx, time.Time{}, reqs[0])
-		res[idx[0]].Decision, res[idx[0]].Err = d, err
+		var d1 sluice.Decision
+		d1, err = m.store.Allow(ctx, time.Time{}, reqs[0])
+		res[idx[0]].Decision, res[idx[0]].Err = d1, err
+		d = mergeDecision(d, d1, post)
 	case len(reqs) > 1:
 		out := sc.out[:len(reqs)]
-		d, err = m.store.AllowAll(ctx, time.Time{}, reqs, out)
+		var dn sluice.Decision
+		dn, err = m.store.AllowAll(ctx, time.Time{}, reqs, out)
 		for j, i := range idx {
 			if err != nil {
 				res[i].Decision, res[i].Err = sluice.Decision{}, err
@@ -385,6 +511,7 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 				res[i].Decision = out[j]
 			}
 		}
+		d = mergeDecision(d, dn, post)
 	}
 
 	dryDenied := false
@@ -497,6 +624,15 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 	h["Cache-Control"] = []string{"no-store"}
 	m.deny(w, r, Denial{Status: status, RetryAfter: retry, Violated: viol, Results: res})
 	return false
+}
+
+// mergeDecision combines the peeked decision of the ChargeOn limits (when
+// post is set) with that of the other limits.
+func mergeDecision(peeked, d sluice.Decision, post bool) sluice.Decision {
+	if !post {
+		return d
+	}
+	return sluice.Combine([]sluice.Decision{peeked, d})
 }
 
 func (m *Middleware) release(sc *scratch) {

@@ -698,3 +698,71 @@ func TestConcurrentExactCount(t *testing.T) {
 		t.Errorf("%d passed, want 50", passed)
 	}
 }
+
+func TestChargeOnFailedLogins(t *testing.T) {
+	c := newClock()
+	failed := func(status int) bool { return status == http.StatusUnauthorized || status == http.StatusForbidden }
+	m := mustNew(t, newStore(c), []Limit{
+		{Policy: sluice.SlidingLog(5, 15*time.Minute).Named("failed-per-account"), Key: Header("X-User"), ChargeOn: failed},
+		{Policy: sluice.SlidingLog(50, time.Hour).Named("failed-per-ip"), ChargeOn: failed},
+		{Policy: sluice.FixedWindow(1000, time.Minute).Named("per-ip")},
+	}, nil)
+	reached := 0
+	login := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached++
+		if r.Header.Get("X-Password") != "right" {
+			http.Error(w, "bad password", http.StatusUnauthorized)
+			return
+		}
+		io.WriteString(w, "welcome")
+	})
+	h := m.Handler(login)
+	try := func(user, password string) int {
+		return serve(h, request("192.0.2.1:1", "X-User", user, "X-Password", password)).StatusCode
+	}
+	// Successful logins are not counted.
+	for range 10 {
+		if got := try("alice", "right"); got != 200 {
+			t.Fatalf("good login: %d", got)
+		}
+	}
+	for i := range 5 {
+		if got := try("alice", "wrong"); got != 401 {
+			t.Fatalf("failure %d: %d, want 401", i+1, got)
+		}
+	}
+	before := reached
+	resp := serve(h, request("192.0.2.1:1", "X-User", "alice", "X-Password", "right"))
+	if resp.StatusCode != 429 || reached != before {
+		t.Fatalf("after 5 failures: %d (handler reached %d more times), want 429 before the handler", resp.StatusCode, reached-before)
+	}
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"failed-per-account";r=0;t=`) {
+		t.Errorf("RateLimit = %q", got)
+	}
+	// Other accounts are unaffected, and the refused attempt charged
+	// nothing: per-ip has 16 admitted requests (10 + 5 + bob's 1).
+	if got := try("bob", "wrong"); got != 401 {
+		t.Errorf("bob: %d, want 401", got)
+	}
+	var last Event
+	m.onDecision = func(e *Event) { last = *e; last.Results = append([]Result(nil), e.Results...) }
+	try("bob", "right")
+	if got := last.Results[2].Decision.Remaining; got != 1000-17 {
+		t.Errorf("per-ip Remaining = %d, want %d", got, 1000-17)
+	}
+	if got := last.Results[1].Decision.Remaining; got != 50-6-1 { // 6 failures so far; peek of 1
+		t.Errorf("failed-per-ip Remaining = %d, want %d", got, 50-7)
+	}
+	// 15 minutes later alice may try again.
+	c.Advance(15*time.Minute + time.Millisecond)
+	if got := try("alice", "right"); got != 200 {
+		t.Errorf("after 15 minutes: %d, want 200", got)
+	}
+}
+
+func TestChargeOnWithShadowIsRefused(t *testing.T) {
+	_, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.FixedWindow(1, time.Second), Shadow: true, ChargeOn: func(int) bool { return true }}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "ChargeOn cannot be combined with Shadow") {
+		t.Errorf("New = %v", err)
+	}
+}
