@@ -16,6 +16,8 @@ import (
 // cannot make a small file expand into an enormous one.
 const maxVisits = 1 << 20
 
+var tooLarge = fmt.Sprintf("the envoy section is too large: its aliases expand to more than %d nodes", maxVisits)
+
 // Decode reads the envoy section from its YAML node, a sequence of domain
 // documents, strictly: an unknown key, a key given twice, a value of the
 // wrong type, a missing requests_per_unit or a unit_multiplier of 0 is a
@@ -96,6 +98,15 @@ type decoder struct {
 // problem of validation is left out when decoding already found one at its
 // path or around it (a unit of the wrong type is not also missing).
 func (d *decoder) finish(domains []Domain, path string) []Problem {
+	if d.over {
+		// Aliases expanded too far: what was decoded is cut short, and
+		// checking it would only repeat the aliases' problems.
+		for _, p := range d.v.problems {
+			if p.Message == tooLarge {
+				return []Problem{p}
+			}
+		}
+	}
 	decoded := d.v.problems
 	d.v.problems = nil
 	d.v.domains(domains, path)
@@ -163,7 +174,7 @@ func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key s
 	if d.visits > maxVisits {
 		if !d.over {
 			d.over = true
-			d.at(n, path, "the envoy section is too large (more than %d nodes)", maxVisits)
+			d.at(n, path, "%s", tooLarge)
 		}
 		return false
 	}
