@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,9 @@ type Limiter struct {
 
 // New returns a Limiter that applies policies, in order, through store.
 func New(store Store, policies ...Policy) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("sluice: new limiter: nil store")
+	}
 	l := &Limiter{store: store}
 	if err := l.SetPolicies(policies...); err != nil {
 		return nil, err
@@ -66,7 +70,7 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost i
 // anything.
 func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, error) {
 	if cost < 1 {
-		return Decision{}, ErrInvalidCost
+		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
 	}
 	ps := *l.policies.Load()
 	if len(ps) == 1 {
@@ -84,18 +88,27 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, e
 }
 
 func (l *Limiter) decide(ctx context.Context, now time.Time, key string, cost int64, maxDelay time.Duration) (Decision, error) {
+	return l.decidePolicies(ctx, now, *l.policies.Load(), key, cost, maxDelay, nil)
+}
+
+// decidePolicies decides key under ps. out, if not nil, has len(ps) and
+// receives each policy's decision.
+func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy, key string, cost int64, maxDelay time.Duration, out []Decision) (Decision, error) {
 	if cost < 1 {
-		return Decision{}, ErrInvalidCost
+		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
 	}
-	ps := *l.policies.Load()
 	if len(ps) == 1 {
-		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
+		d, err := l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
+		if out != nil {
+			out[0] = d
+		}
+		return d, err
 	}
 	reqs := make([]Request, len(ps))
 	for i, p := range ps {
 		reqs[i] = Request{Policy: p, Key: key, Cost: cost, MaxDelay: maxDelay}
 	}
-	return l.store.AllowAll(ctx, now, reqs, nil)
+	return l.store.AllowAll(ctx, now, reqs, out)
 }
 
 // Wait blocks until key may spend cost units, then spends them. For the
@@ -120,7 +133,12 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		d, err := l.decide(ctx, time.Time{}, key, cost, maxDelay)
+		ps := *l.policies.Load()
+		var out []Decision
+		if hasDeadline {
+			out = make([]Decision, len(ps))
+		}
+		d, err := l.decidePolicies(ctx, time.Time{}, ps, key, cost, maxDelay, out)
 		if err != nil {
 			return d, err
 		}
@@ -136,6 +154,16 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 			// A leaky bucket's queue would make the request start after
 			// the deadline; waiting does not change when it would start.
 			return d, fmt.Errorf("sluice: wait: the queue would delay the request %v, past the deadline: %w", d.Delay, context.DeadlineExceeded)
+		}
+		if hasDeadline {
+			// A leaky bucket's request starts when the queue ahead of it
+			// has left, however long it waits for room: more than its
+			// ResetAfter minus the millisecond it was rounded up by.
+			for i, p := range ps {
+				if ahead := out[i].ResetAfter - time.Millisecond; p.Algorithm == LeakyBucketAlgorithm && ahead >= maxDelay {
+					return d, fmt.Errorf("sluice: wait: the queue of %s would delay the request past the deadline: %w", p, context.DeadlineExceeded)
+				}
+			}
 		}
 		if hasDeadline && time.Now().Add(d.RetryAfter).After(deadline) {
 			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", d.RetryAfter, context.DeadlineExceeded)

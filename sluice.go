@@ -236,7 +236,7 @@ func (p Policy) problem() error {
 	case p.Period > MaxPeriod:
 		return bad("period must be at most %v (10 years), got %v", MaxPeriod, p.Period)
 	case p.Burst < 0:
-		return bad("burst must be at least 1, got %d", p.Burst)
+		return bad("burst must not be negative (0 means the limit), got %d", p.Burst)
 	case p.Burst > MaxLimit:
 		return bad("burst must be at most %d, got %d", MaxLimit, p.Burst)
 	case !p.Algorithm.HasBurst() && p.Burst != 0 && p.Burst != p.Limit:

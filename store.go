@@ -70,7 +70,11 @@ type Request struct {
 //     and the Limit and Remaining of the deciding policy. out, if not nil,
 //     must have len(reqs) and receives each request's own decision (for a
 //     denied whole, the requests that would have passed report their state
-//     without the charge).
+//     without the charge: Allowed, with no RetryAfter and no Delay).
+//     Requests for the same policy and key in one call decide as one
+//     request of their summed cost (which MaxDelay bounds), each reporting
+//     the state after the requests up to it. No requests, or an out of
+//     another length, is an error.
 //   - Peek decides as Allow would and charges nothing.
 //   - Implementations are safe for concurrent use.
 type Store interface {
@@ -114,7 +118,7 @@ func Combine(ds []Decision) Decision {
 		}
 	}
 	// The deciding policy: a denying one with the longest wait, else the
-	// one with the fewest remaining units.
+	// one with the fewest remaining units; ties go to the first.
 	for i, d := range ds {
 		switch {
 		case decider < 0:
@@ -122,7 +126,7 @@ func Combine(ds []Decision) Decision {
 		case !d.Allowed && ds[decider].Allowed:
 			decider = i
 		case d.Allowed != ds[decider].Allowed:
-		case !d.Allowed && (d.RetryAfter == Never || (ds[decider].RetryAfter != Never && d.RetryAfter > ds[decider].RetryAfter)):
+		case !d.Allowed && ds[decider].RetryAfter != Never && (d.RetryAfter == Never || d.RetryAfter > ds[decider].RetryAfter):
 			decider = i
 		case d.Allowed && d.Remaining < ds[decider].Remaining:
 			decider = i
