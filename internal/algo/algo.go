@@ -15,6 +15,19 @@
 //
 // Callers must pass validated Params (see Params.Check) and a cost of at least
 // 0. Cost 0 asks what the state is without charging anything.
+//
+// Times from 0 to 2^62 µs (1970 to about 148,000 AD) give exact results:
+// no intermediate value overflows there. Outside that range no function
+// panics and Remaining stays within [0, capacity], but the results are
+// unspecified.
+//
+// A clock that steps backwards never makes a decision more lenient than the
+// state allows at the latest instant it has seen: for a given state,
+// admission and Remaining only grow with now. The window algorithms read an
+// instant before the stored window as its start, the sliding log one before
+// its newest entry as that entry's time, and the token-bucket family, which
+// keeps one timestamp and not the latest now, reads a backlog longer than
+// the bucket (possible only with such a clock) as an empty bucket.
 package algo
 
 import (

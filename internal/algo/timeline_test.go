@@ -331,7 +331,8 @@ func fixedWindowTimelines() []timeline {
 				{1 * sec, 6, false, 5, Never, 0, 0},           // new window: initial
 				{1 * sec, 5, true, 0, 0, 1 * sec, 0},
 				{1 * sec, 6, false, 0, Never, 1 * sec, 0},
-				{2500 * ms, 0, true, 5, 0, 0, 0},
+				{2500 * ms, 6, false, 5, Never, 0, 0},
+				{2500 * ms, 0, true, 5, 0, 0, 0}, // the 6 took nothing
 				{2500 * ms, 1, true, 4, 0, 500 * ms, 0},
 				{2500*ms + 1*us, 4, true, 0, 0, 500 * ms, 0},
 			},
@@ -429,6 +430,8 @@ func slidingWindowTimelines() []timeline {
 				{20*sec - 1*us, 1, false, 0, 1 * ms, 10001 * ms, 0},
 				{20 * sec, 1, true, 0, 0, 20 * sec, 0},
 				{20 * sec, 11, false, 0, Never, 20 * sec, 0},
+				// 9·1/10 + 1 = 1.9: the 11 took nothing.
+				{29 * sec, 0, true, 8, 0, 11 * sec, 0},
 			},
 		},
 	}
