@@ -1,0 +1,295 @@
+// Command benchtable turns the output of the bench module's benchmarks into
+// the tables of docs/BENCHMARKS.md and checks Sluice's targets.
+//
+// Usage:
+//
+//	benchtable ROUND_FILE...
+//
+// Each file holds one round: one run of every benchmark (go test
+// -count 1). Rounds are run one after another, so within a round every
+// library ran within a minute or so of the others; a ratio is computed
+// within each round and then summarized over the rounds (median, min, max),
+// beside the ratio of the medians. Benchmark names must end in
+// "/lib=NAME" (plus the -GOMAXPROCS suffix).
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+}
+
+// libs is the column order; the first is the subject, the rest are peers.
+var libs = []string{"sluice", "xrate", "xrate-shards", "golimiter", "throttled"}
+
+// sample is one benchmark result in one round.
+type sample map[string]float64 // unit -> value
+
+// data maps workload -> lib -> round -> sample.
+type data map[string]map[string][]sample
+
+func run(args []string, w io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: benchtable ROUND_FILE...")
+	}
+	d := data{}
+	var order []string
+	for round, path := range args {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		err = parse(f, path, round, len(args), d, &order)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return report(w, d, order, len(args))
+}
+
+// parse reads the benchmark lines of one round into d.
+func parse(r io.Reader, path string, round, rounds int, d data, order *[]string) error {
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") {
+			continue
+		}
+		name := fields[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		i := strings.LastIndex(name, "/lib=")
+		if i < 0 {
+			continue
+		}
+		workload, lib := strings.TrimPrefix(name[:i], "Benchmark"), name[i+len("/lib="):]
+		s := sample{}
+		for j := 2; j+1 < len(fields); j += 2 {
+			v, err := strconv.ParseFloat(fields[j], 64)
+			if err != nil {
+				return fmt.Errorf("%s:%d: value %q of %s: %w", path, line, fields[j], fields[j+1], err)
+			}
+			s[fields[j+1]] = v
+		}
+		if d[workload] == nil {
+			d[workload] = map[string][]sample{}
+			*order = append(*order, workload)
+		}
+		if d[workload][lib] == nil {
+			d[workload][lib] = make([]sample, rounds)
+		}
+		d[workload][lib][round] = s
+	}
+	return sc.Err()
+}
+
+// values returns the unit's values of workload/lib over the rounds that
+// have it.
+func (d data) values(workload, lib, unit string) []float64 {
+	var vs []float64
+	for _, s := range d[workload][lib] {
+		if v, ok := s[unit]; ok {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	if n := len(vs); n%2 == 1 {
+		return vs[n/2]
+	} else {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
+}
+
+// ratio is a summary of per-round ratios of a peer's cost to Sluice's: how
+// many times faster (or smaller) Sluice is.
+type ratio struct {
+	ofMedians        float64
+	median, min, max float64
+	rounds           int
+}
+
+func (r ratio) String() string {
+	if r.rounds == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f× (per round: median %.2f×, %.2f–%.2f×, %d rounds)", r.ofMedians, r.median, r.min, r.max, r.rounds)
+}
+
+// fastestPeerRatio compares Sluice with the peer that has the lowest value
+// of unit, within each round and over the medians.
+func (d data) fastestPeerRatio(workload, unit string) (ratio, string) {
+	var per []float64
+	rounds := len(d[workload]["sluice"])
+	for round := range rounds {
+		s, ok := d[workload]["sluice"][round][unit]
+		if !ok || s == 0 {
+			continue
+		}
+		best := 0.0
+		for _, lib := range libs[1:] {
+			if ss := d[workload][lib]; ss != nil {
+				if v, ok := ss[round][unit]; ok && (best == 0 || v < best) {
+					best = v
+				}
+			}
+		}
+		if best > 0 {
+			per = append(per, best/s)
+		}
+	}
+	bestLib, bestMed := "", 0.0
+	for _, lib := range libs[1:] {
+		if vs := d.values(workload, lib, unit); len(vs) > 0 {
+			if m := median(vs); bestLib == "" || m < bestMed {
+				bestLib, bestMed = lib, m
+			}
+		}
+	}
+	if len(per) == 0 || bestLib == "" {
+		return ratio{}, ""
+	}
+	return ratio{
+		ofMedians: bestMed / median(d.values(workload, "sluice", unit)),
+		median:    median(per),
+		min:       slices.Min(per),
+		max:       slices.Max(per),
+		rounds:    len(per),
+	}, bestLib
+}
+
+// peerRatio compares Sluice with one peer, within each round.
+func (d data) peerRatio(workload, peer, unit string) ratio {
+	var per []float64
+	for round, s := range d[workload]["sluice"] {
+		ps := d[workload][peer]
+		if ps == nil || s[unit] == 0 {
+			continue
+		}
+		if v, ok := ps[round][unit]; ok {
+			per = append(per, v/s[unit])
+		}
+	}
+	if len(per) == 0 {
+		return ratio{}
+	}
+	return ratio{
+		ofMedians: median(d.values(workload, peer, unit)) / median(d.values(workload, "sluice", unit)),
+		median:    median(per),
+		min:       slices.Min(per),
+		max:       slices.Max(per),
+		rounds:    len(per),
+	}
+}
+
+func report(w io.Writer, d data, order []string, rounds int) error {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("Medians over %d rounds. Lower is better.\n\n", rounds)
+	p("| workload | unit |")
+	for _, lib := range libs {
+		p(" %s |", lib)
+	}
+	p(" fastest peer ÷ sluice |\n|---|---|")
+	for range libs {
+		p("---:|")
+	}
+	p("---|\n")
+	for _, wl := range order {
+		unit := "ns/op"
+		if len(d.values(wl, "sluice", "B/key")) > 0 {
+			unit = "B/key"
+		}
+		p("| %s | %s |", wl, unit)
+		for _, lib := range libs {
+			if vs := d.values(wl, lib, unit); len(vs) > 0 {
+				p(" %s |", format(median(vs)))
+			} else {
+				p(" – |")
+			}
+		}
+		r, best := d.fastestPeerRatio(wl, unit)
+		p(" %.2f× (%s) |\n", r.ofMedians, best)
+	}
+
+	// Allocations: every library should allocate nothing per decision on
+	// an existing key; list any that does.
+	var allocs []string
+	for _, wl := range order {
+		for _, lib := range libs {
+			if m := median(d.values(wl, lib, "allocs/op")); m > 0 {
+				allocs = append(allocs, fmt.Sprintf("%s/%s %.0f allocs/op (%.0f B/op)", wl, lib, m, median(d.values(wl, lib, "B/op"))))
+			}
+		}
+	}
+	if len(allocs) == 0 {
+		p("\nAllocations: 0 allocs/op for every library in every timed workload.\n")
+	} else {
+		p("\nAllocations: %s; every other timed workload 0 allocs/op.\n", strings.Join(allocs, "; "))
+	}
+
+	p("\nTargets (ratios within each round of the same run):\n\n")
+	met := func(ok bool) string {
+		if ok {
+			return "MET"
+		}
+		return "MISSED"
+	}
+	r := d.peerRatio("OneKeySerial", "xrate", "ns/op")
+	p("- One key, serial, token bucket, Sluice ≥ 1.5× faster than x/time/rate's Allow: %s: %s", met(r.rounds > 0 && r.ofMedians >= 1.5), r)
+	if r.rounds > 0 && r.ofMedians < 1.5 {
+		p("; short by %.0f%%: Sluice would need %s ns/op, it took %s", 100*(1.5-r.ofMedians)/1.5,
+			format(median(d.values("OneKeySerial", "xrate", "ns/op"))/1.5), format(median(d.values("OneKeySerial", "sluice", "ns/op"))))
+	}
+	p(".\n")
+	r2, best := d.fastestPeerRatio("KeysParallel/keys=100000", "ns/op")
+	p("- 100,000 keys, parallel, Sluice ≥ 2× faster than the fastest peer (%s): %s: %s", best, met(r2.rounds > 0 && r2.ofMedians >= 2), r2)
+	if r2.rounds > 0 && r2.ofMedians < 2 {
+		p("; short by %.0f%%: Sluice would need %s ns/op, it took %s", 100*(2-r2.ofMedians)/2,
+			format(median(d.values("KeysParallel/keys=100000", best, "ns/op"))/2), format(median(d.values("KeysParallel/keys=100000", "sluice", "ns/op"))))
+	}
+	p(".\n")
+	bk := d.values("BytesPerKey", "sluice", "B/key")
+	if len(bk) > 0 {
+		m := median(bk)
+		p("- ≤ 48 bytes of heap per tracked token-bucket key at 1,000,000 keys: %s: %s B/key (%s–%s over %d rounds).\n",
+			met(m <= 48), format(m), format(slices.Min(bk)), format(slices.Max(bk)), len(bk))
+	} else {
+		p("- ≤ 48 bytes of heap per tracked token-bucket key: no BytesPerKey result.\n")
+	}
+	return nil
+}
+
+// format prints v with three significant digits, as benchstat does.
+func format(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
