@@ -54,6 +54,9 @@ const (
 	// OnErrorLocal decides with an in-process store while Redis is
 	// unreachable, so each instance enforces the limits on its own.
 	OnErrorLocal OnError = "local"
+	// OnErrorFail decides nothing: the decision API and forward-auth
+	// answer 503 Service Unavailable while Redis is unreachable.
+	OnErrorFail OnError = "error"
 )
 
 // Defaults for keys that a configuration file leaves out.

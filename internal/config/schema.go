@@ -164,7 +164,7 @@ func validHostname(s string) bool {
 
 var (
 	backends = []string{string(MemoryBackend), string(RedisBackend)}
-	onErrors = []string{string(OnErrorAllow), string(OnErrorDeny), string(OnErrorLocal)}
+	onErrors = []string{string(OnErrorAllow), string(OnErrorDeny), string(OnErrorLocal), string(OnErrorFail)}
 )
 
 func (d *decoder) store(top object) Store {

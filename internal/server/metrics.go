@@ -39,7 +39,11 @@ type metrics struct {
 // at a generous timeout.
 var storeBuckets = []float64{1e-6, 5e-6, 25e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
 
-func newMetrics(reg prometheus.Registerer, store sluice.Store) (*metrics, error) {
+// circuitStates are the values of the state label of
+// sluice_store_circuit_state.
+var circuitStates = []string{"closed", "open", "half-open"}
+
+func newMetrics(reg prometheus.Registerer, store sluice.Store, circuit func() string) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
@@ -82,6 +86,20 @@ func newMetrics(reg prometheus.Registerer, store sluice.Store) (*metrics, error)
 			Name: "sluice_store_keys",
 			Help: "(policy, key) pairs the in-memory store tracks.",
 		}, func() float64 { return float64(s.Len()) }))
+	}
+	if circuit != nil {
+		for _, state := range circuitStates {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "sluice_store_circuit_state",
+				Help:        "1 for the state the store's circuit breaker is in (closed, open, half-open), 0 for the others.",
+				ConstLabels: prometheus.Labels{"state": state},
+			}, func() float64 {
+				if circuit() == state {
+					return 1
+				}
+				return 0
+			}))
+		}
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -139,7 +157,6 @@ const (
 // not failures.
 type meteredStore struct {
 	next sluice.Store
-	m    *metrics
 	// Observers resolved once, so that a call costs no label lookup.
 	allowDur, allowAllDur, peekDur prometheus.Observer
 	allowErr, allowAllErr, peekErr prometheus.Counter
@@ -150,7 +167,6 @@ var _ sluice.Store = (*meteredStore)(nil)
 func newMeteredStore(next sluice.Store, m *metrics) *meteredStore {
 	return &meteredStore{
 		next:        next,
-		m:           m,
 		allowDur:    m.storeDuration.WithLabelValues(opAllow),
 		allowAllDur: m.storeDuration.WithLabelValues(opAllowAll),
 		peekDur:     m.storeDuration.WithLabelValues(opPeek),

@@ -42,6 +42,11 @@ type Options struct {
 	// Nil means a new registry with the Go runtime and process collectors
 	// added. A registry can serve one Handler: a second New on it fails.
 	Registry *prometheus.Registry
+	// CircuitState, when set, reports the state of the store's circuit
+	// breaker: "closed", "open" or "half-open" (as redisstore's
+	// BreakerState().String() does), for the sluice_store_circuit_state
+	// metric and /readyz. Nil means the store has no breaker.
+	CircuitState func() string
 	// Now returns the current time, for reload timestamps and header
 	// fields that carry a time; default time.Now. Decisions use the
 	// store's clock.
@@ -57,6 +62,7 @@ type Handler struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 	now     func() time.Time
+	circuit func() string
 	mux     *http.ServeMux
 
 	state    atomic.Pointer[state]
@@ -106,7 +112,8 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		h.reg = prometheus.NewRegistry()
 		h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	m, err := newMetrics(h.reg, store)
+	h.circuit = opts.CircuitState
+	m, err := newMetrics(h.reg, store, opts.CircuitState)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
@@ -318,6 +325,9 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body["status"] = "ready"
+	if h.circuit != nil {
+		body["circuit"] = h.circuit()
+	}
 	if p, ok := h.raw.(pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		err := p.Ping(ctx)
@@ -325,7 +335,7 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			s := st.cfg.Store()
 			body["store"] = "unreachable"
-			if s.OnError == "" {
+			if s.OnError == config.OnErrorFail {
 				body["status"] = "store unreachable"
 				writeJSON(w, http.StatusServiceUnavailable, body)
 				return

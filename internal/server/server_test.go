@@ -367,7 +367,8 @@ func (s *failingStore) Peek(context.Context, time.Time, sluice.Request) (sluice.
 func TestCheckDegraded(t *testing.T) {
 	c := &clock{t: start}
 	reg := prometheus.NewRegistry()
-	h, err := New(parse(t, testYAML), degradingStore{memstore.New(memstore.Options{Now: c.Now})}, Options{Registry: reg})
+	h, err := New(parse(t, testYAML), degradingStore{memstore.New(memstore.Options{Now: c.Now})},
+		Options{Registry: reg, CircuitState: func() string { return "open" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,8 +390,28 @@ func TestCheckDegraded(t *testing.T) {
 	}
 	// The failure policy decides, so the service is ready, and says so.
 	rec = f.do("GET", "/readyz", "")
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"degraded"`) {
-		t.Errorf("readyz = %d %s, want 200 degraded", rec.Code, rec.Body)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"degraded"`) || !strings.Contains(rec.Body.String(), `"circuit":"open"`) {
+		t.Errorf("readyz = %d %s, want 200 degraded, circuit open", rec.Code, rec.Body)
+	}
+	body := scrape(t, h)
+	for _, want := range []string{
+		`sluice_store_circuit_state{state="open"} 1`,
+		`sluice_store_circuit_state{state="closed"} 0`,
+		`sluice_store_circuit_state{state="half-open"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	// Without a failure policy, an unreachable store is not ready.
+	g, err := New(parse(t, "store: {on_error: error}\n"+testYAML), degradingStore{memstore.New(memstore.Options{})}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	g.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("readyz with on_error: error and no store = %d %s, want 503", rec.Code, rec.Body)
 	}
 }
 
