@@ -1,0 +1,97 @@
+-- gcra.lua: the token-bucket family's shared core, and GCRA.
+--
+-- Mirrors internal/algo/gcra.go. The state is the theoretical arrival time
+-- TAT = at + frac/L µs (0 <= frac < L), the instant the bucket is full again,
+-- stored with w, the latest time the key has seen. L and P here are the
+-- policy's limit and period divided by their greatest common divisor, which
+-- changes no decision and keeps frac small. B is the burst.
+
+-- tat_load returns the state at key: at, frac, w (zeros for a missing key).
+local function tat_load(key)
+  local v = redis.call('GET', key)
+  if not v then
+    return 0, 0, 0
+  end
+  local at, frac, w = string.match(v, '^(%d+) (%d+) (%d+)$')
+  if not at then
+    malformed(key)
+  end
+  return tonumber(at), tonumber(frac), tonumber(w)
+end
+
+-- tat_save stores the state, to expire when the bucket is full again.
+local function tat_save(key, at, frac, w, now, pad)
+  local expiry = at
+  if frac > 0 then
+    expiry = at + 1
+  end
+  local dt = expiry - now
+  if dt < 0 then
+    dt = 0
+  end
+  redis.call('SET', key, int(at) .. ' ' .. int(frac) .. ' ' .. int(w), 'PX', ttl(dt, pad))
+end
+
+-- tat_remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
+-- backlog of q µs plus r/L µs.
+local function tat_remaining(L, P, B, q, r)
+  local x, y = muldivmod(q, L, P)
+  local k, m = divmod(y + r, P)
+  if m > 0 then
+    k = k + 1
+  end
+  return B - x - k
+end
+
+-- tat_step decides a request of the given cost: admitted iff backlog + c·T
+-- <= B·T, with T = P/L. It returns allowed, the new at and frac, remaining,
+-- retry (µs, -1 for never), reset (µs) and the backlog before the request
+-- rounded up to the µs (an admitted leaky-bucket request's delay).
+--
+-- Every admitted request leaves tat <= now + B·T, so a larger backlog is
+-- only seen when the clock has stepped backwards; it is read as B·T, an
+-- empty bucket.
+local function tat_step(L, P, B, at, frac, now, cost)
+  local hq, hr = muldivmod(B, P, L)
+  local bq, br = 0, 0
+  local d = at - hq
+  if d > now or (d == now and frac > hr) then
+    bq, br = hq, hr
+  elseif at > now or (at == now and frac > 0) then
+    bq, br = at - now, frac
+  end
+  local wait = ceilfrac(bq, br)
+  if cost > B then
+    return false, at, frac, tat_remaining(L, P, B, bq, br), -1, wait, wait
+  end
+  local cq, cr = muldivmod(cost, P, L)
+  local nq, nr = bq + cq, br + cr
+  if nr >= L then
+    nq, nr = nq + 1, nr - L
+  end
+  if nq < hq or (nq == hq and nr <= hr) then
+    -- The new state is max(tat, now) + c·T, from the state itself when it
+    -- has a backlog, so that a backlog read as B·T leaves it as it is.
+    local na, nf = now + cq, cr
+    if bq > 0 or br > 0 then
+      na, nf = at + cq, frac + cr
+      if nf >= L then
+        na, nf = na + 1, nf - L
+      end
+    end
+    return true, na, nf, tat_remaining(L, P, B, nq, nr), 0, ceilfrac(nq, nr), wait
+  end
+  -- Denied: wait until the backlog has drained by the excess over B·T.
+  local eq, er = nq - hq, nr - hr
+  if er < 0 then
+    eq, er = eq - 1, er + L
+  end
+  return false, at, frac, tat_remaining(L, P, B, bq, br), ceilfrac(eq, er), wait, wait
+end
+
+-- gcra decides as the token bucket does; it exists under its own name
+-- because its users look for it.
+local function gcra(L, P, B, at, frac, now, cost)
+  local ok, nat, nfrac, rem, retry, reset = tat_step(L, P, B, at, frac, now, cost)
+  return ok, nat, nfrac, rem, retry, reset, 0
+end

@@ -1,0 +1,147 @@
+-- sliding_log.lua: at most L in any interval of length P, by remembering
+-- every admitted request.
+--
+-- Mirrors internal/algo/slidinglog.go. The log is a Redis list: the summed
+-- cost of the entries it holds, w (the latest time the key has seen), then
+-- one (at, cost) pair per entry, oldest first. Requests admitted in the same
+-- microsecond share one entry. An entry admitted at s counts at t iff
+-- t − s < P. Entries are walked from the oldest in chunks of LOG_CHUNK, so a
+-- decision reads only the entries that no longer count (each dropped once)
+-- and, when it denies, the few it must skip to find its retry.
+
+local LOG_CHUNK = 32
+
+-- log_chunk returns up to LOG_CHUNK entries from entry j (0-based) as a flat
+-- array {at, cost, at, cost, ...}.
+local function log_chunk(key, j)
+  return redis.call('LRANGE', key, 2 + 2 * j, 1 + 2 * (j + LOG_CHUNK))
+end
+
+-- log_seen returns the latest time the log at key has seen (0 if none).
+local function log_seen(key)
+  local w = redis.call('LINDEX', key, 1)
+  if not w then
+    return 0
+  end
+  return tonumber(w) or malformed(key)
+end
+
+-- sliding_log decides a request on the log at key and returns allowed,
+-- remaining, retry (µs, -1 for never) and reset (µs). With commit it
+-- records an admitted request and drops the entries that no longer count;
+-- with track it records now as the latest time seen even when nothing else
+-- changes.
+local function sliding_log(key, L, P, now, cost, commit, pad, track)
+  local head = redis.call('LRANGE', key, 0, 2)
+  local sum, w = 0, 0
+  if #head >= 2 then
+    sum, w = tonumber(head[1]), tonumber(head[2])
+    if not sum or not w then
+      malformed(key)
+    end
+  end
+  if now < w then
+    now = w
+  end
+  local has = #head == 3
+  local first, newest, newest_cost, any = 0, 0, 0, false
+  if has then
+    local tail = redis.call('LRANGE', key, -2, -1)
+    newest, newest_cost = tonumber(tail[1]), tonumber(tail[2])
+    local oldest = tonumber(head[3])
+    if not newest or not newest_cost or not oldest then
+      malformed(key)
+    end
+    if now < newest then
+      now = newest
+    end
+    if now - oldest >= P then
+      -- Skip the entries that no longer count.
+      while true do
+        local c = log_chunk(key, first)
+        local k = 1
+        while k < #c and now - tonumber(c[k]) >= P do
+          sum = sum - tonumber(c[k + 1])
+          first, k = first + 1, k + 2
+        end
+        if k < #c or #c < 2 * LOG_CHUNK then
+          break
+        end
+      end
+    end
+    any = now - newest < P
+  end
+
+  local ok, rem, retry, reset = false, L - sum, 0, 0
+  if any then
+    reset = newest + P - now
+  end
+  if cost > L then
+    retry = -1
+  elseif sum + cost <= L then
+    ok, rem = true, L - sum - cost
+    if cost > 0 then
+      reset = P
+    end
+  else
+    -- Drop entries oldest first until the rest leaves room for cost; the
+    -- request passes once the last dropped entry stops counting.
+    local rest, j, last = sum, first, 0
+    while rest + cost > L do
+      local c = log_chunk(key, j)
+      if #c < 2 then
+        malformed(key)
+      end
+      local k = 1
+      while k < #c and rest + cost > L do
+        last, rest = tonumber(c[k]), rest - tonumber(c[k + 1])
+        j, k = j + 1, k + 2
+      end
+    end
+    retry = last + P - now
+  end
+
+  local push = commit and ok and cost > 0
+  if push and not has then
+    -- A new log (a key holding only w counts as empty).
+    if #head > 0 then
+      redis.call('DEL', key)
+    end
+    redis.call('RPUSH', key, int(cost), int(now), int(now), int(cost))
+    redis.call('PEXPIRE', key, ttl(P, pad))
+  elseif commit and not push and not any then
+    -- Nothing counts any more: the log is back to initial.
+    if #head > 0 then
+      redis.call('DEL', key)
+    end
+    if track then
+      redis.call('RPUSH', key, 0, int(now))
+      redis.call('PEXPIRE', key, ttl(0, pad))
+    end
+  elseif push or (commit and first > 0) then
+    local total, expiry = sum, newest + P
+    if push then
+      if newest == now then
+        redis.call('LSET', key, -1, int(newest_cost + cost))
+      else
+        redis.call('RPUSH', key, int(now), int(cost))
+      end
+      total, expiry = sum + cost, now + P
+    end
+    if first > 0 then
+      redis.call('LTRIM', key, 2 * first, -1)
+    end
+    redis.call('LSET', key, 0, int(total))
+    redis.call('LSET', key, 1, int(now))
+    redis.call('PEXPIRE', key, ttl(expiry - now, pad))
+  elseif track and (#head == 0 or now > w) then
+    if #head == 0 then
+      redis.call('RPUSH', key, 0, int(now))
+      redis.call('PEXPIRE', key, ttl(0, pad))
+    else
+      redis.call('LSET', key, 1, int(now))
+      redis.call('PEXPIRE', key, ttl(math.max(newest + P - now, 0), pad))
+    end
+  end
+  return ok, rem, retry, reset
+end

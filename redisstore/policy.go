@@ -1,0 +1,102 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// ErrUnsupportedPolicy is wrapped by the error for a valid policy that the
+// Redis store cannot decide exactly: one whose empty bucket takes longer
+// than 2^52 µs (about 142 years) to refill, which would carry timestamps
+// past 2^53 µs, where Lua's numbers stop being exact integers.
+var ErrUnsupportedPolicy = errors.New("policy not supported by the Redis store")
+
+// maxHorizon bounds B·P/L in µs: with times below 2^52 µs, every timestamp
+// the scripts compute stays below 2^53.
+const maxHorizon = 1<<52 - 2
+
+// maxTime is the first µs since the Unix epoch that the scripts do not
+// accept (2^52 µs is in the year 2112).
+const maxTime = 1 << 52
+
+// compiled is a policy worked out once: its script arguments, the
+// fingerprint part of its keys, or why it cannot be used.
+type compiled struct {
+	policy  sluice.Policy
+	err     error
+	code    string // the script's algorithm code
+	l, p, b string // L, P (µs) and B as script arguments
+	fp      string
+}
+
+var algoCodes = [...]string{
+	sluice.TokenBucketAlgorithm:   "tb",
+	sluice.GCRAAlgorithm:          "gcra",
+	sluice.LeakyBucketAlgorithm:   "lb",
+	sluice.FixedWindowAlgorithm:   "fw",
+	sluice.SlidingLogAlgorithm:    "sl",
+	sluice.SlidingWindowAlgorithm: "sw",
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// compile checks p and works out its arguments.
+func compile(p sluice.Policy) *compiled {
+	c := &compiled{policy: p}
+	if err := p.Validate(); err != nil {
+		c.err = fmt.Errorf("redisstore: %w", err)
+		return c
+	}
+	period := int64(p.Period / time.Microsecond)
+	burst := p.Capacity()
+	hi, lo := bits.Mul64(uint64(burst), uint64(period))
+	if q, _ := bits.Div64(hi, lo, uint64(p.Limit)); q > maxHorizon {
+		c.err = fmt.Errorf("redisstore: %w: %s: burst×period/limit = %v exceeds 2^52 µs (about 142 years)",
+			ErrUnsupportedPolicy, p, time.Duration(min(q, 1<<62))*time.Microsecond)
+		return c
+	}
+	c.code = algoCodes[p.Algorithm]
+	l, per := p.Limit, period
+	if p.Algorithm.HasBurst() {
+		// Only the rate P/L matters: dividing both by their gcd changes
+		// no decision and keeps the remainders the script carries small.
+		g := gcd(l, per)
+		l, per = l/g, per/g
+	}
+	c.fp = fingerprint(c.code, p.Limit, p.Period.String(), p.Burst, p.Name)
+	c.l, c.p, c.b = strconv.FormatInt(l, 10), strconv.FormatInt(per, 10), strconv.FormatInt(burst, 10)
+	return c
+}
+
+// policyCache is a small direct-mapped cache of compiled policies. Entries
+// are immutable, so readers take no lock.
+type policyCache struct {
+	seed  maphash.Seed
+	slots [256]atomic.Pointer[compiled]
+}
+
+func (pc *policyCache) get(p *sluice.Policy) *compiled {
+	h := uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Period)*0xc2b2ae3d27d4eb4f ^ uint64(p.Burst)*0x165667b19e3779f9 ^ uint64(p.Algorithm)
+	if p.Name != "" {
+		h ^= maphash.String(pc.seed, p.Name)
+	}
+	slot := &pc.slots[h>>56]
+	if c := slot.Load(); c != nil && c.policy == *p {
+		return c
+	}
+	c := compile(*p)
+	slot.Store(c)
+	return c
+}

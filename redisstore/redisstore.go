@@ -1,0 +1,570 @@
+// Package redisstore is a sluice.Store kept in Redis, so that every
+// instance of a service shares one limit: with N instances behind a load
+// balancer, a key still gets exactly its limit, not N times it.
+//
+// Decisions are those of the memory store (github.com/sluicehq/sluice/
+// memstore), field for field: the six algorithms run as Lua scripts that
+// mirror internal/algo decision by decision, with exact integer arithmetic,
+// and one script call (EVALSHA) decides a request atomically, however many
+// instances send requests for the same key at once. AllowAll decides all its
+// requests in the same single call.
+//
+// Time is Redis's own clock (TIME), read inside the script, so instances
+// whose clocks disagree still agree on every decision. Options.CallerTime
+// makes the store use the times passed to it instead, for tests and
+// simulations.
+//
+// The store works with a single Redis, Redis Sentinel or Redis Cluster
+// through github.com/redis/rueidis. On a cluster every policy of one key
+// lands in one hash slot (see docs/redis.md for the key layout), so
+// sluice.Limiter's all-or-nothing decisions work unchanged; an AllowAll over
+// keys in different slots fails with ErrCrossSlot.
+//
+// When Redis fails or is too slow (Options.Timeout), Options.Failure decides:
+// allow, deny, or a local in-memory store, and the decision says Degraded. A
+// circuit breaker stops calling a Redis that keeps failing, so callers pay
+// nothing for it, and probes it until it answers again.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+)
+
+// Errors.
+var (
+	// ErrCrossSlot is returned, before anything is charged, for an
+	// AllowAll on Redis Cluster whose keys lie in different hash slots:
+	// one script cannot touch them atomically. sluice.Limiter never causes
+	// it (all its requests have one key).
+	ErrCrossSlot = errors.New("requests of one AllowAll map to different Redis Cluster hash slots")
+	// ErrCircuitOpen is the error of a call that the circuit breaker kept
+	// from Redis (returned only under FailError).
+	ErrCircuitOpen = errors.New("redis circuit breaker is open")
+	// ErrClosed is returned by a store after Close.
+	ErrClosed = errors.New("redis store is closed")
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix           = "sluice:"
+	DefaultTimeout          = 50 * time.Millisecond
+	DefaultBreakerThreshold = 5
+	DefaultBreakerCooldown  = 250 * time.Millisecond
+)
+
+// callerTimePad is added to every key's TTL when the caller passes its own
+// time, which need not advance with Redis's clock: a key must outlive the
+// real time between a test's calls, however far apart their times are.
+const callerTimePad = "3600000" // one hour, in ms
+
+// Options configure a Store. The zero value of each field means the default
+// given with it.
+type Options struct {
+	// Client is an existing rueidis client (single Redis, Sentinel or
+	// Cluster) for the store to use; the store does not close it. When it
+	// is nil the store connects with ClientOption and Addrs.
+	Client rueidis.Client
+	// Addrs are the address of a single Redis, or of one or more nodes of a
+	// Redis Cluster (the others are discovered), used when Client is nil.
+	// They replace ClientOption.InitAddress.
+	Addrs []string
+	// ClientOption configures the connection the store makes when Client
+	// is nil: password, TLS, Sentinel and so on. DisableCache is always set
+	// (the store does not use client-side caching).
+	ClientOption rueidis.ClientOption
+	// Prefix starts every key the store writes; default "sluice:". It must
+	// not contain '{' or '}'.
+	Prefix string
+	// Timeout bounds each call to Redis; default 50 ms. A call that takes
+	// longer counts as a failure.
+	Timeout time.Duration
+	// Failure says what is decided when Redis cannot decide; the default,
+	// FailAllow, admits the request.
+	Failure FailurePolicy
+	// Local is the in-process store that decides under FailLocal, such as
+	// memstore.New(memstore.Options{MaxKeys: ...}); required with it.
+	Local sluice.Store
+	// BreakerThreshold is how many calls in a row must fail to open the
+	// circuit breaker; default 5.
+	BreakerThreshold int
+	// BreakerCooldown is how long an open breaker keeps calls from Redis
+	// before it lets one through as a probe; default 250 ms.
+	BreakerCooldown time.Duration
+	// OnError, if set, is called with the error of every failed call to
+	// Redis (not with the calls the open breaker skips), for logs and
+	// metrics. It must be quick and safe for concurrent use.
+	OnError func(error)
+	// OnBreakerChange, if set, is called on every change of the breaker's
+	// state, in order. It must be quick and must not call the store.
+	OnBreakerChange func(from, to BreakerState)
+	// CallerTime makes the store decide at the non-zero now passed to
+	// Allow, AllowAll and Peek instead of at Redis's TIME (a zero now still
+	// means Redis's TIME). It is for tests and simulations: the callers'
+	// clocks must then agree, and every call records its time in the key it
+	// touches. Times must lie between 1970 and 2112.
+	CallerTime bool
+}
+
+// Store is a sluice.Store in Redis. It is safe for concurrent use. Close it
+// to release the connection it made.
+type Store struct {
+	prefix     string
+	timeout    time.Duration
+	failure    FailurePolicy
+	local      sluice.Store
+	onError    func(error)
+	callerTime bool
+
+	script   *rueidis.Lua
+	policies policyCache
+	breaker  *breaker
+
+	client    atomic.Pointer[rueidis.Client]
+	own       bool // the store made the client and closes it
+	clientOpt rueidis.ClientOption
+
+	mu      sync.Mutex
+	dialing *dial // the connection attempt in progress, if any
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// dial is one attempt to connect; err is set before done is closed.
+type dial struct {
+	done chan struct{}
+	err  error
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New returns a store. It does not wait for Redis: when Redis cannot be
+// reached yet, calls are decided by the failure policy until it can.
+func New(opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}' (they would choose the Redis Cluster slot)", opts.Prefix)
+	}
+	if opts.Timeout < 0 || opts.BreakerThreshold < 0 || opts.BreakerCooldown < 0 {
+		return nil, errors.New("redisstore: Timeout, BreakerThreshold and BreakerCooldown must not be negative")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.BreakerThreshold == 0 {
+		opts.BreakerThreshold = DefaultBreakerThreshold
+	}
+	if opts.BreakerCooldown == 0 {
+		opts.BreakerCooldown = DefaultBreakerCooldown
+	}
+	if opts.Failure >= numFailurePolicies {
+		return nil, fmt.Errorf("redisstore: unknown failure policy %d", uint8(opts.Failure))
+	}
+	if opts.Failure == FailLocal && opts.Local == nil {
+		return nil, errors.New("redisstore: failure policy local needs Options.Local, an in-process store such as memstore.New(...)")
+	}
+	if opts.Client == nil && len(opts.Addrs) == 0 && len(opts.ClientOption.InitAddress) == 0 {
+		return nil, errors.New("redisstore: no Redis: set Options.Client or Options.Addrs")
+	}
+	src, err := scriptSource()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		prefix:     opts.Prefix,
+		timeout:    opts.Timeout,
+		failure:    opts.Failure,
+		local:      opts.Local,
+		onError:    opts.OnError,
+		callerTime: opts.CallerTime,
+		script:     rueidis.NewLuaScript(src),
+		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
+	}
+	s.policies.seed = maphash.MakeSeed()
+	if opts.Client != nil {
+		c := opts.Client
+		s.client.Store(&c)
+		return s, nil
+	}
+	s.own = true
+	s.clientOpt = opts.ClientOption
+	if len(opts.Addrs) > 0 {
+		s.clientOpt.InitAddress = append([]string(nil), opts.Addrs...)
+	}
+	s.clientOpt.DisableCache = true
+	// Connect now if Redis is there; if not, the first calls retry.
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	s.conn(ctx)
+	return s, nil
+}
+
+// Close closes the connection the store made (not a Client passed in
+// Options) and waits for a connection attempt in progress to end. Calls
+// after Close fail with ErrClosed, decided by the failure policy.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+	if c := s.client.Load(); c != nil && s.own {
+		(*c).Close()
+	}
+	return nil
+}
+
+// conn returns the client, connecting first if the store has none yet.
+// Connecting runs in its own goroutine, one attempt at a time, so that a
+// caller waits no longer than ctx allows.
+func (s *Store) conn(ctx context.Context) (rueidis.Client, error) {
+	if c := s.client.Load(); c != nil {
+		return *c, nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	d := s.dialing
+	if d == nil {
+		d = &dial{done: make(chan struct{})}
+		s.dialing = d
+		s.wg.Add(1)
+		go s.connect(d)
+	}
+	s.mu.Unlock()
+	select {
+	case <-d.done:
+		if d.err != nil {
+			return nil, d.err
+		}
+		return *s.client.Load(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("connect to redis: %w", ctx.Err())
+	}
+}
+
+func (s *Store) connect(d *dial) {
+	defer s.wg.Done()
+	c, err := rueidis.NewClient(s.clientOpt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil:
+		d.err = fmt.Errorf("connect to redis %v: %w", s.clientOpt.InitAddress, err)
+	case s.closed:
+		c.Close()
+		d.err = ErrClosed
+	default:
+		s.client.Store(&c)
+	}
+	s.dialing = nil
+	close(d.done)
+}
+
+// Ping checks that Redis answers, for readiness probes. It ignores the
+// circuit breaker.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	c, err := s.conn(ctx)
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: ping: %w", err)
+	}
+	return nil
+}
+
+// BreakerState returns the circuit breaker's state, for metrics.
+func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.state.Load()) }
+
+// Allow decides req and charges it when admitted. now is ignored (Redis's
+// TIME decides) unless Options.CallerTime is set.
+func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.one(ctx, now, req, opAllow)
+}
+
+// Peek decides req as Allow would, without charging it.
+func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.one(ctx, now, req, opPeek)
+}
+
+func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op string) (sluice.Decision, error) {
+	c, err := s.check(&req)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	nowArg, pad, err := s.timeArgs(now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	keys := []string{c.key(s.prefix, req.Key)}
+	args := []string{nowArg, op, pad, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	vals, err := s.eval(ctx, keys, args)
+	if err == nil && (len(vals) != replyHeader+replyWidth || vals[0] != 0) {
+		err = s.malformed(vals)
+	}
+	var d sluice.Decision
+	if err == nil {
+		d, err = parseDecision(&req.Policy, vals[replyHeader:])
+		if err != nil {
+			s.report(err)
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
+		}
+		reqs := [1]sluice.Request{req}
+		return s.degrade(ctx, now, reqs[:], nil, op, err)
+	}
+	if d.RetryAfter == sluice.Never {
+		return d, capacityError(&req)
+	}
+	return d, nil
+}
+
+// AllowAll decides every request and charges them all, or none when one is
+// denied, in one script call. Requests for the same policy and key decide
+// as one request of their summed cost. On Redis Cluster all the requests'
+// keys must lie in one hash slot (as every policy of one key does), else
+// the call fails with ErrCrossSlot.
+func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	if len(reqs) == 0 {
+		return sluice.Decision{}, errors.New("redisstore: AllowAll: no requests")
+	}
+	if out != nil && len(out) != len(reqs) {
+		return sluice.Decision{}, fmt.Errorf("redisstore: AllowAll: out has %d decisions for %d requests", len(out), len(reqs))
+	}
+	nowArg, pad, err := s.timeArgs(now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	keys := make([]string, len(reqs))
+	args := make([]string, 3, 3+6*len(reqs))
+	args[0], args[1], args[2] = nowArg, opMany, pad
+	for i := range reqs {
+		c, err := s.check(&reqs[i])
+		if err != nil {
+			return sluice.Decision{}, err
+		}
+		keys[i] = c.key(s.prefix, reqs[i].Key)
+		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
+	}
+	if err := s.sameSlot(keys, reqs); err != nil {
+		return sluice.Decision{}, err
+	}
+	vals, err := s.eval(ctx, keys, args)
+	if err == nil {
+		var d sluice.Decision
+		var done bool
+		d, done, err = s.parseMany(vals, reqs, out)
+		if done {
+			return d, err
+		}
+		s.report(err)
+	}
+	if ctx.Err() != nil {
+		return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	return s.degrade(ctx, now, reqs, out, opMany, err)
+}
+
+// parseMany turns AllowAll's reply into decisions. done is false when the
+// reply is malformed (err says how).
+func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Decision) (d sluice.Decision, done bool, err error) {
+	if len(vals) >= replyHeader+replyWidth && vals[0] == 1 && vals[1] >= 1 && vals[1] <= int64(len(reqs)) {
+		// A request costs more than its capacity: nothing was charged.
+		r := &reqs[vals[1]-1]
+		d, err := parseDecision(&r.Policy, vals[replyHeader:replyHeader+replyWidth])
+		if err != nil || d.RetryAfter != sluice.Never {
+			return sluice.Decision{}, false, s.malformed(vals)
+		}
+		return d, true, capacityError(r)
+	}
+	if len(vals) != replyHeader+replyWidth*len(reqs) || vals[0] != 0 {
+		return sluice.Decision{}, false, s.malformed(vals)
+	}
+	var buf [8]sluice.Decision
+	ds := buf[:0]
+	if out != nil {
+		ds = out[:0]
+	}
+	for i := range reqs {
+		d, err := parseDecision(&reqs[i].Policy, vals[replyHeader+replyWidth*i:replyHeader+replyWidth*(i+1)])
+		if err != nil {
+			return sluice.Decision{}, false, err
+		}
+		ds = append(ds, d)
+	}
+	return sluice.Combine(ds), true, nil
+}
+
+func (s *Store) malformed(vals []int64) error {
+	return fmt.Errorf("redisstore: malformed reply %v from the script", vals)
+}
+
+// check validates req and returns its compiled policy.
+func (s *Store) check(req *sluice.Request) (*compiled, error) {
+	if req.Cost < 1 {
+		return nil, fmt.Errorf("redisstore: %w, got %d", sluice.ErrInvalidCost, req.Cost)
+	}
+	c := s.policies.get(&req.Policy)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+func capacityError(r *sluice.Request) error {
+	return fmt.Errorf("redisstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
+}
+
+// timeArgs returns the script's now and TTL pad arguments: Redis's TIME
+// unless the store takes caller time and now is set.
+func (s *Store) timeArgs(now time.Time) (nowArg, pad string, err error) {
+	if !s.callerTime || now.IsZero() {
+		return "", "0", nil
+	}
+	us := now.UnixMicro()
+	if us < 0 || us >= maxTime {
+		return "", "", fmt.Errorf("redisstore: time %v is outside the range the Redis store accepts (1970 to 2112)", now)
+	}
+	return strconv.FormatInt(us, 10), callerTimePad, nil
+}
+
+// maxDelayArg returns MaxDelay in whole µs, rounded down, or -1 for none.
+// Rounding down decides exactly as the memory store: a delay of d whole µs
+// exceeds MaxDelay iff it exceeds floor(MaxDelay/1µs).
+func maxDelayArg(d time.Duration) string {
+	if d <= 0 {
+		return "-1"
+	}
+	return strconv.FormatInt(min(int64(d/time.Microsecond), maxTime), 10)
+}
+
+// sameSlot checks, on Redis Cluster, that keys share one hash slot.
+func (s *Store) sameSlot(keys []string, reqs []sluice.Request) error {
+	if len(keys) < 2 {
+		return nil
+	}
+	c := s.client.Load()
+	if c == nil || (*c).Mode() != rueidis.ClientModeCluster {
+		return nil
+	}
+	first := slot(keys[0])
+	for i := 1; i < len(keys); i++ {
+		if slot(keys[i]) != first {
+			return fmt.Errorf("redisstore: %w: keys %q and %q", ErrCrossSlot, reqs[0].Key, reqs[i].Key)
+		}
+	}
+	return nil
+}
+
+// eval runs the script once, under the timeout and the circuit breaker.
+func (s *Store) eval(ctx context.Context, keys, args []string) ([]int64, error) {
+	ok, probe := s.breaker.allow()
+	if !ok {
+		return nil, ErrCircuitOpen
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	c, err := s.conn(cctx)
+	var vals []int64
+	if err == nil {
+		vals, err = s.script.Exec(cctx, c, keys, args).AsIntSlice()
+	}
+	switch {
+	case err == nil:
+		s.breaker.success()
+		return vals, nil
+	case ctx.Err() != nil:
+		// The caller gave up: that says nothing about Redis.
+		s.breaker.abandon(probe)
+		return nil, err
+	case isDataError(err):
+		// Redis answered, but a key holds something the script refuses.
+		s.breaker.success()
+	default:
+		if cctx.Err() != nil {
+			err = fmt.Errorf("redis did not answer within %v: %w", s.timeout, err)
+		}
+		s.breaker.failure(probe)
+	}
+	s.report(err)
+	return nil, err
+}
+
+// isDataError reports whether err is the script's own refusal of a key's
+// contents: a problem with one key, not with Redis.
+func isDataError(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.Contains(re.Error(), "sluice: malformed state")
+}
+
+func (s *Store) report(err error) {
+	if s.onError != nil && err != nil {
+		s.onError(err)
+	}
+}
+
+// degrade makes the failure policy's decision for a call that Redis could
+// not decide.
+func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision, op string, cause error) (sluice.Decision, error) {
+	switch s.failure {
+	case FailError:
+		return sluice.Decision{}, fmt.Errorf("redisstore: %w", cause)
+	case FailLocal:
+		var d sluice.Decision
+		var err error
+		switch op {
+		case opAllow:
+			d, err = s.local.Allow(ctx, now, reqs[0])
+		case opPeek:
+			d, err = s.local.Peek(ctx, now, reqs[0])
+		default:
+			d, err = s.local.AllowAll(ctx, now, reqs, out)
+			for i := range out {
+				out[i].Degraded = true
+			}
+		}
+		d.Degraded = true
+		return d, err
+	}
+	allowed := s.failure == FailAllow
+	var retry time.Duration
+	if !allowed {
+		retry = max(time.Millisecond, s.breaker.retryAfter().Round(time.Millisecond))
+	}
+	var buf [8]sluice.Decision
+	ds := buf[:0]
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost > r.Policy.Capacity() {
+			return sluice.Decision{Limit: r.Policy.Limit, RetryAfter: sluice.Never, Degraded: true}, capacityError(r)
+		}
+		ds = append(ds, sluice.Decision{Allowed: allowed, Limit: r.Policy.Limit, RetryAfter: retry, Degraded: true})
+	}
+	if out != nil {
+		copy(out, ds)
+	}
+	return sluice.Combine(ds), nil
+}
