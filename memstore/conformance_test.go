@@ -13,3 +13,12 @@ func TestConformance(t *testing.T) {
 		return memstore.New(memstore.Options{})
 	})
 }
+
+// TestConformanceStoreClock runs the suite as for a store that ignores
+// caller time, on the memory store's own clock, with more goroutines and a
+// single shard, so that the subset run without caller time is exercised.
+func TestConformanceStoreClock(t *testing.T) {
+	sluicetest.Run(t, func(t *testing.T) sluice.Store {
+		return memstore.New(memstore.Options{Shards: 1})
+	}, sluicetest.StoreClock(), sluicetest.Concurrency(32))
+}

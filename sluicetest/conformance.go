@@ -480,7 +480,6 @@ func (s *suite) distinctPolicies(t *testing.T) {
 		{sluice.TokenBucket(3, slow, 1), "k"},
 		{sluice.TokenBucket(2, 2*slow, 1), "k"},
 		{sluice.TokenBucket(2, slow, 2), "k"},
-		{sluice.TokenBucket(2, slow, 0), "k"},
 		{sluice.GCRA(2, slow, 1), "k"},
 		{sluice.LeakyBucket(2, slow, 1), "k"},
 		{sluice.FixedWindow(2, slow), "k"},
