@@ -194,6 +194,13 @@ descriptors:
 	}
 }
 
+func TestParseSyntaxError(t *testing.T) {
+	_, ps := Parse([]byte("domain: a\ndescriptors:\n  - key: [unclosed\n"), "file.yaml")
+	if len(ps) != 1 || ps[0].Line == 0 || !strings.HasPrefix(ps[0].Message, "invalid YAML: ") {
+		t.Errorf("Parse(bad YAML) = %v, want one problem with a line", ps)
+	}
+}
+
 func TestCompileRejectsProblems(t *testing.T) {
 	_, err := Compile([]Domain{{Domain: "", Descriptors: nil}})
 	if err == nil || !strings.Contains(err.Error(), "envoy[0].domain: domain is required") {

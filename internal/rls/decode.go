@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -65,8 +66,7 @@ func Parse(data []byte, path string) ([]Domain, []Problem) {
 			break
 		}
 		if err != nil {
-			d.v.problems = append(d.v.problems, Problem{Path: path, Message: strings.TrimPrefix(err.Error(), "yaml: ")})
-			return nil, d.v.problems
+			return nil, []Problem{syntaxProblem(err, path)}
 		}
 		n := d.resolve(&doc)
 		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
@@ -86,6 +86,22 @@ func Parse(data []byte, path string) ([]Domain, []Problem) {
 		}
 	}
 	return domains, d.finish(domains, path)
+}
+
+// syntaxProblem turns a YAML syntax error into a problem, with its line
+// when the message has one ("yaml: line 3: ...").
+func syntaxProblem(err error, path string) Problem {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	p := Problem{Path: path}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(num); err == nil {
+				p.Line, msg = line, text
+			}
+		}
+	}
+	p.Message = "invalid YAML: " + msg
+	return p
 }
 
 type decoder struct {
