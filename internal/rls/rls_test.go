@@ -755,3 +755,30 @@ descriptors:
 		}
 	})
 }
+
+func TestEventKeys(t *testing.T) {
+	h := start(t, `
+domain: e
+descriptors:
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: free
+    rate_limit: {unlimited: true}
+`)
+	o := desc("tenant", "t")
+	o.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+	h.call(t, "e", desc("path", "/shared/x"), desc("user", "alice"), desc("free", "x"), o, desc("nothing", "x"))
+	var got []string
+	for _, ev := range h.events.take() {
+		got = append(got, ev.Key+" "+ev.Outcome.String())
+	}
+	want := []string{"path_/shared/* allowed", "user_alice allowed", "free unlimited", "override:tenant allowed"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events = %q, want %q", got, want)
+	}
+}
