@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ type event struct {
 }
 
 // origin2026 is 2026-03-14 12:00:00 UTC in µs, a multiple of every period
-// from 1µs to one uHour.
+// from 1µs to one hour.
 var origin2026 = time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC).UnixMicro()
 
 // namedParams are the fixed parameter sets every randomized test covers:
@@ -29,7 +30,7 @@ var namedParams = []Params{
 	{Limit: 10, Burst: 1, Period: uSec},        // burst below the limit
 	{Limit: 7, Burst: 1000, Period: uSec},      // burst far above it
 	{Limit: 13, Burst: 20, Period: 7*uSec + 3}, // nothing divides anything
-	{Limit: 3, Burst: 2, Period: 333_333},      // period not a whole uMS
+	{Limit: 3, Burst: 2, Period: 333_333},      // period not a whole ms
 	{Limit: 1, Burst: 5, Period: uHour},        // slow
 	{Limit: 1, Burst: 1, Period: 1},            // the shortest period
 	{Limit: 5, Burst: 5, Period: uMS},          // T = 200 µs
@@ -53,23 +54,15 @@ func randomParams(rng *rand.Rand) Params {
 	}
 }
 
-// logUniform returns an integer in [lo, hi] whose logarithm is uniform.
+// logUniform returns an integer in [lo, hi] with a roughly uniform
+// logarithm: a uniform bit length, then a uniform value of that length.
 func logUniform(rng *rand.Rand, lo, hi int64) int64 {
 	for {
-		bitsHi := 64 - leadingZeros(uint64(hi))
-		n := rng.Int64N(int64(1) << rng.IntN(bitsHi+1))
+		n := rng.Int64N(int64(1) << rng.IntN(bits.Len64(uint64(hi))+1))
 		if n >= lo && n <= hi {
 			return n
 		}
 	}
-}
-
-func leadingZeros(x uint64) int {
-	n := 0
-	for i := 63; i >= 0 && x&(1<<i) == 0; i-- {
-		n++
-	}
-	return n
 }
 
 // traceShape says how a random trace is drawn.

@@ -63,7 +63,7 @@ func newModel(a algorithm, p Params, maxDelay time.Duration) model {
 //
 // guess, typically the implementation's answer, only makes the searches
 // cheap: a RetryAfter or ResetAfter d is the smallest one iff the predicate
-// holds at d and not at d − 1 uMS (the predicates are monotone), which takes
+// holds at d and not at d − 1 ms (the predicates are monotone), which takes
 // two evaluations instead of a search; a wrong guess costs a full search.
 func refDecide(m model, t, c int64, guess Result) (model, Result) {
 	if c > m.capacity() {
@@ -278,7 +278,7 @@ type fixedModel struct {
 }
 
 func (m *fixedModel) capacity() int64         { return m.p.Limit }
-func (m *fixedModel) index(t int64) int64     { return floorDiv(t, m.p.Period) }
+func (m *fixedModel) index(t int64) int64     { return t / m.p.Period } // t ≥ 0
 func (m *fixedModel) allows(t, c int64) bool  { return m.counts[m.index(t)]+c <= m.p.Limit }
 func (m *fixedModel) remaining(t int64) int64 { return m.p.Limit - m.counts[m.index(t)] }
 func (m *fixedModel) initial(t int64) bool    { return m.counts[m.index(t)] == 0 }
@@ -313,7 +313,7 @@ func (m *slidingWindowModel) capacity() int64 { return m.p.Limit }
 
 func (m *slidingWindowModel) estimate(t int64) *big.Rat {
 	P := m.p.Period
-	k := floorDiv(t, P)
+	k := t / P // t ≥ 0
 	prev, curr := m.counts[k-1], m.counts[k]
 	elapsed := t - k*P
 	return add(mul(rat(prev), frac(P-elapsed, P)), rat(curr))
@@ -330,7 +330,7 @@ func (m *slidingWindowModel) remaining(t int64) int64 {
 func (m *slidingWindowModel) initial(t int64) bool { return m.estimate(t).Sign() == 0 }
 
 func (m *slidingWindowModel) charge(t, c int64) *big.Rat {
-	k := floorDiv(t, m.p.Period)
+	k := t / m.p.Period
 	m.counts[k] += c
 	for w := range m.counts {
 		if w < k-1 {
