@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -318,129 +315,6 @@ func TestMethodNotAllowed(t *testing.T) {
 	}
 	if rec := f.do("GET", "/v2/nothing", ""); rec.Code != http.StatusNotFound {
 		t.Errorf("GET /v2/nothing = %d, want 404", rec.Code)
-	}
-}
-
-// degradingStore stands for a store whose backend is down and whose
-// failure policy decides with a local store: every decision is marked
-// Degraded, as the Store contract says.
-type degradingStore struct{ sluice.Store }
-
-func (s degradingStore) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	d, err := s.Store.Allow(ctx, now, req)
-	d.Degraded = true
-	return d, err
-}
-
-func (s degradingStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	d, err := s.Store.AllowAll(ctx, now, reqs, out)
-	for i := range out {
-		out[i].Degraded = true
-	}
-	d.Degraded = true
-	return d, err
-}
-
-func (s degradingStore) Ping(context.Context) error { return errors.New("connection refused") }
-
-// failingStore stands for a store whose backend is down and that has no
-// failure policy.
-type failingStore struct{ calls atomic.Int64 }
-
-var errDown = errors.New("backend down")
-
-func (s *failingStore) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	s.calls.Add(1)
-	return sluice.Decision{}, errDown
-}
-
-func (s *failingStore) AllowAll(context.Context, time.Time, []sluice.Request, []sluice.Decision) (sluice.Decision, error) {
-	s.calls.Add(1)
-	return sluice.Decision{}, errDown
-}
-
-func (s *failingStore) Peek(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	s.calls.Add(1)
-	return sluice.Decision{}, errDown
-}
-
-func TestCheckDegraded(t *testing.T) {
-	c := &clock{t: start}
-	reg := prometheus.NewRegistry()
-	h, err := New(parse(t, testYAML), degradingStore{memstore.New(memstore.Options{Now: c.Now})},
-		Options{Registry: reg, CircuitState: func() string { return "open" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{h: h, clock: c, reg: reg}
-	rec := f.check(`{"limit":"tiny","key":"a"}`)
-	want := `{"allowed":true,"limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":40000,"degraded":true}`
-	if got := strings.TrimSpace(rec.Body.String()); got != want {
-		t.Errorf("degraded check = %s, want %s", got, want)
-	}
-	if rec.Header().Get("RateLimit") != "" {
-		t.Errorf("a degraded decision carries RateLimit %q, want none", rec.Header().Get("RateLimit"))
-	}
-	rec = f.check(`{"checks":[{"limit":"tiny","key":"a"},{"limit":"api-key","key":"a"}]}`)
-	if got := rec.Body.String(); !strings.HasPrefix(got, `{"allowed":true,"retry_after_ms":0,"degraded":true,"results":[`) {
-		t.Errorf("degraded batch = %s", got)
-	}
-	if got := counter(t, reg, "sluice_decisions_total", "tiny", "degraded"); got != 2 {
-		t.Errorf("degraded count = %v, want 2", got)
-	}
-	// The failure policy decides, so the service is ready, and says so.
-	rec = f.do("GET", "/readyz", "")
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"degraded"`) || !strings.Contains(rec.Body.String(), `"circuit":"open"`) {
-		t.Errorf("readyz = %d %s, want 200 degraded, circuit open", rec.Code, rec.Body)
-	}
-	body := scrape(t, h)
-	for _, want := range []string{
-		`sluice_store_circuit_state{state="open"} 1`,
-		`sluice_store_circuit_state{state="closed"} 0`,
-		`sluice_store_circuit_state{state="half-open"} 0`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
-		}
-	}
-	// Without a failure policy, an unreachable store is not ready.
-	g, err := New(parse(t, "store: {on_error: error}\n"+testYAML), degradingStore{memstore.New(memstore.Options{})}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec = httptest.NewRecorder()
-	g.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-	if rec.Code != http.StatusServiceUnavailable {
-		t.Errorf("readyz with on_error: error and no store = %d %s, want 503", rec.Code, rec.Body)
-	}
-}
-
-func TestCheckStoreError(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	store := &failingStore{}
-	var logs bytes.Buffer
-	h, err := New(parse(t, testYAML), store, Options{Registry: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fixture{h: h, reg: reg}
-	rec := f.check(`{"limit":"tiny","key":"secret-key"}`)
-	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "the store failed") {
-		t.Errorf("store error = %d %s, want 503", rec.Code, rec.Body)
-	}
-	if strings.Contains(rec.Body.String(), errDown.Error()) {
-		t.Errorf("the client sees the store's error: %s", rec.Body)
-	}
-	if !strings.Contains(logs.String(), errDown.Error()) || strings.Contains(logs.String(), "secret-key") {
-		t.Errorf("log = %q, want the error and no key", logs.String())
-	}
-	if got := counter(t, reg, "sluice_store_errors_total", "allow"); got != 1 {
-		t.Errorf("store errors = %v, want 1", got)
-	}
-	// Forward-auth answers 503 (the middleware's answer), not 200.
-	rec = f.do("GET", "/v1/forward-auth?rule=login", "")
-	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
-		t.Errorf("forward-auth on a failed store = %d (Retry-After %q), want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
 
