@@ -120,8 +120,9 @@ func TestWindowBounds(t *testing.T) {
 // up to the µs, so two rounded starts can be up to 1µs closer than the
 // exact ones: the check is start_j − start_i > c_i·T − 1µs, that is
 // (start_j − start_i + 1µs)·L > c_i·P, which implies a spacing of at least
-// ⌊c_i·T⌋ µs. The exact starts, spaced by exactly ≥ c_i·T, are checked
-// against the reference model in TestDifferential.
+// ⌊c_i·T⌋ µs. TestDifferential checks that every Delay is the reference
+// model's exact V − t rounded up, so the exact starts are the definition's,
+// spaced by at least c_i·T.
 func TestLeakySpacing(t *testing.T) {
 	shape := traceShape{n: 400, maxGap: uHour}
 	forEachTrace(t, []algorithm{leakyBucket}, shape, func(t *testing.T, l *limiter, trace []event) {
