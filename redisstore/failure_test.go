@@ -1,0 +1,258 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Failure-test settings: a short timeout, and a margin for a loaded test
+// machine on top of it.
+const (
+	failTimeout  = 50 * time.Millisecond
+	failMargin   = 100 * time.Millisecond
+	failCooldown = 100 * time.Millisecond
+)
+
+// TestFailure stops Redis in the middle of a run, by killing it (connections
+// refused) or pausing it (connections open, no answers), and checks that
+// each failure policy does what it says, that no call blocks longer than
+// the timeout plus a margin, and that decisions come from Redis again once
+// it is back.
+func TestFailure(t *testing.T) {
+	for _, fp := range []FailurePolicy{FailAllow, FailDeny, FailLocal, FailError} {
+		for _, how := range []string{"kill", "pause"} {
+			t.Run(fp.String()+"/"+how, func(t *testing.T) { failureRun(t, fp, how) })
+		}
+	}
+}
+
+func failureRun(t *testing.T, fp FailurePolicy, how string) {
+	srv := redistest.Start(t)
+	var errs atomic.Int64
+	var mu sync.Mutex
+	var changes []string
+	opts := Options{
+		Failure:          fp,
+		Timeout:          failTimeout,
+		BreakerThreshold: 3,
+		BreakerCooldown:  failCooldown,
+		OnError:          func(error) { errs.Add(1) },
+		OnBreakerChange: func(from, to BreakerState) {
+			mu.Lock()
+			changes = append(changes, from.String()+">"+to.String())
+			mu.Unlock()
+		},
+	}
+	if fp == FailLocal {
+		opts.Local = memstore.New(memstore.Options{})
+	}
+	st := newTestStore(t, []string{srv.Addr}, opts)
+	req := sluice.Request{Policy: sluice.TokenBucket(2, time.Hour, 0), Key: "k", Cost: 1}
+
+	d, err := st.Allow(t.Context(), time.Time{}, req)
+	if err != nil || !d.Allowed || d.Degraded || d.Remaining != 1 {
+		t.Fatalf("Allow with Redis up = %+v, %v; want allowed from Redis, 1 remaining", d, err)
+	}
+
+	if how == "kill" {
+		srv.Kill()
+	} else {
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Resume() })
+	}
+
+	// 4 goroutines × 10 calls while Redis is away.
+	type result struct {
+		d   sluice.Decision
+		err error
+		dur time.Duration
+	}
+	results := make(chan result, 40)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 10 {
+				start := time.Now()
+				d, err := st.Allow(t.Context(), time.Time{}, req)
+				results <- result{d, err, time.Since(start)}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var slowest time.Duration
+	var allowed, circuitOpen int
+	for r := range results {
+		slowest = max(slowest, r.dur)
+		if r.dur > failTimeout+failMargin {
+			t.Errorf("a call took %v with Redis away, want at most %v + %v", r.dur, failTimeout, failMargin)
+		}
+		if r.d.Allowed {
+			allowed++
+		}
+		switch fp {
+		case FailAllow:
+			if r.err != nil || !r.d.Allowed || !r.d.Degraded {
+				t.Errorf("FailAllow: Allow = %+v, %v; want allowed, degraded", r.d, r.err)
+			}
+		case FailDeny:
+			if r.err != nil || r.d.Allowed || !r.d.Degraded || r.d.RetryAfter < time.Millisecond || r.d.Limit != 2 {
+				t.Errorf("FailDeny: Allow = %+v, %v; want denied, degraded, RetryAfter >= 1ms, Limit 2", r.d, r.err)
+			}
+		case FailLocal:
+			if r.err != nil || !r.d.Degraded {
+				t.Errorf("FailLocal: Allow = %+v, %v; want a degraded decision", r.d, r.err)
+			}
+		case FailError:
+			if r.err == nil || r.d != (sluice.Decision{}) {
+				t.Errorf("FailError: Allow = %+v, %v; want the zero Decision and an error", r.d, r.err)
+			}
+			if errors.Is(r.err, ErrCircuitOpen) {
+				circuitOpen++
+			}
+		}
+	}
+	t.Logf("slowest call with Redis away: %v", slowest)
+	if fp == FailLocal && allowed != 2 {
+		t.Errorf("FailLocal admitted %d of 40 requests under %v, want 2 (the local store's limit)", allowed, req.Policy)
+	}
+	if fp == FailError && circuitOpen == 0 {
+		t.Errorf("FailError: no call failed with ErrCircuitOpen; the breaker never opened")
+	}
+	if st.BreakerState() == BreakerClosed {
+		t.Errorf("BreakerState() = closed after 40 failed calls, want open or half-open")
+	}
+	if errs.Load() == 0 {
+		t.Errorf("OnError was never called")
+	}
+
+	// Bring Redis back; decisions must come from it again, without a
+	// restart of the store, within a few cooldowns.
+	if how == "kill" {
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for {
+		d, err = st.Allow(t.Context(), time.Time{}, req)
+		if err == nil && !d.Degraded {
+			break
+		}
+		if time.Since(back) > 3*time.Second {
+			t.Fatalf("3s after Redis came back, Allow = %+v, %v; want a decision from Redis", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("Redis decided again %v after it came back", time.Since(back))
+	if how == "kill" && (!d.Allowed || d.Remaining != 1) {
+		// The restarted Redis is empty: a full bucket, charged once.
+		t.Errorf("first decision from the restarted Redis = %+v, want allowed with 1 remaining", d)
+	}
+	if st.BreakerState() != BreakerClosed {
+		t.Errorf("BreakerState() = %v after Redis answered, want closed", st.BreakerState())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) < 2 || changes[0] != "closed>open" || changes[len(changes)-1] != "half-open>closed" && changes[len(changes)-1] != "open>closed" {
+		t.Errorf("breaker changes = %v, want closed>open first and >closed last", changes)
+	}
+}
+
+// TestFailureAtStart checks a store created while Redis is down: it
+// decides by its failure policy, then uses Redis once Redis starts.
+func TestFailureAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
+	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	start := time.Now()
+	d, err := st.Allow(t.Context(), time.Time{}, req)
+	if err != nil || d.Allowed || !d.Degraded || time.Since(start) > failTimeout+failMargin {
+		t.Fatalf("Allow with Redis down = %+v, %v after %v; want denied, degraded, within %v", d, err, time.Since(start), failTimeout+failMargin)
+	}
+	if err := st.Ping(t.Context()); err == nil {
+		t.Errorf("Ping with Redis down succeeded")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		d, err = st.Allow(t.Context(), time.Time{}, req)
+		if err == nil && !d.Degraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Allow 3s after Redis started = %+v, %v; want a decision from Redis", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !d.Allowed || d.Remaining != 4 {
+		t.Errorf("first decision from Redis = %+v, want allowed with 4 remaining", d)
+	}
+	if err := st.Ping(t.Context()); err != nil {
+		t.Errorf("Ping with Redis up: %v", err)
+	}
+}
+
+// TestCallerGivesUp checks that a caller's own cancelled context is not
+// counted as a Redis failure and is not decided by the failure policy.
+func TestCallerGivesUp(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow, BreakerThreshold: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	for range 3 {
+		d, err := st.Allow(ctx, time.Time{}, req)
+		if !errors.Is(err, context.Canceled) || d.Degraded {
+			t.Errorf("Allow with a cancelled context = %+v, %v; want context.Canceled, not degraded", d, err)
+		}
+	}
+	if st.BreakerState() != BreakerClosed {
+		t.Errorf("BreakerState() = %v after cancelled calls, want closed", st.BreakerState())
+	}
+}
+
+// TestFailureAllowAll checks the failure policies on AllowAll, and that a
+// cost over the capacity is still refused when Redis is away.
+func TestFailureAllowAll(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	reqs := []sluice.Request{
+		{Policy: sluice.TokenBucket(10, time.Second, 0), Key: "k", Cost: 3},
+		{Policy: sluice.FixedWindow(1, time.Hour), Key: "k", Cost: 1},
+	}
+	for _, c := range []struct {
+		fp      FailurePolicy
+		allowed bool
+	}{{FailAllow, true}, {FailDeny, false}, {FailLocal, true}} {
+		t.Run(c.fp.String(), func(t *testing.T) {
+			st := newTestStore(t, []string{srv.Addr}, Options{Failure: c.fp, Local: memstore.New(memstore.Options{}), Timeout: failTimeout})
+			out := make([]sluice.Decision, 2)
+			d, err := st.AllowAll(t.Context(), time.Time{}, reqs, out)
+			if err != nil || d.Allowed != c.allowed || !d.Degraded || !out[0].Degraded || !out[1].Degraded {
+				t.Errorf("AllowAll = %+v %+v, %v; want allowed=%v, all degraded", d, out, err, c.allowed)
+			}
+			big := []sluice.Request{reqs[0], {Policy: reqs[1].Policy, Key: "k", Cost: 2}}
+			d, err = st.AllowAll(t.Context(), time.Time{}, big, nil)
+			if !errors.Is(err, sluice.ErrCostExceedsCapacity) || d.RetryAfter != sluice.Never {
+				t.Errorf("AllowAll with a cost over the capacity = %+v, %v; want RetryAfter Never and ErrCostExceedsCapacity", d, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestTTL checks that every key expires when its state is back to initial:
+// its TTL is the decision's ResetAfter (plus 1 ms), and once that has
+// passed the key is gone, so Redis holds only active keys.
+func TestTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(Options{Addrs: []string{srv.Addr}, Prefix: "ttl:", Failure: FailError, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const period = 400 * time.Millisecond
+	var longest time.Duration
+	for _, a := range sluice.Algorithms() {
+		p := sluice.Policy{Algorithm: a, Limit: 4, Period: period}
+		req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+		d, err := st.Allow(t.Context(), time.Time{}, req)
+		if err != nil || !d.Allowed || d.ResetAfter <= 0 {
+			t.Fatalf("Allow(%v) = %+v, %v", p, d, err)
+		}
+		key := compile(p).key("ttl:", "k")
+		pttl, err := srv.Do("PTTL", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, _ := pttl.(int64)
+		reset := d.ResetAfter.Milliseconds()
+		if ms <= 0 || ms > reset+1 || ms < reset-50 {
+			t.Errorf("%v: PTTL %q = %v ms, want about ResetAfter = %d ms, plus 1", a, key, pttl, reset)
+		}
+		longest = max(longest, d.ResetAfter)
+	}
+	time.Sleep(longest + 20*time.Millisecond)
+	// KEYS skips expired keys; DBSIZE still counts those that Redis's
+	// expiry cycle has not reclaimed yet, which it does within a second.
+	if keys, err := srv.Do("KEYS", "*"); err != nil || len(keys.([]any)) != 0 {
+		t.Errorf("KEYS after every state is back to initial = %v, %v; want none", keys, err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		n, err := srv.Do("DBSIZE")
+		if err == nil && n == int64(0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("DBSIZE 3s after every state is back to initial = %v, %v; want 0", n, err)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDenialWritesNothing checks that on Redis's clock a denied request
+// and a Peek change nothing in Redis (no write, no replication traffic),
+// which keeps a flood of denied requests cheap.
+func TestDenialWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+	for _, a := range sluice.Algorithms() {
+		req := sluice.Request{Policy: sluice.Policy{Algorithm: a, Limit: 1, Period: time.Hour}, Key: "k", Cost: 1}
+		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Allowed {
+			t.Fatalf("first Allow(%v) = %+v, %v", req.Policy, d, err)
+		}
+		before := dirty(t, srv)
+		for range 3 {
+			if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || d.Allowed {
+				t.Fatalf("Allow(%v) = %+v, %v; want denied", req.Policy, d, err)
+			}
+			if _, err := st.Peek(t.Context(), time.Time{}, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := dirty(t, srv); after != before {
+			t.Errorf("%v: denied requests and peeks made %d writes, want 0", a, after-before)
+		}
+	}
+}
+
+// dirty returns Redis's count of changes since the last save.
+func dirty(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, err := srv.Info("persistence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range info["rdb_changes_since_last_save"] {
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
