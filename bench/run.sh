@@ -50,7 +50,7 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 
 cat "$out"/round-*.txt >"$out/peers.txt"
 cat "$out"/memstore-*.txt >"$out/memstore.txt"
-"$bin/benchstat" -col /lib "$out/peers.txt" >"$out/peers-benchstat.txt"
+"$bin/benchstat" -col "/lib@(sluice xrate xrate-shards golimiter throttled)" "$out/peers.txt" >"$out/peers-benchstat.txt"
 "$bin/benchstat" "$out/memstore.txt" >"$out/memstore-benchstat.txt"
 (cd "$here" && go run ./cmd/benchtable "$out"/round-*.txt) >"$out/table.md"
 

@@ -207,37 +207,58 @@ func (d data) peerRatio(workload, peer, unit string) ratio {
 
 func report(w io.Writer, d data, order []string, rounds int) error {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("Medians over %d rounds. Lower is better.\n\n", rounds)
-	p("| workload | unit |")
+	p("Medians over %d rounds; lower is better. ns/op is wall-clock time, cpu-ns/op the process's CPU time per operation (see docs/BENCHMARKS.md).\n", rounds)
+	for _, unit := range []string{"ns/op", "cpu-ns/op"} {
+		p("\n| workload (%s) |", unit)
+		for _, lib := range libs {
+			p(" %s |", lib)
+		}
+		p(" fastest peer ÷ sluice |\n|---|")
+		for range libs {
+			p("---:|")
+		}
+		p("---|\n")
+		for _, wl := range order {
+			if wl == "BytesPerKey" || len(d.values(wl, "sluice", unit)) == 0 {
+				continue
+			}
+			p("| %s |", wl)
+			for _, lib := range libs {
+				if vs := d.values(wl, lib, unit); len(vs) > 0 {
+					p(" %s |", format(median(vs)))
+				} else {
+					p(" – |")
+				}
+			}
+			r, best := d.fastestPeerRatio(wl, unit)
+			p(" %.2f× (%s) |\n", r.ofMedians, best)
+		}
+	}
+	p("\n| bytes of heap per tracked key at 1,000,000 keys |")
 	for _, lib := range libs {
 		p(" %s |", lib)
 	}
-	p(" fastest peer ÷ sluice |\n|---|---|")
+	p("\n|---|")
 	for range libs {
 		p("---:|")
 	}
-	p("---|\n")
-	for _, wl := range order {
-		unit := "ns/op"
-		if len(d.values(wl, "sluice", "B/key")) > 0 {
-			unit = "B/key"
+	p("\n| B/key |")
+	for _, lib := range libs {
+		if vs := d.values("BytesPerKey", lib, "B/key"); len(vs) > 0 {
+			p(" %s |", format(median(vs)))
+		} else {
+			p(" – |")
 		}
-		p("| %s | %s |", wl, unit)
-		for _, lib := range libs {
-			if vs := d.values(wl, lib, unit); len(vs) > 0 {
-				p(" %s |", format(median(vs)))
-			} else {
-				p(" – |")
-			}
-		}
-		r, best := d.fastestPeerRatio(wl, unit)
-		p(" %.2f× (%s) |\n", r.ofMedians, best)
 	}
+	p("\n")
 
 	// Allocations: every library should allocate nothing per decision on
 	// an existing key; list any that does.
 	var allocs []string
 	for _, wl := range order {
+		if wl == "BytesPerKey" {
+			continue
+		}
 		for _, lib := range libs {
 			if m := median(d.values(wl, lib, "allocs/op")); m > 0 {
 				allocs = append(allocs, fmt.Sprintf("%s/%s %.0f allocs/op (%.0f B/op)", wl, lib, m, median(d.values(wl, lib, "B/op"))))
@@ -250,34 +271,43 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 		p("\nAllocations: %s; every other timed workload 0 allocs/op.\n", strings.Join(allocs, "; "))
 	}
 
-	p("\nTargets (ratios within each round of the same run):\n\n")
+	p("\nTargets (each ratio computed within each round of the same run, and of the medians):\n")
 	met := func(ok bool) string {
 		if ok {
 			return "MET"
 		}
 		return "MISSED"
 	}
-	r := d.peerRatio("OneKeySerial", "xrate", "ns/op")
-	p("- One key, serial, token bucket, Sluice ≥ 1.5× faster than x/time/rate's Allow: %s: %s", met(r.rounds > 0 && r.ofMedians >= 1.5), r)
-	if r.rounds > 0 && r.ofMedians < 1.5 {
-		p("; short by %.0f%%: Sluice would need %s ns/op, it took %s", 100*(1.5-r.ofMedians)/1.5,
-			format(median(d.values("OneKeySerial", "xrate", "ns/op"))/1.5), format(median(d.values("OneKeySerial", "sluice", "ns/op"))))
+	for _, unit := range []string{"ns/op", "cpu-ns/op"} {
+		const wl1 = "OneKeySerial"
+		r := d.peerRatio(wl1, "xrate", unit)
+		if r.rounds == 0 {
+			continue
+		}
+		p("\n- [%s] one key, serial, token bucket: Sluice ≥ 1.5× faster than x/time/rate's Allow: %s: %s", unit, met(r.ofMedians >= 1.5), r)
+		if r.ofMedians < 1.5 {
+			p("; short by %.0f%%: Sluice would need ≤ %s, it took %s", 100*(1.5-r.ofMedians)/1.5,
+				format(median(d.values(wl1, "xrate", unit))/1.5), format(median(d.values(wl1, "sluice", unit))))
+		}
+		p(".\n")
+		const wl2 = "KeysParallel/keys=100000"
+		r2, best := d.fastestPeerRatio(wl2, unit)
+		if r2.rounds == 0 {
+			continue
+		}
+		p("- [%s] 100,000 keys, parallel: Sluice ≥ 2× faster than the fastest peer (%s): %s: %s", unit, best, met(r2.ofMedians >= 2), r2)
+		if r2.ofMedians < 2 {
+			p("; short by %.0f%%: Sluice would need ≤ %s, it took %s", 100*(2-r2.ofMedians)/2,
+				format(median(d.values(wl2, best, unit))/2), format(median(d.values(wl2, "sluice", unit))))
+		}
+		p(".\n")
 	}
-	p(".\n")
-	r2, best := d.fastestPeerRatio("KeysParallel/keys=100000", "ns/op")
-	p("- 100,000 keys, parallel, Sluice ≥ 2× faster than the fastest peer (%s): %s: %s", best, met(r2.rounds > 0 && r2.ofMedians >= 2), r2)
-	if r2.rounds > 0 && r2.ofMedians < 2 {
-		p("; short by %.0f%%: Sluice would need %s ns/op, it took %s", 100*(2-r2.ofMedians)/2,
-			format(median(d.values("KeysParallel/keys=100000", best, "ns/op"))/2), format(median(d.values("KeysParallel/keys=100000", "sluice", "ns/op"))))
-	}
-	p(".\n")
-	bk := d.values("BytesPerKey", "sluice", "B/key")
-	if len(bk) > 0 {
+	if bk := d.values("BytesPerKey", "sluice", "B/key"); len(bk) > 0 {
 		m := median(bk)
-		p("- ≤ 48 bytes of heap per tracked token-bucket key at 1,000,000 keys: %s: %s B/key (%s–%s over %d rounds).\n",
+		p("\n- ≤ 48 bytes of heap per tracked token-bucket key at 1,000,000 keys: %s: %s B/key (%s–%s over %d rounds).\n",
 			met(m <= 48), format(m), format(slices.Min(bk)), format(slices.Max(bk)), len(bk))
 	} else {
-		p("- ≤ 48 bytes of heap per tracked token-bucket key: no BytesPerKey result.\n")
+		p("\n- ≤ 48 bytes of heap per tracked token-bucket key: no BytesPerKey result.\n")
 	}
 	return nil
 }
