@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,23 +47,12 @@ func middlewareRequests() []*http.Request {
 	return reqs
 }
 
-// middlewareCPU returns the CPU time (user and system) the process has used.
-// Reported per operation as cpu-ns/op, it measures the work done rather
-// than the wall time, which a busy machine inflates.
-func middlewareCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
 	reqs := middlewareRequests()
 	b.ReportAllocs()
-	cpu0 := middlewareCPU()
+	cpu0 := processCPU()
 	defer func() {
-		b.ReportMetric(float64(middlewareCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}()
 	if !parallel {
 		w := &middlewareWriter{h: make(http.Header, 4)}
