@@ -1,6 +1,8 @@
 // Package server is the HTTP side of the Sluice service (sluice serve): the
 // decision API (POST /v1/check), forward-auth for reverse proxies
-// (/v1/forward-auth), health and readiness probes, and Prometheus metrics.
+// (/v1/forward-auth), a rate-limiting reverse proxy (every other path, when
+// the configuration names an upstream), health and readiness probes, and
+// Prometheus metrics.
 //
 // A Handler is built from a validated config.Config and a sluice.Store. It
 // holds its configuration in an atomic pointer: Reload swaps in a new one
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -64,6 +67,9 @@ type Handler struct {
 	now     func() time.Time
 	circuit func() string
 	mux     *http.ServeMux
+	// transport is shared by the proxies of every configuration, so that
+	// upstream connections outlive reloads.
+	transport *http.Transport
 
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex // serialises Reload
@@ -79,6 +85,8 @@ type state struct {
 	byName map[string]*rule
 	// trusted are the proxies whose X-Forwarded-* headers are believed.
 	trusted []netip.Prefix
+	// proxy forwards requests upstream; nil without proxy.upstream.
+	proxy *httputil.ReverseProxy
 }
 
 // rule is a configured rule with the middleware that applies its limits.
@@ -101,7 +109,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	if store == nil {
 		return nil, fmt.Errorf("server: store is nil")
 	}
-	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now}
+	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport()}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -133,9 +141,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handle("/healthz", "healthz", onlyMethod("GET", h.serveHealthz))
 	h.handle("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))
 	h.handle("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
-	h.handle("/", "not_found", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
-	})
+	h.handle("/", "proxy", h.serveProxy)
 	return h, nil
 }
 
@@ -251,6 +257,9 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 		return st, nil
 	}
 	st.trusted = p.TrustedProxies
+	if p.Upstream != nil {
+		st.proxy = h.newProxy(st, p.Upstream)
+	}
 	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
 	for i, rc := range p.Rules {
 		limits := make([]httplimit.Limit, len(rc.Limits))

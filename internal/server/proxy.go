@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"time"
+)
+
+// newTransport returns the transport the reverse proxy sends requests
+// upstream with: the standard library's defaults, with more idle
+// connections kept per host, since every request goes to one upstream.
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+// newProxy returns the reverse proxy to upstream for one configuration.
+//
+// The request keeps its Host; X-Forwarded-For gets the client's address
+// appended (to the incoming list when the peer is a trusted proxy, which
+// alone may have written one; otherwise the list starts afresh), and
+// X-Forwarded-Host and X-Forwarded-Proto are set (kept as sent by a trusted
+// proxy). Bodies stream both ways, and upgraded connections (WebSockets)
+// pass through.
+func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = pr.In.Host
+			trusted := st.trustedPeer(pr.In.RemoteAddr)
+			if trusted {
+				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			}
+			pr.SetXForwarded()
+			if trusted {
+				for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+					if v := pr.In.Header[k]; len(v) > 0 {
+						pr.Out.Header[k] = v
+					}
+				}
+			}
+		},
+		Transport: h.transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				// The client went away; nobody is left to answer.
+				return
+			}
+			h.logger.LogAttrs(r.Context(), slog.LevelWarn, "proxy: upstream failed",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+			writeError(w, http.StatusBadGateway, "the upstream did not answer")
+		},
+		ErrorLog: slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// serveProxy limits a request by the first rule that selects it, if any,
+// and forwards it upstream when it is admitted.
+func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
+	st := h.state.Load()
+	if st.proxy == nil {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
+		return
+	}
+	if ru := st.match(r.Method, r.URL.Path); ru != nil && !ru.mw.Check(w, r) {
+		return
+	}
+	st.proxy.ServeHTTP(w, r)
+}

@@ -1,0 +1,241 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// echo is an upstream that answers with what it received.
+type echo struct {
+	hits atomic.Int64
+}
+
+func (e *echo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e.hits.Add(1)
+	switch strings.TrimPrefix(r.URL.Path, "/base") {
+	case "/stream":
+		// Two chunks, the second only after the client has seen the first.
+		fmt.Fprintln(w, "first")
+		http.NewResponseController(w).Flush()
+		select {
+		case <-time.After(5 * time.Second):
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprintln(w, "late")
+		return
+	case "/ws":
+		if r.Header.Get("Upgrade") != "websocket" {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw) // echo until the client closes
+		return
+	}
+	sum := sha256.New()
+	n, _ := io.Copy(sum, r.Body)
+	fmt.Fprintf(w, "%s %s host=%s xff=%s xfh=%s xfp=%s len=%d sha=%s\n", r.Method, r.URL.RequestURI(), r.Host,
+		r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Host"), r.Header.Get("X-Forwarded-Proto"),
+		n, hex.EncodeToString(sum.Sum(nil))[:16])
+}
+
+// proxyFixture serves the test configuration with proxy.upstream set to
+// an echo upstream, on a real listener.
+func proxyFixture(t *testing.T) (*fixture, *echo, *httptest.Server) {
+	t.Helper()
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	yaml := strings.Replace(testYAML, "proxy:\n", "proxy:\n  upstream: "+upstream.URL+"/base\n", 1)
+	f := newFixture(t, yaml)
+	front := httptest.NewServer(f.h)
+	t.Cleanup(front.Close)
+	return f, up, front
+}
+
+func get(t *testing.T, client *http.Client, method, url string, body io.Reader, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+func TestProxy(t *testing.T) {
+	f, up, front := proxyFixture(t)
+	c := front.Client()
+	// A request no rule selects passes unlimited, keeping its Host, with
+	// the client's address in X-Forwarded-For (a forged one is dropped:
+	// the test client is not a trusted proxy).
+	for range 5 {
+		resp, body := get(t, c, "GET", front.URL+"/items?x=1", nil, "Host", "shop.example", "X-Forwarded-For", "6.6.6.6")
+		want := "GET /base/items?x=1 host=shop.example xff=127.0.0.1 xfh=shop.example xfp=http len=0"
+		if resp.StatusCode != 200 || !strings.HasPrefix(body, want) {
+			t.Fatalf("unmatched = %d %q, want 200 %q", resp.StatusCode, body, want)
+		}
+		if resp.Header.Get("RateLimit") != "" {
+			t.Errorf("unmatched request has RateLimit %q", resp.Header.Get("RateLimit"))
+		}
+	}
+	// POST /login is limited per client: 2 pass, the third is refused
+	// before it reaches the upstream.
+	hits := up.hits.Load()
+	for i, want := range []int{200, 200, 429} {
+		resp, body := get(t, c, "POST", front.URL+"/login", strings.NewReader("user=a&pw=b"))
+		if resp.StatusCode != want {
+			t.Fatalf("login %d = %d %q, want %d", i, resp.StatusCode, body, want)
+		}
+		switch want {
+		case 200:
+			if !strings.HasPrefix(body, "POST /base/login host=127.0.0.1") || !strings.Contains(body, "len=11") {
+				t.Errorf("login %d reached the upstream as %q", i, body)
+			}
+			if got := resp.Header.Get("RateLimit"); got != fmt.Sprintf(`"tiny";r=%d;t=40`, 1-i) {
+				t.Errorf("login %d RateLimit = %q", i, got)
+			}
+		case 429:
+			if resp.Header.Get("Retry-After") != "40" || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("refused login: Retry-After %q, Content-Type %q", resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"))
+			}
+		}
+	}
+	if got := up.hits.Load() - hits; got != 2 {
+		t.Errorf("the upstream saw %d logins, want 2", got)
+	}
+	// The service's own endpoints are not proxied.
+	resp, body := get(t, c, "POST", front.URL+"/v1/check", strings.NewReader(`{"limit":"api-key","key":"k"}`))
+	if resp.StatusCode != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":10,`) {
+		t.Errorf("/v1/check behind the proxy = %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := get(t, c, "GET", front.URL+"/metrics", nil); resp.StatusCode != 200 {
+		t.Errorf("/metrics = %d", resp.StatusCode)
+	}
+	if !strings.Contains(scrape(t, f.h), `sluice_http_requests_total{code="429",handler="proxy"} 1`) {
+		t.Errorf("metrics lack the proxy's 429")
+	}
+}
+
+func TestProxyTrustedForwarding(t *testing.T) {
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	defer upstream.Close()
+	// The test client connects from 127.0.0.1; make it a trusted proxy.
+	yaml := strings.Replace(testYAML, "trusted_proxies: [10.0.0.1]", "upstream: "+upstream.URL+"\n  trusted_proxies: [127.0.0.1]", 1)
+	f := newFixture(t, yaml)
+	front := httptest.NewServer(f.h)
+	defer front.Close()
+	c := front.Client()
+	_, body := get(t, c, "GET", front.URL+"/a", nil, "X-Forwarded-For", "203.0.113.9", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "api.example")
+	if want := "GET /a host=127.0.0.1"; !strings.HasPrefix(body, want) {
+		t.Errorf("body = %q, want prefix %q", body, want)
+	}
+	if want := "xff=203.0.113.9, 127.0.0.1 xfh=api.example xfp=https"; !strings.Contains(body, want) {
+		t.Errorf("body = %q, want %q", body, want)
+	}
+	// The login limit counts the client behind the trusted proxy.
+	for i, want := range []int{200, 200, 429} {
+		resp, _ := get(t, c, "POST", front.URL+"/login", nil, "X-Forwarded-For", "203.0.113.9")
+		if resp.StatusCode != want {
+			t.Errorf("login %d = %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	if resp, _ := get(t, c, "POST", front.URL+"/login", nil, "X-Forwarded-For", "203.0.113.10"); resp.StatusCode != 200 {
+		t.Errorf("another client behind the proxy = %d, want 200", resp.StatusCode)
+	}
+}
+
+func TestProxyStreaming(t *testing.T) {
+	_, _, front := proxyFixture(t)
+	// A large request body arrives intact.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	sum := sha256.Sum256(big)
+	_, body := get(t, front.Client(), "PUT", front.URL+"/upload", bytes.NewReader(big))
+	if want := fmt.Sprintf("len=%d sha=%s", len(big), hex.EncodeToString(sum[:])[:16]); !strings.Contains(body, want) {
+		t.Errorf("upload reached the upstream as %q, want %q", body, want)
+	}
+	// A response is passed on as it is written, not when it ends.
+	resp, err := front.Client().Get(front.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Errorf("first streamed line = %q, %v", line, err)
+	}
+}
+
+func TestProxyWebSocket(t *testing.T) {
+	_, _, front := proxyFixture(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade = %d, want 101", resp.StatusCode)
+	}
+	fmt.Fprint(conn, "ping through the proxy")
+	buf := make([]byte, len("ping through the proxy"))
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping through the proxy" {
+		t.Errorf("echo = %q, %v", buf, err)
+	}
+}
+
+func TestProxyUpstreamDown(t *testing.T) {
+	upstream := httptest.NewServer(http.NotFoundHandler())
+	url := upstream.URL
+	upstream.Close() // nothing listens there any more
+	f := newFixture(t, strings.Replace(testYAML, "proxy:\n", "proxy:\n  upstream: "+url+"\n", 1))
+	rec := f.do("GET", "/anything", "")
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), "the upstream did not answer") {
+		t.Errorf("upstream down = %d %s, want 502", rec.Code, rec.Body)
+	}
+	// Without an upstream, other paths are not found.
+	g := newFixture(t, testYAML)
+	if rec := g.do("GET", "/anything", ""); rec.Code != http.StatusNotFound {
+		t.Errorf("no upstream = %d, want 404", rec.Code)
+	}
+}
