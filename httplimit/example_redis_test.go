@@ -34,11 +34,12 @@ func ExampleNew_redis() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	clientIP := &httplimit.ClientIP{}
 	anonymous := func(r *http.Request) (string, bool) {
 		if r.Header.Get("X-API-Key") != "" {
 			return "", false
 		}
-		return (&httplimit.ClientIP{}).Key(r)
+		return clientIP.Key(r)
 	}
 	m, err := httplimit.New(store, []httplimit.Limit{
 		{Policy: sluice.TokenBucket(10, time.Second, 50).Named("api-key"), Key: apiKey},
