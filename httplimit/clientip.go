@@ -193,7 +193,9 @@ func (c *ClientIP) addr(r *http.Request) (netip.Addr, string, bool) {
 
 func (c *ClientIP) trusted(a netip.Addr) bool {
 	for _, p := range c.TrustedProxies {
-		if p.Contains(a) {
+		// a is never IPv4-mapped; a prefix written in the mapped form
+		// (::ffff:10.0.0.0/104) still covers the IPv4 addresses it maps.
+		if p.Contains(a) || a.Is4() && p.Addr().Is4In6() && p.Contains(netip.AddrFrom16(a.As16())) {
 			return true
 		}
 	}

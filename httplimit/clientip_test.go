@@ -61,6 +61,7 @@ func TestClientIP(t *testing.T) {
 		{"IPv6 zone dropped", ClientIP{IPv6Prefix: 128}, "[fe80::1%eth0]:1", nil, "fe80::1", "fe80::1"},
 		{"IPv4 /24", ClientIP{IPv4Prefix: 24}, "198.51.100.7:1", nil, "198.51.100.7", "198.51.100.0/24"},
 		{"remote without port", ClientIP{}, "198.51.100.7", nil, "198.51.100.7", "198.51.100.7"},
+		{"mapped trusted prefix", ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}}, "10.0.0.1:1", []string{"X-Forwarded-For", "203.0.113.1"}, "203.0.113.1", "203.0.113.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,10 +1,12 @@
 package httplimit
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -374,6 +376,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack implements http.Hijacker for handlers that assert it (WebSocket
+// upgrades); the status of a hijacked connection is not known, so nothing
+// is charged for it.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
 
 // Flush implements http.Flusher for handlers that assert it.
 func (w *statusWriter) Flush() {

@@ -766,3 +766,20 @@ func TestChargeOnWithShadowIsRefused(t *testing.T) {
 		t.Errorf("New = %v", err)
 	}
 }
+
+func TestChargeOnKeepsWriterAbilities(t *testing.T) {
+	m := mustNew(t, memstore.New(memstore.Options{}), []Limit{{Policy: sluice.FixedWindow(5, time.Minute), ChargeOn: func(s int) bool { return s == 500 }}}, nil)
+	var flushErr error
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "part")
+		flushErr = http.NewResponseController(w).Flush()
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, request("192.0.2.1:1"))
+	if flushErr != nil || !rec.Flushed {
+		t.Errorf("Flush through the middleware: %v, flushed %v", flushErr, rec.Flushed)
+	}
+	if _, err := http.NewResponseController(&statusWriter{ResponseWriter: rec}).Hijack(); !errors.Is(err, http.ErrNotSupported) {
+		t.Errorf("Hijack on a recorder = %v, want ErrNotSupported", err)
+	}
+}
