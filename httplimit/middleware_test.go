@@ -779,7 +779,7 @@ func TestChargeOnKeepsWriterAbilities(t *testing.T) {
 	if flushErr != nil || !rec.Flushed {
 		t.Errorf("Flush through the middleware: %v, flushed %v", flushErr, rec.Flushed)
 	}
-	if _, err := http.NewResponseController(&statusWriter{ResponseWriter: rec}).Hijack(); !errors.Is(err, http.ErrNotSupported) {
+	if _, _, err := http.NewResponseController(&statusWriter{ResponseWriter: rec}).Hijack(); !errors.Is(err, http.ErrNotSupported) {
 		t.Errorf("Hijack on a recorder = %v, want ErrNotSupported", err)
 	}
 }
