@@ -1,8 +1,9 @@
 // Package config reads, checks and holds the configuration of the Sluice
 // service (sluice serve).
 //
-// A configuration is a YAML file with the sections listen, store, limits
-// and proxy; docs/configuration.md describes every key. Decoding is strict
+// A configuration is a YAML file with the sections listen, store, limits,
+// proxy and envoy; docs/configuration.md describes every key, and
+// docs/envoy.md the envoy section, whose format package rls owns. Decoding is strict
 // and complete: an unknown key, a wrong type, a bad number, duration,
 // address or reference is a Problem naming the file, the line, the path in
 // the document (such as limits.api-key.burst) and what is wrong, and Parse
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // Backend names where the service keeps rate-limit state.
@@ -188,6 +190,7 @@ type Config struct {
 	limits map[string]Limit
 	names  []string // limit names, sorted
 	proxy  *Proxy
+	envoy  *rls.Config
 }
 
 // Source returns the name of the file the configuration was read from, or
@@ -244,9 +247,17 @@ func (c *Config) Proxy() (Proxy, bool) {
 	return p, true
 }
 
+// Envoy returns the compiled envoy section, the descriptors of Envoy's
+// rate limit service (docs/envoy.md), and false when the configuration has
+// none. An rls.Config is immutable.
+func (c *Config) Envoy() (*rls.Config, bool) {
+	return c.envoy, c.envoy != nil
+}
+
 // RestartRequired lists the settings that differ between old and new and
 // that a running service cannot change by reloading: the listen
-// addresses and the store. Limits and proxy rules reload in place.
+// addresses and the store. Limits, proxy rules and the envoy section
+// reload in place.
 func RestartRequired(old, new *Config) []string {
 	var out []string
 	if old.listen.HTTP != new.listen.HTTP {

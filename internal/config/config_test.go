@@ -223,6 +223,24 @@ func TestRedis(t *testing.T) {
 	}
 }
 
+func TestEnvoy(t *testing.T) {
+	c, err := Load("testdata/good/envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, ok := c.Envoy()
+	if !ok || !slices.Equal(e.Domains(), []string{"edge"}) {
+		t.Errorf("Envoy() = %v, %v, want the domain edge", e, ok)
+	}
+	c, err = Load("testdata/good/issue.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := c.Envoy(); ok || e != nil {
+		t.Errorf("Envoy() = %v, %v for a file without an envoy section", e, ok)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	c, err := Parse("min.yaml", []byte("limits: {}\n"))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // document decodes a whole configuration file.
@@ -45,7 +46,7 @@ func (d *decoder) document(r io.Reader) *Config {
 		d.add(root, "", "the file is empty (see docs/configuration.md)")
 		return nil
 	}
-	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy")
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy", "envoy")
 	if !ok {
 		return nil
 	}
@@ -62,7 +63,31 @@ func (d *decoder) document(r io.Reader) *Config {
 	if n := top.get("proxy"); n != nil {
 		c.proxy = d.proxy(top.fields["proxy"].key, n, c.limits)
 	}
+	if n := top.get("envoy"); n != nil {
+		c.envoy = d.envoy(top.fields["envoy"].key, n, c.listen)
+	}
 	return c
+}
+
+// envoy decodes the envoy section with package rls, which owns its format
+// (envoyproxy/ratelimit's domain documents), and compiles it.
+func (d *decoder) envoy(at, n *yaml.Node, listen Listen) *rls.Config {
+	if listen.GRPC == "" {
+		d.add(at, "envoy", "is set but listen.grpc is not, so Envoy's rate limit service would be off; set listen.grpc, like 127.0.0.1:8081")
+	}
+	domains, problems := rls.Decode(n, "envoy")
+	for _, p := range problems {
+		d.add(&yaml.Node{Line: p.Line, Column: p.Column}, p.Path, "%s", p.Message)
+	}
+	if len(problems) > 0 {
+		return nil
+	}
+	cfg, err := rls.Compile(domains)
+	if err != nil {
+		d.add(at, "envoy", "%v", err)
+		return nil
+	}
+	return cfg
 }
 
 // syntax records a YAML syntax error, with its line when the message has
