@@ -1,8 +1,10 @@
 package httplimit
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -277,4 +279,50 @@ func closest(results []Result) int {
 		}
 	}
 	return best
+}
+
+// ParseHeaderStyle parses a header style as written in configuration
+// files: "ietf", "legacy", "x" or "none", or several joined with commas
+// ("ietf,x"). "none" cannot be combined.
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	var style HeaderStyle
+	for part := range strings.SplitSeq(s, ",") {
+		switch strings.TrimSpace(part) {
+		case "ietf":
+			style |= HeadersIETF
+		case "legacy":
+			style |= HeadersLegacy
+		case "x":
+			style |= HeadersX
+		case "none":
+			style |= HeadersNone
+		default:
+			return 0, fmt.Errorf("unknown header style %q (want ietf, legacy, x or none, or several joined with commas)", strings.TrimSpace(part))
+		}
+	}
+	if style&HeadersNone != 0 && style != HeadersNone {
+		return 0, fmt.Errorf("header style %q: none cannot be combined with other styles", s)
+	}
+	return style, nil
+}
+
+// String returns the style as ParseHeaderStyle reads it; the zero value is
+// "ietf".
+func (s HeaderStyle) String() string {
+	if s == 0 {
+		return "ietf"
+	}
+	if s&HeadersNone != 0 {
+		return "none"
+	}
+	var parts []string
+	for _, f := range []struct {
+		f    HeaderStyle
+		name string
+	}{{HeadersIETF, "ietf"}, {HeadersLegacy, "legacy"}, {HeadersX, "x"}} {
+		if s&f.f != 0 {
+			parts = append(parts, f.name)
+		}
+	}
+	return strings.Join(parts, ",")
 }

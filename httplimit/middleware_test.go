@@ -783,3 +783,34 @@ func TestChargeOnKeepsWriterAbilities(t *testing.T) {
 		t.Errorf("Hijack on a recorder = %v, want ErrNotSupported", err)
 	}
 }
+
+func TestParseHeaderStyle(t *testing.T) {
+	tests := []struct {
+		in   string
+		want HeaderStyle
+		err  string
+	}{
+		{"ietf", HeadersIETF, ""},
+		{"ietf,x", HeadersIETF | HeadersX, ""},
+		{"legacy, x", HeadersLegacy | HeadersX, ""},
+		{"none", HeadersNone, ""},
+		{"none,ietf", 0, "none cannot be combined"},
+		{"", 0, `unknown header style ""`},
+		{"github", 0, `unknown header style "github"`},
+	}
+	for _, tt := range tests {
+		got, err := ParseHeaderStyle(tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseHeaderStyle(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseHeaderStyle(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+		if back, err := ParseHeaderStyle(got.String()); err != nil || back != got {
+			t.Errorf("ParseHeaderStyle(%q.String() = %q) = %v, %v", tt.in, got.String(), back, err)
+		}
+	}
+}
