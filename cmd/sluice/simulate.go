@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 )
 
 const simulateUsage = `Usage: sluice simulate --algorithm ALG|all --limit N --period DUR [--burst B]
-                       [--trace FILE|-] [--format table|jsonl]
+                       [--trace FILE|- | --pattern NAME --rate R --duration DUR
+                       [--keys N] [--seed S]] [--format table|jsonl] [--chart FILE]
 
 Replays a trace of requests through a rate-limiting algorithm at the trace's
 own times and prints every decision (jsonl) or a summary per key (table).
 With --algorithm all it compares the six algorithms on the same trace.
+Instead of a trace, --pattern generates traffic; --chart draws the result.
 
 Flags:
   --algorithm ALG|all  token_bucket, gcra, leaky_bucket, fixed_window,
@@ -37,6 +40,37 @@ Flags:
                        table (default): a summary per key, or with
                        --algorithm all a comparison; jsonl: one decision per
                        line (one algorithm only)
+  --chart FILE         also draw the requests offered and admitted over time
+                       to FILE, an .svg or .png image (see Chart, below)
+
+Generated traffic (instead of --trace; see docs/simulate.md):
+  --pattern NAME       steady, burst, boundary, poisson, ramp or onoff
+  --rate R             each key's mean rate: requests per second (10, 2.5,
+                       0.001) or N/DUR, N requests per Go duration (100/1m);
+                       positive, at most 1000000 per second (required)
+  --duration DUR       how long the traffic lasts, a whole number of ms, at
+                       most 720h (required)
+  --keys N             number of keys, client-1 to client-N (default 1); each
+                       sends the same traffic (poisson: its own stream)
+  --seed S             seed of the poisson pattern, an unsigned integer
+                       (default 1); the other patterns do not use it
+  The traffic starts at 2026-01-01T00:00:00Z (Unix ms 1767225600000); burst,
+  boundary and onoff start at the first multiple of --period from there and
+  need a --duration that is a whole number of periods. Every request costs 1.
+  With R the rate and P the period, each key sends:
+    steady    evenly spaced requests, one every 1/R
+    burst     each period's R*P requests at the period's first ms
+    boundary  in each pair of periods, the first one's R*P requests at its
+              last ms and the second one's at its first: 2*R*P requests
+              within 1 ms, half before and half after a window boundary
+    poisson   independent exponential gaps of mean 1/R (a Poisson process),
+              from a PCG generator seeded with --seed, in exact integer
+              arithmetic: the same flags give the same requests everywhere
+    ramp      a rate that rises linearly from 0 at the start to 2*R at the end
+    onoff     rate 2*R in the first half of each period, nothing in the second
+  Every pattern but poisson sends exactly ceil(R*duration) requests per key:
+  in millisecond m, ceil(A(m+1)) - ceil(A(m)), A(t) being the count the
+  pattern's rate adds up to by time t.
 
 Trace: CSV, one request per line, t_ms,key[,cost]:
   - t_ms: integer milliseconds since the Unix epoch (0 to 253402300799999);
@@ -70,6 +104,17 @@ denied, the cost admitted, the most cost admitted for one key within any
 period-long interval, and the p99 delay: the nearest-rank 99th percentile
 of the delays of the admitted requests (the ceil(0.99*n)-th smallest of n).
 
+Chart (--chart): one row per algorithm on a shared time axis. Each row shows,
+at every instant t, the requests offered (grey) and admitted (colour) within
+the trailing period (t - P, t], and the limit as a dashed line: a row above
+the line admitted more than the limit within one period (fixed_window at a
+window boundary). leaky_bucket's requests count when they start, at their
+time plus their delay. With several keys, counts are of all keys and the
+line is at the limit times the number of keys. The time axis is cut into
+1000 slices; each shows the exact maximum within it. The same flags give
+the same file, byte for byte. The chart holds every request in memory (at
+most 1000000).
+
 Memory: a table or jsonl run keeps state per key, not per request; a
 comparison also keeps, per key and algorithm, the admitted requests of the
 last period.
@@ -77,8 +122,10 @@ last period.
 Exit status: 0 on success, 1 when the trace is invalid or cannot be read,
 2 for invalid flags or an invalid policy.
 
-Example:
+Examples:
   sluice simulate --algorithm all --limit 100 --period 1m --trace examples/traces/boundary.csv
+  sluice simulate --algorithm all --limit 100 --period 1m \
+                  --pattern boundary --rate 100/1m --duration 4m --chart boundary.png
 `
 
 // simulateFlags are the parsed flags of `sluice simulate`.
@@ -89,6 +136,12 @@ type simulateFlags struct {
 	burst     int64
 	trace     string
 	format    string
+	chart     string
+	pattern   string
+	rate      string
+	duration  time.Duration
+	keys      int64
+	seed      uint64
 }
 
 // newSimulateFlags returns the flag set of `sluice simulate`, which
@@ -97,13 +150,19 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), simulateUsage) }
-	f := new(simulateFlags)
+	f := &simulateFlags{keys: 1, seed: 1}
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
 	fs.Var((*intFlag)(&f.limit), "limit", "cost units per period")
 	fs.Var((*durationFlag)(&f.period), "period", "the period")
 	fs.Var((*intFlag)(&f.burst), "burst", "the token-bucket family's capacity")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
+	fs.StringVar(&f.chart, "chart", "", "draw a chart to this .svg or .png file")
+	fs.StringVar(&f.pattern, "pattern", "", "generate traffic in this pattern")
+	fs.StringVar(&f.rate, "rate", "", "the generated traffic's rate per key")
+	fs.Var((*durationFlag)(&f.duration), "duration", "how long the generated traffic lasts")
+	fs.Var((*intFlag)(&f.keys), "keys", "number of keys of the generated traffic")
+	fs.Var((*uintFlag)(&f.seed), "seed", "seed of the poisson pattern")
 	return fs, f
 }
 
@@ -133,73 +192,219 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 	default:
 		return usageErrorf("simulate", "simulate: --format must be table or jsonl, got %q", f.format)
 	}
-
-	in, name := s.stdin, "<stdin>"
-	if f.trace != "-" && f.trace != "" {
-		file, err := os.Open(f.trace)
-		if err != nil {
-			return fmt.Errorf("simulate: %w", err)
+	var chartFormat string
+	if set["chart"] {
+		if chartFormat, err = simulate.ChartFormat(f.chart); err != nil {
+			return usageErrorf("simulate", "simulate: --chart: %w", err)
 		}
-		defer file.Close()
-		in, name = file, f.trace
 	}
+	traffic, err := f.traffic(set, policies[0].Period)
+	if err != nil {
+		return err
+	}
+
+	// The chart goes to a temporary file beside FILE, renamed to FILE
+	// when complete, so that a failed run leaves FILE as it was.
+	var chart *simulate.Chart
+	var chartFile *os.File
+	if chartFormat != "" {
+		dir, base := filepath.Split(f.chart)
+		if dir == "" {
+			dir = "."
+		}
+		chartFile, err = os.CreateTemp(dir, "."+base+".*")
+		if err != nil {
+			return fmt.Errorf("simulate: --chart: %w", err)
+		}
+		defer func() {
+			chartFile.Close()
+			os.Remove(chartFile.Name()) // fails harmlessly once renamed
+		}()
+		chart = simulate.NewChart(policies)
+	}
+
+	var src simulate.Source
+	var traceName string
 	traceErr := func(err error) error {
 		var pe *simulate.ParseError
 		if errors.As(err, &pe) {
-			return fmt.Errorf("simulate: trace %s: %w", name, err)
+			return fmt.Errorf("simulate: trace %s: %w", traceName, err)
+		}
+		if errors.Is(err, simulate.ErrChartTooLarge) {
+			return fmt.Errorf("simulate: --chart: %w", err)
 		}
 		return fmt.Errorf("simulate: %w", err)
 	}
+	if traffic != nil {
+		gen, err := simulate.NewGenerator(*traffic)
+		if err != nil {
+			return usageErrorf("simulate", "simulate: %w", err)
+		}
+		src = gen
+		if chart != nil {
+			chart.From = gen.Start()
+			chart.To = gen.Start() + traffic.Duration.Milliseconds()
+		}
+	} else {
+		in, name := s.stdin, "<stdin>"
+		if f.trace != "-" && f.trace != "" {
+			file, err := os.Open(f.trace)
+			if err != nil {
+				return fmt.Errorf("simulate: %w", err)
+			}
+			defer file.Close()
+			in, name = file, f.trace
+		}
+		traceName = name
+		if f.format == "jsonl" {
+			// Check the whole trace first, so that a bad line stops the
+			// run before any decision is printed.
+			rewound, cleanup, err := checkAndRewind(in)
+			defer cleanup()
+			if err != nil {
+				return traceErr(err)
+			}
+			in = rewound
+		}
+		src = simulate.NewTraceReader(in)
+	}
 
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
+	var (
+		observe  func(req simulate.Request, ds []sluice.Decision) error
+		finish   func() error
+		jsonl    *simulate.JSONLWriter
+		cmp      *simulate.Comparison
+		summary  *simulate.KeySummary
+		prologue string
+	)
+	if traffic != nil {
+		prologue = "Pattern: " + traffic.String() + "\n"
+	}
 	switch {
 	case f.format == "jsonl":
-		// Check the whole trace first, so that a bad line stops the run
-		// before any decision is printed.
-		in, cleanup, err := checkAndRewind(in)
-		defer cleanup()
-		if err != nil {
-			return traceErr(err)
-		}
-		jw := simulate.NewJSONLWriter(out)
-		err = simulate.Run(ctx, simulate.NewTraceReader(in), policies, func(req simulate.Request, ds []sluice.Decision) error {
-			return jw.Write(req, ds[0])
-		})
-		if err != nil {
-			return traceErr(err)
-		}
-		if err := jw.Flush(); err != nil {
-			return fmt.Errorf("simulate: %w", err)
-		}
+		jsonl = simulate.NewJSONLWriter(out)
+		observe = func(req simulate.Request, ds []sluice.Decision) error { return jsonl.Write(req, ds[0]) }
+		finish = jsonl.Flush
 	case len(policies) > 1:
-		cmp := simulate.NewComparison(policies)
-		err := simulate.Run(ctx, simulate.NewTraceReader(in), policies, func(req simulate.Request, ds []sluice.Decision) error {
+		cmp = simulate.NewComparison(policies)
+		observe = func(req simulate.Request, ds []sluice.Decision) error {
 			cmp.Add(req, ds)
 			return nil
-		})
-		if err != nil {
-			return traceErr(err)
 		}
-		if err := cmp.WriteTable(out); err != nil {
-			return fmt.Errorf("simulate: %w", err)
+		finish = func() error {
+			if _, err := io.WriteString(out, prologue); err != nil {
+				return err
+			}
+			return cmp.WriteTable(out)
 		}
 	default:
-		sum := simulate.NewKeySummary(policies[0])
-		err := simulate.Run(ctx, simulate.NewTraceReader(in), policies, func(req simulate.Request, ds []sluice.Decision) error {
-			sum.Add(req, ds[0])
+		summary = simulate.NewKeySummary(policies[0])
+		observe = func(req simulate.Request, ds []sluice.Decision) error {
+			summary.Add(req, ds[0])
 			return nil
-		})
-		if err != nil {
-			return traceErr(err)
 		}
-		if err := sum.WriteTable(out); err != nil {
-			return fmt.Errorf("simulate: %w", err)
+		finish = func() error {
+			if _, err := io.WriteString(out, prologue); err != nil {
+				return err
+			}
+			return summary.WriteTable(out)
 		}
+	}
+	var span simulate.Span
+	err = simulate.Run(ctx, src, policies, func(req simulate.Request, ds []sluice.Decision) error {
+		if chart != nil {
+			span.Add(req)
+			if err := chart.Add(req, ds); err != nil {
+				return err
+			}
+		}
+		return observe(req, ds)
+	})
+	if err != nil {
+		return traceErr(err)
+	}
+	if chart != nil {
+		chart.Heading = chartHeading(policies, traffic, traceName, span)
+		if err := writeChart(chart, chartFile, chartFormat, f.chart); err != nil {
+			return fmt.Errorf("simulate: --chart: %w", err)
+		}
+	}
+	if err := finish(); err != nil {
+		return fmt.Errorf("simulate: %w", err)
 	}
 	if err := out.Flush(); err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
 	return nil
+}
+
+// traffic returns the generated traffic the flags ask for, or nil when
+// they ask for none (a trace is read). period is the policies' period,
+// which the periodic patterns repeat at.
+func (f *simulateFlags) traffic(set map[string]bool, period time.Duration) (*simulate.Traffic, error) {
+	if !set["pattern"] {
+		for _, name := range []string{"rate", "duration", "keys", "seed"} {
+			if set[name] {
+				return nil, usageErrorf("simulate", "simulate: --%s describes generated traffic and needs --pattern", name)
+			}
+		}
+		return nil, nil
+	}
+	if set["trace"] {
+		return nil, usageErrorf("simulate", "simulate: --pattern and --trace cannot be used together: generate traffic or read a trace")
+	}
+	p, err := simulate.ParsePattern(f.pattern)
+	if err != nil {
+		return nil, usageErrorf("simulate", "simulate: --pattern: %w", err)
+	}
+	switch {
+	case !set["rate"]:
+		return nil, usageErrorf("simulate", "simulate: --pattern needs --rate (requests per second per key, such as 10 or 2.5, or N/DUR such as 100/1m)")
+	case !set["duration"]:
+		return nil, usageErrorf("simulate", "simulate: --pattern needs --duration (Go duration syntax: 30s, 4m, 1h)")
+	case f.keys < 1 || f.keys > simulate.MaxKeys:
+		return nil, usageErrorf("simulate", "simulate: --keys must be from 1 to %d, got %d", simulate.MaxKeys, f.keys)
+	}
+	rate, err := simulate.ParseRate(f.rate)
+	if err != nil {
+		return nil, usageErrorf("simulate", "simulate: --rate: %w", err)
+	}
+	t := simulate.Traffic{Pattern: p, Rate: rate, Duration: f.duration, Period: period, Keys: int(f.keys), Seed: f.seed}
+	if err := t.Validate(); err != nil {
+		return nil, usageErrorf("simulate", "simulate: --pattern %s: %w", p, err)
+	}
+	return &t, nil
+}
+
+// chartHeading returns the lines above a chart: the policies, and the
+// traffic or the trace.
+func chartHeading(policies []sluice.Policy, traffic *simulate.Traffic, traceName string, span simulate.Span) []string {
+	lines := []string{"sluice simulate: " + simulate.DescribePolicies(policies)}
+	if traffic != nil {
+		lines = append(lines, fmt.Sprintf("Traffic: %s; %s", traffic, span))
+	} else {
+		lines = append(lines, fmt.Sprintf("Trace: %s, %s", traceName, span))
+	}
+	return lines
+}
+
+// writeChart draws chart to the temporary file tmp and renames it to name.
+func writeChart(chart *simulate.Chart, tmp *os.File, format, name string) error {
+	w := bufio.NewWriter(tmp)
+	if err := chart.Write(w, format); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), name)
 }
 
 // policies returns the policies the flags ask for: one, or with
@@ -291,6 +496,28 @@ func (v *intFlag) Set(s string) error {
 		return errors.New("not an integer")
 	}
 	*v = intFlag(n)
+	return nil
+}
+
+// uintFlag is a uint64 flag whose errors say what is wanted.
+type uintFlag uint64
+
+func (v *uintFlag) String() string {
+	if v == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*v), 10)
+}
+
+func (v *uintFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return errors.New("out of range")
+	}
+	if err != nil {
+		return errors.New("not an unsigned integer")
+	}
+	*v = uintFlag(n)
 	return nil
 }
 

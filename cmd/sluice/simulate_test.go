@@ -225,7 +225,7 @@ func TestSimulateBadFlagSyntax(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"simulate", "--rate", "5"}, "flag provided but not defined: -rate\n"},
+		{[]string{"simulate", "--rps", "5"}, "flag provided but not defined: -rps\n"},
 		{[]string{"simulate", "--limit", "ten"}, `invalid value "ten" for flag -limit: not an integer` + "\n"},
 		{[]string{"simulate", "--burst", "1e3"}, `invalid value "1e3" for flag -burst: not an integer` + "\n"},
 		{[]string{"simulate", "--limit", "99999999999999999999"}, `invalid value "99999999999999999999" for flag -limit: out of range` + "\n"},

@@ -139,7 +139,7 @@ func ParseRate(s string) (Rate, error) {
 	if err := r.Validate(); err != nil {
 		return Rate{}, fmt.Errorf("rate %q: %w", s, err)
 	}
-	return r.reduced(), nil
+	return r, nil
 }
 
 func isDigits(s string) bool {
@@ -182,13 +182,25 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// String returns the rate as "N/DUR" ("100/1m0s"), or as "N/s" when Per
-// is one second.
+// String returns the rate as ParseRate reads it: per second ("10/s",
+// "2.5/s") when Per is 1s, 10s, … or 1000000s, else "N/DUR" ("100/1m").
 func (r Rate) String() string {
-	if r.Per == time.Second {
-		return fmt.Sprintf("%d/s", r.N)
+	digits := 0
+	for p := time.Second; p <= 1_000_000*time.Second; p *= 10 {
+		if r.Per == p {
+			s := strconv.FormatInt(r.N, 10)
+			if digits > 0 {
+				if len(s) <= digits {
+					s = strings.Repeat("0", digits-len(s)+1) + s
+				}
+				s = strings.TrimRight(s[:len(s)-digits]+"."+s[len(s)-digits:], "0")
+				s = strings.TrimSuffix(s, ".")
+			}
+			return s + "/s"
+		}
+		digits++
 	}
-	return fmt.Sprintf("%d/%v", r.N, r.Per)
+	return fmt.Sprintf("%d/%s", r.N, shortDuration(r.Per))
 }
 
 // Traffic describes generated traffic: Keys keys ("client-1" to
@@ -288,13 +300,13 @@ func (t Traffic) Start() int64 {
 	return k * p
 }
 
-// String describes t, such as "boundary, 100/1m0s per key, 4m0s, 1 key".
+// String describes t, such as "boundary, 100/1m per key, 4m, 1 key".
 func (t Traffic) String() string {
 	keys := "keys"
 	if t.Keys == 1 {
 		keys = "key"
 	}
-	s := fmt.Sprintf("%v, %v per key, %v, %d %s", t.Pattern, t.Rate, t.Duration, t.Keys, keys)
+	s := fmt.Sprintf("%v, %v per key, %s, %d %s", t.Pattern, t.Rate, shortDuration(t.Duration), t.Keys, keys)
 	if t.Pattern == Poisson {
 		s += fmt.Sprintf(", seed %d", t.Seed)
 	}
