@@ -23,7 +23,7 @@ import (
 // detail and a retry-after trailer.
 func Example() {
 	l, err := grpclimit.New(memstore.New(memstore.Options{}), []grpclimit.Limit{
-		{Policy: sluice.FixedWindow(2, time.Hour).Named("per-key"), Key: grpclimit.Metadata("x-api-key")},
+		{Policy: sluice.SlidingLog(2, time.Hour).Named("per-key"), Key: grpclimit.Metadata("x-api-key")},
 	}, nil)
 	if err != nil {
 		log.Fatal(err)

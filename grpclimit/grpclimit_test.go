@@ -59,7 +59,7 @@ func check(ctx context.Context, conn *grpc.ClientConn, trailer *metadata.MD) err
 
 func TestUnaryDenied(t *testing.T) {
 	l, err := New(memstore.New(memstore.Options{}), []Limit{
-		{Policy: sluice.FixedWindow(2, time.Hour).Named("per-peer")},
+		{Policy: sluice.SlidingLog(2, time.Hour).Named("per-peer")},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestRetryInfoMatchesTrailer(t *testing.T) {
 }
 
 func TestStreamDenied(t *testing.T) {
-	l, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.FixedWindow(1, time.Hour), Key: Method}}, nil)
+	l, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.SlidingLog(1, time.Hour), Key: Method}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +147,9 @@ func TestMetadataKeyAllOrNothing(t *testing.T) {
 	store := memstore.New(memstore.Options{})
 	var events []Event
 	l, err := New(store, []Limit{
-		{Policy: sluice.FixedWindow(2, time.Hour).Named("per-key"), Key: Metadata("X-API-Key")},
-		{Policy: sluice.FixedWindow(3, time.Hour).Named("per-method"), Key: Method},
-		{Policy: sluice.FixedWindow(1, time.Hour).Named("trial"), Key: Method, Shadow: true},
+		{Policy: sluice.SlidingLog(2, time.Hour).Named("per-key"), Key: Metadata("X-API-Key")},
+		{Policy: sluice.SlidingLog(3, time.Hour).Named("per-method"), Key: Method},
+		{Policy: sluice.SlidingLog(1, time.Hour).Named("trial"), Key: Method, Shadow: true},
 	}, &Options{OnDecision: func(e *Event) {
 		cp := *e
 		cp.Results = append([]Result(nil), e.Results...)
@@ -353,10 +353,11 @@ func TestWaiter(t *testing.T) {
 }
 
 func TestWaiterHonoursServerRetry(t *testing.T) {
-	// The server allows 1 per 300ms; the client has no limit of its own
-	// worth speaking of, so its second call is refused with a retry of 1s
-	// (rounded up), and the Waiter holds the third call until then.
-	server, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.GCRA(1, 300*time.Millisecond, 0)}}, nil)
+	// The server allows 1 per 2s; the client has no limit of its own worth
+	// speaking of, so its second call is refused with a retry of 2s (the
+	// rest of the 2s, rounded up), and the Waiter holds the third call
+	// until then.
+	server, err := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.GCRA(1, 2*time.Second, 0)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +376,7 @@ func TestWaiterHonoursServerRetry(t *testing.T) {
 	if err := check(context.Background(), conn, nil); err != nil {
 		t.Fatalf("third call: %v", err)
 	}
-	if el := time.Since(start); el < 900*time.Millisecond {
-		t.Errorf("third call went after %v, want the server's retry time (1s)", el)
+	if el := time.Since(start); el < 1900*time.Millisecond {
+		t.Errorf("third call went after %v, want the server's retry time (2s)", el)
 	}
 }
