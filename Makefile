@@ -14,3 +14,13 @@ test-short:
 # In-repo benchmarks (see docs/BENCHMARKS.md for the peer comparison in bench/).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The chart of the boundary example that the README shows, in docs/images/
+# (the same flags give the same bytes, so a rerun changes nothing).
+.PHONY: chart
+chart:
+	mkdir -p docs/images
+	$(GO) run ./cmd/sluice simulate --algorithm all --limit 100 --period 1m \
+		--trace examples/traces/boundary.csv --chart docs/images/boundary.png
+	$(GO) run ./cmd/sluice simulate --algorithm all --limit 100 --period 1m \
+		--trace examples/traces/boundary.csv --chart docs/images/boundary.svg >/dev/null

@@ -209,39 +209,54 @@ type axisUnit struct {
 }
 
 // unitFor returns the largest unit of which a span of span µs holds at
-// least three.
+// least two.
 func unitFor(span int64) axisUnit {
 	switch {
-	case span >= 3*86400_000_000:
+	case span >= 2*86400_000_000:
 		return axisUnit{"days", 86400_000_000}
-	case span >= 3*3600_000_000:
+	case span >= 2*3600_000_000:
 		return axisUnit{"hours", 3600_000_000}
-	case span >= 3*60_000_000:
+	case span >= 2*60_000_000:
 		return axisUnit{"minutes", 60_000_000}
-	case span >= 3_000_000:
+	case span >= 2_000_000:
 		return axisUnit{"seconds", 1_000_000}
 	}
 	return axisUnit{"milliseconds", 1000}
 }
 
 // span returns the times the time axis covers, in µs since the Unix
-// epoch: from the start (From, or the first request) to the last event.
+// epoch. With From and To set, it is [From, To), extended to the last
+// event (a delayed start). Otherwise it runs from the start of the window
+// (of the first policy's period) that holds the first request, to one
+// period after the last event, so that the counts return to zero, and on
+// to the end of a window; but it adds no more at either end than the
+// requests' own span.
 func (c *Chart) span() (from, to int64) {
-	switch {
-	case c.To > c.From:
-		from, to = c.From*1000, c.To*1000
-	case len(c.offered) > 0:
-		from, to = c.offered[0].t, c.offered[len(c.offered)-1].t+1000
-	default:
-		return 0, 1000
-	}
+	last := int64(math.MinInt64)
 	if n := len(c.offered); n > 0 {
-		to = max(to, c.offered[n-1].t+1000)
+		last = c.offered[n-1].t
 	}
 	for _, evs := range c.admitted {
 		for _, e := range evs {
-			to = max(to, e.t+1)
+			last = max(last, e.t)
 		}
+	}
+	switch {
+	case c.To > c.From:
+		return c.From * 1000, max(c.To*1000, last+1)
+	case len(c.offered) == 0:
+		return 0, 1000
+	}
+	first := c.offered[0].t
+	own := max(last-first, 1000)
+	period := int64(c.policies[0].Period / time.Microsecond)
+	from = first
+	if start := first - first%period; first-start <= own {
+		from = start
+	}
+	to = last + 1 + min(period, own)
+	if end := (to - from + period - 1) / period * period; from%period == 0 && end-(to-from) <= own {
+		to = from + end // a whole number of windows
 	}
 	return from, to
 }
@@ -315,7 +330,7 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 
 	x := func(t int64) float64 { return float64(t-from) / float64(unit.us) }
 	var timeTicks plot.Ticker = plot.DefaultTicks{}
-	if p := int64(c.policies[0].Period / time.Microsecond); from%p == 0 && (to-from)/p >= 3 && (to-from)/p <= 16 {
+	if p := int64(c.policies[0].Period / time.Microsecond); from%p == 0 && (to-from)/p >= 2 && (to-from)/p <= 16 {
 		timeTicks = stepTicks{step: float64(p) / float64(unit.us)}
 	}
 	plots := make([][]*plot.Plot, len(rows))
@@ -495,14 +510,19 @@ func (intTicks) Ticks(lo, hi float64) []plot.Tick {
 	return out
 }
 
-// stepTicks marks every multiple of step.
+// stepTicks marks every multiple of step, with three minor ticks between
+// two of them.
 type stepTicks struct{ step float64 }
 
 func (s stepTicks) Ticks(lo, hi float64) []plot.Tick {
 	var out []plot.Tick
-	for i := math.Ceil(lo / s.step); i*s.step <= hi; i++ {
-		v := i * s.step
-		out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	for i := math.Ceil(lo / s.step * 4); i*s.step/4 <= hi; i++ {
+		v := i * s.step / 4
+		t := plot.Tick{Value: v}
+		if int64(i)%4 == 0 {
+			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+		out = append(out, t)
 	}
 	return out
 }
