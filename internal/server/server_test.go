@@ -484,6 +484,17 @@ func TestReloadKeepsState(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// A rule's limits keep their state too: spend login's budget, reload
+	// an equal configuration, and it stays spent.
+	for range 2 {
+		f.do("GET", "/v1/forward-auth?rule=login", "", "RemoteAddr", "198.51.100.7:1")
+	}
+	if err := f.h.Reload(parse(t, next)); err != nil {
+		t.Fatal(err)
+	}
+	if rec := f.do("GET", "/v1/forward-auth?rule=login", "", "RemoteAddr", "198.51.100.7:1"); rec.Code != http.StatusTooManyRequests {
+		t.Errorf("forward-auth after reload = %d, want 429 (state kept)", rec.Code)
+	}
 	if err := f.h.Reload(nil); err == nil {
 		t.Errorf("Reload(nil) = nil, want an error")
 	}
@@ -701,3 +712,40 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// FuzzCheck sends arbitrary bodies to /v1/check: every answer is 200, 400
+// or 404 with a JSON body, and nothing panics.
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"limit":"api-key","key":"k1","cost":1}`,
+		`{"checks":[{"limit":"per-ip","key":"1.2.3.4"},{"limit":"api-key","key":"k1","cost":5}]}`,
+		`{"checks":[{"limit":"dry","key":"s"},{"limit":"tiny","key":"s","cost":2}]}`,
+		`{"limit":"leaky","key":"q","cost":5}`,
+		`{"limit":"nope","key":"a"}`,
+		`{"limit":"tiny","key":"a","cost":-1}`,
+		`{"checks":[]}`,
+		`[]`, `null`, ``, `{"limit":"tiny","key":"a"} x`,
+	} {
+		f.Add([]byte(s))
+	}
+	fx := newFixture(f, testYAML)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rec := fx.check(string(body))
+		switch rec.Code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusNotFound:
+		default:
+			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
+		}
+		var v map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+			t.Fatalf("answer to %q is not a JSON object: %q", body, rec.Body)
+		}
+		if rec.Code == http.StatusOK {
+			if _, ok := v["allowed"].(bool); !ok {
+				t.Fatalf("200 without allowed: %s", rec.Body)
+			}
+		} else if _, ok := v["error"].(string); !ok {
+			t.Fatalf("%d without error: %s", rec.Code, rec.Body)
+		}
+	})
+}
