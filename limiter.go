@@ -111,16 +111,36 @@ func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy
 	return l.store.AllowAll(ctx, now, reqs, out)
 }
 
-// Wait blocks until key may spend cost units, then spends them. For the
-// leaky bucket it also sleeps the admitted request's Delay before it
+// Wait blocks until key may spend cost units under every policy, then
+// spends them; see WaitAll, which it calls.
+func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {
+	if cost < 1 {
+		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
+	}
+	ps := *l.policies.Load()
+	reqs := make([]Request, len(ps))
+	for i, p := range ps {
+		reqs[i] = Request{Policy: p, Key: key, Cost: cost}
+	}
+	return WaitAll(ctx, l.store, reqs)
+}
+
+// WaitAll blocks until store admits every request of reqs at once (all or
+// nothing, as Store.AllowAll), then returns the decision. When a leaky
+// bucket admits with a Delay, WaitAll also sleeps that Delay before it
 // returns, so that callers proceed evenly spaced.
 //
-// Wait honours ctx: it returns ctx's error when ctx ends while it sleeps,
-// and when ctx has a deadline that the wait would pass, it fails at once,
-// without sleeping, with an error that wraps context.DeadlineExceeded. A
-// request whose cost exceeds the capacity fails at once with
-// ErrCostExceedsCapacity.
-func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {
+// WaitAll honours ctx: it returns ctx's error when ctx ends while it
+// sleeps, and when ctx has a deadline that the wait would pass, it fails at
+// once, without sleeping, with an error that wraps
+// context.DeadlineExceeded. A request whose cost exceeds its capacity fails
+// at once with ErrCostExceedsCapacity. A refusal made by a store's failure
+// policy without a retry time is retried after a second. WaitAll sets the
+// MaxDelay of reqs to the time left before the deadline.
+func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error) {
+	if len(reqs) == 0 {
+		return Decision{}, ErrNoPolicy
+	}
 	for {
 		var maxDelay time.Duration
 		deadline, hasDeadline := ctx.Deadline()
@@ -133,12 +153,21 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		ps := *l.policies.Load()
-		var out []Decision
-		if hasDeadline {
-			out = make([]Decision, len(ps))
+		for i := range reqs {
+			reqs[i].MaxDelay = maxDelay
 		}
-		d, err := l.decidePolicies(ctx, time.Time{}, ps, key, cost, maxDelay, out)
+		var out []Decision
+		if hasDeadline && len(reqs) > 1 {
+			out = make([]Decision, len(reqs))
+		}
+		var d Decision
+		var err error
+		if len(reqs) == 1 {
+			d, err = store.Allow(ctx, time.Time{}, reqs[0])
+			out = []Decision{d}
+		} else {
+			d, err = store.AllowAll(ctx, time.Time{}, reqs, out)
+		}
 		if err != nil {
 			return d, err
 		}
@@ -159,16 +188,20 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 			// A leaky bucket's request starts when the queue ahead of it
 			// has left, however long it waits for room: more than its
 			// ResetAfter minus the millisecond it was rounded up by.
-			for i, p := range ps {
-				if ahead := out[i].ResetAfter - time.Millisecond; p.Algorithm == LeakyBucketAlgorithm && ahead >= maxDelay {
-					return d, fmt.Errorf("sluice: wait: the queue of %s would delay the request past the deadline: %w", p, context.DeadlineExceeded)
+			for i, r := range reqs {
+				if ahead := out[i].ResetAfter - time.Millisecond; r.Policy.Algorithm == LeakyBucketAlgorithm && ahead >= maxDelay {
+					return d, fmt.Errorf("sluice: wait: the queue of %s would delay the request past the deadline: %w", r.Policy, context.DeadlineExceeded)
 				}
 			}
 		}
-		if hasDeadline && time.Now().Add(d.RetryAfter).After(deadline) {
-			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", d.RetryAfter, context.DeadlineExceeded)
+		wait := d.RetryAfter
+		if wait <= 0 {
+			wait = time.Second // a failure policy's refusal has no retry time
 		}
-		if err := sleep(ctx, d.RetryAfter); err != nil {
+		if hasDeadline && time.Now().Add(wait).After(deadline) {
+			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
 			return d, err
 		}
 	}

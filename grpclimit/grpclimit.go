@@ -497,7 +497,7 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 	if len(reqs) == 0 {
 		return nil
 	}
-	if err := waitAll(ctx, w.store, reqs); err != nil {
+	if _, err := sluice.WaitAll(ctx, w.store, reqs); err != nil {
 		return fmt.Errorf("grpclimit: %w", err)
 	}
 	return nil
@@ -552,53 +552,6 @@ func waitStatus(err error) error {
 		return status.FromContextError(err).Err()
 	}
 	return status.Error(codes.Unavailable, err.Error())
-}
-
-// waitAll blocks until store admits every request of reqs at once, as
-// httplimit's Transport does (see Limiter.Wait in the root package for the
-// single-key form).
-func waitAll(ctx context.Context, store sluice.Store, reqs []sluice.Request) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		deadline, hasDeadline := ctx.Deadline()
-		if hasDeadline {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return fmt.Errorf("wait: %w", context.DeadlineExceeded)
-			}
-			for i := range reqs {
-				reqs[i].MaxDelay = left
-			}
-		}
-		var d sluice.Decision
-		var err error
-		if len(reqs) == 1 {
-			d, err = store.Allow(ctx, time.Time{}, reqs[0])
-		} else {
-			d, err = store.AllowAll(ctx, time.Time{}, reqs, nil)
-		}
-		if err != nil {
-			return err
-		}
-		if d.Allowed {
-			if d.Delay > 0 {
-				return sleepCtx(ctx, d.Delay)
-			}
-			return nil
-		}
-		wait := d.RetryAfter
-		if wait <= 0 {
-			wait = time.Second
-		}
-		if hasDeadline && time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
-		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return err
-		}
-	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

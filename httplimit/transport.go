@@ -167,7 +167,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		reqs = append(reqs, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
 	}
 	if len(reqs) > 0 {
-		if _, err := waitAll(ctx, t.store, reqs); err != nil {
+		if _, err := sluice.WaitAll(ctx, t.store, reqs); err != nil {
 			closeBody(req)
 			return nil, fmt.Errorf("httplimit: transport: %w", err)
 		}
@@ -257,56 +257,6 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
-}
-
-// waitAll blocks until the store admits every request of reqs at once,
-// charging them then, honouring ctx as Limiter.Wait does: it fails at once,
-// with an error wrapping context.DeadlineExceeded, when a wait would pass
-// ctx's deadline, and sleeps an admitted leaky-bucket request's Delay.
-func waitAll(ctx context.Context, store sluice.Store, reqs []sluice.Request) (sluice.Decision, error) {
-	for {
-		if err := ctx.Err(); err != nil {
-			return sluice.Decision{}, err
-		}
-		deadline, hasDeadline := ctx.Deadline()
-		if hasDeadline {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return sluice.Decision{}, fmt.Errorf("wait: %w", context.DeadlineExceeded)
-			}
-			for i := range reqs {
-				reqs[i].MaxDelay = left
-			}
-		}
-		var d sluice.Decision
-		var err error
-		if len(reqs) == 1 {
-			d, err = store.Allow(ctx, time.Time{}, reqs[0])
-		} else {
-			d, err = store.AllowAll(ctx, time.Time{}, reqs, nil)
-		}
-		if err != nil {
-			return d, err
-		}
-		if d.Allowed {
-			if d.Delay > 0 {
-				if err := sleepCtx(ctx, d.Delay); err != nil {
-					return d, err
-				}
-			}
-			return d, nil
-		}
-		wait := d.RetryAfter
-		if wait <= 0 { // a degraded refusal without a retry time
-			wait = time.Second
-		}
-		if hasDeadline && time.Now().Add(wait).After(deadline) {
-			return d, fmt.Errorf("wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
-		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return d, err
-		}
-	}
 }
 
 // sleepCtx waits for d or until ctx ends, whichever comes first.
