@@ -63,11 +63,6 @@ const (
 	DefaultBreakerCooldown  = 250 * time.Millisecond
 )
 
-// callerTimePad is added to every key's TTL when the caller passes its own
-// time, which need not advance with Redis's clock: a key must outlive the
-// real time between a test's calls, however far apart their times are.
-const callerTimePad = "3600000" // one hour, in ms
-
 // Options configure a Store. The zero value of each field means the default
 // given with it.
 type Options struct {
@@ -126,7 +121,8 @@ type Store struct {
 	onError    func(error)
 	callerTime bool
 
-	script   *rueidis.Lua
+	single   [numFamilies]*rueidis.Lua
+	many     *rueidis.Lua
 	policies policyCache
 	breaker  *breaker
 
@@ -178,7 +174,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Client == nil && len(opts.Addrs) == 0 && len(opts.ClientOption.InitAddress) == 0 {
 		return nil, errors.New("redisstore: no Redis: set Options.Client or Options.Addrs")
 	}
-	src, err := scriptSource()
+	single, many, err := scripts()
 	if err != nil {
 		return nil, err
 	}
@@ -189,10 +185,13 @@ func New(opts Options) (*Store, error) {
 		local:      opts.Local,
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
-		script:     rueidis.NewLuaScript(src),
+		many:       rueidis.NewLuaScript(many),
 		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
 	}
 	s.policies.seed = maphash.MakeSeed()
+	for f, src := range single {
+		s.single[f] = rueidis.NewLuaScript(src)
+	}
 	if opts.Client != nil {
 		c := opts.Client
 		s.client.Store(&c)
@@ -312,19 +311,19 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	nowArg, pad, err := s.timeArgs(now)
+	nowArg, err := s.timeArg(now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	keys := []string{c.key(s.prefix, req.Key)}
-	args := []string{nowArg, op, pad, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	vals, err := s.eval(ctx, keys, args)
-	if err == nil && (len(vals) != replyHeader+replyWidth || vals[0] != 0) {
+	args := []string{nowArg, op, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	vals, err := s.eval(ctx, s.single[c.fam], keys, args)
+	if err == nil && len(vals) != replyWidth {
 		err = s.malformed(vals)
 	}
 	var d sluice.Decision
 	if err == nil {
-		d, err = parseDecision(&req.Policy, vals[replyHeader:])
+		d, err = parseDecision(&req.Policy, vals)
 		if err != nil {
 			s.report(err)
 		}
@@ -354,13 +353,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if out != nil && len(out) != len(reqs) {
 		return sluice.Decision{}, fmt.Errorf("redisstore: AllowAll: out has %d decisions for %d requests", len(out), len(reqs))
 	}
-	nowArg, pad, err := s.timeArgs(now)
+	nowArg, err := s.timeArg(now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	keys := make([]string, len(reqs))
-	args := make([]string, 3, 3+6*len(reqs))
-	args[0], args[1], args[2] = nowArg, opMany, pad
+	args := make([]string, 1, 1+6*len(reqs))
+	args[0] = nowArg
 	for i := range reqs {
 		c, err := s.check(&reqs[i])
 		if err != nil {
@@ -372,7 +371,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err := s.sameSlot(keys, reqs); err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := s.eval(ctx, keys, args)
+	vals, err := s.eval(ctx, s.many, keys, args)
 	if err == nil {
 		var d sluice.Decision
 		var done bool
@@ -438,17 +437,17 @@ func capacityError(r *sluice.Request) error {
 	return fmt.Errorf("redisstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
 }
 
-// timeArgs returns the script's now and TTL pad arguments: Redis's TIME
-// unless the store takes caller time and now is set.
-func (s *Store) timeArgs(now time.Time) (nowArg, pad string, err error) {
+// timeArg returns the scripts' now argument: '' for Redis's TIME, unless
+// the store takes caller time and now is set.
+func (s *Store) timeArg(now time.Time) (string, error) {
 	if !s.callerTime || now.IsZero() {
-		return "", "0", nil
+		return "", nil
 	}
 	us := now.UnixMicro()
 	if us < 0 || us >= maxTime {
-		return "", "", fmt.Errorf("redisstore: time %v is outside the range the Redis store accepts (1970 to 2112)", now)
+		return "", fmt.Errorf("redisstore: time %v is outside the range the Redis store accepts (1970 to 2112)", now)
 	}
-	return strconv.FormatInt(us, 10), callerTimePad, nil
+	return strconv.FormatInt(us, 10), nil
 }
 
 // maxDelayArg returns MaxDelay in whole µs, rounded down, or -1 for none.
@@ -479,8 +478,8 @@ func (s *Store) sameSlot(keys []string, reqs []sluice.Request) error {
 	return nil
 }
 
-// eval runs the script once, under the timeout and the circuit breaker.
-func (s *Store) eval(ctx context.Context, keys, args []string) ([]int64, error) {
+// eval runs script once, under the timeout and the circuit breaker.
+func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]int64, error) {
 	ok, probe := s.breaker.allow()
 	if !ok {
 		return nil, ErrCircuitOpen
@@ -490,7 +489,7 @@ func (s *Store) eval(ctx context.Context, keys, args []string) ([]int64, error) 
 	c, err := s.conn(cctx)
 	var vals []int64
 	if err == nil {
-		vals, err = s.script.Exec(cctx, c, keys, args).AsIntSlice()
+		vals, err = script.Exec(cctx, c, keys, args).AsIntSlice()
 	}
 	switch {
 	case err == nil:

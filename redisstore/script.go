@@ -12,26 +12,56 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// luaOrder lists the script's parts in the order they are joined: the
-// arithmetic, one file per algorithm (each defining local functions that
-// the later ones may use), and the entry point.
-var luaOrder = []string{
-	"lib", "gcra", "token_bucket", "leaky_bucket", "fixed_window", "sliding_window", "sliding_log", "main",
+// family is a group of algorithms that share a state layout and a Lua
+// file of I/O: the token-bucket family, the windows, and the sliding log.
+type family uint8
+
+const (
+	famTAT family = iota
+	famWindow
+	famLog
+	numFamilies
+)
+
+// familyFiles lists each family's Lua files, in the order they are joined,
+// and the function that decides one of its requests.
+var familyFiles = [numFamilies]struct {
+	files  []string
+	decide string
+}{
+	famTAT:    {[]string{"gcra", "token_bucket", "leaky_bucket"}, "tat_decide"},
+	famWindow: {[]string{"fixed_window", "sliding_window"}, "win_decide"},
+	famLog:    {[]string{"sliding_log"}, "sliding_log"},
 }
 
-// scriptSource returns the decision script: the files of lua/ joined into
-// one chunk, so one EVALSHA decides any mix of algorithms.
-func scriptSource() (string, error) {
-	var b strings.Builder
-	for _, name := range luaOrder {
-		src, err := luaFiles.ReadFile("lua/" + name + ".lua")
-		if err != nil {
-			return "", fmt.Errorf("redisstore: embedded script %s: %w", name, err)
+// scripts returns the Lua scripts, each made of the files of lua/ joined
+// into one chunk: for each family, a script that decides one request (so
+// that a call defines only the functions it may need), and one that
+// decides any mix of algorithms for AllowAll.
+func scripts() (single [numFamilies]string, many string, err error) {
+	read := func(b *strings.Builder, names ...string) {
+		for _, name := range names {
+			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
+			if rerr != nil && err == nil {
+				err = fmt.Errorf("redisstore: embedded script %s: %w", name, rerr)
+			}
+			b.Write(src)
+			b.WriteByte('\n')
 		}
-		b.Write(src)
-		b.WriteByte('\n')
 	}
-	return b.String(), nil
+	var all strings.Builder
+	read(&all, "lib")
+	for f := range numFamilies {
+		var b strings.Builder
+		read(&b, "lib")
+		read(&b, familyFiles[f].files...)
+		fmt.Fprintf(&b, "local decide = %s\n", familyFiles[f].decide)
+		read(&b, "single")
+		single[f] = b.String()
+		read(&all, familyFiles[f].files...)
+	}
+	read(&all, "many")
+	return single, all.String(), err
 }
 
 // Script operations.
@@ -41,11 +71,11 @@ const (
 	opMany  = "m"
 )
 
-// replyHeader and replyWidth describe the script's reply: status and index,
-// then five integers per decision.
+// replyWidth is the number of integers of one decision in the scripts'
+// replies; replyHeader is the number that precede them in AllowAll's.
 const (
-	replyHeader = 2
 	replyWidth  = 5
+	replyHeader = 2
 )
 
 // parseDecision turns five integers of the script's reply into a Decision,

@@ -2,32 +2,10 @@
 --
 -- Mirrors internal/algo/fixedwindow.go. The window algorithms keep start
 -- (the start of the window that curr counts), prev (the count of the window
--- before it, sliding window only), curr, and w, the latest time the key has
--- seen. A stored state always has curr > 0, so it expires span after start:
--- span is P for the fixed window and 2·P for the sliding window.
-
--- win_load returns the state at key: start, prev, curr, w (zeros for a
--- missing key).
-local function win_load(key)
-  local v = redis.call('GET', key)
-  if not v then
-    return 0, 0, 0, 0
-  end
-  local start, prev, curr, w = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')
-  if not start then
-    malformed(key)
-  end
-  return tonumber(start), tonumber(prev), tonumber(curr), tonumber(w)
-end
-
--- win_save stores the state, to expire at expire (µs).
-local function win_save(key, start, prev, curr, w, expire, now, pad)
-  local dt = expire - now
-  if dt < 0 then
-    dt = 0
-  end
-  redis.call('SET', key, int(start) .. ' ' .. int(prev) .. ' ' .. int(curr) .. ' ' .. int(w), 'PX', ttl(dt, pad))
-end
+-- before it, sliding window only), curr, and w when times are tracked. A
+-- key holds "start curr" when prev and w are 0, else "start prev curr w". A
+-- stored state always has curr > 0, so it expires span after start: span is
+-- P for the fixed window and 2·P for the sliding window.
 
 -- window_roll clamps now so that it is never before the stored window and
 -- returns it with the start of the window holding it and the counts of that

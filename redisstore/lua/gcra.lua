@@ -1,46 +1,21 @@
 -- gcra.lua: the token-bucket family's shared core, and GCRA.
 --
 -- Mirrors internal/algo/gcra.go. The state is the theoretical arrival time
--- TAT = at + frac/L µs (0 <= frac < L), the instant the bucket is full again,
--- stored with w, the latest time the key has seen. L and P here are the
--- policy's limit and period divided by their greatest common divisor, which
--- changes no decision and keeps frac small. B is the burst.
-
--- tat_load returns the state at key: at, frac, w (zeros for a missing key).
-local function tat_load(key)
-  local v = redis.call('GET', key)
-  if not v then
-    return 0, 0, 0
-  end
-  local at, frac, w = string.match(v, '^(%d+) (%d+) (%d+)$')
-  if not at then
-    malformed(key)
-  end
-  return tonumber(at), tonumber(frac), tonumber(w)
-end
-
--- tat_save stores the state, to expire when the bucket is full again.
-local function tat_save(key, at, frac, w, now, pad)
-  local expiry = at
-  if frac > 0 then
-    expiry = at + 1
-  end
-  local dt = expiry - now
-  if dt < 0 then
-    dt = 0
-  end
-  redis.call('SET', key, int(at) .. ' ' .. int(frac) .. ' ' .. int(w), 'PX', ttl(dt, pad))
-end
+-- TAT = at + frac/L µs (0 <= frac < L), the instant the bucket is full again.
+-- L and P here are the policy's limit and period divided by their greatest
+-- common divisor, which changes no decision and keeps frac small (usually
+-- 0). B is the burst.
+--
+-- A key holds "at" when frac is 0 and no w is kept, else "at frac w".
 
 -- tat_remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
--- backlog of q µs plus r/L µs.
+-- backlog of q µs plus r/L µs. y + r < 2^50, so the division is exact.
 local function tat_remaining(L, P, B, q, r)
   local x, y = muldivmod(q, L, P)
-  local k, m = divmod(y + r, P)
-  if m > 0 then
-    k = k + 1
+  if y + r > 0 then
+    return B - x - floor((y + r - 1) / P) - 1
   end
-  return B - x - k
+  return B - x
 end
 
 -- tat_step decides a request of the given cost: admitted iff backlog + c·T
@@ -60,7 +35,10 @@ local function tat_step(L, P, B, at, frac, now, cost)
   elseif at > now or (at == now and frac > 0) then
     bq, br = at - now, frac
   end
-  local wait = ceilfrac(bq, br)
+  local wait = bq
+  if br > 0 then
+    wait = bq + 1
+  end
   if cost > B then
     return false, at, frac, tat_remaining(L, P, B, bq, br), -1, wait, wait
   end
@@ -79,14 +57,21 @@ local function tat_step(L, P, B, at, frac, now, cost)
         na, nf = na + 1, nf - L
       end
     end
-    return true, na, nf, tat_remaining(L, P, B, nq, nr), 0, ceilfrac(nq, nr), wait
+    local reset = nq
+    if nr > 0 then
+      reset = nq + 1
+    end
+    return true, na, nf, tat_remaining(L, P, B, nq, nr), 0, reset, wait
   end
   -- Denied: wait until the backlog has drained by the excess over B·T.
   local eq, er = nq - hq, nr - hr
   if er < 0 then
     eq, er = eq - 1, er + L
   end
-  return false, at, frac, tat_remaining(L, P, B, bq, br), ceilfrac(eq, er), wait, wait
+  if er > 0 then
+    eq = eq + 1
+  end
+  return false, at, frac, tat_remaining(L, P, B, bq, br), eq, wait, wait
 end
 
 -- gcra decides as the token bucket does; it exists under its own name

@@ -1,21 +1,42 @@
--- lib.lua: exact integer arithmetic on Lua's numbers, shared by every
--- algorithm.
+-- lib.lua: what every algorithm shares: the call's time, and exact integer
+-- arithmetic on Lua's numbers.
 --
 -- Lua numbers are IEEE doubles, exact for integers up to 2^53. Every value
 -- the scripts compute is such an integer: times are microseconds below 2^52
 -- (until the year 2112), limits and bursts at most 10^9 (below 2^30), periods
--- at most ten years (below 2^49 µs). The Go side refuses the policies and
--- times that would leave those ranges. Products that can exceed 2^53, such
--- as prev·(P−x) of the sliding window or backlog·L of the token bucket, go
--- through muldivmod, which splits them exactly.
+-- at most ten years (below 2^49 µs), and refill times at most 2^52 µs. The
+-- Go side refuses the policies and times that would leave those ranges.
+-- Products that can exceed 2^52, such as prev·(P−x) of the sliding window or
+-- backlog·L of the token bucket, go through muldivmod, which splits them.
+--
+-- ARGV[1] is now in µs since the Unix epoch, or '' for Redis's own TIME.
+-- An explicit now comes from callers whose clocks need not agree with each
+-- other (tests, simulations): then every key remembers the latest time it
+-- has seen (w), even when a request changes nothing else, and a time before
+-- it counts as that time, no time passing. On Redis's clock nothing is
+-- written for a request that changes nothing.
 
+if redis.replicate_commands then
+  redis.replicate_commands() -- Redis < 7: replicate the effects, not the script
+end
+
+local floor, tonumber, format, match, call = math.floor, tonumber, string.format, string.match, redis.call
 local TWO52 = 4503599627370496
+
+local TRACK = ARGV[1] ~= ''
+local NOW
+if TRACK then
+  NOW = tonumber(ARGV[1])
+else
+  local t = call('TIME')
+  NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
 -- divmod returns floor(n/d) and n mod d for integers 0 <= n <= 2^52 and
 -- 0 < d <= 2^50. The quotient of two doubles is rounded, so floor(n/d) may
 -- be one too large; the remainder, computed exactly, corrects it.
 local function divmod(n, d)
-  local q = math.floor(n / d)
+  local q = floor(n / d)
   local r = n - q * d
   if r < 0 then
     return q - 1, r + d
@@ -31,12 +52,17 @@ end
 local function muldivmod(a, b, d)
   local p = a * b
   if p < TWO52 then
-    return divmod(p, d)
+    local q = floor(p / d)
+    local r = p - q * d
+    if r < 0 then
+      return q - 1, r + d
+    end
+    return q, r
   end
   local bq, br = divmod(b, d)
   local q, r, rest, w = 0, 0, a, TWO52
   while w >= 1 do
-    local digit = math.floor(rest / w)
+    local digit = floor(rest / w)
     rest = rest - digit * w
     local k, m = divmod(r * 4 + digit * br, d)
     q, r = q * 4 + k, m
@@ -45,26 +71,21 @@ local function muldivmod(a, b, d)
   return a * bq + q, r
 end
 
--- ceilfrac rounds q + r/L (0 <= r < L) up to whole microseconds.
-local function ceilfrac(q, r)
-  if r > 0 then
-    return q + 1
-  end
-  return q
-end
-
--- int formats an integer exactly (tostring would round it to 14 digits).
-local function int(x)
-  return string.format('%.0f', x)
-end
-
 -- ttl returns the lifetime in milliseconds of a key whose state is back to
 -- initial dt microseconds from now: rounded up, plus 1 ms because Redis
--- counts a key's expiry from a millisecond clock that may lag the
--- microsecond one, plus pad (non-zero when the caller passes its own time,
--- which need not follow Redis's clock).
-local function ttl(dt, pad)
-  return math.floor((dt + 999) / 1000) + 1 + pad
+-- counts a key's expiry on a millisecond clock that may lag the microsecond
+-- one. With the caller's time, which need not advance with Redis's clock,
+-- keys live an hour longer, so that they outlast the real time between a
+-- test's calls.
+local function ttl(dt)
+  if dt < 0 then
+    dt = 0
+  end
+  local ms = floor((dt + 999) / 1000) + 1
+  if TRACK then
+    return ms + 3600000
+  end
+  return ms
 end
 
 -- malformed stops the script, with an error reply, when a key holds

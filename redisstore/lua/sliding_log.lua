@@ -14,25 +14,16 @@ local LOG_CHUNK = 32
 -- log_chunk returns up to LOG_CHUNK entries from entry j (0-based) as a flat
 -- array {at, cost, at, cost, ...}.
 local function log_chunk(key, j)
-  return redis.call('LRANGE', key, 2 + 2 * j, 1 + 2 * (j + LOG_CHUNK))
-end
-
--- log_seen returns the latest time the log at key has seen (0 if none).
-local function log_seen(key)
-  local w = redis.call('LINDEX', key, 1)
-  if not w then
-    return 0
-  end
-  return tonumber(w) or malformed(key)
+  return call('LRANGE', key, 2 + 2 * j, 1 + 2 * (j + LOG_CHUNK))
 end
 
 -- sliding_log decides a request on the log at key and returns allowed,
--- remaining, retry (µs, -1 for never) and reset (µs). With commit it
--- records an admitted request and drops the entries that no longer count;
--- with track it records now as the latest time seen even when nothing else
--- changes.
-local function sliding_log(key, L, P, now, cost, commit, pad, track)
-  local head = redis.call('LRANGE', key, 0, 2)
+-- remaining, retry (µs, -1 for never), reset (µs) and delay (0). With
+-- commit it records an admitted request and drops the entries that no
+-- longer count; when times are tracked it records now as the latest time
+-- seen even when nothing else changes.
+local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
+  local head = call('LRANGE', key, 0, 2)
   local sum, w = 0, 0
   if #head >= 2 then
     sum, w = tonumber(head[1]), tonumber(head[2])
@@ -46,7 +37,7 @@ local function sliding_log(key, L, P, now, cost, commit, pad, track)
   local has = #head == 3
   local first, newest, newest_cost, any = 0, 0, 0, false
   if has then
-    local tail = redis.call('LRANGE', key, -2, -1)
+    local tail = call('LRANGE', key, -2, -1)
     newest, newest_cost = tonumber(tail[1]), tonumber(tail[2])
     local oldest = tonumber(head[3])
     if not newest or not newest_cost or not oldest then
@@ -105,43 +96,43 @@ local function sliding_log(key, L, P, now, cost, commit, pad, track)
   if push and not has then
     -- A new log (a key holding only w counts as empty).
     if #head > 0 then
-      redis.call('DEL', key)
+      call('DEL', key)
     end
-    redis.call('RPUSH', key, int(cost), int(now), int(now), int(cost))
-    redis.call('PEXPIRE', key, ttl(P, pad))
+    call('RPUSH', key, format('%.0f', cost), format('%.0f', now), format('%.0f', now), format('%.0f', cost))
+    call('PEXPIRE', key, ttl(P))
   elseif commit and not push and not any then
     -- Nothing counts any more: the log is back to initial.
     if #head > 0 then
-      redis.call('DEL', key)
+      call('DEL', key)
     end
-    if track then
-      redis.call('RPUSH', key, 0, int(now))
-      redis.call('PEXPIRE', key, ttl(0, pad))
+    if TRACK then
+      call('RPUSH', key, 0, format('%.0f', now))
+      call('PEXPIRE', key, ttl(0))
     end
   elseif push or (commit and first > 0) then
     local total, expiry = sum, newest + P
     if push then
       if newest == now then
-        redis.call('LSET', key, -1, int(newest_cost + cost))
+        call('LSET', key, -1, format('%.0f', newest_cost + cost))
       else
-        redis.call('RPUSH', key, int(now), int(cost))
+        call('RPUSH', key, format('%.0f', now), format('%.0f', cost))
       end
       total, expiry = sum + cost, now + P
     end
     if first > 0 then
-      redis.call('LTRIM', key, 2 * first, -1)
+      call('LTRIM', key, 2 * first, -1)
     end
-    redis.call('LSET', key, 0, int(total))
-    redis.call('LSET', key, 1, int(now))
-    redis.call('PEXPIRE', key, ttl(expiry - now, pad))
-  elseif track and (#head == 0 or now > w) then
+    call('LSET', key, 0, format('%.0f', total))
+    call('LSET', key, 1, format('%.0f', now))
+    call('PEXPIRE', key, ttl(expiry - now))
+  elseif TRACK and (#head == 0 or now > w) then
     if #head == 0 then
-      redis.call('RPUSH', key, 0, int(now))
-      redis.call('PEXPIRE', key, ttl(0, pad))
+      call('RPUSH', key, 0, format('%.0f', now))
+      call('PEXPIRE', key, ttl(0))
     else
-      redis.call('LSET', key, 1, int(now))
-      redis.call('PEXPIRE', key, ttl(math.max(newest + P - now, 0), pad))
+      call('LSET', key, 1, format('%.0f', now))
+      call('PEXPIRE', key, ttl(newest + P - now))
     end
   end
-  return ok, rem, retry, reset
+  return ok, rem, retry, reset, 0
 end

@@ -1,0 +1,16 @@
+-- single.lua: one request (Allow or Peek) on one key, with the algorithms of
+-- one family; the Go side sets decide to that family's function.
+--
+-- KEYS[1]: the state key.
+-- ARGV: now (see lib.lua), 'a' (Allow, which charges an admitted request)
+--   or 'p' (Peek), the algorithm (tb, gcra, lb, fw, sw or sl), L, P (µs), B,
+--   cost, and maxdelay (µs, -1 for none). For the token-bucket family L and
+--   P are already divided by their greatest common divisor.
+-- Reply: allowed (0 or 1), remaining, retry (µs, -1 for never), reset (µs)
+--   and delay (µs).
+local ok, rem, retry, reset, delay = decide(KEYS[1], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6]), NOW, tonumber(ARGV[7]), ARGV[2] == 'a', tonumber(ARGV[8]))
+if ok then
+  return {1, rem, retry, reset, delay}
+end
+return {0, rem, retry, reset, delay}
