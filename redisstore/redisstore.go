@@ -437,7 +437,7 @@ func capacityError(r *sluice.Request) error {
 	return fmt.Errorf("redisstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
 }
 
-// timeArg returns the scripts' now argument: ” for Redis's TIME, unless
+// timeArg returns the scripts' now argument: empty for Redis's TIME, unless
 // the store takes caller time and now is set.
 func (s *Store) timeArg(now time.Time) (string, error) {
 	if !s.callerTime || now.IsZero() {
