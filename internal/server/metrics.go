@@ -33,6 +33,8 @@ type metrics struct {
 	reloads       prometheus.Counter
 	lastReload    prometheus.Gauge
 	limits        prometheus.Gauge
+
+	registered []prometheus.Collector
 }
 
 // storeBuckets spans an in-memory decision (a microsecond) to a Redis call
@@ -103,14 +105,24 @@ func newMetrics(reg prometheus.Registerer, store sluice.Store, circuit func() st
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
+			m.unregister(reg)
 			return nil, err
 		}
+		m.registered = append(m.registered, c)
 	}
 	for _, op := range []string{opAllow, opAllowAll, opPeek} {
 		m.storeDuration.WithLabelValues(op)
 		m.storeErrors.WithLabelValues(op)
 	}
 	return m, nil
+}
+
+// unregister removes the collectors newMetrics registered.
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	for _, c := range m.registered {
+		reg.Unregister(c)
+	}
+	m.registered = nil
 }
 
 // setLimits makes the decision series of exactly these limits exist, so

@@ -16,6 +16,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -104,10 +105,10 @@ const maxChecks = 128
 // New returns a Handler that decides with store under cfg.
 func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("server: config is nil")
+		return nil, errors.New("server: config is nil")
 	}
 	if store == nil {
-		return nil, fmt.Errorf("server: store is nil")
+		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport()}
 	if h.logger == nil {
@@ -129,6 +130,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.store = newMeteredStore(store, m)
 	st, err := h.build(cfg)
 	if err != nil {
+		m.unregister(h.reg)
 		return nil, err
 	}
 	h.state.Store(st)
@@ -222,7 +224,7 @@ func (h *Handler) Config() *config.Config {
 // reload does not apply).
 func (h *Handler) Reload(cfg *config.Config) error {
 	if cfg == nil {
-		return fmt.Errorf("server: config is nil")
+		return errors.New("server: config is nil")
 	}
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
