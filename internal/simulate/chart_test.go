@@ -1,0 +1,277 @@
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"image/png"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestChartFormat(t *testing.T) {
+	tests := []struct{ name, want, err string }{
+		{"boundary.svg", "svg", ""},
+		{"docs/images/boundary.png", "png", ""},
+		{"UPPER.PNG", "png", ""},
+		{"chart.jpg", "", `chart file "chart.jpg": want a name ending in .svg or .png`},
+		{"chart", "", `chart file "chart": want a name ending in .svg or .png`},
+		{"svg", "", "want a name ending in .svg or .png"},
+		{"a.svg.txt", "", "want a name ending in .svg or .png"},
+	}
+	for _, tt := range tests {
+		got, err := ChartFormat(tt.name)
+		if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("ChartFormat(%q) = %q, %v, want %q, %q", tt.name, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// boundaryChart returns a chart of the boundary pattern, 100 per minute
+// for 4 minutes, under the six algorithms with a limit of 100 per minute.
+func boundaryChart(t *testing.T) *Chart {
+	t.Helper()
+	policies := allPolicies(100, time.Minute, 100)
+	tr := Traffic{Pattern: Boundary, Rate: Rate{100, time.Minute}, Duration: 4 * time.Minute, Period: time.Minute, Keys: 1}
+	g, err := NewGenerator(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewChart(policies)
+	c.From, c.To = g.Start(), g.Start()+tr.Duration.Milliseconds()
+	c.Heading = []string{"heading line one", "Traffic: " + tr.String()}
+	err = Run(context.Background(), g, policies, func(req Request, ds []sluice.Decision) error { return c.Add(req, ds) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestChartSVG(t *testing.T) {
+	c := boundaryChart(t)
+	var buf bytes.Buffer
+	if err := c.Write(&buf, "svg"); err != nil {
+		t.Fatalf("Write(svg): %v", err)
+	}
+	// Well-formed XML whose root is an svg element.
+	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
+	var root string
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the SVG is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Errorf("root element %q, want svg", root)
+	}
+	svg := buf.String()
+	for _, want := range []string{
+		"heading line one",
+		"Traffic: boundary, 100/1m per key, 4m, 1 key",
+		"token_bucket: admitted 200 of 400 requests, at most 100 in any 1m",
+		"gcra: admitted 200 of 400",
+		"leaky_bucket: admitted 200 of 400 requests, at most 100 started in any 1m",
+		"fixed_window: admitted 400 of 400 requests, at most 200 in any 1m",
+		"sliding_log: admitted 200 of 400",
+		"sliding_window: admitted 200 of 400",
+		"limit: 100 per 1m",
+		"time since 2026-01-01T00:00:00Z, in minutes",
+		"@font-face", // the font is embedded, so the text reads the same everywhere
+	} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+	var again bytes.Buffer
+	if err := c.Write(&again, "svg"); err != nil || !bytes.Equal(buf.Bytes(), again.Bytes()) {
+		t.Errorf("a second Write gave different bytes (error %v)", err)
+	}
+}
+
+func TestChartPNG(t *testing.T) {
+	c := boundaryChart(t)
+	var buf bytes.Buffer
+	if err := c.Write(&buf, "png"); err != nil {
+		t.Fatalf("Write(png): %v", err)
+	}
+	if !bytes.HasPrefix(buf.Bytes(), []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("no PNG signature: % x", buf.Bytes()[:min(8, buf.Len())])
+	}
+	img, err := png.Decode(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("png.Decode: %v", err)
+	}
+	// 720 points wide at 144 dots per inch; rows of 112 points.
+	b := img.Bounds()
+	if b.Dx() != 1440 || b.Dy() < 6*112*2 {
+		t.Errorf("image is %dx%d, want 1440 wide and at least %d high", b.Dx(), b.Dy(), 6*112*2)
+	}
+	// Not blank: the fixed window's colour is drawn somewhere.
+	found := false
+	for y := b.Min.Y; y < b.Max.Y && !found; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r>>8 == 0xD5 && g>>8 == 0x5E && bl>>8 == 0x00 {
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		t.Error("the PNG has no pixel of fixed_window's colour")
+	}
+	var again bytes.Buffer
+	if err := c.Write(&again, "png"); err != nil || !bytes.Equal(buf.Bytes(), again.Bytes()) {
+		t.Errorf("a second Write gave different bytes (error %v)", err)
+	}
+}
+
+func TestChartEdgeCases(t *testing.T) {
+	t.Run("empty", func(t *testing.T) {
+		c := NewChart(allPolicies(5, time.Second, 5)[:1])
+		for _, format := range []string{"svg", "png"} {
+			if err := c.Write(io.Discard, format); err != nil {
+				t.Errorf("Write(%s) of an empty chart: %v", format, err)
+			}
+		}
+	})
+	t.Run("unknown format", func(t *testing.T) {
+		c := NewChart(allPolicies(5, time.Second, 5)[:1])
+		if err := c.Write(io.Discard, "gif"); err == nil || !strings.Contains(err.Error(), `unknown format "gif"`) {
+			t.Errorf("Write(gif) = %v, want an unknown format error", err)
+		}
+	})
+	t.Run("no policy", func(t *testing.T) {
+		if err := NewChart(nil).Write(io.Discard, "svg"); err == nil {
+			t.Error("Write with no policy = nil, want an error")
+		}
+	})
+	t.Run("wrong number of decisions", func(t *testing.T) {
+		c := NewChart(allPolicies(5, time.Second, 5))
+		if err := c.Add(Request{T: 1, Key: "a", Cost: 1}, make([]sluice.Decision, 2)); err == nil {
+			t.Error("Add with 2 decisions for 6 policies = nil, want an error")
+		}
+	})
+	t.Run("several keys and one request", func(t *testing.T) {
+		c := NewChart(allPolicies(5, time.Second, 5)[:1])
+		for _, k := range []string{"a", "b", "c"} {
+			if err := c.Add(Request{T: 7, Key: k, Cost: 2}, []sluice.Decision{{Allowed: true}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var buf bytes.Buffer
+		if err := c.Write(&buf, "svg"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), "limit: 5 per 1s × 3 keys") {
+			t.Error("the SVG lacks the limit times the number of keys")
+		}
+	})
+	t.Run("full", func(t *testing.T) {
+		c := NewChart(allPolicies(5, time.Second, 5)[:1])
+		ds := []sluice.Decision{{}}
+		for i := range MaxChartRequests {
+			if err := c.Add(Request{T: int64(i), Key: "a", Cost: 1}, ds); err != nil {
+				t.Fatalf("Add %d: %v", i, err)
+			}
+		}
+		if err := c.Add(Request{T: MaxChartRequests, Key: "a", Cost: 1}, ds); !errors.Is(err, ErrChartTooLarge) {
+			t.Errorf("Add beyond MaxChartRequests = %v, want ErrChartTooLarge", err)
+		}
+	})
+}
+
+// TestTrailingMaxima compares trailingMaxima with a direct count at every
+// µs of small random timelines.
+func TestTrailingMaxima(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for trial := range 300 {
+		n := rng.IntN(20)
+		evs := make([]event, n)
+		for i := range evs {
+			evs[i] = event{t: rng.Int64N(400), cost: 1 + rng.Int64N(3)}
+		}
+		slices.SortFunc(evs, func(a, b event) int { return cmpInt(a.t, b.t) })
+		period := 1 + rng.Int64N(120)
+		w := 1 + rng.Int64N(40)
+		slicesN := 1 + rng.IntN(int(600/w)+1)
+		got, peak := trailingMaxima(evs, period, 0, w, slicesN)
+		f := func(t int64) int64 { // cost within (t − period, t]
+			var s int64
+			for _, e := range evs {
+				if e.t <= t && t < e.t+period {
+					s += e.cost
+				}
+			}
+			return s
+		}
+		var wantPeak int64
+		for t0 := int64(0); t0 < 600; t0++ {
+			wantPeak = max(wantPeak, f(t0))
+		}
+		for i := range slicesN {
+			var want int64
+			for t0 := int64(i) * w; t0 < int64(i+1)*w; t0++ {
+				want = max(want, f(t0))
+			}
+			if got[i] != want {
+				t.Fatalf("trial %d: slice %d = %d, want %d (events %v, period %d, width %d)", trial, i, got[i], want, evs, period, w)
+			}
+		}
+		if peak != wantPeak {
+			t.Fatalf("trial %d: peak %d, want %d (events %v, period %d)", trial, peak, wantPeak, evs, period)
+		}
+	}
+}
+
+func TestChartSpan(t *testing.T) {
+	delayed := []sluice.Decision{{Allowed: true, Delay: 59 * time.Second}}
+	leaky := []sluice.Policy{sluice.LeakyBucket(100, time.Minute, 100)}
+	tests := []struct {
+		name     string
+		from, to int64 // Chart.From, Chart.To
+		reqs     []int64
+		ds       []sluice.Decision
+		wantFrom int64
+		wantTo   int64
+	}{
+		// The boundary trace (its last admitted request starts at 12:01:59):
+		// from the start of 12:00's window to a period after the last
+		// start, rounded up to a whole window, 12:03.
+		{"trace", 0, 0, []int64{43259000, 43260000}, delayed, 43200000_000, 43380000_000},
+		// A short trace far from a window boundary: from its first request
+		// to as long again after its last.
+		{"short trace", 0, 0, []int64{43230000, 43230500}, []sluice.Decision{{Allowed: true}}, 43230000_000, 43231000_001},
+		// Given bounds, extended to the last delayed start.
+		{"given", 43200000, 43201000, []int64{43200000}, delayed, 43200000_000, 43259000_001},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewChart(leaky)
+			c.From, c.To = tt.from, tt.to
+			for _, ms := range tt.reqs {
+				if err := c.Add(Request{T: ms, Key: "a", Cost: 1}, tt.ds); err != nil {
+					t.Fatal(err)
+				}
+			}
+			from, to := c.span()
+			if from != tt.wantFrom || to != tt.wantTo {
+				t.Errorf("span() = %d, %d, want %d, %d", from, to, tt.wantFrom, tt.wantTo)
+			}
+		})
+	}
+}
