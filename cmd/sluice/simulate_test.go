@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"image/png"
 	"io"
 	"os"
 	"path/filepath"
@@ -324,4 +325,211 @@ func TestSimulateUsageNamesEveryFlag(t *testing.T) {
 			t.Errorf("usage does not mention --%s", f.Name)
 		}
 	})
+}
+
+func TestSimulatePattern(t *testing.T) {
+	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
+		"--pattern", "boundary", "--rate", "100/1m", "--duration", "4m")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
+	}
+	if want := "Pattern: boundary, 100/1m per key, 4m, 1 key\n" +
+		"Trace: 400 requests, 2026-01-01T00:00:59.999Z to 2026-01-01T00:03:00Z (2m0.001s), 1 key\n"; !strings.HasPrefix(r.stdout, want) {
+		t.Errorf("stdout starts\n%s\nwant\n%s", r.stdout, want)
+	}
+	rows := make(map[string][]string)
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 6 {
+			rows[f[0]] = f[1:3]
+		}
+	}
+	// Twice 200 requests within 1 ms across a window boundary: the fixed
+	// window admits them all, the others half.
+	for alg, want := range map[string][]string{
+		"token_bucket": {"200", "200"}, "gcra": {"200", "200"}, "leaky_bucket": {"200", "200"},
+		"fixed_window": {"400", "0"}, "sliding_log": {"200", "200"}, "sliding_window": {"200", "200"},
+	} {
+		if got := rows[alg]; !slices.Equal(got, want) {
+			t.Errorf("%s: admitted, denied = %q, want %q", alg, got, want)
+		}
+	}
+}
+
+func TestSimulatePatternReproducible(t *testing.T) {
+	jsonl := func(pattern, seed string) string {
+		t.Helper()
+		r := runSluice(t, nil, "simulate", "--algorithm", "sliding_window", "--limit", "10", "--period", "1s", "--format", "jsonl",
+			"--pattern", pattern, "--rate", "12.5", "--duration", "3s", "--keys", "3", "--seed", seed)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
+		}
+		return r.stdout
+	}
+	for _, pattern := range []string{"steady", "burst", "boundary", "poisson", "ramp", "onoff"} {
+		t.Run(pattern, func(t *testing.T) {
+			one := jsonl(pattern, "1")
+			if again := jsonl(pattern, "1"); again != one {
+				t.Error("the same flags gave different output")
+			}
+			lines := strings.Split(strings.TrimSuffix(one, "\n"), "\n")
+			if pattern != "poisson" && len(lines) != 3*38 { // ⌈12.5 × 3⌉ per key
+				t.Errorf("%d lines, want %d", len(lines), 3*38)
+			}
+			var first jsonlLine
+			if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+				t.Fatal(err)
+			}
+			wantKey := "client-1"
+			if pattern == "poisson" { // each key has its own stream
+				wantKey = first.Key
+			}
+			if first.Key != wantKey || !strings.HasPrefix(first.Key, "client-") || first.T < 1767225600000 || first.T >= 1767225603000 {
+				t.Errorf("first line %+v, want %s within 3s of 2026-01-01T00:00:00Z", first, wantKey)
+			}
+			other := jsonl(pattern, "2")
+			if pattern == "poisson" && other == one {
+				t.Error("seeds 1 and 2 gave the same poisson traffic")
+			}
+			if pattern != "poisson" && other != one {
+				t.Errorf("the seed changed the %s pattern, which does not use it", pattern)
+			}
+		})
+	}
+}
+
+func TestSimulatePatternFlagErrors(t *testing.T) {
+	base := []string{"simulate", "--algorithm", "fixed_window", "--limit", "10", "--period", "1s"}
+	with := func(extra ...string) []string { return append(slices.Clone(base), extra...) }
+	tests := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"pattern and trace", with("--pattern", "steady", "--rate", "5", "--duration", "1s", "--trace", "x.csv"),
+			"sluice: simulate: --pattern and --trace cannot be used together: generate traffic or read a trace\n"},
+		{"pattern and trace from stdin", with("--trace", "-", "--pattern", "steady", "--rate", "5", "--duration", "1s"),
+			"sluice: simulate: --pattern and --trace cannot be used together: generate traffic or read a trace\n"},
+		{"unknown pattern", with("--pattern", "sawtooth", "--rate", "5", "--duration", "1s"),
+			`sluice: simulate: --pattern: unknown pattern "sawtooth" (want one of steady, burst, boundary, poisson, ramp, onoff)` + "\n"},
+		{"no rate", with("--pattern", "steady", "--duration", "1s"),
+			"sluice: simulate: --pattern needs --rate (requests per second per key, such as 10 or 2.5, or N/DUR such as 100/1m)\n"},
+		{"no duration", with("--pattern", "steady", "--rate", "5"),
+			"sluice: simulate: --pattern needs --duration (Go duration syntax: 30s, 4m, 1h)\n"},
+		{"bad rate", with("--pattern", "steady", "--rate", "fast", "--duration", "1s"),
+			`sluice: simulate: --rate: rate "fast": want requests per second (10, 2.5) or N/DUR (100/1m)` + "\n"},
+		{"zero rate", with("--pattern", "steady", "--rate", "0", "--duration", "1s"),
+			`sluice: simulate: --rate: rate "0": the rate must be positive` + "\n"},
+		{"rate without pattern", with("--rate", "5"), "sluice: simulate: --rate describes generated traffic and needs --pattern\n"},
+		{"duration without pattern", with("--duration", "5s"), "sluice: simulate: --duration describes generated traffic and needs --pattern\n"},
+		{"seed without pattern", with("--seed", "5"), "sluice: simulate: --seed describes generated traffic and needs --pattern\n"},
+		{"zero keys", with("--pattern", "steady", "--rate", "5", "--duration", "1s", "--keys", "0"),
+			"sluice: simulate: --keys must be from 1 to 1000000, got 0\n"},
+		{"partial period", with("--pattern", "burst", "--rate", "5", "--duration", "1500ms"),
+			"sluice: simulate: --pattern burst: the burst pattern needs a duration that is a whole number of periods (1s), got 1.5s\n"},
+		{"zero duration", with("--pattern", "steady", "--rate", "5", "--duration", "0s"),
+			"sluice: simulate: --pattern steady: duration must be a positive whole number of milliseconds, got 0s\n"},
+		{"bad chart extension", with("--chart", "chart.pdf"),
+			`sluice: simulate: --chart: chart file "chart.pdf": want a name ending in .svg or .png` + "\n"},
+		{"chart without extension", with("--chart", "chart"),
+			`sluice: simulate: --chart: chart file "chart": want a name ending in .svg or .png` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
+			r := runSluice(t, strings.NewReader("1,a\n"), tt.args...)
+			if r.code != 2 {
+				t.Fatalf("sluice %q: exit %d (error %v), want 2", tt.args, r.code, r.err)
+			}
+			if want := tt.stderr + "Run 'sluice simulate -h' for usage.\n"; r.stderr != want {
+				t.Errorf("sluice %q: stderr\n%q\nwant\n%q", tt.args, r.stderr, want)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.stdout)
+			}
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Errorf("files left behind: %v", left)
+			}
+		})
+	}
+	r := runSluice(t, nil, "simulate", "--seed", "-1")
+	if r.code != 2 || !strings.Contains(r.stderr, `invalid value "-1" for flag -seed: not an unsigned integer`) {
+		t.Errorf("--seed -1: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestSimulateChart(t *testing.T) {
+	dir := t.TempDir()
+	svg := filepath.Join(dir, "boundary.svg")
+	pngFile := filepath.Join(dir, "boundary.PNG")
+	for _, name := range []string{svg, pngFile} {
+		r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
+			"--trace", boundaryTrace, "--chart", name)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("--chart %s: exit %d, error %v, stderr %q", name, r.code, r.err, r.stderr)
+		}
+		if !strings.Contains(r.stdout, "fixed_window    200") {
+			t.Errorf("--chart %s: the table is missing from stdout:\n%s", name, r.stdout)
+		}
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []string{"token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window"} {
+		if !strings.Contains(string(b), alg+": admitted") {
+			t.Errorf("the SVG has no row title for %s", alg)
+		}
+	}
+	if !strings.Contains(string(b), "Trace: "+boundaryTrace+", 200 requests") {
+		t.Error("the SVG's heading does not name the trace")
+	}
+	f, err := os.Open(pngFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("the PNG does not decode: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("%d files in the directory, want the 2 charts and no temporary file", len(entries))
+	}
+
+	// A chart with jsonl output: stdout holds the decisions as always.
+	r := runSluice(t, nil, "simulate", "--algorithm", "leaky_bucket", "--limit", "100", "--period", "1m",
+		"--pattern", "boundary", "--rate", "100/1m", "--duration", "2m", "--format", "jsonl", "--chart", svg)
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 200 {
+		t.Errorf("jsonl with a chart: exit %d (error %v), %d lines, want 200", r.code, r.err, strings.Count(r.stdout, "\n"))
+	}
+	b2, _ := os.ReadFile(svg)
+	if !strings.Contains(string(b2), "leaky_bucket: admitted 100 of 200") || strings.Contains(string(b2), "fixed_window") {
+		t.Error("the SVG was not replaced by the one-algorithm chart")
+	}
+}
+
+func TestSimulateChartErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir", "chart.svg")
+	r := runSluice(t, nil, "simulate", "--algorithm", "gcra", "--limit", "5", "--period", "1s", "--pattern", "steady",
+		"--rate", "5", "--duration", "1s", "--chart", missing)
+	if r.code != 1 || !errors.Is(r.err, os.ErrNotExist) || r.stdout != "" {
+		t.Errorf("chart in a missing directory: exit %d, error %v, stdout %q; want 1, not exist, no output", r.code, r.err, r.stdout)
+	}
+
+	// A bad trace leaves an existing chart as it was, and no temporary file.
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "chart.svg")
+	if err := os.WriteFile(chart, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runSluice(t, strings.NewReader("1,a\n0,a\n"), "simulate", "--algorithm", "gcra", "--limit", "5", "--period", "1s", "--chart", chart)
+	if r.code != 1 || !strings.Contains(r.stderr, "line 2: t_ms 0 is before 1") {
+		t.Errorf("bad trace: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if b, _ := os.ReadFile(chart); string(b) != "old" {
+		t.Errorf("the chart file was changed to %d bytes", len(b))
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d files in the directory, want only the old chart", len(entries))
+	}
 }
