@@ -145,13 +145,20 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		b = appendResult(b, &results[0])
 	}
 	b = append(b, '\n')
+	// net/http sets Content-Length for a body written at once.
 	hd := w.Header()
-	hd["Content-Type"] = []string{"application/json"}
-	hd["Content-Length"] = []string{strconv.Itoa(len(b))}
-	hd["Cache-Control"] = []string{"no-store"}
+	hd["Content-Type"] = jsonContentType
+	hd["Cache-Control"] = noStore
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
 }
+
+// Header values shared by every response: slices of capacity 1, so that
+// an Add to a response's header copies them rather than writing into them.
+var (
+	jsonContentType = []string{"application/json"}[:1:1]
+	noStore         = []string{"no-store"}[:1:1]
+)
 
 // parseCheck reads and validates a /v1/check body. multi reports the
 // "checks" form.
