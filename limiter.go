@@ -57,12 +57,19 @@ func (l *Limiter) Policies() []Policy {
 
 // Allow decides, without blocking, whether key may spend cost units now.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, error) {
+	// One policy, the common case, goes straight to the store.
+	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
+		return l.store.Allow(ctx, time.Time{}, Request{Policy: ps[0], Key: key, Cost: cost})
+	}
 	return l.decide(ctx, time.Time{}, key, cost, 0)
 }
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
+	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
+		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
+	}
 	return l.decide(ctx, now, key, cost, 0)
 }
 
