@@ -73,7 +73,10 @@ local function tat_decide(key, alg, L, P, B, now, cost, commit, maxdelay)
     expiry = nat + 1
   end
   if nfrac == 0 and not TRACK then
-    call('SET', key, format('%.0f', nat), 'PX', ttl(expiry - now))
+    -- A number argument reaches Redis as its exact digits (Redis formats
+    -- it with %.17g, or as the shortest string that reads back the same),
+    -- which tonumber reads back exactly; it is cheaper than format.
+    call('SET', key, nat, 'PX', ttl(expiry - now))
   else
     call('SET', key, format('%.0f %.0f %.0f', nat, nfrac, now), 'PX', ttl(expiry - now))
   end

@@ -1,0 +1,192 @@
+// Package redis compares Sluice's Redis store with github.com/go-redis/redis_rate
+// (GCRA) on the same private Redis: decisions per second, p50 and p99
+// latency, and Redis CPU per decision, at 1, 16, 64 and 256 concurrent
+// callers, next to a bare EVALSHA round trip of a trivial script.
+//
+//	cd bench && go test ./redis -run '^$' -bench . -benchtime 3s
+//
+// It needs redis-server on PATH (apt-get install redis-server). Besides
+// ns/op it reports decisions/s, p50-µs and p99-µs (latency of one decision
+// as its caller sees it), redis-cpu-µs/op (Redis's user+system CPU per
+// decision, INFO cpu) and script-µs/op (time inside the script per call,
+// INFO commandstats).
+package redis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// keys is how many distinct keys the callers spread their decisions over.
+const keys = 10_000
+
+// decideFunc makes one decision (or one round trip) for key i.
+type decideFunc func(ctx context.Context, i int) error
+
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	// A policy that admits nearly everything, so every decision writes, as
+	// redis_rate's does.
+	policy := sluice.GCRA(1_000_000, time.Second, 1_000_000)
+
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 512})
+	defer rdb.Close()
+	rl := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	trivial := rueidis.NewLuaScript("return 1")
+
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "user:" + strconv.Itoa(i)
+	}
+	libs := []struct {
+		name   string
+		decide decideFunc
+	}{
+		{"evalsha", func(ctx context.Context, i int) error {
+			return trivial.Exec(ctx, rc, nil, nil).Error()
+		}},
+		{"sluice", func(ctx context.Context, i int) error {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: policy, Key: names[i], Cost: 1})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			return err
+		}},
+		{"redis_rate", func(ctx context.Context, i int) error {
+			r, err := rl.Allow(ctx, names[i], limit)
+			if err == nil && r.Allowed == 0 {
+				err = fmt.Errorf("denied: %+v", r)
+			}
+			return err
+		}},
+	}
+	for _, callers := range []int{1, 16, 64, 256} {
+		for _, lib := range libs {
+			b.Run(fmt.Sprintf("callers=%d/lib=%s", callers, lib.name), func(b *testing.B) {
+				run(b, ctx, srv, callers, lib.decide)
+			})
+		}
+	}
+}
+
+// run makes b.N decisions from callers goroutines and reports decisions
+// per second, latency percentiles and Redis's CPU time per decision.
+func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, decide decideFunc) {
+	// Warm up connections and the script cache.
+	for i := range callers {
+		if err := decide(ctx, i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0 := redisCPU(b, srv)
+	calls0, usec0 := scriptStats(b, srv)
+	var next atomic.Int64
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for c := range callers {
+		wg.Go(func() {
+			own := make([]time.Duration, 0, b.N/callers+1)
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) {
+					break
+				}
+				t := time.Now()
+				if err := decide(ctx, int(n%keys)); err != nil {
+					failed.CompareAndSwap(nil, err)
+					break
+				}
+				own = append(own, time.Since(t))
+			}
+			lat[c] = own
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	cpu := redisCPU(b, srv) - cpu0
+	calls, usec := scriptStats(b, srv)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/op")
+	if calls > calls0 {
+		b.ReportMetric(float64(usec-usec0)/float64(calls-calls0), "script-µs/op")
+	}
+}
+
+// scriptStats returns how many script calls (EVALSHA and EVAL) Redis has
+// run and the µs it spent in them, from INFO commandstats: the time inside
+// the scripts, without the network.
+func scriptStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
+	info, err := srv.Info("commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		for _, f := range strings.Split(info[name], ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
+// redisCPU returns the CPU time redis-server has used (user + system).
+func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
+	info, err := srv.Info("cpu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(info[f], 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s = %q", f, info[f])
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
