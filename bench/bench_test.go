@@ -342,3 +342,27 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClock measures what reading the clock costs on this machine, a
+// floor under every limiter here: time.Now (read by x/time/rate's Allow and
+// throttled; go-limiter reads the same runtime clock) and the monotonic
+// clock alone (time.Since, read by Sluice's memory store).
+func BenchmarkClock(b *testing.B) {
+	var sink int64
+	b.Run("time.Now", func(b *testing.B) {
+		cpu := startCPU()
+		for b.Loop() {
+			sink += time.Now().UnixNano()
+		}
+		cpu.report(b)
+	})
+	base := time.Now()
+	b.Run("time.Since", func(b *testing.B) {
+		cpu := startCPU()
+		for b.Loop() {
+			sink += int64(time.Since(base))
+		}
+		cpu.report(b)
+	})
+	runtime.KeepAlive(sink)
+}

@@ -25,7 +25,12 @@ trap 'rm -rf "$bin"' EXIT
 
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "commit: $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
+	if commit=$(git -C "$root" rev-parse HEAD 2>/dev/null); then
+		git -C "$root" diff --quiet HEAD -- . || commit="$commit (with uncommitted changes)"
+	else
+		commit="${SLUICE_COMMIT:-unknown (not a git checkout)}"
+	fi
+	echo "commit: $commit"
 	echo "go: $(go version)"
 	echo "nproc: $(nproc)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
@@ -43,7 +48,7 @@ cat "$out/machine.txt"
 rm -f "$out"/round-*.txt "$out"/memstore-*.txt
 for i in $(seq 1 "$rounds"); do
 	echo "round $i/$rounds (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-	(cd "$here" && "$bin/bench.test" -test.run '^$' -test.bench '^Benchmark(OneKeySerial|OneKeyParallel|KeysParallel|BytesPerKey)$' -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/round-$i.txt"
+	(cd "$here" && "$bin/bench.test" -test.run '^$' -test.bench '^Benchmark(OneKeySerial|OneKeyParallel|KeysParallel|BytesPerKey|Clock)$' -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/round-$i.txt"
 	(cd "$root/memstore" && "$bin/memstore.test" -test.run '^$' -test.bench . -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/memstore-$i.txt"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"

@@ -74,11 +74,12 @@ func parse(r io.Reader, path string, round, rounds int, d data, order *[]string)
 				name = name[:i]
 			}
 		}
-		i := strings.LastIndex(name, "/lib=")
-		if i < 0 {
-			continue
+		// A benchmark without a library (such as Clock/time.Now) is
+		// filed under the library "".
+		workload, lib := strings.TrimPrefix(name, "Benchmark"), ""
+		if i := strings.LastIndex(name, "/lib="); i >= 0 {
+			workload, lib = strings.TrimPrefix(name[:i], "Benchmark"), name[i+len("/lib="):]
 		}
-		workload, lib := strings.TrimPrefix(name[:i], "Benchmark"), name[i+len("/lib="):]
 		s := sample{}
 		for j := 2; j+1 < len(fields); j += 2 {
 			v, err := strconv.ParseFloat(fields[j], 64)
@@ -222,6 +223,7 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 			if wl == "BytesPerKey" || len(d.values(wl, "sluice", unit)) == 0 {
 				continue
 			}
+
 			p("| %s |", wl)
 			for _, lib := range libs {
 				if vs := d.values(wl, lib, unit); len(vs) > 0 {
@@ -251,6 +253,17 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 		}
 	}
 	p("\n")
+
+	var other []string
+	for _, wl := range order {
+		if len(d.values(wl, "", "ns/op")) > 0 {
+			other = append(other, fmt.Sprintf("%s %s ns/op (%s cpu-ns/op)", wl,
+				format(median(d.values(wl, "", "ns/op"))), format(median(d.values(wl, "", "cpu-ns/op")))))
+		}
+	}
+	if len(other) > 0 {
+		p("\nOther measurements in the same run: %s.\n", strings.Join(other, "; "))
+	}
 
 	// Allocations: every library should allocate nothing per decision on
 	// an existing key; list any that does.
