@@ -65,6 +65,7 @@ type Chart struct {
 	From, To int64
 
 	policies []sluice.Policy
+	limit    int // MaxChartRequests, less in tests
 	offered  []event
 	admitted [][]event
 	keys     map[string]struct{}
@@ -81,6 +82,7 @@ type event struct {
 func NewChart(policies []sluice.Policy) *Chart {
 	return &Chart{
 		policies: slices.Clone(policies),
+		limit:    MaxChartRequests,
 		admitted: make([][]event, len(policies)),
 		keys:     make(map[string]struct{}),
 	}
@@ -93,7 +95,7 @@ var ErrChartTooLarge = fmt.Errorf("a chart holds at most %d requests", MaxChartR
 // Add records one request and its decisions: ds[i] is the decision of the
 // i-th policy. It returns ErrChartTooLarge when the chart is full.
 func (c *Chart) Add(req Request, ds []sluice.Decision) error {
-	if len(c.offered) >= MaxChartRequests {
+	if len(c.offered) >= c.limit {
 		return ErrChartTooLarge
 	}
 	if len(ds) != len(c.policies) {

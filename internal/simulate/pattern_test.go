@@ -221,14 +221,14 @@ func ceilRat(x *big.Rat) int64 {
 // definition, millisecond by millisecond: in ms m, a key sends
 // ⌈Λ(m+1)⌉ − ⌈Λ(m)⌉ requests, ⌈R·D⌉ in all.
 func TestPatternDefinitions(t *testing.T) {
-	rates := []string{"100/1m", "7/3s", "2.5", "1/250ms", "1000", "3/7ms", "0.3"}
+	rates := []string{"100/1m", "7/3s", "2.5", "1/250ms", "1000", "3/7ms"}
 	shapes := []struct {
 		period, duration time.Duration
 	}{
-		{time.Second, 3 * time.Second},
-		{7 * time.Millisecond, 700 * time.Millisecond},
+		{time.Second, 2 * time.Second},
+		{7 * time.Millisecond, 210 * time.Millisecond},
 		{2 * time.Millisecond, 50 * time.Millisecond},
-		{1500 * time.Millisecond, 6 * time.Second},
+		{1500 * time.Millisecond, 3 * time.Second},
 	}
 	for _, p := range Patterns() {
 		if p == Poisson {
