@@ -288,7 +288,8 @@ func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d s
 	if found {
 		st = sh.tat.vals[i]
 	}
-	ns, r := c.pp.TokenBucket(st, t, req.Cost)
+	var r algo.Result
+	ns := c.pp.TokenBucketTo(&r, st, t, req.Cost)
 	if r.Allowed {
 		if found && ns.Expiry() > t {
 			sh.tat.vals[i] = ns
@@ -506,7 +507,7 @@ func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64,
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
 		ns, r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
 	} else {
-		ns, r = c.pp.TokenBucket(st, t, cost)
+		ns = c.pp.TokenBucketTo(&r, st, t, cost)
 	}
 	if commit && r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)

@@ -51,18 +51,23 @@ func Prepare(p Params) Prepared {
 	return Prepared{Params: p, tq: p.Period / p.Limit, tr: p.Period % p.Limit, hq: hq, hr: hr}
 }
 
-// tatStep is the transition shared by the token-bucket family. It returns
-// the new state, the result and the backlog before the request rounded up
-// to the µs (an admitted leaky-bucket request's delay).
+// tatStep is the transition shared by the token-bucket family. It writes
+// the result to r and returns the new state and the backlog before the
+// request rounded up to the µs (an admitted leaky-bucket request's delay).
 //
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
-func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration) {
+//
+// The result goes through a pointer rather than being returned: a Result
+// has too many fields for the compiler to keep it in registers, and
+// returning one made every caller copy it through the stack.
+func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Duration) {
 	p := &pp.Params
 	bq, br := s.backlog(now, pp.hq, pp.hr)
 	wait := ceilMicros(ceilFrac(bq, br))
 	if cost > p.Burst {
-		return s, Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}, wait
+		*r = Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}
+		return s, wait
 	}
 	// c·T = c·tq + c·tr/L; c·tr < B·L ≤ 10^18 fits an int64.
 	cq, cr := cost*pp.tq, cost*pp.tr
@@ -79,22 +84,24 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64) (TAT, Result, time.Duration)
 			base = s
 		}
 		at, frac := addFrac(base.At, base.Frac, cq, cr, p.Limit)
-		return TAT{At: at, Frac: frac}, Result{
+		*r = Result{
 			Allowed:    true,
 			Remaining:  pp.remaining(nq, nr),
 			ResetAfter: ceilMillis(ceilFrac(nq, nr)),
-		}, wait
+		}
+		return TAT{At: at, Frac: frac}, wait
 	}
 	// Denied: wait until the backlog has drained by the excess nb - H.
 	eq, er := nq-pp.hq, nr-pp.hr
 	if er < 0 {
 		eq, er = eq-1, er+p.Limit
 	}
-	return s, Result{
+	*r = Result{
 		Remaining:  pp.remaining(bq, br),
 		RetryAfter: retryMillis(ceilFrac(eq, er)),
 		ResetAfter: ceilMillis(ceilFrac(bq, br)),
-	}, wait
+	}
+	return s, wait
 }
 
 // remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a

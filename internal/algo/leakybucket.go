@@ -24,7 +24,8 @@ func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT,
 
 // LeakyBucket is LeakyBucket with pp's constants.
 func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
-	ns, r, delay := pp.tatStep(s, now, cost)
+	var r Result
+	ns, delay := pp.tatStep(s, now, cost, &r)
 	if maxDelay > 0 && delay > maxDelay && r.RetryAfter != Never {
 		// The queue is longer than the caller can wait. The request passes
 		// once the queue has shrunk to maxDelay (and, when it is also over
@@ -34,7 +35,8 @@ func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) 
 			r.RetryAfter = max(r.RetryAfter, short)
 			return s, r
 		}
-		_, peek, _ := pp.tatStep(s, now, 0)
+		var peek Result
+		pp.tatStep(s, now, 0, &peek)
 		return s, Result{
 			Remaining:  peek.Remaining,
 			RetryAfter: short,

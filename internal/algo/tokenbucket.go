@@ -15,6 +15,14 @@ func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Result) {
 
 // TokenBucket is TokenBucket (and GCRA) with pp's constants.
 func (pp *Prepared) TokenBucket(s TAT, now, cost int64) (TAT, Result) {
-	s, r, _ := pp.tatStep(s, now, cost)
+	var r Result
+	s = pp.TokenBucketTo(&r, s, now, cost)
 	return s, r
+}
+
+// TokenBucketTo is TokenBucket writing its result to r, for hot paths: a
+// Result returned by value is copied through the stack at every call.
+func (pp *Prepared) TokenBucketTo(r *Result, s TAT, now, cost int64) TAT {
+	s, _ = pp.tatStep(s, now, cost, r)
+	return s
 }
