@@ -119,8 +119,9 @@ Memory: a table or jsonl run keeps state per key, not per request; a
 comparison also keeps, per key and algorithm, the admitted requests of the
 last period.
 
-Exit status: 0 on success, 1 when the trace is invalid or cannot be read,
-2 for invalid flags or an invalid policy.
+Exit status: 0 on success, 1 when the trace is invalid or cannot be read or
+the chart cannot be written, 2 for invalid flags (including an invalid
+pattern or a chart name that is not .svg or .png) or an invalid policy.
 
 Examples:
   sluice simulate --algorithm all --limit 100 --period 1m --trace examples/traces/boundary.csv
