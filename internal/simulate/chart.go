@@ -269,7 +269,6 @@ type row struct {
 	offered, admitted []int64 // the slices' maxima
 	peakAdmitted      int64
 	admittedReqs      int
-	costAdmitted      int64
 }
 
 func (c *Chart) draw(dc draw.Canvas, heading []string) {
@@ -287,9 +286,6 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 		r := row{policy: p, admittedReqs: len(admitted)}
 		r.offered, _ = trailingMaxima(c.offered, period, from, width, chartSlices)
 		r.admitted, r.peakAdmitted = trailingMaxima(admitted, period, from, width, chartSlices)
-		for _, e := range admitted {
-			r.costAdmitted += e.cost
-		}
 		rows[i] = r
 		yMax = max(yMax, slices.Max(r.offered), r.peakAdmitted, p.Limit*keys)
 	}
