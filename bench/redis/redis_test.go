@@ -34,6 +34,15 @@ import (
 // keys is how many distinct keys the callers spread their decisions over.
 const keys = 10_000
 
+// names are the keys, user:0 to user:9999.
+var names = func() []string {
+	n := make([]string, keys)
+	for i := range n {
+		n[i] = "user:" + strconv.Itoa(i)
+	}
+	return n
+}()
+
 // decideFunc makes one decision (or one round trip) for key i.
 type decideFunc func(ctx context.Context, i int) error
 
@@ -62,10 +71,6 @@ func BenchmarkRedis(b *testing.B) {
 	defer rc.Close()
 	trivial := rueidis.NewLuaScript("return 1")
 
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = "user:" + strconv.Itoa(i)
-	}
 	libs := []struct {
 		name   string
 		decide decideFunc
