@@ -15,6 +15,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM cancels ctx (sluice serve then shuts down
+	// gracefully); restoring the default handling makes a second one end
+	// the process at once.
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -38,6 +42,9 @@ type command struct {
 // them. Adding a command is adding a line here.
 func commands() []command {
 	return []command{
+		{"serve", "run the rate limit service: decision API, forward-auth, proxy, Envoy RLS", serveUsage, runServe},
+		{"validate", "check configuration files without starting anything", validateUsage, runValidate},
+		{"check", "ask a running service for a decision (a client for scripts)", checkUsage, runCheck},
 		{"simulate", "replay a trace of requests through the rate-limiting algorithms", simulateUsage, runSimulate},
 	}
 }
@@ -111,11 +118,37 @@ func usageErrorf(cmd, format string, args ...any) error {
 	return &usageError{err: fmt.Errorf(format, args...), cmd: cmd}
 }
 
+// exitError is a failure with its own exit status, such as a denial
+// reported by sluice check (1) or a failure to reach the service (2).
+type exitError struct {
+	code int
+	// err is reported on stderr; nil means the command already said what
+	// happened.
+	err error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
 // exitCode reports err on stderr and returns sluice's exit status: 0 for
-// success or help, 2 for a wrong command line, 1 for any other failure.
+// success or help, 2 for a wrong command line, an *exitError's own code,
+// and 1 for any other failure.
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "sluice: %v\n", ee.err)
+		}
+		return ee.code
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {

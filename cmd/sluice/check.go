@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const checkUsage = `Usage: sluice check [--server URL] --limit NAME --key KEY [--cost N] [--json]
+
+Asks a running sluice serve for a decision (POST /v1/check) and prints it
+on one line, such as
+
+  allowed: limit "demo", key "alice", cost 1: 9 of 10 remaining, full again in 6s
+  denied: limit "demo", key "alice", cost 1: 0 of 10 remaining, retry in 5.999s
+
+An allowed request is charged, as any call of the decision API is.
+
+Flags:
+  --server URL     the service's HTTP address (default http://127.0.0.1:8080;
+                   http:// is assumed when no scheme is given)
+  --limit NAME     a limit of the service's configuration (required)
+  --key KEY        the key to decide for (required, not empty)
+  --cost N         what the request costs, at least 1 (default 1)
+  --json           print the service's JSON answer as it came
+  --timeout DUR    give up after DUR (default 5s)
+
+Exit status: 0 allowed (a dry-run limit that would deny counts as
+allowed), 1 denied, 2 for anything else: a wrong command line, a service
+that cannot be reached, or an answer other than a decision (an unknown
+limit, a cost above the limit's capacity, a store failure); its message
+is on standard error.
+`
+
+// checkAnswer is the answer of POST /v1/check to one check.
+type checkAnswer struct {
+	Allowed      bool  `json:"allowed"`
+	Limit        int64 `json:"limit"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	DelayMS      int64 `json:"delay_ms"`
+	Degraded     bool  `json:"degraded"`
+	Shadow       bool  `json:"shadow"`
+	ShadowDenied bool  `json:"shadow_denied"`
+}
+
+// maxAnswer is the most sluice check reads of an answer.
+const maxAnswer = 1 << 20
+
+type checkFlags struct {
+	server, limit, key string
+	cost               int64
+	json               bool
+	timeout            time.Duration
+}
+
+func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage) }
+	f := &checkFlags{}
+	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's URL")
+	fs.StringVar(&f.limit, "limit", "", "the limit's name")
+	fs.StringVar(&f.key, "key", "", "the key")
+	fs.Int64Var(&f.cost, "cost", 1, "the request's cost")
+	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, nil, err
+		}
+		return nil, nil, &usageError{err: fmt.Errorf("check: %w", err), shown: true, cmd: "check"}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return nil, nil, usageErrorf("check", "check: unexpected argument %q (flags only)", fs.Arg(0))
+	case f.limit == "":
+		return nil, nil, usageErrorf("check", "check: --limit is required")
+	case f.key == "":
+		return nil, nil, usageErrorf("check", "check: --key is required and must not be empty")
+	case f.cost < 1:
+		return nil, nil, usageErrorf("check", "check: --cost must be at least 1, got %d", f.cost)
+	case f.timeout <= 0:
+		return nil, nil, usageErrorf("check", "check: --timeout must be positive, got %v", f.timeout)
+	}
+	u, err := serverURL(f.server)
+	if err != nil {
+		return nil, nil, usageErrorf("check", "check: --server: %v", err)
+	}
+	return f, u, nil
+}
+
+// serverURL parses --server, with http:// assumed.
+func serverURL(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%q: the scheme must be http or https", s)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("%q has no host", s)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawQuery, u.Fragment = "", ""
+	return u, nil
+}
+
+func runCheck(ctx context.Context, s streams, args []string) error {
+	f, u, err := parseCheckFlags(args, s.stderr)
+	if err != nil {
+		return err
+	}
+	failf := func(format string, args ...any) error {
+		return &exitError{code: 2, err: fmt.Errorf("check: "+format, args...)}
+	}
+	body, err := json.Marshal(struct {
+		Limit string `json:"limit"`
+		Key   string `json:"key"`
+		Cost  int64  `json:"cost"`
+	}{f.limit, f.key, f.cost})
+	if err != nil {
+		return failf("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	endpoint := u.JoinPath("/v1/check").String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return failf("%v", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return failf("%v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return failf("reading the answer of %s: %v", endpoint, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return failf("%s answered %s: %s", endpoint, resp.Status, e.Error)
+		}
+		return failf("%s answered %s", endpoint, resp.Status)
+	}
+	var a checkAnswer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return failf("%s answered 200 with a body that is not a decision: %v", endpoint, err)
+	}
+	if f.json {
+		_, err = s.stdout.Write(raw)
+	} else {
+		_, err = io.WriteString(s.stdout, formatAnswer(f, &a)+"\n")
+	}
+	if err != nil {
+		return failf("%v", err)
+	}
+	if !a.Allowed {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+// formatAnswer describes a decision on one line.
+func formatAnswer(f *checkFlags, a *checkAnswer) string {
+	var b strings.Builder
+	switch {
+	case a.Shadow && a.ShadowDenied:
+		b.WriteString("allowed (dry run: the limit would have denied)")
+	case a.Allowed:
+		b.WriteString("allowed")
+	default:
+		b.WriteString("denied")
+	}
+	fmt.Fprintf(&b, ": limit %s, key %s, cost %d: %d of %d remaining", strconv.Quote(f.limit), strconv.Quote(f.key), f.cost, a.Remaining, a.Limit)
+	if !a.Allowed || a.ShadowDenied {
+		if a.RetryAfterMS > 0 {
+			fmt.Fprintf(&b, ", retry in %v", millisDuration(a.RetryAfterMS))
+		}
+	} else if a.ResetAfterMS > 0 {
+		fmt.Fprintf(&b, ", full again in %v", millisDuration(a.ResetAfterMS))
+	}
+	if a.DelayMS > 0 {
+		fmt.Fprintf(&b, ", wait %v before proceeding", millisDuration(a.DelayMS))
+	}
+	if a.Degraded {
+		b.WriteString(" (degraded: the store's backend did not answer; its on_error policy decided)")
+	}
+	return b.String()
+}
+
+func millisDuration(ms int64) time.Duration {
+	return time.Duration(ms) * time.Millisecond
+}

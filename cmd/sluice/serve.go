@@ -1,0 +1,464 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+const serveUsage = `Usage: sluice serve [--config FILE] [flags]
+
+Runs the Sluice service: the decision API (POST /v1/check), forward-auth
+(/v1/forward-auth), the rate-limiting reverse proxy, /healthz, /readyz and
+/metrics on listen.http, and Envoy's rate limit service (gRPC) on
+listen.grpc. docs/configuration.md describes the file, docs/operations.md
+running the service.
+
+Flags:
+  --config FILE        the configuration file; without it, the built-in
+                       default: the memory store, one limit "demo" and the
+                       HTTP API on 127.0.0.1:8080
+  --http ADDR          listen on ADDR (host:port) instead of listen.http;
+                       port 0 picks a free port
+  --grpc ADDR          serve Envoy's rate limit service on ADDR instead of
+                       listen.grpc
+  --log-format text|json
+                       the format of the log on standard error (default text)
+  --log-level LEVEL    debug, info, warn or error (default info); debug logs
+                       one line per denial
+  --watch DUR          how often to look for a changed configuration file
+                       (default 1s; 0 reloads on SIGHUP only)
+  --shutdown-timeout DUR
+                       how long requests in flight may take to finish once
+                       shutdown starts (default 10s); those still running
+                       then are cut, and serve exits with status 1
+  --drain-delay DUR    on shutdown, keep serving this long with /readyz
+                       answering 503 before closing the listeners, so that
+                       load balancers stop sending first (default 0)
+  --read-timeout DUR   the longest time to read one request, body included
+                       (default 1m; 0 means no limit); request headers must
+                       arrive within 10s, and idle connections close after 2m
+  --max-keys N         memory store (and on_error: local): the most
+                       (limit, key) pairs kept (default 1000000; 0: no cap)
+  --ready-file FILE    once listening, write the bound addresses to FILE as
+                       JSON, {"http":"127.0.0.1:8080","grpc":"","pid":1234};
+                       removed on exit
+
+Signals:
+  SIGHUP               reload the configuration file
+  SIGTERM, SIGINT      shut down gracefully; a second one ends at once
+`
+
+// Fixed HTTP server timeouts; see serveUsage.
+const (
+	readHeaderTimeout = 10 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// serveFlags are the flags of sluice serve.
+type serveFlags struct {
+	config          string
+	http, grpc      string
+	logFormat       string
+	logLevel        string
+	watch           time.Duration
+	shutdownTimeout time.Duration
+	drainDelay      time.Duration
+	readTimeout     time.Duration
+	maxKeys         int
+	readyFile       string
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage) }
+	f := &serveFlags{}
+	fs.StringVar(&f.config, "config", "", "the configuration file")
+	fs.StringVar(&f.http, "http", "", "HTTP listen address")
+	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen address")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.watch, "watch", time.Second, "configuration file polling interval")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown deadline")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "time to answer /readyz 503 before closing listeners")
+	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "time to read a whole request")
+	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
+	fs.StringVar(&f.readyFile, "ready-file", "", "file to write the bound addresses to")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{err: fmt.Errorf("serve: %w", err), shown: true, cmd: "serve"}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageErrorf("serve", "serve: unexpected argument %q (flags only; the file is --config FILE)", fs.Arg(0))
+	}
+	switch f.logFormat {
+	case "text", "json":
+	default:
+		return nil, usageErrorf("serve", "serve: --log-format must be text or json, got %q", f.logFormat)
+	}
+	if _, err := parseLevel(f.logLevel); err != nil {
+		return nil, usageErrorf("serve", "serve: --log-level: %v", err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"watch", f.watch}, {"shutdown-timeout", f.shutdownTimeout}, {"drain-delay", f.drainDelay}, {"read-timeout", f.readTimeout}} {
+		if d.v < 0 {
+			return nil, usageErrorf("serve", "serve: --%s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	if f.maxKeys < 0 {
+		return nil, usageErrorf("serve", "serve: --max-keys must not be negative, got %d", f.maxKeys)
+	}
+	for _, a := range []struct{ name, v string }{{"http", f.http}, {"grpc", f.grpc}} {
+		if a.v == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.v); err != nil || port == "" {
+			return nil, usageErrorf("serve", "serve: --%s: %q is not an address host:port, like 127.0.0.1:8080 or :8080", a.name, a.v)
+		}
+	}
+	return f, nil
+}
+
+// parseLevel returns the slog level with the given name.
+func parseLevel(name string) (slog.Level, error) {
+	switch strings.ToLower(name) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("unknown level %q (want debug, info, warn or error)", name)
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	lv, _ := parseLevel(level)
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// runServe runs the service until ctx is done, then shuts it down
+// gracefully.
+func runServe(ctx context.Context, s streams, args []string) error {
+	f, err := parseServeFlags(args, s.stderr)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(s.stderr, f.logFormat, f.logLevel)
+
+	cfg, src, err := loadInitial(f.config)
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(s.stderr, p.String())
+			}
+			return &exitError{code: 1, err: fmt.Errorf("serve: %s has %s; the service did not start", displayName(f.config), problemCount(len(ce.Problems)))}
+		}
+		return fmt.Errorf("serve: %w", err)
+	}
+	svc, err := newService(cfg, f, logger)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer svc.closeStore()
+	return svc.run(ctx, src)
+}
+
+// source is what the configuration file was when last read, for the
+// watcher to tell a change from none.
+type source struct {
+	info os.FileInfo
+	sum  [32]byte
+}
+
+// displayName names the configuration file at path in messages.
+func displayName(path string) string {
+	if path == "" {
+		return config.DefaultSource
+	}
+	return path
+}
+
+// loadInitial loads the configuration file at path, or the built-in
+// default when path is empty (its source is then nil).
+func loadInitial(path string) (*config.Config, *source, error) {
+	if path == "" {
+		cfg, err := config.Default()
+		return cfg, nil, err
+	}
+	src, data, err := readSource(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Parse(path, data)
+	return cfg, src, err
+}
+
+// problemCount returns "1 problem" or "N problems".
+func problemCount(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
+}
+
+// service is a running sluice serve: its servers, store and
+// configuration.
+type service struct {
+	flags   *serveFlags
+	logger  *slog.Logger
+	started *config.Config // listen and store in use; a reload cannot change them
+	reg     *prometheus.Registry
+	metrics *serveMetrics
+	store   *openedStore
+	handler *server.Handler
+	rls     *rls.Service   // nil without a gRPC listener
+	health  *health.Server // nil without a gRPC listener
+
+	httpAddr, grpcAddr string // as configured or overridden
+}
+
+func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*service, error) {
+	s := &service{flags: f, logger: logger, started: cfg, reg: prometheus.NewRegistry()}
+	l := cfg.Listen()
+	s.httpAddr, s.grpcAddr = l.HTTP, l.GRPC
+	if f.http != "" {
+		s.httpAddr = f.http
+	}
+	if f.grpc != "" {
+		s.grpcAddr = f.grpc
+	}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := newServeMetrics(s.reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+	st, err := openStore(cfg.Store(), f.maxKeys, logger, m)
+	if err != nil {
+		return nil, err
+	}
+	s.store = st
+	h, err := server.New(cfg, st.store, server.Options{Logger: logger, Registry: s.reg, CircuitState: st.circuit})
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	s.handler = h
+	if s.grpcAddr != "" {
+		envoy, _ := cfg.Envoy()
+		s.rls = rls.New(st.store, envoy, rls.Options{OnDecision: m.rlsDecision})
+		s.health = health.NewServer()
+	}
+	return s, nil
+}
+
+func (s *service) closeStore() {
+	if err := s.store.close(); err != nil {
+		s.logger.Warn("closing the store failed", "error", err)
+	}
+}
+
+// run serves until ctx is done or a listener fails, then shuts down.
+func (s *service) run(ctx context.Context, src *source) error {
+	cfg := s.started
+	st := cfg.Store()
+	s.logger.Info("configuration loaded", "source", cfg.Source(), "limits", len(cfg.Limits()), "store", string(st.Backend))
+	if st.Backend == config.RedisBackend {
+		s.store.checkReachable(ctx, s.logger)
+	}
+
+	httpLn, err := net.Listen("tcp", s.httpAddr)
+	if err != nil {
+		return fmt.Errorf("serve: listen.http: %w", err)
+	}
+	var grpcLn net.Listener
+	if s.grpcAddr != "" {
+		if grpcLn, err = net.Listen("tcp", s.grpcAddr); err != nil {
+			httpLn.Close()
+			return fmt.Errorf("serve: listen.grpc: %w", err)
+		}
+	}
+
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.flags.readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	var gs *grpc.Server
+	if grpcLn != nil {
+		gs = grpc.NewServer()
+		s.rls.Register(gs)
+		healthpb.RegisterHealthServer(gs, s.health)
+	}
+
+	// Reloads are read from SIGHUP and the file from here on.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	errc := make(chan error, 2)
+	servers := 1
+	go func() { errc <- fmt.Errorf("http server: %w", hs.Serve(httpLn)) }()
+	s.logger.Info("listening", "protocol", "http", "addr", httpLn.Addr().String())
+	grpcBound := ""
+	if gs != nil {
+		servers++
+		go func() { errc <- fmt.Errorf("grpc server: %w", gs.Serve(grpcLn)) }()
+		grpcBound = grpcLn.Addr().String()
+		s.logger.Info("listening", "protocol", "grpc", "addr", grpcBound, "service", "envoy.service.ratelimit.v3.RateLimitService")
+	}
+	if s.flags.readyFile != "" {
+		if err := writeReadyFile(s.flags.readyFile, httpLn.Addr().String(), grpcBound); err != nil {
+			s.logger.Error("writing the ready file failed", "file", s.flags.readyFile, "error", err)
+		} else {
+			defer os.Remove(s.flags.readyFile)
+		}
+	}
+
+	wctx, stopWatch := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.watch(wctx, src, hup) })
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		s.logger.Info("shutting down", "timeout", s.flags.shutdownTimeout, "drain_delay", s.flags.drainDelay)
+	case failed = <-errc:
+		servers--
+		s.logger.Error("a server failed; shutting down", "error", failed)
+	}
+	stopWatch()
+	wg.Wait()
+
+	s.handler.Drain()
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	if failed == nil && s.flags.drainDelay > 0 {
+		t := time.NewTimer(s.flags.drainDelay)
+		<-t.C
+	}
+	cut := s.shutdown(hs, gs)
+	for range servers {
+		<-errc
+	}
+	s.logger.Info("stopped")
+	switch {
+	case failed != nil:
+		return fmt.Errorf("serve: %w", failed)
+	case cut:
+		return &exitError{code: 1, err: fmt.Errorf("serve: shutdown: requests still in flight after --shutdown-timeout %v were cut", s.flags.shutdownTimeout)}
+	}
+	return nil
+}
+
+// shutdown stops the servers: they stop accepting, and requests in
+// flight get until the shutdown timeout to finish. It reports whether
+// some were still running and had to be cut.
+func (s *service) shutdown(hs *http.Server, gs *grpc.Server) (cut bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.flags.shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wg.Go(func() {
+		if err := hs.Shutdown(ctx); err != nil {
+			hs.Close()
+			mu.Lock()
+			cut = true
+			mu.Unlock()
+			s.logger.Warn("http: requests still in flight at the shutdown deadline were cut", "error", err)
+		}
+	})
+	if gs != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() {
+				gs.GracefulStop()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				gs.Stop()
+				<-done
+				mu.Lock()
+				cut = true
+				mu.Unlock()
+				s.logger.Warn("grpc: calls still in flight at the shutdown deadline were cut")
+			}
+		})
+	}
+	wg.Wait()
+	return cut
+}
+
+// readyInfo is the content of the --ready-file.
+type readyInfo struct {
+	HTTP string `json:"http"`
+	GRPC string `json:"grpc"`
+	PID  int    `json:"pid"`
+}
+
+// writeReadyFile writes the bound addresses to path atomically: a reader
+// sees no file or the whole of it.
+func writeReadyFile(path, httpAddr, grpcAddr string) error {
+	b, err := json.Marshal(readyInfo{HTTP: httpAddr, GRPC: grpcAddr, PID: os.Getpid()})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".sluice-ready-*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}

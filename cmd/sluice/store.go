@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Memory store settings of sluice serve (docs/operations.md).
+const (
+	// defaultMaxKeys is --max-keys' default: a million (limit, key) pairs,
+	// about 45 MB for the token-bucket family.
+	defaultMaxKeys = 1_000_000
+	// sweepInterval is how often the memory store drops keys whose state
+	// is back to initial (it also does so a little on every insert).
+	sweepInterval = time.Minute
+	// redisErrorLogInterval is the least time between two log lines about
+	// failed Redis calls; the calls in between are counted in the next.
+	redisErrorLogInterval = 10 * time.Second
+	// startupPingTimeout bounds the check that Redis answers at startup.
+	startupPingTimeout = 2 * time.Second
+)
+
+// openedStore is the store sluice serve decides with, and how to close it.
+type openedStore struct {
+	store sluice.Store
+	// circuit reports the Redis store's breaker state; nil for memory.
+	circuit func() string
+	redis   *redisstore.Store
+	closers []func() error
+}
+
+// close releases the store, the Redis connection first.
+func (o *openedStore) close() error {
+	var errs []error
+	for _, c := range o.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+func newMemStore(maxKeys int) *memstore.Store {
+	return memstore.New(memstore.Options{MaxKeys: maxKeys, SweepInterval: sweepInterval})
+}
+
+// openStore builds the store that cfg describes. A Redis store does not
+// wait for Redis: until it answers, the failure policy decides.
+func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetrics) (*openedStore, error) {
+	if cfg.Backend != config.RedisBackend {
+		ms := newMemStore(maxKeys)
+		return &openedStore{store: ms, closers: []func() error{ms.Close}}, nil
+	}
+	failure, err := redisstore.ParseFailurePolicy(string(cfg.OnError))
+	if err != nil {
+		return nil, err
+	}
+	o := &openedStore{}
+	opts := redisstore.Options{
+		Addrs:   cfg.Redis.Addrs,
+		Prefix:  cfg.Redis.Prefix,
+		Timeout: cfg.Timeout,
+		Failure: failure,
+		OnError: newErrorLog(logger, m).report,
+		OnBreakerChange: func(from, to redisstore.BreakerState) {
+			lv := slog.LevelWarn
+			if to == redisstore.BreakerClosed {
+				lv = slog.LevelInfo
+			}
+			logger.Log(context.Background(), lv, "redis circuit breaker changed state",
+				"from", from.String(), "to", to.String(), "on_error", failure.String())
+		},
+	}
+	var local *memstore.Store
+	if failure == redisstore.FailLocal {
+		local = newMemStore(maxKeys)
+		opts.Local = local
+	}
+	rs, err := redisstore.New(opts)
+	if err != nil {
+		if local != nil {
+			local.Close()
+		}
+		return nil, err
+	}
+	o.store, o.redis = rs, rs
+	o.circuit = func() string { return rs.BreakerState().String() }
+	o.closers = append(o.closers, rs.Close)
+	if local != nil {
+		o.closers = append(o.closers, local.Close)
+	}
+	return o, nil
+}
+
+// checkReachable logs whether Redis answers, so that an operator sees a
+// wrong address at once rather than in degraded decisions.
+func (o *openedStore) checkReachable(ctx context.Context, logger *slog.Logger) {
+	if o.redis == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, startupPingTimeout)
+	defer cancel()
+	if err := o.redis.Ping(ctx); err != nil {
+		logger.Warn("redis does not answer yet; the failure policy decides until it does", "error", err)
+		return
+	}
+	logger.Info("redis answers")
+}
+
+// errorLog logs failed Redis calls, at most one line per
+// redisErrorLogInterval, and counts every one of them.
+type errorLog struct {
+	logger *slog.Logger
+	m      *serveMetrics
+
+	mu         sync.Mutex
+	last       time.Time // when the last line was logged
+	suppressed int       // failures since then
+}
+
+func newErrorLog(logger *slog.Logger, m *serveMetrics) *errorLog {
+	return &errorLog{logger: logger, m: m}
+}
+
+func (e *errorLog) report(err error) {
+	e.m.redisErrors.Inc()
+	e.mu.Lock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < redisErrorLogInterval {
+		e.suppressed++
+		e.mu.Unlock()
+		return
+	}
+	n := e.suppressed
+	e.last, e.suppressed = now, 0
+	e.mu.Unlock()
+	e.logger.Warn("redis call failed", "error", err, "failures_not_logged", n)
+}
