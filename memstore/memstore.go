@@ -193,12 +193,17 @@ const policyCacheSize = 256
 // immutable, so readers need no lock. A hit costs a few multiplications and
 // comparisons; a miss validates and compiles p.
 func (s *Store) compile(p *sluice.Policy) *compiled {
-	x := uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Period)*0xc2b2ae3d27d4eb4f ^ uint64(p.Burst)*0x165667b19e3779f9 ^ uint64(p.Algorithm)<<8 ^ uint64(len(p.Name))
-	slot := &s.policies[(x*0xff51afd7ed558ccd)>>56]
+	slot := &s.policies[policySlot(p)]
 	if c := slot.Load(); c != nil && c.is(p) {
 		return c
 	}
 	return s.compileSlow(p, slot)
+}
+
+// policySlot returns the index of p's slot in the compiled-policy cache.
+func policySlot(p *sluice.Policy) uint64 {
+	x := uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Period)*0xc2b2ae3d27d4eb4f ^ uint64(p.Burst)*0x165667b19e3779f9 ^ uint64(p.Algorithm)<<8 ^ uint64(len(p.Name))
+	return (x * 0xff51afd7ed558ccd) >> 56
 }
 
 // is reports whether c was compiled from p. It compares field by field,
@@ -274,11 +279,23 @@ func capacityError(r *sluice.Request) error {
 // GCRA, the algorithm and the table update in line, with the decision
 // written straight into the result.
 func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d sluice.Decision, err error) {
-	c := s.compile(&req.Policy)
+	slot := &s.policies[policySlot(&req.Policy)]
+	c := slot.Load()
+	if c == nil || !c.is(&req.Policy) {
+		c = s.compileSlow(&req.Policy, slot)
+	}
 	if req.Cost < 1 || c.err != nil || !c.tokenBucket {
 		return s.allow(now, &req, c)
 	}
-	t := s.micros(now)
+	var t int64
+	switch {
+	case !now.IsZero():
+		t = now.UnixMicro()
+	case s.now == nil:
+		t = s.baseUS + int64(time.Since(s.base)/time.Microsecond)
+	default:
+		t = s.now().UnixMicro()
+	}
 	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
