@@ -232,9 +232,14 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 	return c
 }
 
-// hash returns the non-zero 64-bit hash that stands for (policy, key).
+// hash returns the non-zero 64-bit hash that stands for (policy, key): the
+// seeded hash of the key, uniform over 64 bits and unpredictable without
+// the seed, XORed with the policy's fingerprint. XOR with a constant keeps
+// it uniform, and two pairs collide only if the hashes of their keys differ
+// by exactly the XOR of their fingerprints (for one policy: only if the key
+// hashes collide), so no second mixing round is needed.
 func (s *Store) hash(c *compiled, key string) uint64 {
-	h := mix(maphash.String(s.seed, key) ^ c.fp)
+	h := maphash.String(s.seed, key) ^ c.fp
 	if h == 0 {
 		h = 1
 	}
