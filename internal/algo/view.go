@@ -1,0 +1,86 @@
+package algo
+
+import "math/bits"
+
+// Frac is an exact non-negative amount of cost units: Whole + Num/Den with
+// 0 ≤ Num < Den, not necessarily in lowest terms.
+type Frac struct {
+	Whole, Num, Den int64
+}
+
+// View is a state as seen at one instant, for explaining decisions (the
+// stores' sluice.Inspector): the numbers the algorithms decide with,
+// exactly. Which fields are set depends on the algorithm.
+type View struct {
+	// Now is the instant viewed, after the clamping the algorithm applies
+	// to a clock that steps backwards (windows and logs).
+	Now int64
+
+	// Token-bucket family: Tokens + Queued = Burst, and Backlog is the
+	// time until the bucket is full, rounded up to the µs.
+	Tokens, Queued Frac
+	Backlog        int64
+
+	// Windows: the start of the window holding Now and the counts of that
+	// window and the one before it (sliding window only), and the count a
+	// request is checked against.
+	WindowStart       int64
+	Previous, Current int64
+	Estimate          Frac
+
+	// Sliding log: the entries that count at Now, their summed cost, and
+	// the times of the oldest and newest of them.
+	Entries        int
+	Counted        int64
+	Oldest, Newest int64
+}
+
+// ViewTAT returns the token-bucket family's state s at now: a bucket of
+// Burst tokens less the backlog's B − (TAT − now)·L/P.
+func (pp *Prepared) ViewTAT(s TAT, now int64) View {
+	p := &pp.Params
+	bq, br := s.backlog(now, pp.hq, pp.hr)
+	// Queued = backlog·L/P = (bq·L + br)/P; it is at most B, so the
+	// quotient fits and the 128-bit division cannot overflow.
+	hi, lo := bits.Mul64(uint64(bq), uint64(p.Limit))
+	var carry uint64
+	lo, carry = bits.Add64(lo, uint64(br), 0)
+	hi += carry
+	q, r := bits.Div64(hi, lo, uint64(p.Period))
+	queued := Frac{Whole: int64(q), Num: int64(r), Den: p.Period}
+	tokens := Frac{Whole: p.Burst - queued.Whole, Den: p.Period}
+	if queued.Num > 0 {
+		tokens.Whole--
+		tokens.Num = p.Period - queued.Num
+	}
+	return View{Now: now, Tokens: tokens, Queued: queued, Backlog: ceilFrac(bq, br)}
+}
+
+// ViewFixedWindow returns the fixed window's state s at now.
+func ViewFixedWindow(p Params, s Window, now int64) View {
+	now, ws, _, curr := s.roll(now, p.Period)
+	return View{Now: now, WindowStart: ws, Current: curr, Estimate: Frac{Whole: curr, Den: p.Period}}
+}
+
+// ViewSlidingWindow returns the sliding window's state s at now, with the
+// estimate prev·(P − (now − windowStart))/P + curr.
+func ViewSlidingWindow(p Params, s Window, now int64) View {
+	now, ws, prev, curr := s.roll(now, p.Period)
+	q, r, _ := mulDivmod(prev, p.Period-(now-ws), p.Period)
+	return View{
+		Now: now, WindowStart: ws, Previous: prev, Current: curr,
+		Estimate: Frac{Whole: curr + q, Num: r, Den: p.Period},
+	}
+}
+
+// ViewLog returns the sliding log's state l at now, without changing l.
+func ViewLog(p Params, l *Log, now int64) View {
+	now = l.clamp(now)
+	sum, first := l.counted(now, p.Period)
+	v := View{Now: now, Entries: l.n - first, Counted: sum}
+	if v.Entries > 0 {
+		v.Oldest = l.at(first).At
+		v.Newest = l.at(l.n - 1).At
+	}
+	return v
+}
