@@ -1,0 +1,89 @@
+package memstore
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+var _ sluice.Inspector = (*Store)(nil)
+
+// Inspect returns the state the store keeps for req's key under its policy
+// at now (zero means the store's clock) and the decision Peek would make
+// for req at that instant, read together under the key's shard lock. It
+// charges nothing and tracks no new key.
+func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (sluice.State, error) {
+	c, err := s.check(&req)
+	if err != nil {
+		return sluice.State{}, err
+	}
+	t := s.micros(now)
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	d := sh.decide(s, c, &req, h, t, req.Cost, false)
+	var v algo.View
+	var tracked bool
+	switch req.Policy.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		i, found := sh.win.find(h)
+		var st algo.Window
+		if found {
+			st = sh.win.vals[i]
+		}
+		tracked = found && st.Expire > t
+		if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
+			v = algo.ViewFixedWindow(c.pp.Params, st, t)
+		} else {
+			v = algo.ViewSlidingWindow(c.pp.Params, st, t)
+		}
+	case sluice.SlidingLogAlgorithm:
+		i, found := sh.logs.find(h)
+		if found {
+			v = algo.ViewLog(c.pp.Params, &sh.logs.vals[i].log, t)
+		} else {
+			v = algo.ViewLog(c.pp.Params, &algo.Log{}, t)
+		}
+		tracked = v.Entries > 0
+	default:
+		i, found := sh.tat.find(h)
+		var st algo.TAT
+		if found {
+			st = sh.tat.vals[i]
+		}
+		tracked = found && st.Expiry() > t
+		v = c.pp.ViewTAT(st, t)
+	}
+	sh.mu.Unlock()
+	if d.RetryAfter == sluice.Never {
+		return sluice.State{}, capacityError(&req)
+	}
+	return stateOf(&req.Policy, v, tracked, d), nil
+}
+
+// stateOf returns the sluice.State of a view under policy p.
+func stateOf(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
+	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
+	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
+		st.Current, st.Estimate = v.Current, amount(v.Estimate)
+		if p.Algorithm == sluice.SlidingWindowAlgorithm {
+			st.Previous = v.Previous
+		}
+	case sluice.SlidingLogAlgorithm:
+		st.Entries, st.Counted = v.Entries, v.Counted
+		if v.Entries > 0 {
+			st.Oldest, st.Newest = time.UnixMicro(v.Oldest).UTC(), time.UnixMicro(v.Newest).UTC()
+		}
+	default:
+		st.Tokens, st.Queued = amount(v.Tokens), amount(v.Queued)
+		st.Backlog = time.Duration(min(v.Backlog, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
+	}
+	return st
+}
