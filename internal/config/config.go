@@ -83,6 +83,21 @@ type Listen struct {
 	HTTP string
 	// GRPC serves Envoy's rate limit service; empty means off.
 	GRPC string
+	// Admin, when not empty, serves the admin endpoints (/metrics, the
+	// status page, /v1/status, /v1/explain) apart from HTTP, which then
+	// no longer serves them; /healthz and /readyz are served on both.
+	Admin string
+}
+
+// Admin configures the admin endpoints.
+type Admin struct {
+	// Token, when not empty, is the bearer token that every admin
+	// endpoint requires (Authorization: Bearer TOKEN), read from the file
+	// TokenFile or written in the configuration.
+	Token string
+	// TokenFile is the file Token was read from; empty when Token was
+	// written in the configuration or there is none.
+	TokenFile string
 }
 
 // Store configures the store backend.
@@ -191,6 +206,7 @@ type Config struct {
 	names  []string // limit names, sorted
 	proxy  *Proxy
 	envoy  *rls.Config
+	admin  Admin
 }
 
 // Source returns the name of the file the configuration was read from, or
@@ -199,6 +215,9 @@ func (c *Config) Source() string { return c.source }
 
 // Listen returns the listen addresses.
 func (c *Config) Listen() Listen { return c.listen }
+
+// Admin returns the admin section.
+func (c *Config) Admin() Admin { return c.admin }
 
 // Store returns the store configuration.
 func (c *Config) Store() Store {
@@ -265,6 +284,9 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if old.listen.GRPC != new.listen.GRPC {
 		out = append(out, "listen.grpc")
+	}
+	if old.listen.Admin != new.listen.Admin {
+		out = append(out, "listen.admin")
 	}
 	o, n := old.store, new.store
 	if o.Backend != n.Backend {

@@ -46,7 +46,7 @@ func (d *decoder) document(r io.Reader) *Config {
 		d.add(root, "", "the file is empty (see docs/configuration.md)")
 		return nil
 	}
-	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy", "envoy")
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy", "envoy", "admin")
 	if !ok {
 		return nil
 	}
@@ -65,6 +65,9 @@ func (d *decoder) document(r io.Reader) *Config {
 	}
 	if n := top.get("envoy"); n != nil {
 		c.envoy = d.envoy(top.fields["envoy"].key, n, c.listen)
+	}
+	if n := top.get("admin"); n != nil {
+		c.admin = d.admin(top.fields["admin"].key, n)
 	}
 	return c
 }
@@ -113,7 +116,7 @@ func (d *decoder) listen(top object) Listen {
 	if n == nil {
 		return l
 	}
-	o, ok := d.mapping(top.fields["listen"].key, n, "listen", "http", "grpc")
+	o, ok := d.mapping(top.fields["listen"].key, n, "listen", "http", "grpc", "admin")
 	if !ok {
 		return l
 	}
@@ -129,6 +132,9 @@ func (d *decoder) listen(top object) Listen {
 				d.add(deref(v), "listen.grpc", "must differ from listen.http (%s)", l.HTTP)
 			}
 		}
+	}
+	if v := o.get("admin"); v != nil {
+		d.listenAdmin(v, &l)
 	}
 	return l
 }
