@@ -108,7 +108,8 @@ func (s *service) reload(trigger string, src *source) *source {
 		return nil
 	}
 	if trigger != "SIGHUP" && next.sum == src.sum {
-		return next // touched, not changed
+		s.logger.Debug("the configuration file was rewritten with the same content; nothing to reload", "file", s.flags.config)
+		return next
 	}
 	s.apply(trigger, data)
 	return next

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// envoyConfig gives api_key two limits (100 per second and dayLimit per
+// day, as sliding logs so that no window edge can flip the test) and
+// remote_address one.
+func envoyConfig(dayLimit string) string {
+	return `listen: {http: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+envoy:
+  - domain: edge
+    descriptors:
+      - key: api_key
+        algorithm: sliding_log
+        rate_limits:
+          - {unit: second, requests_per_unit: 100}
+          - {unit: day, requests_per_unit: ` + dayLimit + `}
+      - key: remote_address
+        algorithm: sliding_log
+        rate_limit: {unit: minute, requests_per_unit: 10}
+`
+}
+
+func descriptor(kv ...string) *rlscommon.RateLimitDescriptor {
+	d := &rlscommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestGRPCShouldRateLimit(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), envoyConfig("2"))
+	in := startServe(t, "--config", path, "--watch", "20ms")
+	if in.grpc == "" {
+		t.Fatalf("the ready file names no gRPC address")
+	}
+	conn := dialGRPC(t, in.grpc)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health Check = %v, %v; want SERVING", hc, err)
+	}
+
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
+		descriptor("api_key", "k1"),
+		descriptor("remote_address", "203.0.113.7"),
+	}}
+	type want struct {
+		overall, apiCode, remoteCode  rlsv3.RateLimitResponse_Code
+		apiUnit                       rlsv3.RateLimitResponse_RateLimit_Unit
+		apiRemaining, remoteRemaining uint32
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	day := rlsv3.RateLimitResponse_RateLimit_DAY
+	steps := []want{
+		{overall: ok, apiCode: ok, apiUnit: day, apiRemaining: 1, remoteCode: ok, remoteRemaining: 9},
+		{overall: ok, apiCode: ok, apiUnit: day, apiRemaining: 0, remoteCode: ok, remoteRemaining: 8},
+		// The day limit is spent: OVER_LIMIT, and remote_address is not
+		// charged (all-or-nothing).
+		{overall: over, apiCode: over, apiUnit: day, apiRemaining: 0, remoteCode: ok, remoteRemaining: 8},
+	}
+	for i, w := range steps {
+		resp, err := client.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatalf("ShouldRateLimit %d: %v", i, err)
+		}
+		st := resp.GetStatuses()
+		if len(st) != 2 {
+			t.Fatalf("ShouldRateLimit %d: %d statuses, want 2", i, len(st))
+		}
+		api, remote := st[0], st[1]
+		if resp.GetOverallCode() != w.overall || api.GetCode() != w.apiCode || api.GetCurrentLimit().GetUnit() != w.apiUnit ||
+			api.GetCurrentLimit().GetRequestsPerUnit() != 2 || api.GetLimitRemaining() != w.apiRemaining ||
+			remote.GetCode() != w.remoteCode || remote.GetLimitRemaining() != w.remoteRemaining {
+			t.Errorf("ShouldRateLimit %d = %v, api %v, remote %v; want %+v", i, resp.GetOverallCode(), api, remote, w)
+		}
+		if w.apiCode == over && api.GetDurationUntilReset().AsDuration() <= 0 {
+			t.Errorf("ShouldRateLimit %d: an over-limit status without duration_until_reset: %v", i, api)
+		}
+	}
+	for series, want := range map[string]string{
+		`sluice_rls_decisions_total{descriptor="api_key",domain="edge",outcome="allowed"}`:        "2",
+		`sluice_rls_decisions_total{descriptor="api_key",domain="edge",outcome="denied"}`:         "1",
+		`sluice_rls_decisions_total{descriptor="remote_address",domain="edge",outcome="allowed"}`: "3",
+	} {
+		if got := in.metric(t, series); got != want {
+			t.Errorf("%s = %q, want %q", series, got, want)
+		}
+	}
+
+	// A reload reaches the gRPC service: a day limit of 5 is a new policy,
+	// with its own state.
+	writeConfig(t, path, envoyConfig("5"))
+	waitFor(t, "the new envoy section", func() bool {
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "probe")}})
+		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
+	})
+	resp, err := client.ShouldRateLimit(ctx, req)
+	if err != nil || resp.GetOverallCode() != ok {
+		t.Errorf("ShouldRateLimit after raising the limit = %v, %v; want OK", resp, err)
+	}
+
+	// An unknown domain is let through; a request without a domain is an
+	// error.
+	resp, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: req.Descriptors})
+	if err != nil || resp.GetOverallCode() != ok {
+		t.Errorf("ShouldRateLimit of an unknown domain = %v, %v; want OK", resp, err)
+	}
+	if _, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Descriptors: req.Descriptors}); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+		t.Errorf("ShouldRateLimit without a domain: error %v, want InvalidArgument", err)
+	}
+}
+
+// TestRLSDescriptorLabelsBounded checks that the descriptor label of the
+// gRPC metrics takes at most maxRLSDescriptors values.
+func TestRLSDescriptorLabelsBounded(t *testing.T) {
+	t.Parallel()
+	m := &serveMetrics{}
+	for i := range maxRLSDescriptors {
+		key := "d" + strings.Repeat("x", i)
+		if got := m.descriptorLabel(key); got != key {
+			t.Fatalf("descriptorLabel(%q) = %q, want the key itself", key, got)
+		}
+	}
+	if got := m.descriptorLabel("one-too-many"); got != "_other" {
+		t.Errorf("descriptorLabel past the cap = %q, want _other", got)
+	}
+	if got := m.descriptorLabel("d"); got != "d" {
+		t.Errorf("descriptorLabel of a known key past the cap = %q, want d", got)
+	}
+	if got := m.descriptorLabel("override:api_key"); got != "override" {
+		t.Errorf("descriptorLabel of an override = %q, want override", got)
+	}
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// reloadV1 and reloadV2 differ in limits: keep is unchanged, gone is
+// removed and added is new.
+const (
+	reloadV1 = `listen: {http: "127.0.0.1:0"}
+limits:
+  keep: {algorithm: fixed_window, limit: 3, period: 1h}
+  gone: {algorithm: gcra, limit: 5, period: 1s}
+`
+	reloadV2 = `listen: {http: "127.0.0.1:0"}
+limits:
+  keep: {algorithm: fixed_window, limit: 3, period: 1h}
+  added: {algorithm: sliding_log, limit: 2, period: 1h}
+`
+	// reloadBad has two problems, on lines 3 and 4.
+	reloadBad = `listen: {http: "127.0.0.1:0"}
+limits:
+  keep: {algorithm: fixed_windows, limit: 3, period: 1h}
+  added: {algorithm: sliding_log, limit: 2, period: 1h, burst: 2}
+`
+)
+
+// known reports whether the service knows limit: a check of it is not 404.
+func (in *instance) known(t *testing.T, limit string) bool {
+	t.Helper()
+	code, _ := in.check(t, limit, "probe")
+	return code != 404
+}
+
+func TestReloadOnFileChange(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), reloadV1)
+	in := startServe(t, "--config", path, "--watch", "20ms")
+	for i := range 2 {
+		if code, body := in.check(t, "keep", "k"); code != 200 || !strings.HasPrefix(body, `{"allowed":true`) {
+			t.Fatalf("check %d of keep = %d %s, want allowed", i, code, body)
+		}
+	}
+
+	writeConfig(t, path, reloadV2)
+	waitFor(t, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	// keep's state carried over: 2 of 3 spent before the reload.
+	if code, body := in.check(t, "keep", "k"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":0,`) {
+		t.Errorf("keep after the reload = %d %s, want allowed with 0 remaining (its state kept)", code, body)
+	}
+	if code, body := in.check(t, "keep", "k"); code != 200 || !strings.HasPrefix(body, `{"allowed":false,`) {
+		t.Errorf("keep spent = %d %s, want denied", code, body)
+	}
+	if in.known(t, "gone") {
+		t.Errorf("limit gone is still served after the reload")
+	}
+	if got := in.metric(t, "sluice_config_reloads_total"); got != "1" {
+		t.Errorf("sluice_config_reloads_total = %q, want 1", got)
+	}
+
+	writeConfig(t, path, reloadBad)
+	waitFor(t, "the bad file to be refused", func() bool {
+		return strings.Contains(in.stderr.String(), "reload refused")
+	})
+	log := in.stderr.String()
+	for _, want := range []string{
+		`problem="` + path + `:3: limits.keep.algorithm: unknown algorithm \"fixed_windows\"`,
+		`problem="` + path + `:4: limits.added.burst: `,
+		`msg="reload refused; the running configuration stays" trigger="file changed" file=` + path + ` problems=2`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	// The old configuration still serves, with its state.
+	if code, body := in.check(t, "added", "a"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":2,"remaining":1,`) {
+		t.Errorf("added after the bad file = %d %s, want allowed, 1 remaining", code, body)
+	}
+	if code, body := in.check(t, "keep", "k"); !strings.HasPrefix(body, `{"allowed":false,`) {
+		t.Errorf("keep after the bad file = %d %s, want still denied", code, body)
+	}
+	if got := in.metric(t, "sluice_config_reload_failures_total"); got != "1" {
+		t.Errorf("sluice_config_reload_failures_total = %q, want 1", got)
+	}
+
+	// A listen address changes only with a restart: the rest applies, with
+	// a warning.
+	writeConfig(t, path, strings.Replace(reloadV1, "127.0.0.1:0", "127.0.0.1:1", 1))
+	waitFor(t, "limit gone to come back", func() bool { return in.known(t, "gone") })
+	if want := `msg="a changed setting needs a restart; it keeps its running value until then" trigger="file changed" file=` + path + ` setting=listen.http`; !strings.Contains(in.stderr.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, in.stderr)
+	}
+	if code, _ := in.check(t, "keep", "k"); code != 200 {
+		t.Errorf("the service stopped answering on its address after a listen change")
+	}
+}
+
+// TestReloadIgnoresTouch checks that a file whose time changes but whose
+// content does not is not reloaded.
+func TestReloadIgnoresTouch(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), reloadV1)
+	in := startServe(t, "--config", path, "--watch", "10ms", "--log-level", "debug")
+	// The same content again, with a new modification time (set, since
+	// file times may be as coarse as a few milliseconds).
+	writeConfig(t, path, reloadV1)
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rewrite to be seen", func() bool {
+		return strings.Contains(in.stderr.String(), "rewritten with the same content")
+	})
+	// Then a real change, which must be the first reload.
+	writeConfig(t, path, reloadV2)
+	waitFor(t, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	if got := in.metric(t, "sluice_config_reloads_total"); got != "1" {
+		t.Errorf("sluice_config_reloads_total = %q, want 1 (the rewrite of the same content is no reload)", got)
+	}
+}
+
+// TestReloadOnSIGHUP sends SIGHUP to the test process, which the service
+// running in it catches. It is not parallel: every service running in the
+// process would reload.
+func TestReloadOnSIGHUP(t *testing.T) {
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), reloadV1)
+	in := startServe(t, "--config", path, "--watch", "0")
+	if code, _ := in.check(t, "keep", "k"); code != 200 {
+		t.Fatalf("check keep = %d, want 200", code)
+	}
+	writeConfig(t, path, reloadV2)
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "limit added to be loaded after SIGHUP", func() bool { return in.known(t, "added") })
+	if code, body := in.check(t, "keep", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":1,`) {
+		t.Errorf("keep after SIGHUP = %d %s, want its state kept: 1 remaining", code, body)
+	}
+
+	writeConfig(t, path, reloadBad)
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bad file to be refused", func() bool {
+		return strings.Contains(in.stderr.String(), `msg="reload refused; the running configuration stays" trigger=SIGHUP`)
+	})
+	if !in.known(t, "added") {
+		t.Errorf("the bad file replaced the running configuration")
+	}
+}
+
+// TestSIGHUPWithoutFile checks that the built-in default ignores SIGHUP
+// and says why. Not parallel: see TestReloadOnSIGHUP.
+func TestSIGHUPWithoutFile(t *testing.T) {
+	in := startServe(t, "--http", "127.0.0.1:0")
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the SIGHUP to be logged", func() bool {
+		return strings.Contains(in.stderr.String(), "SIGHUP: nothing to reload: the service runs the built-in default configuration")
+	})
+	if code, _ := in.check(t, "demo", "x"); code != 200 {
+		t.Errorf("check after SIGHUP = %d, want 200", code)
+	}
+}

@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitTimeout bounds every wait of these tests for the service.
+const waitTimeout = 15 * time.Second
+
+// syncBuffer is a bytes.Buffer safe for concurrent use: the service logs
+// into it while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// instance is a sluice serve running in-process, started by startServe.
+type instance struct {
+	http, grpc string // bound addresses, host:port
+	readyFile  string
+	stderr     *syncBuffer
+	cancel     context.CancelFunc
+	done       chan error
+	stopped    bool
+	err        error
+}
+
+// startServe runs `sluice serve` with args (and a --ready-file) in-process
+// and waits until it listens. The service stops when the test ends.
+func startServe(t *testing.T, args ...string) *instance {
+	t.Helper()
+	in := &instance{
+		readyFile: filepath.Join(t.TempDir(), "ready.json"),
+		stderr:    &syncBuffer{},
+		done:      make(chan error, 1),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	args = append([]string{"serve", "--ready-file", in.readyFile}, args...)
+	go func() { in.done <- run(ctx, args, strings.NewReader(""), io.Discard, in.stderr) }()
+	t.Cleanup(func() {
+		if !in.stopped {
+			if err := in.stop(t); err != nil {
+				t.Errorf("sluice serve ended with %v\n%s", err, in.stderr)
+			}
+		}
+	})
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		b, err := os.ReadFile(in.readyFile)
+		if err == nil {
+			var ri readyInfo
+			if err := json.Unmarshal(b, &ri); err != nil {
+				t.Fatalf("ready file %s holds %q: %v", in.readyFile, b, err)
+			}
+			in.http, in.grpc = ri.HTTP, ri.GRPC
+			return in
+		}
+		select {
+		case err := <-in.done:
+			in.stopped, in.err = true, err
+			t.Fatalf("sluice %q ended before listening: %v\n%s", args, err, in.stderr)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice %q wrote no ready file within %v\n%s", args, waitTimeout, in.stderr)
+		}
+	}
+}
+
+// stop cancels the service's context, as SIGTERM does, and returns what
+// run returned.
+func (in *instance) stop(t *testing.T) error {
+	t.Helper()
+	if in.stopped {
+		return in.err
+	}
+	in.cancel()
+	select {
+	case in.err = <-in.done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("sluice serve did not stop within %v\n%s", waitTimeout, in.stderr)
+	}
+	in.stopped = true
+	return in.err
+}
+
+// url returns the service's URL for path.
+func (in *instance) url(path string) string { return "http://" + in.http + path }
+
+// do sends a request to the service and returns the status, the headers
+// and the body.
+func (in *instance) do(t *testing.T, method, path, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, in.url(path), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// check asks POST /v1/check for one decision and returns status and body.
+func (in *instance) check(t *testing.T, limit, key string) (int, string) {
+	t.Helper()
+	code, _, body := in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"limit":%q,"key":%q}`, limit, key))
+	return code, body
+}
+
+// metric returns the value of the sample of /metrics whose name and
+// labels are series, such as `sluice_decisions_total{limit="a",outcome="allowed"}`,
+// and "" when there is none.
+func (in *instance) metric(t *testing.T, series string) string {
+	t.Helper()
+	code, _, body := in.do(t, "GET", "/metrics", "")
+	if code != 200 {
+		t.Fatalf("GET /metrics = %d", code)
+	}
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// waitFor polls cond until it holds, failing the test after waitTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", waitTimeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// writeConfig writes a configuration file into dir and returns its path.
+func writeConfig(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestServeDefaultConfig(t *testing.T) {
+	t.Parallel()
+	in := startServe(t, "--http", "127.0.0.1:0")
+	code, body := in.check(t, "demo", "alice")
+	if want := `{"allowed":true,"limit":10,"remaining":9,"retry_after_ms":0,"reset_after_ms":6000}` + "\n"; code != 200 || body != want {
+		t.Errorf("POST /v1/check demo alice = %d %q, want 200 %q", code, body, want)
+	}
+	for path, want := range map[string]string{
+		"/healthz": `{"status":"ok"}`,
+		"/readyz":  `"status":"ready"`,
+	} {
+		if code, _, body := in.do(t, "GET", path, ""); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s = %d %q, want 200 with %s", path, code, body, want)
+		}
+	}
+	for series, want := range map[string]string{
+		`sluice_decisions_total{limit="demo",outcome="allowed"}`: "1",
+		`sluice_decisions_total{limit="demo",outcome="denied"}`:  "0",
+		`sluice_config_limits`:                "1",
+		`sluice_config_reload_failures_total`: "0",
+		`sluice_store_keys`:                   "1",
+	} {
+		if got := in.metric(t, series); got != want {
+			t.Errorf("metric %s = %q, want %q", series, got, want)
+		}
+	}
+	if in.metric(t, "go_goroutines") == "" || in.metric(t, "process_open_fds") == "" {
+		t.Errorf("/metrics lacks the Go and process collectors")
+	}
+	if want := "msg=listening protocol=http addr=" + in.http; !strings.Contains(in.stderr.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, in.stderr)
+	}
+	if err := in.stop(t); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	if _, err := os.Stat(in.readyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ready file outlives the service: %v", err)
+	}
+	for _, want := range []string{"msg=\"shutting down\"", "msg=stopped"} {
+		if !strings.Contains(in.stderr.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, in.stderr)
+		}
+	}
+}
+
+// TestServeJSONLogs checks that --log-format json writes one JSON object
+// per line, the listening addresses among them.
+func TestServeJSONLogs(t *testing.T) {
+	t.Parallel()
+	in := startServe(t, "--http", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
+	in.check(t, "demo", "bob")
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for line := range strings.SplitSeq(strings.TrimSpace(in.stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("log line %q is not JSON: %v", line, err)
+			continue
+		}
+		if rec["msg"] == "listening" && rec["protocol"] == "http" && rec["addr"] == in.http {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no JSON log line says the service listens on %s:\n%s", in.http, in.stderr)
+	}
+}
+
+// badConfig has three problems, on lines 6, 8 and 12.
+const badConfig = `listen:
+  http: 127.0.0.1:0
+limits:
+  api-key:
+    algorithm: token_bucket
+    limit: -3
+    period: 1s
+    burst: 0
+proxy:
+  rules:
+    - limits:
+        - {limit: apikey, key: ip}
+`
+
+var badConfigProblems = []string{
+	`:6: limits.api-key.limit: `,
+	`:8: limits.api-key.burst: `,
+	`:12: proxy.rules[0].limits[0].limit: no limit named "apikey"`,
+}
+
+func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := writeConfig(t, filepath.Join(dir, "bad.yaml"), badConfig)
+	r := runSluice(t, nil, "serve", "--config", bad)
+	if r.code != 1 {
+		t.Fatalf("sluice serve --config bad.yaml: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) != len(badConfigProblems)+1 {
+		t.Fatalf("stderr has %d lines, want one per problem and a summary:\n%s", len(lines), r.stderr)
+	}
+	for i, want := range badConfigProblems {
+		if !strings.HasPrefix(lines[i], bad+want) {
+			t.Errorf("stderr line %d = %q, want it to start with %q", i+1, lines[i], bad+want)
+		}
+	}
+	if want := "sluice: serve: " + bad + " has 3 problems; the service did not start"; lines[3] != want {
+		t.Errorf("last line = %q, want %q", lines[3], want)
+	}
+
+	r = runSluice(t, nil, "serve", "--config", filepath.Join(dir, "missing.yaml"))
+	if r.code != 1 || !strings.Contains(r.stderr, "missing.yaml: no such file or directory") {
+		t.Errorf("serve with a missing file: exit %d, stderr %q; want 1 and the file named", r.code, r.stderr)
+	}
+}
+
+func TestServeListenError(t *testing.T) {
+	t.Parallel()
+	in := startServe(t, "--http", "127.0.0.1:0")
+	r := runSluice(t, nil, "serve", "--http", in.http)
+	if r.code != 1 || !strings.Contains(r.stderr, "sluice: serve: listen.http: listen tcp "+in.http) {
+		t.Errorf("serve on a taken port: exit %d, stderr %q; want 1 and the address", r.code, r.stderr)
+	}
+}
+
+func TestServeFlagErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"argument", []string{"sluice.yaml"}, `serve: unexpected argument "sluice.yaml" (flags only; the file is --config FILE)`},
+		{"log format", []string{"--log-format", "xml"}, `serve: --log-format must be text or json, got "xml"`},
+		{"log level", []string{"--log-level", "loud"}, `serve: --log-level: unknown level "loud" (want debug, info, warn or error)`},
+		{"negative watch", []string{"--watch", "-1s"}, `serve: --watch must not be negative, got -1s`},
+		{"negative shutdown", []string{"--shutdown-timeout", "-1s"}, `serve: --shutdown-timeout must not be negative`},
+		{"negative max keys", []string{"--max-keys", "-1"}, `serve: --max-keys must not be negative, got -1`},
+		{"http address", []string{"--http", "8080"}, `serve: --http: "8080" is not an address host:port`},
+		{"grpc address", []string{"--grpc", "localhost"}, `serve: --grpc: "localhost" is not an address host:port`},
+		{"unknown flag", []string{"--port", "1"}, `flag provided but not defined: -port`},
+		{"bad duration", []string{"--watch", "soon"}, `invalid value "soon" for flag -watch`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runSluice(t, nil, append([]string{"serve"}, tt.args...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("sluice serve %q: exit %d, stderr %q; want 2 and %q", tt.args, r.code, r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+// TestEveryCommandUsage checks that each command prints its usage for -h
+// and for `sluice help NAME`, and that `sluice help` lists it.
+func TestEveryCommandUsage(t *testing.T) {
+	t.Parallel()
+	list := runSluice(t, nil, "help")
+	for _, c := range commands() {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(list.stdout, fmt.Sprintf("  %-10s %s\n", c.name, c.summary)) {
+				t.Errorf("sluice help does not list %s:\n%s", c.name, list.stdout)
+			}
+			if !strings.HasPrefix(c.usage, "Usage: sluice "+c.name) {
+				t.Errorf("usage of %s starts %q", c.name, c.usage[:min(len(c.usage), 40)])
+			}
+			r := runSluice(t, nil, c.name, "-h")
+			if r.code != 0 || r.stderr != c.usage || r.stdout != "" {
+				t.Errorf("sluice %s -h: exit %d, stderr %q; want 0 and the usage", c.name, r.code, r.stderr)
+			}
+			r = runSluice(t, nil, "help", c.name)
+			if r.code != 0 || r.stdout != c.usage {
+				t.Errorf("sluice help %s: exit %d, stdout %q; want 0 and the usage", c.name, r.code, r.stdout)
+			}
+		})
+	}
+}
+
+// problemLine matches a configuration problem as validate prints it.
+var problemLine = regexp.MustCompile(`^[^:]+\.yaml:\d+: [a-z_.\[\]0-9-]+: .+$`)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeConfig(t, filepath.Join(dir, "good.yaml"), "limits:\n  a: {algorithm: gcra, limit: 5, period: 1s}\n")
+	bad := writeConfig(t, filepath.Join(dir, "bad.yaml"), badConfig)
+	missing := filepath.Join(dir, "missing.yaml")
+
+	r := runSluice(t, nil, "validate", good)
+	if r.code != 0 || r.stdout != "ok: "+good+"\n" || r.stderr != "" {
+		t.Errorf("validate good.yaml: exit %d, stdout %q, stderr %q; want 0 and ok", r.code, r.stdout, r.stderr)
+	}
+
+	r = runSluice(t, nil, "validate", bad)
+	if r.code != 1 || r.stdout != "" {
+		t.Errorf("validate bad.yaml: exit %d, stdout %q; want 1 and nothing", r.code, r.stdout)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if len(lines) != len(badConfigProblems) {
+		t.Fatalf("validate bad.yaml printed %d lines, want %d:\n%s", len(lines), len(badConfigProblems), r.stderr)
+	}
+	for i, want := range badConfigProblems {
+		if !strings.HasPrefix(lines[i], bad+want) || !problemLine.MatchString(lines[i]) {
+			t.Errorf("line %d = %q, want FILE:LINE: PATH: MESSAGE starting %q", i+1, lines[i], bad+want)
+		}
+	}
+
+	r = runSluice(t, nil, "validate", good, missing, bad)
+	if r.code != 1 || r.stdout != "ok: "+good+"\n" || !strings.HasPrefix(r.stderr, missing+": no such file or directory\n"+bad+":6: ") {
+		t.Errorf("validate good missing bad: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+
+	r = runSluice(t, strings.NewReader("limits:\n  a: {algorithm: gcra, limit: 5, period: 1s}\n"), "validate", "-")
+	if r.code != 0 || r.stdout != "ok: <stdin>\n" {
+		t.Errorf("validate - (good): exit %d, stdout %q", r.code, r.stdout)
+	}
+	r = runSluice(t, strings.NewReader("limits:\n  a: {algorithm: gcra, limit: 5, period: 1 s}\n"), "validate", "-")
+	if want := "<stdin>:2: limits.a.period: "; r.code != 1 || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("validate - (bad): exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+	}
+
+	r = runSluice(t, nil, "validate")
+	if r.code != 2 || !strings.Contains(r.stderr, "validate: name a configuration file") {
+		t.Errorf("validate without a file: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestValidateAcceptsTheDocs checks that the configurations shown in the
+// docs are valid.
+func TestValidateAcceptsTheDocs(t *testing.T) {
+	t.Parallel()
+	for _, doc := range []string{"../../docs/configuration.md", "../../docs/operations.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := yamlBlocks(string(b))
+		for i, y := range blocks {
+			if !strings.Contains(y, "limits:") {
+				continue // a fragment (Traefik, an envoy section alone)
+			}
+			r := runSluice(t, strings.NewReader(y), "validate", "-")
+			if r.code != 0 {
+				t.Errorf("%s: YAML block %d is not a valid configuration:\n%s\n%s", doc, i+1, y, r.stderr)
+			}
+		}
+	}
+}
+
+// yamlBlocks returns the ```yaml blocks of a Markdown text.
+func yamlBlocks(md string) []string {
+	var out []string
+	for {
+		_, rest, ok := strings.Cut(md, "```yaml\n")
+		if !ok {
+			return out
+		}
+		block, after, ok := strings.Cut(rest, "```")
+		if !ok {
+			return out
+		}
+		out = append(out, block)
+		md = after
+	}
+}
