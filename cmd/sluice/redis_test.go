@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func redisConfig(addr, onError string) string {
+	return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "cmdtest:"}
+  timeout: 100ms
+  on_error: %s
+limits:
+  tiny: {algorithm: sliding_log, limit: 2, period: 1h}
+`, addr, onError)
+}
+
+// TestServeRedis runs the service on a private Redis, stops Redis (the
+// local failure policy decides, and says so), and starts it again (Redis
+// decides again).
+func TestServeRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(srv.Addr, "local"))
+	in := startServe(t, "--config", path)
+	if !strings.Contains(in.stderr.String(), "msg=\"redis answers\"") {
+		t.Errorf("the log does not say Redis answers:\n%s", in.stderr)
+	}
+	for i, want := range []string{`{"allowed":true,"limit":2,"remaining":1,`, `{"allowed":true,"limit":2,"remaining":0,`, `{"allowed":false,`} {
+		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
+			t.Errorf("check %d over Redis = %d %s, want %s...", i, code, body, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
+		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
+	}
+	if got := in.metric(t, `sluice_store_circuit_state{state="closed"}`); got != "1" {
+		t.Errorf("circuit closed = %q, want 1", got)
+	}
+
+	srv.Kill()
+	// The local store starts empty: a is allowed again, degraded.
+	if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":2,"remaining":1,`) || !strings.Contains(body, `"degraded":true`) {
+		t.Errorf("check without Redis = %d %s, want allowed by the local store, degraded", code, body)
+	}
+	waitFor(t, "the breaker to open", func() bool {
+		in.check(t, "tiny", "b")
+		return strings.Contains(in.stderr.String(), "msg=\"redis circuit breaker changed state\" from=closed to=open on_error=local")
+	})
+	if !strings.Contains(in.stderr.String(), "msg=\"redis call failed\"") {
+		t.Errorf("the log does not report the failed Redis call:\n%s", in.stderr)
+	}
+	if n, err := strconv.Atoi(in.metric(t, "sluice_redis_errors_total")); err != nil || n < 1 {
+		t.Errorf("sluice_redis_errors_total = %d (%v), want at least 1", n, err)
+	}
+	if code, _, body := in.do(t, "GET", "/readyz", ""); code != 200 || !strings.Contains(body, `"status":"degraded"`) {
+		t.Errorf("readyz without Redis = %d %s, want 200 degraded", code, body)
+	}
+
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Redis kept nothing (no persistence): key c starts afresh, decided by
+	// Redis once the breaker closes.
+	waitFor(t, "Redis to decide again", func() bool {
+		_, body := in.check(t, "tiny", "c")
+		return !strings.Contains(body, "degraded")
+	})
+	if !strings.Contains(in.stderr.String(), "from=half-open to=closed") {
+		t.Errorf("the log does not say the breaker closed:\n%s", in.stderr)
+	}
+}
+
+// TestServeRedisUnreachable starts the service with a Redis that does not
+// answer: it starts all the same, says so, and with on_error: deny refuses.
+func TestServeRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	addr := srv.Addr
+	srv.Kill()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(addr, "deny"))
+	in := startServe(t, "--config", path)
+	if !strings.Contains(in.stderr.String(), "msg=\"redis does not answer yet; the failure policy decides until it does\"") {
+		t.Errorf("the log does not warn that Redis is unreachable:\n%s", in.stderr)
+	}
+	if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, `{"allowed":false,`) || !strings.Contains(body, `"degraded":true`) {
+		t.Errorf("check = %d %s, want denied and degraded", code, body)
+	}
+}
