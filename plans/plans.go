@@ -1,0 +1,189 @@
+// Package plans gives each client the rate limits of its plan: an API that
+// sells a free plan of 100 requests per hour and a pro plan of 10,000
+// names both, and picks one per request from who the client is.
+//
+// A Plan is a name and a list of policies (none: unlimited). A Set holds
+// the plans and the default plan that clients get when nothing names a
+// known plan for them. A Picker names the plan of a request: from a header
+// set by an authenticating gateway (FromHeader), or by looking the client's
+// key up in a Table (FromTable), such as a File of key,plan lines that is
+// re-read when it changes, or a Redis hash (package
+// github.com/sluicehq/sluice/plans/redisplans) wrapped in a Cache.
+//
+// Set.Limits turns a Set into httplimit limits whose policy is chosen per
+// request (httplimit.Limit.PolicyFunc), so the RateLimit-Policy field of a
+// response names the policies actually applied:
+//
+//	set, _ := plans.NewSet("free",
+//		plans.Plan{Name: "free", Policies: []sluice.Policy{sluice.SlidingWindow(100, time.Hour).Named("free-hourly")}},
+//		plans.Plan{Name: "pro", Policies: []sluice.Policy{sluice.SlidingWindow(10000, time.Hour).Named("pro-hourly")}},
+//		plans.Plan{Name: "internal"}, // unlimited
+//	)
+//	m, _ := httplimit.New(store, set.Limits(httplimit.Header("X-API-Key"), plans.FromTable(table, nil)), nil)
+package plans
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// Plan is a named set of policies that apply together, all or nothing, to
+// every client on the plan. A plan without policies is unlimited.
+type Plan struct {
+	Name     string
+	Policies []sluice.Policy
+}
+
+// Unlimited reports whether the plan has no policies.
+func (p Plan) Unlimited() bool { return len(p.Policies) == 0 }
+
+// Set is a fixed collection of plans with a default. It is immutable and
+// safe for concurrent use.
+type Set struct {
+	byName map[string]Plan
+	names  []string
+	def    Plan
+	slots  int // the most policies of any plan
+}
+
+// NewSet returns the set of plans, whose default (for clients that no
+// known plan is named for) is the plan named def. Plan names must be
+// distinct and non-empty; every policy must be valid and named, and the
+// names of one plan's policies distinct (they label the RateLimit-Policy
+// field and keep the plans' state apart).
+func NewSet(def string, plans ...Plan) (*Set, error) {
+	s := &Set{byName: make(map[string]Plan, len(plans))}
+	for i, p := range plans {
+		if p.Name == "" {
+			return nil, fmt.Errorf("plans: plan %d has no name", i+1)
+		}
+		if _, dup := s.byName[p.Name]; dup {
+			return nil, fmt.Errorf("plans: plan %q is defined twice", p.Name)
+		}
+		seen := make(map[string]bool, len(p.Policies))
+		for j, pol := range p.Policies {
+			if pol.Name == "" {
+				return nil, fmt.Errorf("plans: plan %q: policy %d has no name", p.Name, j+1)
+			}
+			if seen[pol.Name] {
+				return nil, fmt.Errorf("plans: plan %q: two policies are named %q", p.Name, pol.Name)
+			}
+			seen[pol.Name] = true
+			if err := pol.Validate(); err != nil {
+				return nil, fmt.Errorf("plans: plan %q: %w", p.Name, err)
+			}
+		}
+		p.Policies = append([]sluice.Policy(nil), p.Policies...)
+		s.byName[p.Name] = p
+		s.names = append(s.names, p.Name)
+		s.slots = max(s.slots, len(p.Policies))
+	}
+	d, ok := s.byName[def]
+	if !ok {
+		return nil, fmt.Errorf("plans: the default plan %q is not defined", def)
+	}
+	s.def = d
+	return s, nil
+}
+
+// Plan returns the plan with the given name, and false when there is none.
+func (s *Set) Plan(name string) (Plan, bool) {
+	p, ok := s.byName[name]
+	return p, ok
+}
+
+// Default returns the default plan.
+func (s *Set) Default() Plan { return s.def }
+
+// Names returns the plan names in the order they were given.
+func (s *Set) Names() []string { return append([]string(nil), s.names...) }
+
+// Resolve returns the plan named name when ok is set and such a plan
+// exists, and the default plan otherwise.
+func (s *Set) Resolve(name string, ok bool) Plan {
+	if ok {
+		if p, found := s.byName[name]; found {
+			return p
+		}
+	}
+	return s.def
+}
+
+// Picker names the plan of a request whose client key is key; ok false
+// means no plan is named, and the default applies.
+type Picker func(r *http.Request, key string) (plan string, ok bool)
+
+// FromHeader returns a Picker that reads the plan's name from a request
+// header. Use it only behind a gateway that sets the header after
+// authenticating the client and strips it from what clients send: a client
+// that can write the header chooses its own plan.
+func FromHeader(name string) Picker {
+	return FromKey(httplimit.Header(name))
+}
+
+// FromKey returns a Picker that reads the plan's name with a key function
+// (httplimit.ParseKey's sources: "header:X-Plan", "query:plan", ...).
+func FromKey(fn httplimit.KeyFunc) Picker {
+	return func(r *http.Request, _ string) (string, bool) { return fn(r) }
+}
+
+// Table maps client keys to plan names: a File, a Redis hash, a database.
+// Plan returns ok false for a key the table does not hold, and an error
+// only when the table could not be read.
+type Table interface {
+	Plan(ctx context.Context, key string) (plan string, ok bool, err error)
+}
+
+// FromTable returns a Picker that looks the client's key up in t, with the
+// request's context. When t fails, the request gets the default plan
+// (a Cache in front of t keeps serving the plans it has seen instead), and
+// onError, if not nil, receives the error.
+func FromTable(t Table, onError func(error)) Picker {
+	return func(r *http.Request, key string) (string, bool) {
+		plan, ok, err := t.Plan(r.Context(), key)
+		if err != nil {
+			if onError != nil {
+				onError(err)
+			}
+			var stale *StaleError
+			if !errors.As(err, &stale) {
+				return "", false
+			}
+		}
+		return plan, ok
+	}
+}
+
+// Limits returns httplimit limits that apply to each request the policies
+// of its plan, counted under the client's key: the plan is the one pick
+// names for the request and key (the default plan when it names none, or
+// an unknown one). A request without a key is not counted by them; a
+// request on an unlimited plan is not limited by them.
+//
+// The result has one limit per policy of the largest plan; the i-th
+// applies the i-th policy of the request's plan, when it has one. Give
+// httplimit.New these limits, with any others (per IP, say) after them.
+func (s *Set) Limits(key httplimit.KeyFunc, pick Picker) []httplimit.Limit {
+	out := make([]httplimit.Limit, s.slots)
+	for i := range out {
+		out[i] = httplimit.Limit{
+			// The name of the slot, shown only if a policy had none.
+			Policy: sluice.Policy{Name: fmt.Sprintf("plan-%d", i+1)},
+			Key:    key,
+			PolicyFunc: func(r *http.Request, k string) (sluice.Policy, bool) {
+				name, ok := pick(r, k)
+				p := s.Resolve(name, ok)
+				if i >= len(p.Policies) {
+					return sluice.Policy{}, false
+				}
+				return p.Policies[i], true
+			},
+		}
+	}
+	return out
+}
