@@ -1,0 +1,319 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Time bounds of these tests.
+const (
+	buildTimeout = 5 * time.Minute
+	waitTimeout  = 20 * time.Second
+	stopTimeout  = 15 * time.Second
+)
+
+// binDir holds the sluice binary, built once for the whole package.
+var (
+	binDir    string
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// sluiceBinary builds cmd/sluice (once) and returns its path.
+func sluiceBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(gobin); err != nil {
+			if gobin, err = exec.LookPath("go"); err != nil {
+				buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		out := filepath.Join(binDir, "sluice")
+		start := time.Now()
+		b, err := exec.CommandContext(ctx, gobin, "build", "-o", out, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
+			return
+		}
+		binPath = out
+		t.Logf("built sluice in %v", time.Since(start).Round(time.Millisecond))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a process started by a test and stopped when it ends.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *syncBuffer // standard output and error
+	done chan struct{}
+	err  error // of Wait, once done is closed
+}
+
+// startProc starts a process whose output goes to its log, and stops it
+// (SIGTERM, then SIGKILL after stopTimeout) when the test ends.
+func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGTERM)
+		if !p.wait(stopTimeout) {
+			t.Errorf("%s did not stop within %v of SIGTERM; killing it\n%s", name, stopTimeout, p.log)
+			cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", name, p.log)
+		}
+	})
+	return p
+}
+
+// signal sends sig unless the process has ended.
+func (p *proc) signal(sig syscall.Signal) {
+	select {
+	case <-p.done:
+	default:
+		p.cmd.Process.Signal(sig)
+	}
+}
+
+// wait reports whether the process ended within d.
+func (p *proc) wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// sluice is a `sluice serve` process.
+type sluice struct {
+	*proc
+	http, grpc string
+	readyFile  string
+}
+
+// startSluice runs `sluice serve` with args and waits until it listens.
+func startSluice(t *testing.T, name string, args ...string) *sluice {
+	t.Helper()
+	bin := sluiceBinary(t)
+	s := &sluice{readyFile: filepath.Join(t.TempDir(), "ready.json")}
+	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
+	s.proc = startProc(t, name, exec.Command(bin, args...))
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		if b, err := os.ReadFile(s.readyFile); err == nil {
+			var ri struct{ HTTP, GRPC string }
+			if err := json.Unmarshal(b, &ri); err != nil {
+				t.Fatalf("%s: ready file %q: %v", name, b, err)
+			}
+			s.http, s.grpc = ri.HTTP, ri.GRPC
+			return s
+		}
+		if s.exited() {
+			t.Fatalf("%s ended before listening: %v\n%s", name, s.err, s.log)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no ready file within %v\n%s", name, waitTimeout, s.log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// check asks the service for one decision and returns the answer's body.
+func (s *sluice) check(t *testing.T, limit, key string) string {
+	t.Helper()
+	body, err := s.decide(limit, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// decide asks the service for one decision and returns the answer's body;
+// unlike check, it may be called from any goroutine.
+func (s *sluice) decide(limit, key string) (string, error) {
+	resp, err := http.Post("http://"+s.http+"/v1/check", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"limit":%q,"key":%q}`, limit, key)))
+	if err != nil {
+		return "", fmt.Errorf("%s: POST /v1/check: %w", s.name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("%s: POST /v1/check: %w", s.name, err)
+	}
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("%s: POST /v1/check = %d %s", s.name, resp.StatusCode, b)
+	}
+	return string(b), nil
+}
+
+// waitFor polls cond until it holds, failing the test after waitTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", waitTimeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// freePort returns a loopback port that was free a moment ago, for a
+// program that cannot be told to pick its own.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestSignals runs the binary and sends it real signals: SIGHUP reloads,
+// SIGTERM shuts down with status 0 and removes the ready file, and a
+// second SIGTERM during the drain delay ends the process at once.
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := writeFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+limits:
+  a: {algorithm: token_bucket, limit: 5, period: 1m}
+`)
+	s := startSluice(t, "sluice", "--config", path, "--watch", "0")
+	if body := s.check(t, "a", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":5,"remaining":4,`) {
+		t.Fatalf("check a = %s", body)
+	}
+	writeFile(t, path, `listen: {http: "127.0.0.1:0"}
+limits:
+  a: {algorithm: token_bucket, limit: 5, period: 1m}
+  b: {algorithm: fixed_window, limit: 1, period: 1h}
+`)
+	s.signal(syscall.SIGHUP)
+	waitFor(t, "limit b after SIGHUP", func() bool {
+		resp, err := http.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"limit":"b","key":"k"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if body := s.check(t, "a", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":5,"remaining":3,`) {
+		t.Errorf("check a after SIGHUP = %s, want its state kept", body)
+	}
+
+	s.signal(syscall.SIGTERM)
+	if !s.wait(stopTimeout) {
+		t.Fatalf("sluice did not stop within %v of SIGTERM", stopTimeout)
+	}
+	if s.err != nil {
+		t.Errorf("sluice ended with %v after SIGTERM, want status 0\n%s", s.err, s.log)
+	}
+	if _, err := os.Stat(s.readyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ready file outlives the process: %v", err)
+	}
+	for _, want := range []string{"msg=\"configuration reloaded\"", "msg=\"shutting down\"", "msg=stopped"} {
+		if !strings.Contains(s.log.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+
+	// A second signal does not wait for the drain.
+	s2 := startSluice(t, "sluice (drain)", "--http", "127.0.0.1:0", "--drain-delay", "1m")
+	s2.signal(syscall.SIGTERM)
+	waitFor(t, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
+	start := time.Now()
+	s2.signal(syscall.SIGTERM)
+	if !s2.wait(5 * time.Second) {
+		t.Fatalf("a second SIGTERM did not end the process within 5s")
+	}
+	var ee *exec.ExitError
+	if !errors.As(s2.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("after a second SIGTERM: %v, want killed by SIGTERM", s2.err)
+	}
+	t.Logf("a second SIGTERM ended the process in %v", time.Since(start).Round(time.Millisecond))
+}
