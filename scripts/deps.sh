@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v caddy >/dev/null 2>&1 || need+=(caddy)   # internal/e2e: forward_auth in front of sluice
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"
