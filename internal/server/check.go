@@ -121,7 +121,7 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	for i := range results {
 		res := &results[i]
 		if res.Err == nil {
-			h.metrics.decisions.WithLabelValues(res.Policy.Name, outcome(res.Decision, res.Shadow)).Inc()
+			h.record(res.Policy.Name, res.Key, res.Decision, res.Shadow)
 		}
 	}
 	if !d.Allowed && h.logger.Enabled(ctx, slog.LevelDebug) {

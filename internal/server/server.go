@@ -67,7 +67,10 @@ type Handler struct {
 	metrics *metrics
 	now     func() time.Time
 	circuit func() string
-	mux     *http.ServeMux
+	// mux serves every endpoint; public and admin split them for
+	// separate listeners (admin.go).
+	mux, public, admin *http.ServeMux
+	board              *board // recent decisions, for the status page
 	// transport is shared by the proxies of every configuration, so that
 	// upstream connections outlive reloads.
 	transport *http.Transport
@@ -122,6 +125,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	h.circuit = opts.CircuitState
+	h.board = newBoard(h.now)
 	m, err := newMetrics(h.reg, store, opts.CircuitState)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
@@ -137,13 +141,17 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	m.setLimits(nil, st.names)
 	m.lastReload.Set(float64(h.now().UnixNano()) / 1e9)
 
-	h.mux = http.NewServeMux()
+	// Public endpoints with handle, admin ones (behind the admin token)
+	// with handleAdmin, probes with handleProbe; see admin.go.
+	h.initRoutes()
 	h.handle("/v1/check", "check", onlyMethod("POST", h.serveCheck))
 	h.handle("/v1/forward-auth", "forward_auth", h.serveForwardAuth)
-	h.handle("/healthz", "healthz", onlyMethod("GET", h.serveHealthz))
-	h.handle("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))
-	h.handle("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
-	h.handle("/", "proxy", h.serveProxy)
+	h.handleProbe("/healthz", "healthz", onlyMethod("GET", h.serveHealthz))
+	h.handleProbe("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))
+	h.handleAdmin("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
+	h.handleAdmin("/v1/status", "status", onlyMethod("GET", h.serveStatus))
+	h.handleAdmin("/v1/explain", "explain", onlyMethod("GET", h.serveExplain))
+	h.handleRoot()
 	return h, nil
 }
 
@@ -160,8 +168,11 @@ func onlyMethod(method string, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
+// handle registers a public endpoint.
 func (h *Handler) handle(pattern, name string, fn http.HandlerFunc) {
-	h.mux.Handle(pattern, h.instrument(name, fn))
+	in := h.instrument(name, fn)
+	h.mux.Handle(pattern, in)
+	h.public.Handle(pattern, in)
 }
 
 // instrument counts and times the requests of one handler.
@@ -298,7 +309,7 @@ func (h *Handler) countEvent(ev *httplimit.Event) {
 		if !r.Applied || (r.Err != nil && r.Decision == (sluice.Decision{})) {
 			continue
 		}
-		h.metrics.decisions.WithLabelValues(r.Policy.Name, outcome(r.Decision, r.Shadow)).Inc()
+		h.record(r.Policy.Name, r.Key, r.Decision, r.Shadow)
 	}
 }
 

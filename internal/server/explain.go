@@ -1,0 +1,224 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+)
+
+// explainJSON is the answer of GET /v1/explain: what the store knows of one
+// key under one limit now, and what a request would get.
+type explainJSON struct {
+	Limit     string     `json:"limit"`
+	Key       string     `json:"key"`
+	Algorithm string     `json:"algorithm"`
+	Policy    policyJSON `json:"policy"`
+	// At is the instant described, on the store's clock.
+	At string `json:"at"`
+	// Tracked is false when the store holds no state for the key: it is
+	// at its initial state.
+	Tracked bool `json:"tracked"`
+	// State holds the algorithm's numbers; see the fields of stateJSON.
+	State stateJSON `json:"state"`
+	// Cost is the cost of the request that the decision fields describe.
+	Cost         int64 `json:"cost"`
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	// DelayMS is the leaky bucket's wait for an admitted request.
+	DelayMS int64 `json:"delay_ms,omitempty"`
+	// Summary says the same in a sentence or two.
+	Summary string `json:"summary"`
+}
+
+type policyJSON struct {
+	Limit    int64  `json:"limit"`
+	Period   string `json:"period"`
+	PeriodMS int64  `json:"period_ms"`
+	// Burst is the capacity of the token-bucket family.
+	Burst  int64 `json:"burst,omitempty"`
+	Shadow bool  `json:"shadow,omitempty"`
+}
+
+// stateJSON is a sluice.State in JSON: exact amounts as strings (see
+// sluice.Amount.String), times as RFC 3339 with microseconds. Only the
+// fields of the limit's algorithm are present.
+type stateJSON struct {
+	// The token-bucket family: the tokens in the bucket, the units spent
+	// and not yet refilled (the leaky bucket's queue), and the time until
+	// the bucket is full (the queue empty).
+	Tokens    *sluice.Amount `json:"tokens,omitempty"`
+	Queued    *sluice.Amount `json:"queued,omitempty"`
+	BacklogUS *int64         `json:"backlog_us,omitempty"`
+	FullAt    string         `json:"full_at,omitempty"`
+	// The windows.
+	WindowStart string         `json:"window_start,omitempty"`
+	WindowEnd   string         `json:"window_end,omitempty"`
+	Current     *int64         `json:"current,omitempty"`
+	Previous    *int64         `json:"previous,omitempty"`
+	Estimate    *sluice.Amount `json:"estimate,omitempty"`
+	// The sliding log.
+	Entries *int   `json:"entries,omitempty"`
+	Counted *int64 `json:"counted,omitempty"`
+	Oldest  string `json:"oldest,omitempty"`
+	Newest  string `json:"newest,omitempty"`
+}
+
+// timeFormat is RFC 3339 with the microseconds a store's clock has.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// serveExplain answers GET /v1/explain?limit=NAME&key=K[&cost=N]: the state
+// the store keeps for key under the limit, and the decision a request of
+// cost (default 1) would get now, charging nothing.
+func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	st := h.state.Load()
+	name, key := q.Get("limit"), q.Get("key")
+	switch {
+	case name == "":
+		writeError(w, http.StatusBadRequest, "limit is missing: /v1/explain?limit=NAME&key=KEY")
+		return
+	case !q.Has("key"):
+		writeError(w, http.StatusBadRequest, "key is missing: /v1/explain?limit=NAME&key=KEY")
+		return
+	case key == "":
+		writeError(w, http.StatusBadRequest, "key is empty")
+		return
+	}
+	l, ok := st.cfg.Limit(name)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
+		return
+	}
+	cost := int64(1)
+	if c := q.Get("cost"); c != "" {
+		n, err := strconv.ParseInt(c, 10, 64)
+		switch {
+		case err != nil || n < 1:
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("cost must be a whole number of at least 1, got %q", c))
+			return
+		case n > l.Policy.Capacity():
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity of limit %q (%d): it could never be allowed", n, name, l.Policy.Capacity()))
+			return
+		}
+		cost = n
+	}
+	in, ok := h.raw.(sluice.Inspector)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "the store cannot report the state of a key")
+		return
+	}
+	s, err := in.Inspect(r.Context(), time.Time{}, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
+	if err != nil {
+		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "explain: store failed", slog.String("limit", name), slog.Any("error", err))
+		writeError(w, http.StatusServiceUnavailable, "the store could not report the key's state; see the server's log")
+		return
+	}
+	writeJSON(w, http.StatusOK, explain(l, key, cost, s))
+}
+
+// explain describes state s of key under limit l.
+func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSON {
+	p := l.Policy
+	d := s.Decision
+	e := &explainJSON{
+		Limit: p.Name, Key: key, Algorithm: p.Algorithm.String(),
+		Policy:  policyJSON{Limit: p.Limit, Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), Shadow: l.Shadow},
+		At:      s.At.UTC().Format(timeFormat),
+		Tracked: s.Tracked,
+		Cost:    cost, Allowed: d.Allowed, Remaining: d.Remaining,
+		RetryAfterMS: millis(d.RetryAfter), ResetAfterMS: millis(d.ResetAfter), DelayMS: millis(d.Delay),
+	}
+	if d.RetryAfter == sluice.Never {
+		e.RetryAfterMS = -1
+	}
+	var b strings.Builder
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		end := s.WindowStart.Add(p.Period)
+		e.State = stateJSON{
+			WindowStart: s.WindowStart.UTC().Format(timeFormat), WindowEnd: end.UTC().Format(timeFormat),
+			Current: &s.Current, Estimate: &s.Estimate,
+		}
+		if p.Algorithm == sluice.FixedWindowAlgorithm {
+			fmt.Fprintf(&b, "The window that ends in %s has counted %d of %d.", human(end.Sub(s.At)), s.Current, p.Limit)
+		} else {
+			e.State.Previous = &s.Previous
+			elapsed := s.At.Sub(s.WindowStart)
+			fmt.Fprintf(&b, "The estimate is %s of %d: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
+				s.Estimate, p.Limit, s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
+		}
+	case sluice.SlidingLogAlgorithm:
+		e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}
+		if s.Entries > 0 {
+			e.State.Oldest, e.State.Newest = s.Oldest.UTC().Format(timeFormat), s.Newest.UTC().Format(timeFormat)
+			fmt.Fprintf(&b, "The log holds %d of %d in the last %s (%s); the oldest stops counting in %s.",
+				s.Counted, p.Limit, formatPeriod(p.Period), plural(s.Entries, "entry", "entries"), human(s.Oldest.Add(p.Period).Sub(s.At)))
+		} else {
+			fmt.Fprintf(&b, "The log holds nothing in the last %s.", formatPeriod(p.Period))
+		}
+	default:
+		e.Policy.Burst = p.Capacity()
+		us := int64(s.Backlog / time.Microsecond)
+		e.State = stateJSON{Tokens: &s.Tokens, Queued: &s.Queued, BacklogUS: &us}
+		if s.Backlog > 0 {
+			e.State.FullAt = s.At.Add(s.Backlog).UTC().Format(timeFormat)
+		}
+		if p.Algorithm == sluice.LeakyBucketAlgorithm {
+			fmt.Fprintf(&b, "The queue holds %s of %d units", s.Queued, p.Capacity())
+			if s.Backlog > 0 {
+				fmt.Fprintf(&b, " and is empty in %s.", human(s.Backlog))
+			} else {
+				b.WriteString(".")
+			}
+		} else {
+			fmt.Fprintf(&b, "The bucket holds %s of %d tokens", s.Tokens, p.Capacity())
+			if s.Backlog > 0 {
+				fmt.Fprintf(&b, " and is full again in %s.", human(s.Backlog))
+			} else {
+				b.WriteString(" (full).")
+			}
+		}
+	}
+	if !s.Tracked {
+		b.WriteString(" Sluice keeps no state for this key: it is at its initial state.")
+	}
+	switch {
+	case d.Allowed && d.Delay > 0:
+		fmt.Fprintf(&b, " A request of cost %d would be allowed after waiting %s, leaving %d.", cost, human(d.Delay), d.Remaining)
+	case d.Allowed:
+		fmt.Fprintf(&b, " A request of cost %d would be allowed, leaving %d.", cost, d.Remaining)
+	case d.Delay > 0:
+		fmt.Fprintf(&b, " A request of cost %d would be denied: it would wait %s in the queue; retry in %s.", cost, human(d.Delay), human(d.RetryAfter))
+	default:
+		fmt.Fprintf(&b, " A request of cost %d would be denied; retry in %s.", cost, human(d.RetryAfter))
+	}
+	if l.Shadow {
+		b.WriteString(" This limit is a dry run: it is counted but never denies.")
+	}
+	e.Summary = strings.TrimSpace(b.String())
+	return e
+}
+
+// human writes a duration for people: to the millisecond from a second up,
+// exactly below.
+func human(d time.Duration) string {
+	if d >= time.Second {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
