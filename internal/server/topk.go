@@ -24,10 +24,10 @@ const maxSketchKey = 200
 type topK struct {
 	mu      sync.Mutex
 	k       int
-	entries []topEntry          // at most k
-	index   map[topItem]int     // item -> position in entries
-	minute  int64               // the minute of the last decay
-	total   uint64              // decayed denials counted
+	entries []topEntry      // at most k
+	index   map[topItem]int // item -> position in entries
+	minute  int64           // the minute of the last decay
+	total   uint64          // decayed denials counted
 }
 
 // topItem is what the sketch counts: a key under a limit.
