@@ -256,3 +256,23 @@ func TestFailureAllowAll(t *testing.T) {
 		})
 	}
 }
+
+// TestClose checks that a closed store no longer reaches Redis: its calls
+// fail with ErrClosed, decided by the failure policy.
+func TestClose(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := st.Allow(t.Context(), time.Time{}, req); !errors.Is(err, ErrClosed) {
+		t.Errorf("Allow after Close: error = %v, want ErrClosed", err)
+	}
+}

@@ -132,7 +132,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	dialing *dial // the connection attempt in progress, if any
-	closed  bool
+	closed  atomic.Bool
 	wg      sync.WaitGroup
 }
 
@@ -215,11 +215,11 @@ func New(opts Options) (*Store, error) {
 // after Close fail with ErrClosed, decided by the failure policy.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closed.Store(true)
 	s.mu.Unlock()
 	s.wg.Wait()
 	if c := s.client.Load(); c != nil && s.own {
@@ -236,7 +236,7 @@ func (s *Store) conn(ctx context.Context) (rueidis.Client, error) {
 		return *c, nil
 	}
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -267,7 +267,7 @@ func (s *Store) connect(d *dial) {
 	switch {
 	case err != nil:
 		d.err = fmt.Errorf("connect to redis %v: %w", s.clientOpt.InitAddress, err)
-	case s.closed:
+	case s.closed.Load():
 		c.Close()
 		d.err = ErrClosed
 	default:
@@ -368,7 +368,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		keys[i] = c.key(s.prefix, reqs[i].Key)
 		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
 	}
-	if err := s.sameSlot(keys, reqs); err != nil {
+	if err := s.sameSlot(keys); err != nil {
 		return sluice.Decision{}, err
 	}
 	vals, err := s.eval(ctx, s.many, keys, args)
@@ -381,7 +381,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		}
 		s.report(err)
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(err, ErrCrossSlot) {
 		return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	return s.degrade(ctx, now, reqs, out, opMany, err)
@@ -461,18 +461,23 @@ func maxDelayArg(d time.Duration) string {
 }
 
 // sameSlot checks, on Redis Cluster, that keys share one hash slot.
-func (s *Store) sameSlot(keys []string, reqs []sluice.Request) error {
+func (s *Store) sameSlot(keys []string) error {
 	if len(keys) < 2 {
 		return nil
 	}
-	c := s.client.Load()
-	if c == nil || (*c).Mode() != rueidis.ClientModeCluster {
-		return nil
+	if c := s.client.Load(); c != nil && (*c).Mode() == rueidis.ClientModeCluster {
+		return checkSlots(keys)
 	}
+	return nil
+}
+
+// checkSlots returns an error wrapping ErrCrossSlot unless all keys share
+// one hash slot.
+func checkSlots(keys []string) error {
 	first := slot(keys[0])
 	for i := 1; i < len(keys); i++ {
 		if slot(keys[i]) != first {
-			return fmt.Errorf("redisstore: %w: keys %q and %q", ErrCrossSlot, reqs[0].Key, reqs[i].Key)
+			return fmt.Errorf("redisstore: %w: %q and %q", ErrCrossSlot, keys[0], keys[i])
 		}
 	}
 	return nil
@@ -487,6 +492,17 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	c, err := s.conn(cctx)
+	if err == nil && s.closed.Load() {
+		err = ErrClosed
+	}
+	if err == nil && len(keys) > 1 && c.Mode() == rueidis.ClientModeCluster {
+		// The store may have connected only now, after AllowAll's own
+		// check; a command over several slots must never reach the client.
+		if err := checkSlots(keys); err != nil {
+			s.breaker.abandon(probe)
+			return nil, err
+		}
+	}
 	var vals []int64
 	if err == nil {
 		vals, err = script.Exec(cctx, c, keys, args).AsIntSlice()
