@@ -411,22 +411,44 @@ func TestValidate(t *testing.T) {
 // docs are valid.
 func TestValidateAcceptsTheDocs(t *testing.T) {
 	t.Parallel()
-	for _, doc := range []string{"../../docs/configuration.md", "../../docs/operations.md"} {
+	checked := 0
+	for _, doc := range []string{"../../docs/configuration.md", "../../docs/operations.md", "../../docs/envoy.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		blocks := yamlBlocks(string(b))
 		for i, y := range blocks {
-			if !strings.Contains(y, "limits:") {
-				continue // a fragment (Traefik, an envoy section alone)
+			if !isSluiceConfig(y) {
+				continue // a fragment, or another program's (Traefik, Envoy)
 			}
+			checked++
 			r := runSluice(t, strings.NewReader(y), "validate", "-")
 			if r.code != 0 {
 				t.Errorf("%s: YAML block %d is not a valid configuration:\n%s\n%s", doc, i+1, y, r.stderr)
 			}
 		}
 	}
+	if checked < 3 {
+		t.Errorf("checked %d configurations in the docs, want at least 3: are the ```yaml blocks still found?", checked)
+	}
+}
+
+// isSluiceConfig reports whether a YAML block is a whole configuration of
+// sluice serve: its first line that is not a comment starts a section.
+func isSluiceConfig(y string) bool {
+	for line := range strings.SplitSeq(y, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, section := range []string{"listen:", "store:", "limits:"} {
+			if strings.HasPrefix(line, section) {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
 
 // yamlBlocks returns the ```yaml blocks of a Markdown text.
