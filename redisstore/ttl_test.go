@@ -98,3 +98,22 @@ func dirty(t *testing.T, srv *redistest.Server) int64 {
 	}
 	return n
 }
+
+// TestRedisClock checks that by default the store decides at Redis's TIME
+// and ignores the time it is passed.
+func TestRedisClock(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	// At the caller's time the window would end in exactly 30 minutes.
+	callerNow := time.Date(2001, 1, 1, 0, 30, 0, 0, time.UTC)
+	d, err := st.Allow(t.Context(), callerNow, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := time.Now()
+	want := real.Truncate(time.Hour).Add(time.Hour).Sub(real)
+	if diff := d.ResetAfter - want; diff < -2*time.Second || diff > 2*time.Second {
+		t.Errorf("Allow at %v: ResetAfter = %v, want about %v (the end of Redis's current hour)", callerNow, d.ResetAfter, want)
+	}
+}
