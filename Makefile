@@ -24,3 +24,24 @@ chart:
 		--trace examples/traces/boundary.csv --chart docs/images/boundary.png
 	$(GO) run ./cmd/sluice simulate --algorithm all --limit 100 --period 1m \
 		--trace examples/traces/boundary.csv --chart docs/images/boundary.svg >/dev/null
+
+# Static analysis: staticcheck and govulncheck, pinned and installed by
+# scripts/tools.sh, on this module and on bench/.
+.PHONY: lint
+lint:
+	bash scripts/lint.sh
+
+# Every fuzz target of the repository for FUZZTIME each (CI runs them for a
+# few seconds each). A failing input lands in the package's testdata/fuzz/.
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+# The long flood runs recorded in docs/reliability.md: 10 million distinct
+# keys through a memory store capped at 1 million (and, to compare, one with
+# no cap), then one hot key against 100,000 keys from every core.
+.PHONY: flood
+flood:
+	SLUICE_FLOOD_KEYS=10000000 $(GO) test -count=1 -v -timeout 60m -run 'TestKeyFlood$$' ./internal/flood
+	$(GO) test -count=1 -v -run 'TestHotKeyContention' ./internal/flood
+	$(GO) test -count=1 -run '^$$' -bench HotKey -benchtime 2s -count 3 -cpu 2 ./internal/flood
