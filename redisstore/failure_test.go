@@ -276,3 +276,61 @@ func TestClose(t *testing.T) {
 		t.Errorf("Allow after Close: error = %v, want ErrClosed", err)
 	}
 }
+
+// TestSlowRedis puts a proxy between the store and Redis that delays
+// replies, and cuts one in the middle: a slow but working Redis still
+// decides, one slower than the timeout is decided by the failure policy
+// within the timeout, and the store recovers when Redis is fast again.
+func TestSlowRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: failCooldown})
+	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	call := func() (sluice.Decision, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		d, err := st.Allow(t.Context(), time.Time{}, req)
+		if err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+		return d, time.Since(start)
+	}
+
+	proxy.SetDelay(5 * time.Millisecond)
+	for range 3 {
+		if d, took := call(); d.Degraded || !d.Allowed || took < 5*time.Millisecond {
+			t.Errorf("Allow with 5ms of latency = %+v after %v, want allowed by Redis after 5ms or more", d, took)
+		}
+	}
+
+	proxy.SetDelay(100 * time.Millisecond)
+	for range 10 {
+		if d, took := call(); !d.Degraded || d.Allowed || took > failTimeout+failMargin {
+			t.Errorf("Allow with 100ms of latency = %+v after %v, want denied, degraded, within %v", d, took, failTimeout+failMargin)
+		}
+	}
+	if st.BreakerState() == BreakerClosed {
+		t.Errorf("the breaker is closed after 10 timeouts")
+	}
+
+	proxy.SetDelay(0)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		d, _ := call()
+		if !d.Degraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("3s after the latency went away, decisions are still degraded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	proxy.DropMidReply()
+	if d, took := call(); !d.Degraded || took > failTimeout+failMargin {
+		t.Errorf("Allow with its reply cut = %+v after %v, want degraded within %v", d, took, failTimeout+failMargin)
+	}
+	if d, _ := call(); d.Degraded {
+		t.Errorf("Allow after a cut reply = %+v, want a decision from Redis", d)
+	}
+}

@@ -248,8 +248,12 @@ func (s *Server) logTail() string {
 // CONFIG, CLUSTER INFO), not for speed.
 func (s *Server) Do(args ...string) (any, error) { return s.do(args...) }
 
-func (s *Server) do(args ...string) (any, error) {
-	conn, err := net.DialTimeout("tcp", s.Addr, time.Second)
+func (s *Server) do(args ...string) (any, error) { return Do(s.Addr, args...) }
+
+// Do sends one command to the Redis at addr on a new connection, as
+// Server.Do does; it is for reaching a server through a Proxy.
+func Do(addr string, args ...string) (any, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return nil, err
 	}

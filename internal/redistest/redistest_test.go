@@ -43,3 +43,27 @@ func TestCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestProxy(t *testing.T) {
+	s := Start(t)
+	p := StartProxy(t, s.Addr)
+	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING through the proxy = %v, %v", got, err)
+	}
+	p.SetDelay(100 * time.Millisecond)
+	start := time.Now()
+	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+		t.Fatalf("PING through the slow proxy = %v, %v", got, err)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Errorf("PING with a 100ms delay took %v", took)
+	}
+	p.SetDelay(0)
+	p.DropMidReply()
+	if got, err := Do(p.Addr, "PING"); err == nil {
+		t.Errorf("PING with the reply cut = %v, want an error", got)
+	}
+	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+		t.Errorf("PING after the cut reply = %v, %v", got, err)
+	}
+}
