@@ -108,7 +108,7 @@ func TestBreaker(t *testing.T) {
 	time.Sleep(25 * time.Millisecond)
 	probe = step("after another cooldown", true, true)
 	b.abandon(probe)
-	probe = step("after the probe's caller gave up", true, true)
+	step("after the probe's caller gave up", true, true)
 	b.success()
 	step("after the probe succeeded", true, false)
 	want := "closed>open open>half-open half-open>open open>half-open half-open>open open>half-open half-open>closed"

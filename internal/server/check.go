@@ -85,7 +85,7 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		results[idx[0]].Decision = d
 	default:
 		var outBuf [8]sluice.Decision
-		out := outBuf[:0]
+		var out []sluice.Decision
 		if len(reqs) <= len(outBuf) {
 			out = outBuf[:len(reqs)]
 		} else {

@@ -316,13 +316,12 @@ func (t Traffic) String() string {
 // Generator yields the requests of generated traffic; it is a Source. Its
 // memory is a few words per key.
 type Generator struct {
-	traffic  Traffic
-	start    int64  // ms since the Unix epoch
-	a, b     uint64 // the rate, a requests per b ms, in lowest terms
-	d, p     uint64 // duration and period in ms
-	names    []string
-	pending  streamHeap
-	finished bool
+	traffic Traffic
+	start   int64  // ms since the Unix epoch
+	a, b    uint64 // the rate, a requests per b ms, in lowest terms
+	d, p    uint64 // duration and period in ms
+	names   []string
+	pending streamHeap
 }
 
 var _ Source = (*Generator)(nil)

@@ -42,7 +42,7 @@ type data map[string]map[string][]sample
 
 func run(args []string, w io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: benchtable ROUND_FILE...")
+		return errors.New("usage: benchtable ROUND_FILE [ROUND_FILE ...]")
 	}
 	d := data{}
 	var order []string
