@@ -33,7 +33,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 		i, found := sh.win.find(h)
 		var st algo.Window
 		if found {
-			st = sh.win.vals[i]
+			st = sh.win.slots[i].v
 		}
 		tracked = found && st.Expire > t
 		if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
@@ -44,7 +44,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	case sluice.SlidingLogAlgorithm:
 		i, found := sh.logs.find(h)
 		if found {
-			v = algo.ViewLog(c.pp.Params, &sh.logs.vals[i].log, t)
+			v = algo.ViewLog(c.pp.Params, &sh.logs.slots[i].v.log, t)
 		} else {
 			v = algo.ViewLog(c.pp.Params, &algo.Log{}, t)
 		}
@@ -53,7 +53,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 		i, found := sh.tat.find(h)
 		var st algo.TAT
 		if found {
-			st = sh.tat.vals[i]
+			st = sh.tat.slots[i].v
 		}
 		tracked = found && st.Expiry() > t
 		v = c.pp.ViewTAT(st, t)

@@ -27,8 +27,8 @@ func layout(t *testing.T, tb *table[int], hs ...uint64) []int {
 		if !ok {
 			t.Fatalf("find(%#x) = not found, want found", h)
 		}
-		if tb.vals[j] != int(h&0xffff) {
-			t.Fatalf("find(%#x) = slot %d holding %d, want value %d", h, j, tb.vals[j], h&0xffff)
+		if tb.slots[j].v != int(h&0xffff) {
+			t.Fatalf("find(%#x) = slot %d holding %d, want value %d", h, j, tb.slots[j].v, h&0xffff)
 		}
 		slots[i] = j
 	}
@@ -40,13 +40,14 @@ func layout(t *testing.T, tb *table[int], hs ...uint64) []int {
 func checkTable(t *testing.T, tb *table[int]) {
 	t.Helper()
 	used := 0
-	for i, h := range tb.keys {
+	for i, s := range tb.slots {
+		h := s.h
 		if h == 0 {
 			continue
 		}
 		used++
 		for j := tb.home(h); j != i; j = tb.next(j) {
-			if tb.keys[j] == 0 {
+			if tb.slots[j].h == 0 {
 				t.Fatalf("entry %#x in slot %d is cut off from its home %d by the empty slot %d", h, i, tb.home(h), j)
 			}
 		}
@@ -54,16 +55,16 @@ func checkTable(t *testing.T, tb *table[int]) {
 	if used != tb.n {
 		t.Fatalf("n = %d, but %d slots are used", tb.n, used)
 	}
-	if len(tb.keys) > 0 && tb.n*5 > len(tb.keys)*4 {
-		t.Fatalf("%d entries in %d slots: load above 4/5", tb.n, len(tb.keys))
+	if len(tb.slots) > 0 && tb.n*5 > len(tb.slots)*4 {
+		t.Fatalf("%d entries in %d slots: load above 4/5", tb.n, len(tb.slots))
 	}
 }
 
 func TestTableHomes(t *testing.T) {
 	tb := &table[int]{}
 	tb.insert(at(0, 8, 1), 1) // sizes the table to 8 slots
-	if len(tb.keys) != 8 {
-		t.Fatalf("a first insert made %d slots, want 8", len(tb.keys))
+	if len(tb.slots) != 8 {
+		t.Fatalf("a first insert made %d slots, want 8", len(tb.slots))
 	}
 	for slot := range 8 {
 		if h := at(slot, 8, 7); tb.home(h) != slot {
@@ -149,8 +150,8 @@ func TestTableRemove(t *testing.T) {
 			for _, k := range c.insert {
 				tb.insert(k, int(k&0xffff))
 			}
-			if len(tb.keys) != size {
-				t.Fatalf("table has %d slots, want %d", len(tb.keys), size)
+			if len(tb.slots) != size {
+				t.Fatalf("table has %d slots, want %d", len(tb.slots), size)
 			}
 			i, ok := tb.find(c.remove)
 			if !ok {
@@ -182,7 +183,7 @@ func TestTableGrowAndShrink(t *testing.T) {
 		h := uint64(i+1) * 0x9e3779b97f4a7c15
 		hs = append(hs, h)
 		tb.insert(h, int(h&0xffff))
-		if n := len(tb.keys); len(sizes) == 0 || sizes[len(sizes)-1] != n {
+		if n := len(tb.slots); len(sizes) == 0 || sizes[len(sizes)-1] != n {
 			sizes = append(sizes, n)
 		}
 	}
@@ -198,7 +199,7 @@ func TestTableGrowAndShrink(t *testing.T) {
 		t.Errorf("first size %d, want %d", sizes[0], minSlots)
 	}
 	// Load stays between 8/15 (just after a growth) and 4/5.
-	if load := float64(tb.n) / float64(len(tb.keys)); load < 0.5 || load > 0.8 {
+	if load := float64(tb.n) / float64(len(tb.slots)); load < 0.5 || load > 0.8 {
 		t.Errorf("load %.2f after 1000 inserts", load)
 	}
 
@@ -209,15 +210,15 @@ func TestTableGrowAndShrink(t *testing.T) {
 		tb.remove(i)
 	}
 	for range 10 {
-		before := len(tb.keys)
+		before := len(tb.slots)
 		tb.shrink()
 		switch {
 		case before > 4*minSlots && tb.n*8 < before:
-			if len(tb.keys) != max(minSlots, before/4) {
-				t.Errorf("shrink from %d slots with %d entries gave %d slots, want %d", before, tb.n, len(tb.keys), before/4)
+			if len(tb.slots) != max(minSlots, before/4) {
+				t.Errorf("shrink from %d slots with %d entries gave %d slots, want %d", before, tb.n, len(tb.slots), before/4)
 			}
-		case len(tb.keys) != before:
-			t.Errorf("shrink from %d slots with %d entries gave %d slots, want no change", before, tb.n, len(tb.keys))
+		case len(tb.slots) != before:
+			t.Errorf("shrink from %d slots with %d entries gave %d slots, want no change", before, tb.n, len(tb.slots))
 		}
 	}
 	checkTable(t, tb)
@@ -233,8 +234,8 @@ func TestTableGrowAndShrink(t *testing.T) {
 		t.Error("find on an empty table = found")
 	}
 	empty.shrink()
-	if len(empty.keys) != 0 {
-		t.Errorf("shrink of an empty table made %d slots", len(empty.keys))
+	if len(empty.slots) != 0 {
+		t.Errorf("shrink of an empty table made %d slots", len(empty.slots))
 	}
 }
 
@@ -288,8 +289,8 @@ func TestTableRandom(t *testing.T) {
 				checkTable(t, tb)
 				for h, v := range model {
 					i, ok := tb.find(h)
-					if !ok || tb.vals[i] != v {
-						t.Fatalf("seed %d step %d: find(%#x) = %d, %v; want %d", seed, step, h, tb.vals[i], ok, v)
+					if !ok || tb.slots[i].v != v {
+						t.Fatalf("seed %d step %d: find(%#x) = %d, %v; want %d", seed, step, h, tb.slots[i].v, ok, v)
 					}
 				}
 				for range 20 {
