@@ -144,6 +144,9 @@ type Proxy struct {
 	TrustedProxies []netip.Prefix
 	// Rules are tried in order; the first that matches a request applies.
 	Rules []Rule
+	// Body bounds the reading of request bodies by the form: and json: key
+	// sources.
+	Body Body
 }
 
 // Rule says which requests a set of limits applies to.
@@ -155,6 +158,8 @@ type Rule struct {
 	Match Match
 	// Limits are charged together, all-or-nothing.
 	Limits []RuleLimit
+	// Plan, when not nil, adds the limits of each request's plan.
+	Plan *RulePlan
 	// Line is the rule's line in the configuration file, for messages.
 	Line int
 }
@@ -193,6 +198,10 @@ type RuleLimit struct {
 	KeyFunc httplimit.KeyFunc
 	// Cost is what one request costs, at least 1.
 	Cost int64
+	// ChargeOn, when not empty, lists the upstream response statuses for
+	// which the limit is charged, after the response; before forwarding,
+	// the limit is only checked (failed logins: [401, 403]).
+	ChargeOn []int
 }
 
 // Config is a validated configuration. It is immutable: its accessors
@@ -207,6 +216,10 @@ type Config struct {
 	proxy  *Proxy
 	envoy  *rls.Config
 	admin  Admin
+	// plans and planTables are the plans and plan_tables sections
+	// (plans.go).
+	plans      map[string]Plan
+	planTables map[string]PlanTable
 }
 
 // Source returns the name of the file the configuration was read from, or
@@ -261,6 +274,13 @@ func (c *Config) Proxy() (Proxy, bool) {
 	for i, r := range c.proxy.Rules {
 		r.Match.Methods = slices.Clone(r.Match.Methods)
 		r.Limits = slices.Clone(r.Limits)
+		for j := range r.Limits {
+			r.Limits[j].ChargeOn = slices.Clone(r.Limits[j].ChargeOn)
+		}
+		if r.Plan != nil {
+			rp := *r.Plan
+			r.Plan = &rp
+		}
 		p.Rules[i] = r
 	}
 	return p, true

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 )
 
 // maxVisits bounds the nodes a decoder visits, counting each visit of an
@@ -33,6 +34,15 @@ type decoder struct {
 	// declared holds every limit name written in the limits section, valid
 	// or not, so that a rule naming an invalid limit is not reported twice.
 	declared map[string]bool
+	// limits, plans and tables are the decoded limits, plans and plan
+	// tables, for the rules (plans.go); declaredPlans and declaredTables
+	// hold every name written, valid or not, as declared does.
+	limitsByName                  map[string]Limit
+	plans                         map[string]Plan
+	tables                        map[string]PlanTable
+	declaredPlans, declaredTables map[string]bool
+	// keyOpts parse the proxy's key sources, body sources included.
+	keyOpts *httplimit.KeyOptions
 }
 
 // field is one key and its value in a mapping.

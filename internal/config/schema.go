@@ -46,7 +46,7 @@ func (d *decoder) document(r io.Reader) *Config {
 		d.add(root, "", "the file is empty (see docs/configuration.md)")
 		return nil
 	}
-	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "proxy", "envoy", "admin")
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "plans", "plan_tables", "proxy", "envoy", "admin")
 	if !ok {
 		return nil
 	}
@@ -60,6 +60,12 @@ func (d *decoder) document(r io.Reader) *Config {
 		c.names = append(c.names, name)
 	}
 	slices.Sort(c.names)
+	d.limitsByName = c.limits
+	d.declaredPlans, d.declaredTables = make(map[string]bool), make(map[string]bool)
+	c.plans = d.plansSection(top, c.limits)
+	d.plans = c.plans
+	c.planTables = d.planTables(top, c.plans, c.store)
+	d.tables = c.planTables
 	if n := top.get("proxy"); n != nil {
 		c.proxy = d.proxy(top.fields["proxy"].key, n, c.limits)
 	}
@@ -369,11 +375,14 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 }
 
 func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
-	o, ok := d.mapping(at, n, "proxy", "upstream", "trusted_proxies", "rules")
+	o, ok := d.mapping(at, n, "proxy", "upstream", "trusted_proxies", "rules", "body")
 	if !ok {
 		return nil
 	}
-	p := &Proxy{}
+	p := &Proxy{Body: Body{MaxBytes: DefaultBodyMaxBytes, Timeout: DefaultBodyTimeout}}
+	if v := o.get("body"); v != nil {
+		p.Body = d.body(o.fields["body"].key, v)
+	}
 	if v := o.get("upstream"); v != nil {
 		if s, ok := d.nonEmpty(v, "proxy.upstream"); ok {
 			u, msg := parseUpstream(s)
@@ -394,6 +403,7 @@ func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
 		})
 	}
 	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
+	d.keyOpts = &httplimit.KeyOptions{ClientIP: clientIP, Sources: httplimit.BodySources(&httplimit.BodyOptions{MaxBytes: p.Body.MaxBytes})}
 	if v := o.get("rules"); v != nil {
 		p.Rules = d.rules(v, limits, clientIP)
 	}
@@ -467,7 +477,7 @@ func (d *decoder) rules(n *yaml.Node, limits map[string]Limit, clientIP *httplim
 }
 
 func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (Rule, bool) {
-	o, ok := d.mapping(n, n, path, "name", "match", "limits")
+	o, ok := d.mapping(n, n, path, "name", "match", "limits", "plan")
 	if !ok {
 		return Rule{}, false
 	}
@@ -489,9 +499,19 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clien
 		r.Match = m
 		good = good && ok
 	}
+	if v := o.get("plan"); v != nil {
+		rp, ok := d.rulePlan(o.fields["plan"].key, v, join(path, "plan"), d.keyOpts)
+		r.Plan = rp
+		good = good && ok
+	}
 	lv := o.get("limits")
+	if lv == nil && r.Plan != nil {
+		return r, good // the plan's limits alone
+	}
 	if lv == nil {
-		d.add(n, join(path, "limits"), "missing: list the limits this rule charges, like [{limit: per-ip, key: ip}]")
+		if o.get("plan") == nil {
+			d.add(n, join(path, "limits"), "missing: list the limits this rule charges, like [{limit: per-ip, key: ip}]")
+		}
 		return r, false
 	}
 	lp := join(path, "limits")
@@ -518,6 +538,15 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clien
 				ok = false
 			} else {
 				used[rl.Limit] = i
+			}
+		}
+		if ok && r.Plan != nil {
+			for _, pn := range sortedPlanNames(d.plans) {
+				if slices.Contains(d.plans[pn].Limits, rl.Limit) {
+					d.add(deref(e), join(index(lp, i), "limit"), "limit %q is also a limit of plan %q, which this rule applies; define another limit with the same numbers", rl.Limit, pn)
+					ok = false
+					break
+				}
 			}
 		}
 		good = good && ok
@@ -581,7 +610,7 @@ func httpToken(s string) bool {
 }
 
 func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (RuleLimit, bool) {
-	o, ok := d.mapping(n, n, path, "limit", "key", "cost")
+	o, ok := d.mapping(n, n, path, "limit", "key", "cost", "charge_on")
 	if !ok {
 		return RuleLimit{}, false
 	}
@@ -607,7 +636,7 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, 
 		good = false
 	} else if s, ok := d.nonEmpty(v, join(path, "key")); !ok {
 		good = false
-	} else if fn, err := httplimit.ParseKey(s, &httplimit.KeyOptions{ClientIP: clientIP}); err != nil {
+	} else if fn, err := httplimit.ParseKey(s, d.keyOpts); err != nil {
 		d.add(deref(v), join(path, "key"), "%v", err)
 		good = false
 	} else {
@@ -622,6 +651,17 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, 
 			good = false
 		} else {
 			rl.Cost = c
+		}
+	}
+	if v := o.get("charge_on"); v != nil {
+		cp := join(path, "charge_on")
+		if statuses, ok := d.chargeOn(v, cp); !ok {
+			good = false
+		} else if known && lim.Shadow {
+			d.add(o.fields["charge_on"].key, cp, "limit %q is a dry run (shadow: true), which is charged before the response; remove charge_on or shadow", rl.Limit)
+			good = false
+		} else {
+			rl.ChargeOn = statuses
 		}
 	}
 	return rl, good

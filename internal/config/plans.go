@@ -1,0 +1,520 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/plans"
+)
+
+// This file holds the plans, plan_tables and proxy.body sections, a
+// rule's plan, and a rule limit's charge_on (docs/plans.md).
+
+// Plan is a named set of limits that apply together to each client on the
+// plan. A plan without limits is unlimited.
+type Plan struct {
+	// Name is the plan's name.
+	Name string
+	// Limits name entries of the limits section; empty means unlimited.
+	Limits []string
+}
+
+// Unlimited reports whether the plan has no limits.
+func (p Plan) Unlimited() bool { return len(p.Limits) == 0 }
+
+// Defaults of a plan table's cache.
+const (
+	// DefaultPlanCacheTTL is plan_tables.NAME.cache_ttl's default.
+	DefaultPlanCacheTTL = plans.DefaultCacheTTL
+	// DefaultPlanCacheSize is plan_tables.NAME.cache_size's default.
+	DefaultPlanCacheSize = plans.DefaultCacheSize
+)
+
+// PlanTable is a table of client keys and their plans: a file, or a Redis
+// hash shared by every instance.
+type PlanTable struct {
+	// Name is the table's name.
+	Name string
+	// File, when set, is the path of a CSV or YAML file of key,plan
+	// (resolved against the configuration file's directory).
+	File string
+	// RedisHash, when set, is the key of a Redis hash of key -> plan, on
+	// the store's Redis.
+	RedisHash string
+	// Default is the plan of keys the table does not hold; empty means
+	// the rule's default.
+	Default string
+	// CacheTTL and CacheSize bound how long and how many answers of a
+	// Redis hash each instance remembers.
+	CacheTTL  time.Duration
+	CacheSize int
+}
+
+// RulePlan makes a rule apply, on top of its own limits, the limits of the
+// plan of each request's client.
+type RulePlan struct {
+	// Key is the key source that identifies the client, such as
+	// "header:X-API-Key"; the plan's limits count under it.
+	Key string
+	// KeyFunc extracts Key from a request.
+	KeyFunc httplimit.KeyFunc
+	// From, when set, is a key source whose value names the plan, such as
+	// "header:X-Plan"; FromFunc extracts it.
+	From     string
+	FromFunc httplimit.KeyFunc
+	// Table, when set, names the plan table in which the client's key is
+	// looked up.
+	Table string
+	// Default is the plan of clients for whom nothing names a known plan:
+	// the rule's default, else the table's.
+	Default string
+	// Cost is what one request costs under the plan's limits.
+	Cost int64
+}
+
+// Body bounds how the body key sources (form:NAME, json:NAME) read a
+// request body.
+type Body struct {
+	// MaxBytes is the most of a body read for a key; a longer body gives
+	// no key.
+	MaxBytes int64
+	// Timeout bounds the time the body takes to arrive before the
+	// decision; a client that sends it slower gets 408.
+	Timeout time.Duration
+}
+
+// Defaults of the proxy.body section.
+const (
+	// DefaultBodyMaxBytes is proxy.body.max_bytes' default.
+	DefaultBodyMaxBytes = httplimit.DefaultMaxBodyBytes
+	// DefaultBodyTimeout is proxy.body.timeout's default.
+	DefaultBodyTimeout = 10 * time.Second
+	// maxBodyMaxBytes bounds proxy.body.max_bytes: 16 MiB.
+	maxBodyMaxBytes = 16 << 20
+)
+
+// Plan returns the plan with the given name.
+func (c *Config) Plan(name string) (Plan, bool) {
+	p, ok := c.plans[name]
+	p.Limits = slices.Clone(p.Limits)
+	return p, ok
+}
+
+// Plans returns every plan, sorted by name.
+func (c *Config) Plans() []Plan {
+	out := make([]Plan, 0, len(c.plans))
+	for _, p := range c.plans {
+		p.Limits = slices.Clone(p.Limits)
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Plan) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// PlanTable returns the plan table with the given name.
+func (c *Config) PlanTable(name string) (PlanTable, bool) {
+	t, ok := c.planTables[name]
+	return t, ok
+}
+
+// PlanTables returns every plan table, sorted by name.
+func (c *Config) PlanTables() []PlanTable {
+	out := make([]PlanTable, 0, len(c.planTables))
+	for _, t := range c.planTables {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b PlanTable) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// unlimited is the value that makes a plan unlimited.
+const unlimited = "unlimited"
+
+// plansSection decodes the plans section: NAME: [LIMIT, ...] or
+// NAME: unlimited, where each LIMIT is a limit's name or {limit: NAME}.
+func (d *decoder) plansSection(top object, limits map[string]Limit) map[string]Plan {
+	out := make(map[string]Plan)
+	n := top.get("plans")
+	if n == nil {
+		return out
+	}
+	fs, ok := d.pairs(n, "plans")
+	if !ok {
+		return out
+	}
+	for _, f := range fs {
+		name := f.key.Value
+		path := join("plans", name)
+		d.declaredPlans[name] = true
+		if !validName(name) {
+			d.add(f.key, path, "a plan name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+			continue
+		}
+		p, ok := d.plan(f.val, path, name, limits)
+		if ok {
+			out[name] = p
+		}
+	}
+	return out
+}
+
+func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit) (Plan, bool) {
+	p := Plan{Name: name}
+	v := deref(n)
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == unlimited {
+		return p, true
+	}
+	if v.Kind != yaml.SequenceNode {
+		d.add(v, path, "must be a list of limits, like [{limit: free-hourly}], or unlimited; got %s", describe(v))
+		return p, false
+	}
+	if len(v.Content) == 0 {
+		d.add(v, path, "lists no limit; list at least one, or write unlimited")
+		return p, false
+	}
+	good := true
+	seen := make(map[string]int)
+	for i, e := range v.Content {
+		if !d.visit(e) {
+			return p, false
+		}
+		ep := index(path, i)
+		var lv *yaml.Node
+		if ee := deref(e); ee.Kind == yaml.MappingNode {
+			o, ok := d.mapping(ee, ee, ep, "limit")
+			if !ok {
+				good = false
+				continue
+			}
+			if lv = o.get("limit"); lv == nil {
+				d.add(ee, join(ep, "limit"), "missing: the name of a limit in the limits section")
+				good = false
+				continue
+			}
+			ep = join(ep, "limit")
+		} else {
+			lv = e
+		}
+		s, ok := d.nonEmpty(lv, ep)
+		if !ok {
+			good = false
+			continue
+		}
+		_, known := limits[s]
+		switch {
+		case !known && d.declared[s]:
+			good = false // the limit's own problems are reported
+		case !known:
+			d.add(deref(lv), ep, "no limit named %q in the limits section%s", s, suggest(s, sortedNames(limits)))
+			good = false
+		default:
+			if j, dup := seen[s]; dup {
+				d.add(deref(lv), ep, "limit %q is already in this plan (%s)", s, index(path, j))
+				good = false
+				continue
+			}
+			seen[s] = i
+			p.Limits = append(p.Limits, s)
+		}
+	}
+	return p, good
+}
+
+// planTables decodes the plan_tables section. A table file is read now,
+// so that a missing or malformed file is a problem of the configuration.
+func (d *decoder) planTables(top object, plansByName map[string]Plan, store Store) map[string]PlanTable {
+	out := make(map[string]PlanTable)
+	n := top.get("plan_tables")
+	if n == nil {
+		return out
+	}
+	fs, ok := d.pairs(n, "plan_tables")
+	if !ok {
+		return out
+	}
+	known := make([]string, 0, len(plansByName))
+	for name := range plansByName {
+		known = append(known, name)
+	}
+	slices.Sort(known)
+	for _, f := range fs {
+		name := f.key.Value
+		path := join("plan_tables", name)
+		d.declaredTables[name] = true
+		if !validName(name) {
+			d.add(f.key, path, "a table name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+			continue
+		}
+		o, ok := d.mapping(f.key, f.val, path, "file", "redis_hash", "default", "cache_ttl", "cache_size")
+		if !ok {
+			continue
+		}
+		t := PlanTable{Name: name, CacheTTL: DefaultPlanCacheTTL, CacheSize: DefaultPlanCacheSize}
+		good := true
+		fv, rv := o.get("file"), o.get("redis_hash")
+		switch {
+		case fv != nil && rv != nil:
+			d.add(o.fields["redis_hash"].key, join(path, "redis_hash"), "cannot be combined with file; a table is a file or a Redis hash")
+			good = false
+		case fv == nil && rv == nil:
+			d.add(f.key, path, "needs file (a CSV or YAML file of key,plan) or redis_hash (a Redis hash of key -> plan)")
+			good = false
+		case fv != nil:
+			fp, ok := d.nonEmpty(fv, join(path, "file"))
+			if !ok {
+				good = false
+				break
+			}
+			if !filepath.IsAbs(fp) {
+				fp = filepath.Join(filepath.Dir(d.file), fp)
+			}
+			if msg := checkTableFile(fp, known); msg != "" {
+				d.add(deref(fv), join(path, "file"), "%s", msg)
+				good = false
+			}
+			t.File = fp
+		default:
+			h, ok := d.nonEmpty(rv, join(path, "redis_hash"))
+			if !ok {
+				good = false
+				break
+			}
+			if store.Backend != RedisBackend {
+				d.add(deref(rv), join(path, "redis_hash"), "needs store.backend: redis (the table is read from store.redis)")
+				good = false
+			}
+			t.RedisHash = h
+		}
+		if v := o.get("default"); v != nil {
+			if s, ok := d.planName(v, join(path, "default"), plansByName); ok {
+				t.Default = s
+			} else {
+				good = false
+			}
+		}
+		if v := o.get("cache_ttl"); v != nil {
+			if x, ok := d.duration(v, join(path, "cache_ttl"), time.Hour); ok {
+				t.CacheTTL = x
+			} else {
+				good = false
+			}
+		}
+		if v := o.get("cache_size"); v != nil {
+			if x, ok := d.integer(v, join(path, "cache_size"), 2, 100_000_000); ok {
+				t.CacheSize = int(x)
+			} else {
+				good = false
+			}
+		}
+		if (o.get("cache_ttl") != nil || o.get("cache_size") != nil) && t.File != "" {
+			d.add(f.key, path, "cache_ttl and cache_size apply to redis_hash tables; a file is held in memory whole")
+			good = false
+		}
+		if good {
+			out[name] = t
+		}
+	}
+	return out
+}
+
+// checkTableFile reads and parses a plan table file, returning what is
+// wrong with it.
+func checkTableFile(path string, known []string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "cannot read " + path + ": no such file"
+		}
+		return "cannot read the table: " + err.Error()
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, plans.MaxFileSize+1))
+	switch {
+	case err != nil:
+		return "cannot read the table: " + err.Error()
+	case len(data) > plans.MaxFileSize:
+		return fmt.Sprintf("%s is larger than %d bytes", path, plans.MaxFileSize)
+	}
+	if _, err := plans.ParseTable(path, data, known); err != nil {
+		return strings.TrimPrefix(err.Error(), "plans: ")
+	}
+	return ""
+}
+
+// planName decodes the name of a plan of the plans section.
+func (d *decoder) planName(n *yaml.Node, path string, plansByName map[string]Plan) (string, bool) {
+	s, ok := d.nonEmpty(n, path)
+	if !ok {
+		return "", false
+	}
+	if _, known := plansByName[s]; !known {
+		if !d.declaredPlans[s] {
+			d.add(deref(n), path, "no plan named %q in the plans section%s", s, suggest(s, sortedPlanNames(plansByName)))
+		}
+		return "", false
+	}
+	return s, true
+}
+
+func sortedPlanNames(m map[string]Plan) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// rulePlan decodes a rule's plan: {key, from | table, default, cost}.
+func (d *decoder) rulePlan(at, n *yaml.Node, path string, keyOpts *httplimit.KeyOptions) (*RulePlan, bool) {
+	o, ok := d.mapping(at, n, path, "key", "from", "table", "default", "cost")
+	if !ok {
+		return nil, false
+	}
+	if len(d.plans) == 0 && len(d.declaredPlans) == 0 {
+		d.add(at, path, "there is no plans section to pick a plan from")
+		return nil, false
+	}
+	p := &RulePlan{Cost: 1}
+	good := true
+	if v := o.get("key"); v == nil {
+		d.add(at, join(path, "key"), "missing: the key source that identifies the client, like header:X-API-Key; the plan's limits count under it")
+		good = false
+	} else if s, ok := d.nonEmpty(v, join(path, "key")); !ok {
+		good = false
+	} else if fn, err := httplimit.ParseKey(s, keyOpts); err != nil {
+		d.add(deref(v), join(path, "key"), "%v", err)
+		good = false
+	} else {
+		p.Key, p.KeyFunc = s, fn
+	}
+	fv, tv := o.get("from"), o.get("table")
+	switch {
+	case fv != nil && tv != nil:
+		d.add(o.fields["table"].key, join(path, "table"), "cannot be combined with from; the plan comes from a key source or a table")
+		good = false
+	case fv == nil && tv == nil:
+		d.add(at, path, "needs from (a key source naming the plan, like header:X-Plan) or table (a plan table to look the key up in)")
+		good = false
+	case fv != nil:
+		if s, ok := d.nonEmpty(fv, join(path, "from")); !ok {
+			good = false
+		} else if fn, err := httplimit.ParseKey(s, keyOpts); err != nil {
+			d.add(deref(fv), join(path, "from"), "%v", err)
+			good = false
+		} else {
+			p.From, p.FromFunc = s, fn
+		}
+	default:
+		s, ok := d.nonEmpty(tv, join(path, "table"))
+		if !ok {
+			good = false
+			break
+		}
+		if t, known := d.tables[s]; known {
+			p.Table, p.Default = s, t.Default
+		} else {
+			if !d.declaredTables[s] {
+				var names []string
+				for name := range d.tables {
+					names = append(names, name)
+				}
+				slices.Sort(names)
+				d.add(deref(tv), join(path, "table"), "no table named %q in the plan_tables section%s", s, suggest(s, names))
+			}
+			good = false
+		}
+	}
+	if v := o.get("default"); v != nil {
+		if s, ok := d.planName(v, join(path, "default"), d.plans); ok {
+			p.Default = s
+		} else {
+			good = false
+		}
+	} else if good && p.Default == "" {
+		d.add(at, join(path, "default"), "missing: the plan of clients for whom nothing names a known plan, like free")
+		good = false
+	}
+	if v := o.get("cost"); v != nil {
+		c, ok := d.integer(v, join(path, "cost"), 1, sluice.MaxLimit)
+		if ok {
+			p.Cost = c
+		}
+		good = good && ok
+	}
+	if good {
+		// The cost must fit every plan's limits.
+		for _, name := range sortedPlanNames(d.plans) {
+			for _, ln := range d.plans[name].Limits {
+				if l := d.limitsByName[ln]; p.Cost > l.Policy.Capacity() {
+					d.add(at, join(path, "cost"), "%d exceeds the capacity of limit %q (%d) of plan %q: no request on that plan could pass", p.Cost, ln, l.Policy.Capacity(), name)
+					good = false
+				}
+			}
+		}
+	}
+	return p, good
+}
+
+// chargeOn decodes a rule limit's charge_on: a list of HTTP statuses.
+func (d *decoder) chargeOn(n *yaml.Node, path string) ([]int, bool) {
+	v := deref(n)
+	if v.Kind != yaml.SequenceNode {
+		d.add(v, path, "must be a list of HTTP statuses, like [401, 403], got %s", describe(v))
+		return nil, false
+	}
+	if len(v.Content) == 0 {
+		d.add(v, path, "is empty; remove it to charge every request")
+		return nil, false
+	}
+	var out []int
+	good := true
+	for i, e := range v.Content {
+		if !d.visit(e) {
+			return nil, false
+		}
+		s, ok := d.integer(e, index(path, i), 100, 599)
+		if !ok {
+			good = false
+			continue
+		}
+		if slices.Contains(out, int(s)) {
+			d.add(deref(e), index(path, i), "status %d is listed twice", s)
+			good = false
+			continue
+		}
+		out = append(out, int(s))
+	}
+	return out, good
+}
+
+// body decodes proxy.body.
+func (d *decoder) body(at, n *yaml.Node) Body {
+	b := Body{MaxBytes: DefaultBodyMaxBytes, Timeout: DefaultBodyTimeout}
+	o, ok := d.mapping(at, n, "proxy.body", "max_bytes", "timeout")
+	if !ok {
+		return b
+	}
+	if v := o.get("max_bytes"); v != nil {
+		if x, ok := d.integer(v, "proxy.body.max_bytes", 1, maxBodyMaxBytes); ok {
+			b.MaxBytes = x
+		}
+	}
+	if v := o.get("timeout"); v != nil {
+		if x, ok := d.duration(v, "proxy.body.timeout", time.Hour); ok {
+			b.Timeout = x
+		}
+	}
+	return b
+}
