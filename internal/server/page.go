@@ -96,7 +96,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 				last10[o] += v
 			}
 			minute[o] += l.LastMinute[name]
-			c.Minute = append(c.Minute, count{Outcome: name, Label: outcomeLabel[o], Class: outcomeClass[o], N: l.LastMinute[name]})
+			c.Minute = append(c.Minute, count{Outcome: name, Label: outcomeClass[o], Class: outcomeClass[o], N: l.LastMinute[name]})
 		}
 		c.Max = niceMax(c.Max)
 		for o, name := range outcomes {
