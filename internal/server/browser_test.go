@@ -127,7 +127,7 @@ func pageAttr(t *testing.T, ctx context.Context, sel, name string) string {
 // it can be set to times in the past (to play made-up traffic quickly),
 // then follows the real clock.
 type liveClock struct {
-	mu  sync.Mutex
+	mu sync.Mutex
 	at time.Time // zero: the real time
 }
 
