@@ -25,6 +25,14 @@ chart:
 	$(GO) run ./cmd/sluice simulate --algorithm all --limit 100 --period 1m \
 		--trace examples/traces/boundary.csv --chart docs/images/boundary.svg >/dev/null
 
+# Screenshots of the status page that docs/operations.md shows, in
+# docs/images/status.png and status-dark.png: five minutes of made-up
+# traffic played through a real handler, drawn by headless Chromium.
+.PHONY: screenshot
+screenshot:
+	SLUICE_SCREENSHOT=$(CURDIR)/docs/images/status.png SLUICE_REQUIRE_BROWSER=1 \
+		$(GO) test -count=1 -run 'TestStatusPageBrowser$$' -v ./internal/server
+
 # Static analysis: staticcheck and govulncheck, pinned and installed by
 # scripts/tools.sh, on this module and on bench/.
 .PHONY: lint
