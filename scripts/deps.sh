@@ -10,6 +10,7 @@ command -v caddy >/dev/null 2>&1 || need+=(caddy)   # internal/e2e: forward_auth
 # internal/server: the status page in a real headless browser (chromedp)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core) # text for its screenshots
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"
