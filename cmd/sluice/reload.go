@@ -155,6 +155,7 @@ func (s *service) apply(trigger string, data []byte) bool {
 func (s *service) restartRequired(cfg *config.Config) []string {
 	out := config.RestartRequired(s.started, cfg)
 	return slices.DeleteFunc(out, func(setting string) bool {
-		return (setting == "listen.http" && s.flags.http != "") || (setting == "listen.grpc" && s.flags.grpc != "")
+		return (setting == "listen.http" && s.flags.http != "") || (setting == "listen.grpc" && s.flags.grpc != "") ||
+			(setting == "listen.admin" && s.flags.admin != "")
 	})
 }

@@ -33,8 +33,9 @@ const serveUsage = `Usage: sluice serve [--config FILE] [flags]
 
 Runs the Sluice service: the decision API (POST /v1/check), forward-auth
 (/v1/forward-auth), the rate-limiting reverse proxy, /healthz, /readyz and
-/metrics on listen.http, and Envoy's rate limit service (gRPC) on
-listen.grpc. docs/configuration.md describes the file, docs/operations.md
+the admin endpoints (/metrics, the status page) on listen.http (the admin
+endpoints on listen.admin when it is set), and Envoy's rate limit service
+(gRPC) on listen.grpc. docs/configuration.md describes the file, docs/operations.md
 running the service.
 
 Flags:
@@ -45,6 +46,10 @@ Flags:
                        port 0 picks a free port
   --grpc ADDR          serve Envoy's rate limit service on ADDR instead of
                        listen.grpc
+  --admin ADDR         serve the admin endpoints (status page, /v1/status,
+                       /v1/explain, /metrics) on ADDR instead of
+                       listen.admin; listen.http then serves only the
+                       decision API, forward-auth, the proxy and the probes
   --log-format text|json
                        the format of the log on standard error (default text)
   --log-level LEVEL    debug, info, warn or error (default info); debug logs
@@ -64,8 +69,9 @@ Flags:
   --max-keys N         memory store (and on_error: local): the most
                        (limit, key) pairs kept (default 1000000; 0: no cap)
   --ready-file FILE    once listening, write the bound addresses to FILE as
-                       JSON, {"http":"127.0.0.1:8080","grpc":"","pid":1234};
-                       removed on exit
+                       JSON, {"http":"127.0.0.1:8080","grpc":"","admin":"",
+                       "pid":1234} ("" for a listener that is off); removed
+                       on exit
 
 Signals:
   SIGHUP               reload the configuration file
@@ -83,6 +89,7 @@ const (
 type serveFlags struct {
 	config          string
 	http, grpc      string
+	admin           string
 	logFormat       string
 	logLevel        string
 	watch           time.Duration
@@ -101,6 +108,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.config, "config", "", "the configuration file")
 	fs.StringVar(&f.http, "http", "", "HTTP listen address")
 	fs.StringVar(&f.grpc, "grpc", "", "gRPC listen address")
+	fs.StringVar(&f.admin, "admin", "", "admin listen address")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.watch, "watch", time.Second, "configuration file polling interval")
@@ -137,7 +145,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	if f.maxKeys < 0 {
 		return nil, usageErrorf("serve", "serve: --max-keys must not be negative, got %d", f.maxKeys)
 	}
-	for _, a := range []struct{ name, v string }{{"http", f.http}, {"grpc", f.grpc}} {
+	for _, a := range []struct{ name, v string }{{"http", f.http}, {"grpc", f.grpc}, {"admin", f.admin}} {
 		if a.v == "" {
 			continue
 		}
@@ -251,13 +259,16 @@ type service struct {
 	rls     *rls.Service   // nil without a gRPC listener
 	health  *health.Server // nil without a gRPC listener
 
-	httpAddr, grpcAddr string // as configured or overridden
+	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 }
 
 func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*service, error) {
 	s := &service{flags: f, logger: logger, started: cfg, reg: prometheus.NewRegistry()}
 	l := cfg.Listen()
-	s.httpAddr, s.grpcAddr = l.HTTP, l.GRPC
+	s.httpAddr, s.grpcAddr, s.adminAddr = l.HTTP, l.GRPC, l.Admin
+	if f.admin != "" {
+		s.adminAddr = f.admin
+	}
 	if f.http != "" {
 		s.httpAddr = f.http
 	}
@@ -295,6 +306,57 @@ func (s *service) closeStore() {
 	}
 }
 
+// httpListener is one HTTP server of the service and where it listens.
+type httpListener struct {
+	name string // "http" or "admin", as in listen.*
+	addr string
+	srv  *http.Server
+	ln   net.Listener
+}
+
+// listen opens the service's listeners: listen.http, and listen.admin and
+// listen.grpc when set. With listen.admin, listen.http serves the public
+// endpoints only and listen.admin the admin ones (package server).
+func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error) {
+	defer func() {
+		if err != nil {
+			for _, l := range hls {
+				if l.ln != nil {
+					l.ln.Close()
+				}
+			}
+		}
+	}()
+	hls = []*httpListener{{name: "http", addr: s.httpAddr}}
+	hls[0].srv = s.newHTTPServer(s.handler)
+	if s.adminAddr != "" {
+		hls[0].srv.Handler = s.handler.Public()
+		hls = append(hls, &httpListener{name: "admin", addr: s.adminAddr, srv: s.newHTTPServer(s.handler.Admin())})
+	}
+	for _, l := range hls {
+		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
+			return hls, nil, fmt.Errorf("listen.%s: %w", l.name, err)
+		}
+	}
+	if s.grpcAddr != "" {
+		if grpcLn, err = net.Listen("tcp", s.grpcAddr); err != nil {
+			return hls, nil, fmt.Errorf("listen.grpc: %w", err)
+		}
+	}
+	return hls, grpcLn, nil
+}
+
+func (s *service) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.flags.readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+}
+
 // run serves until ctx is done or a listener fails, then shuts down.
 func (s *service) run(ctx context.Context, src *source) error {
 	cfg := s.started
@@ -304,25 +366,9 @@ func (s *service) run(ctx context.Context, src *source) error {
 		s.store.checkReachable(ctx, s.logger)
 	}
 
-	httpLn, err := net.Listen("tcp", s.httpAddr)
+	hls, grpcLn, err := s.listen()
 	if err != nil {
-		return fmt.Errorf("serve: listen.http: %w", err)
-	}
-	var grpcLn net.Listener
-	if s.grpcAddr != "" {
-		if grpcLn, err = net.Listen("tcp", s.grpcAddr); err != nil {
-			httpLn.Close()
-			return fmt.Errorf("serve: listen.grpc: %w", err)
-		}
-	}
-
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       s.flags.readTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		return fmt.Errorf("serve: %w", err)
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
@@ -336,19 +382,28 @@ func (s *service) run(ctx context.Context, src *source) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
-	errc := make(chan error, 2)
-	servers := 1
-	go func() { errc <- fmt.Errorf("http server: %w", hs.Serve(httpLn)) }()
-	s.logger.Info("listening", "protocol", "http", "addr", httpLn.Addr().String())
-	grpcBound := ""
+	errc := make(chan error, len(hls)+1)
+	servers := 0
+	ready := readyInfo{PID: os.Getpid()}
+	for _, l := range hls {
+		servers++
+		go func() { errc <- fmt.Errorf("%s server: %w", l.name, l.srv.Serve(l.ln)) }()
+		bound := l.ln.Addr().String()
+		s.logger.Info("listening", "protocol", l.name, "addr", bound)
+		if l.name == "admin" {
+			ready.Admin = bound
+		} else {
+			ready.HTTP = bound
+		}
+	}
 	if gs != nil {
 		servers++
 		go func() { errc <- fmt.Errorf("grpc server: %w", gs.Serve(grpcLn)) }()
-		grpcBound = grpcLn.Addr().String()
-		s.logger.Info("listening", "protocol", "grpc", "addr", grpcBound, "service", "envoy.service.ratelimit.v3.RateLimitService")
+		ready.GRPC = grpcLn.Addr().String()
+		s.logger.Info("listening", "protocol", "grpc", "addr", ready.GRPC, "service", "envoy.service.ratelimit.v3.RateLimitService")
 	}
 	if s.flags.readyFile != "" {
-		if err := writeReadyFile(s.flags.readyFile, httpLn.Addr().String(), grpcBound); err != nil {
+		if err := writeReadyFile(s.flags.readyFile, ready); err != nil {
 			s.logger.Error("writing the ready file failed", "file", s.flags.readyFile, "error", err)
 		} else {
 			defer os.Remove(s.flags.readyFile)
@@ -378,7 +433,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 		t := time.NewTimer(s.flags.drainDelay)
 		<-t.C
 	}
-	cut := s.shutdown(hs, gs)
+	cut := s.shutdown(hls, gs)
 	for range servers {
 		<-errc
 	}
@@ -395,20 +450,22 @@ func (s *service) run(ctx context.Context, src *source) error {
 // shutdown stops the servers: they stop accepting, and requests in
 // flight get until the shutdown timeout to finish. It reports whether
 // some were still running and had to be cut.
-func (s *service) shutdown(hs *http.Server, gs *grpc.Server) (cut bool) {
+func (s *service) shutdown(hls []*httpListener, gs *grpc.Server) (cut bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.flags.shutdownTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	wg.Go(func() {
-		if err := hs.Shutdown(ctx); err != nil {
-			hs.Close()
-			mu.Lock()
-			cut = true
-			mu.Unlock()
-			s.logger.Warn("http: requests still in flight at the shutdown deadline were cut", "error", err)
-		}
-	})
+	for _, l := range hls {
+		wg.Go(func() {
+			if err := l.srv.Shutdown(ctx); err != nil {
+				l.srv.Close()
+				mu.Lock()
+				cut = true
+				mu.Unlock()
+				s.logger.Warn("requests still in flight at the shutdown deadline were cut", "listener", l.name, "error", err)
+			}
+		})
+	}
 	if gs != nil {
 		wg.Go(func() {
 			done := make(chan struct{})
@@ -424,7 +481,7 @@ func (s *service) shutdown(hs *http.Server, gs *grpc.Server) (cut bool) {
 				mu.Lock()
 				cut = true
 				mu.Unlock()
-				s.logger.Warn("grpc: calls still in flight at the shutdown deadline were cut")
+				s.logger.Warn("calls still in flight at the shutdown deadline were cut", "listener", "grpc")
 			}
 		})
 	}
@@ -432,17 +489,19 @@ func (s *service) shutdown(hs *http.Server, gs *grpc.Server) (cut bool) {
 	return cut
 }
 
-// readyInfo is the content of the --ready-file.
+// readyInfo is the content of the --ready-file: the bound addresses ("" for
+// a listener that is off) and the process id.
 type readyInfo struct {
-	HTTP string `json:"http"`
-	GRPC string `json:"grpc"`
-	PID  int    `json:"pid"`
+	HTTP  string `json:"http"`
+	GRPC  string `json:"grpc"`
+	Admin string `json:"admin"`
+	PID   int    `json:"pid"`
 }
 
 // writeReadyFile writes the bound addresses to path atomically: a reader
 // sees no file or the whole of it.
-func writeReadyFile(path, httpAddr, grpcAddr string) error {
-	b, err := json.Marshal(readyInfo{HTTP: httpAddr, GRPC: grpcAddr, PID: os.Getpid()})
+func writeReadyFile(path string, ri readyInfo) error {
+	b, err := json.Marshal(ri)
 	if err != nil {
 		return err
 	}

@@ -303,6 +303,10 @@ func TestServeListenError(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "sluice: serve: listen.http: listen tcp "+in.http) {
 		t.Errorf("serve on a taken port: exit %d, stderr %q; want 1 and the address", r.code, r.stderr)
 	}
+	r = runSluice(t, nil, "serve", "--http", "127.0.0.1:0", "--grpc", in.http)
+	if r.code != 1 || !strings.Contains(r.stderr, "sluice: serve: listen.grpc: listen tcp "+in.http) {
+		t.Errorf("serve with gRPC on a taken port: exit %d, stderr %q; want 1 and the address", r.code, r.stderr)
+	}
 }
 
 func TestServeFlagErrors(t *testing.T) {
@@ -465,5 +469,67 @@ func yamlBlocks(md string) []string {
 		}
 		out = append(out, block)
 		md = after
+	}
+}
+
+// TestServeAdminListener checks that with listen.admin the admin
+// endpoints move there, behind the token, and the probes stay on both.
+func TestServeAdminListener(t *testing.T) {
+	t.Parallel()
+	const token = "0123456789abcdef-test-token"
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
+admin: {token: "`+token+`"}
+limits:
+  a: {algorithm: gcra, limit: 5, period: 1s}
+`)
+	in := startServe(t, "--config", path)
+	b, err := os.ReadFile(in.readyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri readyInfo
+	if err := json.Unmarshal(b, &ri); err != nil || ri.Admin == "" || ri.Admin == ri.HTTP {
+		t.Fatalf("ready file %s: %v; want an admin address of its own", b, err)
+	}
+	admin := &instance{http: ri.Admin}
+	get := func(in *instance, path, auth string) int {
+		req, _ := http.NewRequest("GET", in.url(path), nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	tests := []struct {
+		name string
+		in   *instance
+		path string
+		auth string
+		want int
+	}{
+		{"metrics on admin with the token", admin, "/metrics", "Bearer " + token, 200},
+		{"metrics on admin without the token", admin, "/metrics", "", 401},
+		{"metrics on admin with a wrong token", admin, "/metrics", "Bearer " + token + "x", 401},
+		{"metrics on http", in, "/metrics", "Bearer " + token, 404},
+		{"healthz on admin", admin, "/healthz", "", 200},
+		{"readyz on http", in, "/readyz", "", 200},
+	}
+	for _, tt := range tests {
+		if got := get(tt.in, tt.path, tt.auth); got != tt.want {
+			t.Errorf("%s: GET %s = %d, want %d", tt.name, tt.path, got, tt.want)
+		}
+	}
+	if code, _ := in.check(t, "a", "k"); code != 200 {
+		t.Errorf("POST /v1/check on http = %d, want 200", code)
+	}
+	if code, _ := admin.check(t, "a", "k"); code == 200 {
+		t.Errorf("POST /v1/check on the admin listener = %d, want it refused", code)
+	}
+	if !strings.Contains(in.stderr.String(), "msg=listening protocol=admin addr="+ri.Admin) {
+		t.Errorf("the log does not name the admin address:\n%s", in.stderr)
 	}
 }
