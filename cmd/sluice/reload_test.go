@@ -1,9 +1,15 @@
 package main
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -166,5 +172,57 @@ func TestSIGHUPWithoutFile(t *testing.T) {
 	})
 	if code, _ := in.check(t, "demo", "x"); code != 200 {
 		t.Errorf("check after SIGHUP = %d, want 200", code)
+	}
+}
+
+// TestReloadUnderLoad reloads the file ten times while clients keep
+// asking for decisions: every request is answered, none fails.
+func TestReloadUnderLoad(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), reloadV1)
+	in := startServe(t, "--config", path, "--watch", "5ms")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var answered, failed atomic.Int64
+	client := &http.Client{Timeout: 5 * time.Second}
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Post(in.url("/v1/check"), "application/json",
+					strings.NewReader(fmt.Sprintf(`{"limit":"keep","key":"w%d-%d"}`, w, i)))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					continue
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	const reloads = 10
+	for i := range reloads {
+		content := reloadV2
+		if i%2 == 1 {
+			content = reloadV1
+		}
+		writeConfig(t, path, content)
+		want := strconv.Itoa(i + 1)
+		waitFor(t, "reload "+want, func() bool { return in.metric(t, "sluice_config_reloads_total") == want })
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d decisions answered during %d reloads", answered.Load(), reloads)
+	if failed.Load() != 0 || answered.Load() == 0 {
+		t.Errorf("%d requests failed and %d were answered during the reloads, want none failed", failed.Load(), answered.Load())
 	}
 }
