@@ -23,6 +23,10 @@ type checkBody struct {
 	Key    *string      `json:"key"`
 	Cost   *int64       `json:"cost"`
 	Checks *[]checkItem `json:"checks"`
+	// Plan or PlanTable, with Key and Cost, check the limits of a plan
+	// (plancheck.go).
+	Plan      *string `json:"plan"`
+	PlanTable *string `json:"plan_table"`
 }
 
 type checkItem struct {
@@ -36,6 +40,9 @@ type item struct {
 	limit config.Limit
 	key   string
 	cost  int64
+	// override reports that a runtime override replaced the limit's
+	// policy; named, that the answer names the policy (a plan's check).
+	override, named bool
 }
 
 // requestError is a problem with a request, answered with its status.
@@ -54,7 +61,7 @@ func badRequest(format string, args ...any) *requestError {
 // request and response.
 func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	items, multi, rerr := parseCheck(w, r, st.cfg)
+	items, multi, plan, rerr := h.parseCheck(w, r, st)
 	if rerr != nil {
 		writeError(w, rerr.status, rerr.msg)
 		return
@@ -140,9 +147,9 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	b := make([]byte, 0, 128+96*len(results))
 	if multi {
-		b = appendMulti(b, d, results)
+		b = appendMulti(b, d, results, items, plan)
 	} else {
-		b = appendResult(b, &results[0])
+		b = appendResult(b, &results[0], &items[0])
 	}
 	b = append(b, '\n')
 	// net/http sets Content-Length for a body written at once.
@@ -161,50 +168,75 @@ var (
 )
 
 // parseCheck reads and validates a /v1/check body. multi reports the
-// "checks" form.
-func parseCheck(w http.ResponseWriter, r *http.Request, cfg *config.Config) (items []item, multi bool, rerr *requestError) {
+// "checks" form (or a plan's, which plan names).
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
+	items, multi, plan, rerr = h.decodeCheck(w, r, st)
+	for i := range items {
+		it := &items[i]
+		it.limit.Policy, it.override = h.policyFor(it.limit.Policy, it.key)
+		where := ""
+		if multi && plan == "" {
+			where = fmt.Sprintf("checks[%d].", i)
+		}
+		switch c := it.limit.Policy.Capacity(); {
+		case it.cost <= c:
+		case it.override:
+			return nil, multi, plan, badRequest("%scost %d exceeds the capacity of the override of limit %q for this key (%d): it could never be allowed", where, it.cost, it.limit.Name(), c)
+		default:
+			return nil, multi, plan, badRequest("%scost %d exceeds the capacity of limit %q (%d): it could never be allowed", where, it.cost, it.limit.Name(), c)
+		}
+	}
+	return items, multi, plan, rerr
+}
+
+// decodeCheck is parseCheck before the overrides apply.
+func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
+	cfg := st.cfg
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	var body checkBody
 	if err := dec.Decode(&body); err != nil {
-		return nil, false, bodyError(err)
+		return nil, false, "", bodyError(err)
 	}
 	switch _, err := dec.Token(); {
 	case errors.Is(err, io.EOF):
 	case errors.As(err, new(*http.MaxBytesError)):
-		return nil, false, bodyError(err)
+		return nil, false, "", bodyError(err)
 	default:
-		return nil, false, badRequest("the body holds more than one JSON value")
+		return nil, false, "", badRequest("the body holds more than one JSON value")
+	}
+	if body.Plan != nil || body.PlanTable != nil {
+		return h.planCheck(r, st, &body)
 	}
 	if body.Checks == nil {
 		if body.Limit == nil && body.Key == nil && body.Cost == nil {
-			return nil, false, badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them`)
+			return nil, false, "", badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them, or "plan" or "plan_table" and "key"`)
 		}
 		it, rerr := checkOne(cfg, "", body.Limit, body.Key, body.Cost)
 		if rerr != nil {
-			return nil, false, rerr
+			return nil, false, "", rerr
 		}
-		return []item{it}, false, nil
+		return []item{it}, false, "", nil
 	}
 	if body.Limit != nil || body.Key != nil || body.Cost != nil {
-		return nil, true, badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
+		return nil, true, "", badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
 	}
 	checks := *body.Checks
 	switch {
 	case len(checks) == 0:
-		return nil, true, badRequest(`"checks" must hold at least one check`)
+		return nil, true, "", badRequest(`"checks" must hold at least one check`)
 	case len(checks) > maxChecks:
-		return nil, true, badRequest(`"checks" holds %d checks; at most %d are allowed`, len(checks), maxChecks)
+		return nil, true, "", badRequest(`"checks" holds %d checks; at most %d are allowed`, len(checks), maxChecks)
 	}
 	items = make([]item, len(checks))
 	for i, c := range checks {
 		it, rerr := checkOne(cfg, fmt.Sprintf("checks[%d].", i), c.Limit, c.Key, c.Cost)
 		if rerr != nil {
-			return nil, true, rerr
+			return nil, true, "", rerr
 		}
 		items[i] = it
 	}
-	return items, true, nil
+	return items, true, "", nil
 }
 
 // checkOne validates one check; where prefixes field names in messages.
@@ -229,9 +261,8 @@ func checkOne(cfg *config.Config, where string, limit, key *string, cost *int64)
 	if !ok {
 		return item{}, &requestError{http.StatusNotFound, fmt.Sprintf("%slimit: no limit named %q", where, *limit)}
 	}
-	if c := l.Policy.Capacity(); it.cost > c {
-		return item{}, badRequest("%scost %d exceeds the capacity of limit %q (%d): it could never be allowed", where, it.cost, *limit, c)
-	}
+	// parseCheck checks the cost against the capacity, once the
+	// overrides apply.
 	it.limit = l
 	return it, nil
 }
@@ -258,7 +289,7 @@ func bodyError(err error) *requestError {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return badRequest("unknown field %s (want limit, key, cost or checks)", f)
+		return badRequest("unknown field %s (want limit, key, cost, checks, plan or plan_table)", f)
 	}
 	return badRequest("the body is not valid: %s", strings.TrimPrefix(msg, "json: "))
 }
@@ -278,11 +309,15 @@ func jsonKind(goKind string) string {
 }
 
 // appendResult appends one check's result as a JSON object.
-func appendResult(b []byte, r *httplimit.Result) []byte {
+func appendResult(b []byte, r *httplimit.Result, it *item) []byte {
 	d := r.Decision
 	allowed := d.Allowed || r.Shadow
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, allowed)
+	if it.named {
+		b = append(b, `,"policy":`...)
+		b = strconv.AppendQuote(b, r.Policy.Name)
+	}
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, r.Policy.Limit, 10)
 	b = append(b, `,"remaining":`...)
@@ -298,6 +333,9 @@ func appendResult(b []byte, r *httplimit.Result) []byte {
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	if it.override {
+		b = append(b, `,"override":true`...)
+	}
 	if r.Shadow {
 		b = append(b, `,"shadow":true`...)
 		if !d.Allowed && r.Err == nil {
@@ -310,10 +348,15 @@ func appendResult(b []byte, r *httplimit.Result) []byte {
 	return append(b, '}')
 }
 
-// appendMulti appends the answer to a "checks" request.
-func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result) []byte {
+// appendMulti appends the answer to a "checks" request, or to a plan's
+// check when plan is not empty.
+func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items []item, plan string) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
+	if plan != "" {
+		b = append(b, `,"plan":`...)
+		b = strconv.AppendQuote(b, plan)
+	}
 	b = append(b, `,"retry_after_ms":`...)
 	b = strconv.AppendInt(b, millis(d.RetryAfter), 10)
 	if d.Degraded {
@@ -324,7 +367,7 @@ func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result) []byte
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendResult(b, &results[i])
+		b = appendResult(b, &results[i], &items[i])
 	}
 	return append(b, "]}"...)
 }

@@ -52,7 +52,11 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if ru.mw.Check(w, orig) {
+	if ru.body != nil && !h.readBody(w, orig, ru.body) {
+		return
+	}
+	// The limits of the client's plan, if the rule has one (plans.go).
+	if a := ru.choose(orig); a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
 	}

@@ -70,7 +70,18 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 		return
 	}
-	if ru := st.match(r.Method, r.URL.Path); ru != nil && !ru.mw.Check(w, r) {
+	ru := st.match(r.Method, r.URL.Path)
+	if ru == nil {
+		st.proxy.ServeHTTP(w, r)
+		return
+	}
+	if ru.body != nil && !h.readBody(w, r, ru.body) {
+		return
+	}
+	// The rule's limits, and its client's plan's (plans.go); limits with
+	// charge_on are charged after the upstream answers.
+	if a := ru.choose(r); a.mw != nil {
+		a.proxied.ServeHTTP(w, r)
 		return
 	}
 	st.proxy.ServeHTTP(w, r)

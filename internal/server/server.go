@@ -30,10 +30,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/overrides"
 )
 
 // Options configure a Handler. The zero value is valid: the defaults are
@@ -52,9 +54,27 @@ type Options struct {
 	// metric and /readyz. Nil means the store has no breaker.
 	CircuitState func() string
 	// Now returns the current time, for reload timestamps and header
-	// fields that carry a time; default time.Now. Decisions use the
-	// store's clock.
+	// fields that carry a time, and the expiry of overrides; default
+	// time.Now. Decisions use the store's clock.
 	Now func() time.Time
+	// Overrides keeps the runtime overrides of the admin API
+	// (/v1/overrides). Nil means a new overrides.Memory: this instance's
+	// own. Give every instance an overrides.Redis on the same Redis to
+	// share them.
+	Overrides overrides.Store
+	// Redis is the client that plan tables in a Redis hash
+	// (plan_tables.NAME.redis_hash) are read with; the caller keeps and
+	// closes it. A configuration with such a table needs it.
+	Redis rueidis.Client
+	// RedisTimeout bounds each plan table lookup in Redis; default 50 ms.
+	RedisTimeout time.Duration
+	// ReadTimeout is the http.Server's ReadTimeout, which the proxy gives
+	// back to the rest of a request body once a body key source has read
+	// its start under proxy.body.timeout. Zero means no limit.
+	ReadTimeout time.Duration
+	// TableCheckEvery is how often a plan table file is looked at for
+	// changes; default 1 s.
+	TableCheckEvery time.Duration
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -78,6 +98,13 @@ type Handler struct {
 	state    atomic.Pointer[state]
 	reloadMu sync.Mutex // serialises Reload
 	draining atomic.Bool
+
+	// Plans and overrides (plans.go, overrides.go).
+	overrides    overrides.Store
+	redis        rueidis.Client
+	redisTimeout time.Duration
+	readTimeout  time.Duration
+	tableCheck   time.Duration
 }
 
 // state is everything a request needs from the configuration, built once
@@ -91,12 +118,8 @@ type state struct {
 	trusted []netip.Prefix
 	// proxy forwards requests upstream; nil without proxy.upstream.
 	proxy *httputil.ReverseProxy
-}
-
-// rule is a configured rule with the middleware that applies its limits.
-type rule struct {
-	cfg config.Rule
-	mw  *httplimit.Middleware
+	// tables are the plan tables, by name.
+	tables map[string]*planTable
 }
 
 // maxBody is the largest request body /v1/check reads.
@@ -113,7 +136,14 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	if store == nil {
 		return nil, errors.New("server: store is nil")
 	}
-	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport()}
+	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
+		overrides: opts.Overrides, redis: opts.Redis, redisTimeout: opts.RedisTimeout, readTimeout: opts.ReadTimeout, tableCheck: opts.TableCheckEvery}
+	if h.overrides == nil {
+		h.overrides = overrides.NewMemory()
+	}
+	if h.tableCheck <= 0 {
+		h.tableCheck = tableCheckEvery
+	}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,6 +181,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handleAdmin("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	h.handleAdmin("/v1/status", "status", onlyMethod("GET", h.serveStatus))
 	h.handleAdmin("/v1/explain", "explain", onlyMethod("GET", h.serveExplain))
+	h.registerOverrides()
 	h.handleRoot()
 	return h, nil
 }
@@ -265,6 +296,11 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 	for _, l := range cfg.Limits() {
 		st.names = append(st.names, l.Name())
 	}
+	tables, err := h.buildTables(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st.tables = tables
 	p, ok := cfg.Proxy()
 	if !ok {
 		return st, nil
@@ -274,26 +310,18 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 		st.proxy = h.newProxy(st, p.Upstream)
 	}
 	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
+	opts := &httplimit.Options{
+		ClientIP:   clientIP,
+		OnDecision: h.countEvent,
+		OnDenied:   deny,
+		Logger:     h.logger,
+		Now:        h.now,
+	}
 	for i, rc := range p.Rules {
-		limits := make([]httplimit.Limit, len(rc.Limits))
-		for j, rl := range rc.Limits {
-			l, ok := cfg.Limit(rl.Limit)
-			if !ok {
-				return nil, fmt.Errorf("server: rule %d: no limit named %q", i, rl.Limit)
-			}
-			limits[j] = httplimit.Limit{Policy: l.Policy, Key: rl.KeyFunc, Cost: rl.Cost, Shadow: l.Shadow}
-		}
-		mw, err := httplimit.New(h.store, limits, &httplimit.Options{
-			ClientIP:   clientIP,
-			OnDecision: h.countEvent,
-			OnDenied:   deny,
-			Logger:     h.logger,
-			Now:        h.now,
-		})
+		r, err := h.buildRule(st, cfg, i, rc, opts, p.Body)
 		if err != nil {
-			return nil, fmt.Errorf("server: rule %d: %w", i, err)
+			return nil, err
 		}
-		r := &rule{cfg: rc, mw: mw}
 		st.rules = append(st.rules, r)
 		if rc.Name != "" {
 			st.byName[rc.Name] = r

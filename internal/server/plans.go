@@ -1,0 +1,328 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/plans/redisplans"
+)
+
+// This file builds the rules of a configuration: their own limits, the
+// limits of each request's plan (docs/plans.md), the runtime overrides
+// that apply to every limit, the limits charged after the upstream's
+// response (charge_on), and the bounded read of the body for the form:
+// and json: key sources.
+
+// tableCheckEvery is how often a plan table file is looked at for changes.
+const tableCheckEvery = time.Second
+
+// rule is a configured rule with the middlewares that apply its limits.
+type rule struct {
+	cfg config.Rule
+	// base applies the rule's own limits: to every request when the rule
+	// has no plan, and to requests without a plan key otherwise.
+	base *applied
+	// plan, when not nil, picks the plan of each request.
+	plan *rulePlan
+	// body, when not nil, bounds the read of the body that a key source
+	// of the rule needs.
+	body *config.Body
+}
+
+// applied is one middleware of a rule, with the proxy behind it.
+type applied struct {
+	// mw applies the limits; nil when there are none (an unlimited plan
+	// on a rule without limits of its own).
+	mw *httplimit.Middleware
+	// proxied is mw in front of the reverse proxy, which charges the
+	// charge_on limits after the upstream's response; nil without an
+	// upstream.
+	proxied http.Handler
+}
+
+// rulePlan picks the plan of a request and the middleware that applies
+// it.
+type rulePlan struct {
+	key    httplimit.KeyFunc
+	pick   plans.Picker
+	set    *plans.Set
+	byPlan map[string]*applied
+}
+
+// choose returns the middleware that applies to r under the rule.
+func (ru *rule) choose(r *http.Request) *applied {
+	if ru.plan == nil {
+		return ru.base
+	}
+	key, ok := ru.plan.key(r)
+	if !ok {
+		return ru.base
+	}
+	name, ok := ru.plan.pick(r, key)
+	return ru.plan.byPlan[ru.plan.set.Resolve(name, ok).Name]
+}
+
+// planOf returns the name of the plan that applies to r, and false when
+// the rule has no plan or r no plan key.
+func (ru *rule) planOf(r *http.Request) (string, bool) {
+	if ru.plan == nil {
+		return "", false
+	}
+	key, ok := ru.plan.key(r)
+	if !ok {
+		return "", false
+	}
+	name, ok := ru.plan.pick(r, key)
+	return ru.plan.set.Resolve(name, ok).Name, true
+}
+
+// buildRule compiles rule i of the configuration.
+func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule, opts *httplimit.Options, body config.Body) (*rule, error) {
+	ru := &rule{cfg: rc}
+	own := make([]httplimit.Limit, 0, len(rc.Limits))
+	readsBody := false
+	for _, rl := range rc.Limits {
+		l, ok := cfg.Limit(rl.Limit)
+		if !ok {
+			return nil, fmt.Errorf("server: rule %d: no limit named %q", i, rl.Limit)
+		}
+		own = append(own, h.limit(l, rl.KeyFunc, rl.Cost, rl.ChargeOn))
+		readsBody = readsBody || keyReadsBody(rl.Key)
+	}
+	var err error
+	if ru.base, err = h.apply(st, own, opts); err != nil {
+		return nil, fmt.Errorf("server: rule %d: %w", i, err)
+	}
+	if rp := rc.Plan; rp != nil {
+		readsBody = readsBody || keyReadsBody(rp.Key) || keyReadsBody(rp.From)
+		if ru.plan, err = h.buildPlan(st, cfg, rp, own, opts); err != nil {
+			return nil, fmt.Errorf("server: rule %d: %w", i, err)
+		}
+	}
+	if readsBody {
+		ru.body = &body
+	}
+	return ru, nil
+}
+
+// buildPlan compiles a rule's plan: one middleware per plan, each with
+// the rule's own limits and the plan's.
+func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, own []httplimit.Limit, opts *httplimit.Options) (*rulePlan, error) {
+	var ps []plans.Plan
+	out := &rulePlan{key: rp.KeyFunc, byPlan: make(map[string]*applied)}
+	for _, cp := range cfg.Plans() {
+		p := plans.Plan{Name: cp.Name}
+		limits := slices.Clone(own)
+		for _, name := range cp.Limits {
+			l, ok := cfg.Limit(name)
+			if !ok {
+				return nil, fmt.Errorf("plan %q: no limit named %q", cp.Name, name)
+			}
+			p.Policies = append(p.Policies, l.Policy)
+			limits = append(limits, h.limit(l, rp.KeyFunc, rp.Cost, nil))
+		}
+		ps = append(ps, p)
+		a, err := h.apply(st, limits, opts)
+		if err != nil {
+			return nil, fmt.Errorf("plan %q: %w", cp.Name, err)
+		}
+		out.byPlan[cp.Name] = a
+	}
+	set, err := plans.NewSet(rp.Default, ps...)
+	if err != nil {
+		return nil, err
+	}
+	out.set = set
+	switch {
+	case rp.FromFunc != nil:
+		out.pick = plans.FromKey(rp.FromFunc)
+	case rp.Table != "":
+		t, ok := st.tables[rp.Table]
+		if !ok {
+			return nil, fmt.Errorf("no plan table named %q", rp.Table)
+		}
+		out.pick = plans.FromTable(t.table, t.failed)
+	default:
+		return nil, errors.New("the plan has neither from nor table")
+	}
+	return out, nil
+}
+
+// apply builds the middleware of a list of limits, and its proxy.
+func (h *Handler) apply(st *state, limits []httplimit.Limit, opts *httplimit.Options) (*applied, error) {
+	if len(limits) == 0 {
+		return &applied{}, nil
+	}
+	mw, err := httplimit.New(h.store, limits, opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &applied{mw: mw}
+	if st.proxy != nil {
+		a.proxied = mw.Handler(st.proxy)
+	}
+	return a, nil
+}
+
+// limit returns the httplimit limit of a configured limit, with the
+// runtime overrides of its keys applied.
+func (h *Handler) limit(l config.Limit, key httplimit.KeyFunc, cost int64, chargeOn []int) httplimit.Limit {
+	base := l.Policy
+	out := httplimit.Limit{
+		Policy: base,
+		Key:    key,
+		Cost:   cost,
+		Shadow: l.Shadow,
+		PolicyFunc: func(_ *http.Request, key string) (sluice.Policy, bool) {
+			p, _ := h.policyFor(base, key)
+			return p, true
+		},
+	}
+	if len(chargeOn) > 0 {
+		statuses := slices.Clone(chargeOn)
+		out.ChargeOn = func(status int) bool { return slices.Contains(statuses, status) }
+	}
+	return out
+}
+
+// keyReadsBody reports whether a key spec has a source that reads the
+// request body.
+func keyReadsBody(spec string) bool {
+	for part := range strings.SplitSeq(spec, "+") {
+		if strings.HasPrefix(part, "form:") || strings.HasPrefix(part, "json:") {
+			return true
+		}
+	}
+	return false
+}
+
+// planTable is a configured plan table, ready for lookups.
+type planTable struct {
+	cfg   config.PlanTable
+	table plans.Table
+	// failed reports a failed lookup, at most once per tableLogEvery.
+	failed func(error)
+}
+
+// tableLogEvery is the least time between two log lines about a failing
+// plan table.
+const tableLogEvery = 10 * time.Second
+
+// buildTables opens the plan tables of a configuration.
+func (h *Handler) buildTables(cfg *config.Config) (map[string]*planTable, error) {
+	out := make(map[string]*planTable)
+	var known []string
+	for _, p := range cfg.Plans() {
+		known = append(known, p.Name)
+	}
+	for _, tc := range cfg.PlanTables() {
+		t := &planTable{cfg: tc, failed: h.throttledWarn("plans: the plan table failed; clients get the default plan, or the plan last seen", slog.String("table", tc.Name))}
+		switch {
+		case tc.File != "":
+			name := tc.Name
+			f, err := plans.OpenFile(tc.File, plans.FileOptions{
+				CheckEvery: h.tableCheck,
+				Plans:      known,
+				OnReload: func(keys int, err error) {
+					if err != nil {
+						h.logger.Warn("plans: a changed plan table file was refused; the previous one stays", "table", name, "error", err)
+						return
+					}
+					h.logger.Info("plans: plan table reloaded", "table", name, "keys", keys)
+				},
+			})
+			if err != nil {
+				return nil, fmt.Errorf("server: plan table %q: %w", tc.Name, err)
+			}
+			t.table = f
+		case tc.RedisHash != "":
+			if h.redis == nil {
+				return nil, fmt.Errorf("server: plan table %q reads the Redis hash %q, but the server has no Redis client (Options.Redis)", tc.Name, tc.RedisHash)
+			}
+			t.table = plans.NewCache(redisplans.New(h.redis, tc.RedisHash, h.redisTimeout), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize})
+		default:
+			return nil, fmt.Errorf("server: plan table %q has neither a file nor a Redis hash", tc.Name)
+		}
+		out[tc.Name] = t
+	}
+	return out, nil
+}
+
+// throttledWarn returns a function that logs an error at Warn, at most
+// once per tableLogEvery, counting the ones it skips.
+func (h *Handler) throttledWarn(msg string, attrs ...slog.Attr) func(error) {
+	var mu sync.Mutex
+	var last time.Time
+	skipped := 0
+	return func(err error) {
+		mu.Lock()
+		now := time.Now()
+		if !last.IsZero() && now.Sub(last) < tableLogEvery {
+			skipped++
+			mu.Unlock()
+			return
+		}
+		n := skipped
+		last, skipped = now, 0
+		mu.Unlock()
+		h.logger.LogAttrs(context.Background(), slog.LevelWarn, msg, append(attrs, slog.Any("error", err), slog.Int("not_logged", n))...)
+	}
+}
+
+// readBody reads ahead the body of a request whose rule has a body key
+// source, within the rule's bounds: at most Body.MaxBytes (a longer body
+// gives no body key, and streams on intact), and within Body.Timeout. A
+// body that does not arrive in time is answered 408, one that breaks off
+// 400, and readBody reports false; the request cannot be forwarded
+// intact.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, b *config.Body) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	rc := http.NewResponseController(w)
+	start := time.Now()
+	deadline := rc.SetReadDeadline(start.Add(b.Timeout)) == nil
+	err := httplimit.BufferBody(r, b.MaxBytes)
+	if deadline {
+		// The rest of the body gets the server's own read timeout back.
+		var d time.Time
+		if h.readTimeout > 0 {
+			d = start.Add(h.readTimeout)
+		}
+		rc.SetReadDeadline(d)
+	}
+	if err == nil {
+		return true
+	}
+	w.Header().Set("Connection", "close")
+	if isTimeout(err) {
+		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %v", b.Timeout))
+		return false
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "the request body is too large")
+		return false
+	}
+	writeError(w, http.StatusBadRequest, "reading the request body failed")
+	return false
+}
+
+// isTimeout reports whether err is a read deadline that passed.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
