@@ -32,7 +32,6 @@ type compiled struct {
 	policy  sluice.Policy
 	err     error
 	code    string // the script's algorithm code
-	fam     family
 	l, p, b string // L, P (µs) and B as script arguments
 	fp      string
 }
@@ -69,12 +68,6 @@ func compile(p sluice.Policy) *compiled {
 		return c
 	}
 	c.code = algoCodes[p.Algorithm]
-	switch p.Algorithm {
-	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		c.fam = famWindow
-	case sluice.SlidingLogAlgorithm:
-		c.fam = famLog
-	}
 	l, per := p.Limit, period
 	if p.Algorithm.HasBurst() {
 		// Only the rate P/L matters: dividing both by their gcd changes

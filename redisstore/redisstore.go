@@ -121,7 +121,7 @@ type Store struct {
 	onError    func(error)
 	callerTime bool
 
-	single   [numFamilies]*rueidis.Lua
+	single   [len(algorithmFiles)]*rueidis.Lua
 	many     *rueidis.Lua
 	policies policyCache
 	breaker  *breaker
@@ -189,8 +189,8 @@ func New(opts Options) (*Store, error) {
 		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
 	}
 	s.policies.seed = maphash.MakeSeed()
-	for f, src := range single {
-		s.single[f] = rueidis.NewLuaScript(src)
+	for a, src := range single {
+		s.single[a] = rueidis.NewLuaScript(src)
 	}
 	if opts.Client != nil {
 		c := opts.Client
@@ -317,7 +317,7 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 	}
 	keys := []string{c.key(s.prefix, req.Key)}
 	args := []string{nowArg, op, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	vals, err := s.eval(ctx, s.single[c.fam], keys, args)
+	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args)
 	if err == nil && len(vals) != replyWidth {
 		err = s.malformed(vals)
 	}

@@ -12,33 +12,33 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// family is a group of algorithms that share a state layout and a Lua
-// file of I/O: the token-bucket family, the windows, and the sliding log.
-type family uint8
-
-const (
-	famTAT family = iota
-	famWindow
-	famLog
-	numFamilies
-)
-
-// familyFiles lists each family's Lua files, in the order they are joined,
-// and the function that decides one of its requests.
-var familyFiles = [numFamilies]struct {
-	files  []string
-	decide string
+// algorithmFiles lists, for each algorithm, the Lua files it needs after
+// lib.lua, in order, and the functions the single-request script calls:
+// the family's decide, which reads and writes the state, and the
+// algorithm's own.
+var algorithmFiles = [...]struct {
+	files             []string
+	decide, algorithm string
 }{
-	famTAT:    {[]string{"gcra", "token_bucket", "leaky_bucket"}, "tat_decide"},
-	famWindow: {[]string{"fixed_window", "sliding_window"}, "win_decide"},
-	famLog:    {[]string{"sliding_log"}, "sliding_log"},
+	sluice.TokenBucketAlgorithm:   {[]string{"tat", "token_bucket"}, "tat_decide", "token_bucket"},
+	sluice.GCRAAlgorithm:          {[]string{"tat", "gcra"}, "tat_decide", "gcra"},
+	sluice.LeakyBucketAlgorithm:   {[]string{"tat", "leaky_bucket"}, "tat_decide", "leaky_bucket"},
+	sluice.FixedWindowAlgorithm:   {[]string{"window", "fixed_window"}, "win_decide", "fixed_window"},
+	sluice.SlidingLogAlgorithm:    {[]string{"sliding_log"}, "sliding_log", "false"},
+	sluice.SlidingWindowAlgorithm: {[]string{"window", "sliding_window"}, "win_decide", "sliding_window"},
 }
 
-// scripts returns the Lua scripts, each made of the files of lua/ joined
-// into one chunk: for each family, a script that decides one request (so
-// that a call defines only the functions it may need), and one that
-// decides any mix of algorithms for AllowAll.
-func scripts() (single [numFamilies]string, many string, err error) {
+// manyFiles are the files of the AllowAll script, in order.
+var manyFiles = []string{
+	"lib", "tat", "token_bucket", "gcra", "leaky_bucket", "window", "fixed_window", "sliding_window", "sliding_log", "many",
+}
+
+// scripts returns the Lua scripts, each made of files of lua/ joined into
+// one chunk: for each algorithm, one that decides a single request and
+// defines only the functions that algorithm uses (Lua creates every
+// function of a script anew on each call), and one that decides any mix of
+// algorithms for AllowAll.
+func scripts() (single [len(algorithmFiles)]string, many string, err error) {
 	read := func(b *strings.Builder, names ...string) {
 		for _, name := range names {
 			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
@@ -49,19 +49,17 @@ func scripts() (single [numFamilies]string, many string, err error) {
 			b.WriteByte('\n')
 		}
 	}
-	var all strings.Builder
-	read(&all, "lib")
-	for f := range numFamilies {
+	for a, f := range algorithmFiles {
 		var b strings.Builder
 		read(&b, "lib")
-		read(&b, familyFiles[f].files...)
-		fmt.Fprintf(&b, "local decide = %s\n", familyFiles[f].decide)
+		read(&b, f.files...)
+		fmt.Fprintf(&b, "local decide, algorithm = %s, %s\n", f.decide, f.algorithm)
 		read(&b, "single")
-		single[f] = b.String()
-		read(&all, familyFiles[f].files...)
+		single[a] = b.String()
 	}
-	read(&all, "many")
-	return single, all.String(), err
+	var b strings.Builder
+	read(&b, manyFiles...)
+	return single, b.String(), err
 }
 
 // Script operations.

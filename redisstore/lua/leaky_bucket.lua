@@ -1,5 +1,4 @@
--- leaky_bucket.lua: a queue drained at one cost unit every T = P/L, and the
--- token-bucket family's I/O.
+-- leaky_bucket.lua: a queue drained at one cost unit every T = P/L.
 --
 -- Mirrors internal/algo/leakybucket.go: admission as the token bucket's, and
 -- an admitted request waits delay = the backlog before it. maxdelay, when
@@ -25,60 +24,4 @@ local function leaky_bucket(L, P, B, at, frac, now, cost, maxdelay)
     wait = 0
   end
   return ok, nat, nfrac, rem, retry, reset, wait
-end
-
--- tat_load returns the state at key: at, frac and w, zeros for a missing
--- key.
-local function tat_load(key)
-  local v = call('GET', key)
-  if not v then
-    return 0, 0, 0
-  end
-  local at = tonumber(v)
-  if at then
-    return at, 0, 0
-  end
-  local a, f, w = match(v, '^(%d+) (%d+) (%d+)$')
-  if not a then
-    malformed(key)
-  end
-  return tonumber(a), tonumber(f), tonumber(w)
-end
-
--- tat_decide runs the algorithm alg (tb, gcra or lb) on the state at key
--- and returns allowed, remaining, retry, reset and delay. With commit it
--- stores an admitted request's new state, to expire when the bucket is full
--- again.
-local function tat_decide(key, alg, L, P, B, now, cost, commit, maxdelay)
-  local at, frac, w = tat_load(key)
-  if now < w then
-    now = w
-  end
-  local ok, nat, nfrac, rem, retry, reset, delay
-  if alg == 'lb' then
-    ok, nat, nfrac, rem, retry, reset, delay = leaky_bucket(L, P, B, at, frac, now, cost, maxdelay)
-  elseif alg == 'gcra' then
-    ok, nat, nfrac, rem, retry, reset, delay = gcra(L, P, B, at, frac, now, cost)
-  else
-    ok, nat, nfrac, rem, retry, reset, delay = token_bucket(L, P, B, at, frac, now, cost)
-  end
-  if not (commit and ok) then
-    if not TRACK or now <= w then
-      return ok, rem, retry, reset, delay
-    end
-    nat, nfrac = at, frac -- only w changes
-  end
-  local expiry = nat
-  if nfrac > 0 then
-    expiry = nat + 1
-  end
-  if nfrac == 0 and not TRACK then
-    -- A number argument reaches Redis as its exact digits (Redis formats
-    -- it with %.17g, or as the shortest string that reads back the same),
-    -- which tonumber reads back exactly; it is cheaper than format.
-    call('SET', key, nat, 'PX', ttl(expiry - now))
-  else
-    call('SET', key, format('%.0f %.0f %.0f', nat, nfrac, now), 'PX', ttl(expiry - now))
-  end
-  return ok, rem, retry, reset, delay
 end

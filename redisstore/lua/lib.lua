@@ -32,64 +32,44 @@ else
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- divmod returns floor(n/d) and n mod d for integers 0 <= n <= 2^52 and
--- 0 < d <= 2^50. The quotient of two doubles is rounded, so floor(n/d) may
--- be one too large; the remainder, computed exactly, corrects it.
-local function divmod(n, d)
-  local q = floor(n / d)
-  local r = n - q * d
-  if r < 0 then
-    return q - 1, r + d
-  end
-  return q, r
-end
-
 -- muldivmod returns floor(a·b/d) and a·b mod d for integers 0 <= a, b <=
 -- 2^52 and 0 < d <= 2^49 whose quotient is below 2^53. A product below 2^52
--- is exact and divided at once. A larger one is a·b = a·bq·d + a·br with br
--- = b mod d, and floor(a·br/d) is found digit by digit, taking a's digits in
+-- is exact, and so is floor(p/d) for it: the quotient of two doubles is
+-- rounded, but an integer n with n + d < 2^53 is never within rounding of
+-- the next multiple of d. A larger product is a·b = a·bq·d + a·br with br =
+-- b mod d, and floor(a·br/d) is found digit by digit, taking a's digits in
 -- base 4 from the top: every intermediate stays below 7·2^49.
 local function muldivmod(a, b, d)
   local p = a * b
   if p < TWO52 then
     local q = floor(p / d)
-    local r = p - q * d
-    if r < 0 then
-      return q - 1, r + d
-    end
-    return q, r
+    return q, p - q * d
   end
-  local bq, br = divmod(b, d)
+  local bq = floor(b / d)
+  local br = b - bq * d
   local q, r, rest, w = 0, 0, a, TWO52
   while w >= 1 do
     local digit = floor(rest / w)
     rest = rest - digit * w
-    local k, m = divmod(r * 4 + digit * br, d)
-    q, r = q * 4 + k, m
+    local t = r * 4 + digit * br
+    local k = floor(t / d)
+    q, r = q * 4 + k, t - k * d
     w = w / 4
   end
   return a * bq + q, r
 end
 
--- ttl returns the lifetime in milliseconds of a key whose state is back to
--- initial dt microseconds from now: rounded up, plus 1 ms because Redis
--- counts a key's expiry on a millisecond clock that may lag the microsecond
--- one. With the caller's time, which need not advance with Redis's clock,
--- keys live an hour longer, so that they outlast the real time between a
--- test's calls.
-local function ttl(dt)
-  if dt < 0 then
-    dt = 0
-  end
-  local ms = floor((dt + 999) / 1000) + 1
-  if TRACK then
-    return ms + 3600000
-  end
-  return ms
+-- PAD is added to every TTL, in milliseconds: 1 because Redis counts a
+-- key's expiry on a millisecond clock that may lag the microsecond one, and
+-- with the caller's time, which need not advance with Redis's clock, an
+-- hour more, so that keys outlast the real time between a test's calls. A
+-- key whose state is back to initial dt µs from now lives
+-- ceil(dt/1000) + PAD ms.
+local PAD = 1
+if TRACK then
+  PAD = 3600001
 end
 
--- malformed stops the script, with an error reply, when a key holds
+-- MALFORMED starts the error a script stops with when a key holds
 -- something Sluice did not write there.
-local function malformed(key)
-  error({err = 'ERR sluice: malformed state at key ' .. key})
-end
+local MALFORMED = 'ERR sluice: malformed state at key '

@@ -13,17 +13,22 @@ local function field(i, f)
   return ARGV[1 + (i - 1) * 6 + f]
 end
 
+-- algorithms maps each algorithm's code to the function that decides a
+-- request on its state, and the algorithm itself.
+local algorithms = {
+  tb = {tat_decide, token_bucket},
+  gcra = {tat_decide, gcra},
+  lb = {tat_decide, leaky_bucket},
+  fw = {win_decide, fixed_window},
+  sw = {win_decide, sliding_window},
+  sl = {sliding_log, false},
+}
+
 -- decide runs request i's algorithm at now for cost, charging it if commit
 -- is set and it is admitted.
 local function decide(i, now, cost, commit, maxdelay)
-  local key, alg = KEYS[i], field(i, 1)
-  local L, P, B = tonumber(field(i, 2)), tonumber(field(i, 3)), tonumber(field(i, 4))
-  if alg == 'sl' then
-    return sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
-  elseif alg == 'fw' or alg == 'sw' then
-    return win_decide(key, alg, L, P, B, now, cost, commit, maxdelay)
-  end
-  return tat_decide(key, alg, L, P, B, now, cost, commit, maxdelay)
+  local a = algorithms[field(i, 1)]
+  return a[1](KEYS[i], a[2], tonumber(field(i, 2)), tonumber(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
 end
 
 -- seen returns the latest time the state of request i has seen.
@@ -31,7 +36,7 @@ local function seen(i)
   local key, alg = KEYS[i], field(i, 1)
   if alg == 'sl' then
     local w = call('LINDEX', key, 1)
-    return tonumber(w or 0) or malformed(key)
+    return tonumber(w or 0) or error({err = MALFORMED .. key})
   elseif alg == 'fw' or alg == 'sw' then
     local _, _, _, w = win_load(key)
     return w

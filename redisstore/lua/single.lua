@@ -1,5 +1,7 @@
--- single.lua: one request (Allow or Peek) on one key, with the algorithms of
--- one family; the Go side sets decide to that family's function.
+-- single.lua: one request (Allow or Peek) on one key, with one algorithm:
+-- the Go side joins the files that algorithm needs and sets decide to its
+-- family's function (tat_decide, win_decide or sliding_log) and algorithm
+-- to the algorithm's.
 --
 -- KEYS[1]: the state key.
 -- ARGV: now (see lib.lua), 'a' (Allow, which charges an admitted request)
@@ -8,7 +10,7 @@
 --   P are already divided by their greatest common divisor.
 -- Reply: allowed (0 or 1), remaining, retry (µs, -1 for never), reset (µs)
 --   and delay (µs).
-local ok, rem, retry, reset, delay = decide(KEYS[1], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]),
+local ok, rem, retry, reset, delay = decide(KEYS[1], algorithm, tonumber(ARGV[4]), tonumber(ARGV[5]),
   tonumber(ARGV[6]), NOW, tonumber(ARGV[7]), ARGV[2] == 'a', tonumber(ARGV[8]))
 if ok then
   return {1, rem, retry, reset, delay}

@@ -11,24 +11,34 @@
 
 local LOG_CHUNK = 32
 
+-- log_ttl returns the TTL in ms of a log whose state is back to initial dt
+-- µs from now (see PAD in lib.lua).
+local function log_ttl(dt)
+  if dt < 0 then
+    dt = 0
+  end
+  return floor((dt + 999) / 1000) + PAD
+end
+
 -- log_chunk returns up to LOG_CHUNK entries from entry j (0-based) as a flat
 -- array {at, cost, at, cost, ...}.
 local function log_chunk(key, j)
   return call('LRANGE', key, 2 + 2 * j, 1 + 2 * (j + LOG_CHUNK))
 end
 
--- sliding_log decides a request on the log at key and returns allowed,
+-- sliding_log decides a request on the log at key (algorithm is unused: it
+-- has the signature of tat_decide and win_decide) and returns allowed,
 -- remaining, retry (µs, -1 for never), reset (µs) and delay (0). With
 -- commit it records an admitted request and drops the entries that no
 -- longer count; when times are tracked it records now as the latest time
 -- seen even when nothing else changes.
-local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
+local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
   local head = call('LRANGE', key, 0, 2)
   local sum, w = 0, 0
   if #head >= 2 then
     sum, w = tonumber(head[1]), tonumber(head[2])
     if not sum or not w then
-      malformed(key)
+      error({err = MALFORMED .. key})
     end
   end
   if now < w then
@@ -41,7 +51,7 @@ local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
     newest, newest_cost = tonumber(tail[1]), tonumber(tail[2])
     local oldest = tonumber(head[3])
     if not newest or not newest_cost or not oldest then
-      malformed(key)
+      error({err = MALFORMED .. key})
     end
     if now < newest then
       now = newest
@@ -81,7 +91,7 @@ local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
     while rest + cost > L do
       local c = log_chunk(key, j)
       if #c < 2 then
-        malformed(key)
+        error({err = MALFORMED .. key})
       end
       local k = 1
       while k < #c and rest + cost > L do
@@ -99,7 +109,7 @@ local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
       call('DEL', key)
     end
     call('RPUSH', key, format('%.0f', cost), format('%.0f', now), format('%.0f', now), format('%.0f', cost))
-    call('PEXPIRE', key, ttl(P))
+    call('PEXPIRE', key, log_ttl(P))
   elseif commit and not push and not any then
     -- Nothing counts any more: the log is back to initial.
     if #head > 0 then
@@ -107,7 +117,7 @@ local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
     end
     if TRACK then
       call('RPUSH', key, 0, format('%.0f', now))
-      call('PEXPIRE', key, ttl(0))
+      call('PEXPIRE', key, log_ttl(0))
     end
   elseif push or (commit and first > 0) then
     local total, expiry = sum, newest + P
@@ -124,14 +134,14 @@ local function sliding_log(key, alg, L, P, B, now, cost, commit, maxdelay)
     end
     call('LSET', key, 0, format('%.0f', total))
     call('LSET', key, 1, format('%.0f', now))
-    call('PEXPIRE', key, ttl(expiry - now))
+    call('PEXPIRE', key, log_ttl(expiry - now))
   elseif TRACK and (#head == 0 or now > w) then
     if #head == 0 then
       call('RPUSH', key, 0, format('%.0f', now))
-      call('PEXPIRE', key, ttl(0))
+      call('PEXPIRE', key, log_ttl(0))
     else
       call('LSET', key, 1, format('%.0f', now))
-      call('PEXPIRE', key, ttl(newest + P - now))
+      call('PEXPIRE', key, log_ttl(newest + P - now))
     end
   end
   return ok, rem, retry, reset, 0

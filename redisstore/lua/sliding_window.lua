@@ -1,5 +1,4 @@
--- sliding_window.lua: the sliding window counter, exact, and the window
--- algorithms' I/O.
+-- sliding_window.lua: the sliding window counter, exact.
 --
 -- Mirrors internal/algo/slidingwindow.go: windows aligned as the fixed
 -- window's, and the estimate prev·(P − (now − ws))/P + curr computed as a
@@ -79,49 +78,4 @@ local function sliding_window(L, P, start, prev, curr, now, cost)
     rem = 0
   end
   return false, start, prev, curr, expire, rem, sliding_retry_at(L, P, ws, p, c, cost) - now, reset
-end
-
--- win_load returns the state at key: start, prev, curr and w, zeros for a
--- missing key.
-local function win_load(key)
-  local v = call('GET', key)
-  if not v then
-    return 0, 0, 0, 0
-  end
-  local a, b, c, d = match(v, '^(%d+) (%d+) ?(%d*) ?(%d*)$')
-  if not a then
-    malformed(key)
-  elseif c == '' then
-    return tonumber(a), 0, tonumber(b), 0
-  end
-  return tonumber(a), tonumber(b), tonumber(c), tonumber(d) or malformed(key)
-end
-
--- win_decide runs the algorithm alg (fw or sw) on the state at key and
--- returns allowed, remaining, retry, reset and delay (0). With commit it
--- stores an admitted request's new state, to expire when it is back to
--- initial.
-local function win_decide(key, alg, L, P, B, now, cost, commit, maxdelay)
-  local start, prev, curr, w = win_load(key)
-  if now < w then
-    now = w
-  end
-  local ok, ns, np, nc, expire, rem, retry, reset
-  if alg == 'fw' then
-    ok, ns, np, nc, expire, rem, retry, reset = fixed_window(L, P, start, curr, now, cost)
-  else
-    ok, ns, np, nc, expire, rem, retry, reset = sliding_window(L, P, start, prev, curr, now, cost)
-  end
-  if not (commit and ok) then
-    if not TRACK or now <= w then
-      return ok, rem, retry, reset, 0
-    end
-    ns, np, nc = start, prev, curr -- only w changes
-  end
-  if np == 0 and not TRACK then
-    call('SET', key, format('%.0f %.0f', ns, nc), 'PX', ttl(expire - now))
-  else
-    call('SET', key, format('%.0f %.0f %.0f %.0f', ns, np, nc, now), 'PX', ttl(expire - now))
-  end
-  return ok, rem, retry, reset, 0
 end

@@ -1,0 +1,128 @@
+-- tat.lua: the token-bucket family's shared core (token_bucket, gcra and
+-- leaky_bucket) and its state in Redis.
+--
+-- Mirrors the core of internal/algo/gcra.go. The state is the theoretical arrival time
+-- TAT = at + frac/L µs (0 <= frac < L), the instant the bucket is full again.
+-- L and P here are the policy's limit and period divided by their greatest
+-- common divisor, which changes no decision and keeps frac small (usually
+-- 0). B is the burst.
+--
+-- A key holds "at" when frac is 0 and no w is kept, else "at frac w".
+
+-- tat_remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
+-- backlog of q µs plus r/L µs. y + r < 2^50, so the division is exact.
+local function tat_remaining(L, P, B, q, r)
+  local x, y = muldivmod(q, L, P)
+  if y + r > 0 then
+    return B - x - floor((y + r - 1) / P) - 1
+  end
+  return B - x
+end
+
+-- tat_step decides a request of the given cost: admitted iff backlog + c·T
+-- <= B·T, with T = P/L. It returns allowed, the new at and frac, remaining,
+-- retry (µs, -1 for never), reset (µs) and the backlog before the request
+-- rounded up to the µs (an admitted leaky-bucket request's delay).
+--
+-- Every admitted request leaves tat <= now + B·T, so a larger backlog is
+-- only seen when the clock has stepped backwards; it is read as B·T, an
+-- empty bucket.
+local function tat_step(L, P, B, at, frac, now, cost)
+  local hq, hr = muldivmod(B, P, L)
+  local bq, br = 0, 0
+  local d = at - hq
+  if d > now or (d == now and frac > hr) then
+    bq, br = hq, hr
+  elseif at > now or (at == now and frac > 0) then
+    bq, br = at - now, frac
+  end
+  local wait = bq
+  if br > 0 then
+    wait = bq + 1
+  end
+  if cost > B then
+    return false, at, frac, tat_remaining(L, P, B, bq, br), -1, wait, wait
+  end
+  local cq, cr = muldivmod(cost, P, L)
+  local nq, nr = bq + cq, br + cr
+  if nr >= L then
+    nq, nr = nq + 1, nr - L
+  end
+  if nq < hq or (nq == hq and nr <= hr) then
+    -- The new state is max(tat, now) + c·T, from the state itself when it
+    -- has a backlog, so that a backlog read as B·T leaves it as it is.
+    local na, nf = now + cq, cr
+    if bq > 0 or br > 0 then
+      na, nf = at + cq, frac + cr
+      if nf >= L then
+        na, nf = na + 1, nf - L
+      end
+    end
+    local reset = nq
+    if nr > 0 then
+      reset = nq + 1
+    end
+    return true, na, nf, tat_remaining(L, P, B, nq, nr), 0, reset, wait
+  end
+  -- Denied: wait until the backlog has drained by the excess over B·T.
+  local eq, er = nq - hq, nr - hr
+  if er < 0 then
+    eq, er = eq - 1, er + L
+  end
+  if er > 0 then
+    eq = eq + 1
+  end
+  return false, at, frac, tat_remaining(L, P, B, bq, br), eq, wait, wait
+end
+
+-- tat_load returns the state at key: at, frac and w, zeros for a missing
+-- key. A key holds "at" when frac is 0 and no w is kept, else "at frac w".
+local function tat_load(key)
+  local v = call('GET', key)
+  if not v then
+    return 0, 0, 0
+  end
+  local at = tonumber(v)
+  if at then
+    return at, 0, 0
+  end
+  local a, f, w = match(v, '^(%d+) (%d+) (%d+)$')
+  if not a then
+    error({err = MALFORMED .. key})
+  end
+  return tonumber(a), tonumber(f), tonumber(w)
+end
+
+-- tat_decide runs algorithm (token_bucket, gcra or leaky_bucket) on the
+-- state at key and returns allowed, remaining, retry, reset and delay. With
+-- commit it stores an admitted request's new state, to expire when the
+-- bucket is full again.
+local function tat_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
+  local at, frac, w = tat_load(key)
+  if now < w then
+    now = w
+  end
+  local ok, nat, nfrac, rem, retry, reset, delay = algorithm(L, P, B, at, frac, now, cost, maxdelay)
+  if not (commit and ok) then
+    if not TRACK or now <= w then
+      return ok, rem, retry, reset, delay
+    end
+    nat, nfrac = at, frac -- only w changes
+  end
+  local dt = nat - now
+  if nfrac > 0 then
+    dt = dt + 1
+  end
+  if dt < 0 then
+    dt = 0
+  end
+  if nfrac == 0 and not TRACK then
+    -- A number argument reaches Redis as its exact digits (Redis formats
+    -- it with %.17g, or as the shortest string that reads back the same),
+    -- which tonumber reads back exactly; it is cheaper than format.
+    call('SET', key, nat, 'PX', floor((dt + 999) / 1000) + PAD)
+  else
+    call('SET', key, format('%.0f %.0f %.0f', nat, nfrac, now), 'PX', floor((dt + 999) / 1000) + PAD)
+  end
+  return ok, rem, retry, reset, delay
+end
