@@ -3,9 +3,8 @@
 -- Mirrors internal/algo/fixedwindow.go (state and roll in window.lua).
 
 -- fixed_window decides a request: admitted iff count + cost <= L (prev is
--- always 0 and unused). It returns
--- allowed, the new start, prev and curr, the state's expiry, remaining,
--- retry (µs, -1 for never) and reset (µs).
+-- always 0 and unused). It returns allowed, the new start, prev and curr,
+-- the state's expiry, remaining, retry (µs, -1 for never) and reset (µs).
 local function fixed_window(L, P, start, prev, curr, now, cost)
   local expire = 0
   if curr > 0 then

@@ -1,11 +1,11 @@
 -- tat.lua: the token-bucket family's shared core (token_bucket, gcra and
 -- leaky_bucket) and its state in Redis.
 --
--- Mirrors the core of internal/algo/gcra.go. The state is the theoretical arrival time
--- TAT = at + frac/L µs (0 <= frac < L), the instant the bucket is full again.
--- L and P here are the policy's limit and period divided by their greatest
--- common divisor, which changes no decision and keeps frac small (usually
--- 0). B is the burst.
+-- Mirrors the core of internal/algo/gcra.go. The state is the theoretical
+-- arrival time TAT = at + frac/L µs (0 <= frac < L), the instant the bucket
+-- is full again. L and P here are the policy's limit and period divided by
+-- their greatest common divisor, which changes no decision and keeps frac
+-- small (usually 0). B is the burst.
 --
 -- A key holds "at" when frac is 0 and no w is kept, else "at frac w".
 
