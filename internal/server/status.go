@@ -43,12 +43,18 @@ const (
 // decision takes no lock.
 type board struct {
 	now    func() time.Time
-	series sync.Map // limit name -> *ring
 	denied *topK
+	// rings maps limit names to their rings. It is copied on write (a new
+	// limit, a reload), so that a lookup takes no lock and allocates
+	// nothing.
+	rings atomic.Pointer[map[string]*ring]
+	mu    sync.Mutex // serialises writers of rings
 }
 
 func newBoard(now func() time.Time) *board {
-	return &board{now: now, denied: newTopK(sketchCounters)}
+	b := &board{now: now, denied: newTopK(sketchCounters)}
+	b.rings.Store(&map[string]*ring{})
+	return b
 }
 
 // ring holds one limit's per-second counts. Slot i holds second s when
@@ -88,12 +94,25 @@ func (b *board) record(limit, key string, o int) {
 	}
 }
 
+// ring returns limit's ring, making it on first use.
 func (b *board) ring(limit string) *ring {
-	if r, ok := b.series.Load(limit); ok {
-		return r.(*ring)
+	if r, ok := (*b.rings.Load())[limit]; ok {
+		return r
 	}
-	r, _ := b.series.LoadOrStore(limit, new(ring))
-	return r.(*ring)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.rings.Load()
+	if r, ok := old[limit]; ok {
+		return r
+	}
+	m := make(map[string]*ring, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	r := new(ring)
+	m[strings.Clone(limit)] = r
+	b.rings.Store(&m)
+	return r
 }
 
 // counts returns limit's counts by outcome for the n seconds that end with
@@ -103,11 +122,10 @@ func (b *board) counts(limit string, last int64, n int) [numOutcomes][]uint64 {
 	for o := range out {
 		out[o] = make([]uint64, n)
 	}
-	v, ok := b.series.Load(limit)
+	r, ok := (*b.rings.Load())[limit]
 	if !ok {
 		return out
 	}
-	r := v.(*ring)
 	for i := range n {
 		sec := last - int64(n-1-i)
 		s := &r.slots[uint64(sec)%statusSeconds]
@@ -124,16 +142,18 @@ func (b *board) counts(limit string, last int64, n int) [numOutcomes][]uint64 {
 // forget drops the rings of the limits that are not in names, the
 // configuration in use.
 func (b *board) forget(names []string) {
-	keep := make(map[string]bool, len(names))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.rings.Load()
+	m := make(map[string]*ring, len(names))
 	for _, n := range names {
-		keep[n] = true
-	}
-	b.series.Range(func(k, _ any) bool {
-		if !keep[k.(string)] {
-			b.series.Delete(k)
+		if r, ok := old[n]; ok {
+			m[n] = r
 		}
-		return true
-	})
+	}
+	if len(m) != len(old) {
+		b.rings.Store(&m)
+	}
 }
 
 // outcomeIndex returns the index of an outcome label value.

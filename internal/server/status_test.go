@@ -124,7 +124,7 @@ func TestStatusReload(t *testing.T) {
 	if len(s.Limits) != 1 || s.Limits[0].Name != "other" {
 		t.Errorf("limits after reload = %+v, want only other", s.Limits)
 	}
-	if _, ok := f.h.board.series.Load("api-key"); ok {
+	if _, ok := (*f.h.board.rings.Load())["api-key"]; ok {
 		t.Error("the board still keeps api-key's counts after it was removed")
 	}
 }
