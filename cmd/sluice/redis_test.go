@@ -10,12 +10,15 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// redisConfig uses a Redis at addr. Its timeout is long, so that a slow
+// machine's first call (a new connection, a script load) is not degraded:
+// the tests stop Redis, which fails calls at once.
 func redisConfig(addr, onError string) string {
 	return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q], prefix: "cmdtest:"}
-  timeout: 100ms
+  timeout: 2s
   on_error: %s
 limits:
   tiny: {algorithm: sliding_log, limit: 2, period: 1h}

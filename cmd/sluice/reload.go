@@ -45,9 +45,9 @@ func sameFile(a, b os.FileInfo) bool {
 
 // watch reloads the configuration file on SIGHUP (hup) and, every
 // --watch, when the file changed, until ctx is done. A change is applied
-// once the file has stopped changing for one interval, so that a file
-// being written is not read half-way, and only when its content differs
-// from what was last read. src is what the file was at startup; nil when
+// once the file has stopped changing for one interval and is not empty,
+// so that a file being written is not read half-way, and only when its
+// content differs from what was last read. src is what the file was at startup; nil when
 // the service runs the built-in default, which has no file to reload.
 func (s *service) watch(ctx context.Context, src *source, hup <-chan os.Signal) {
 	var tick <-chan time.Time
@@ -85,8 +85,11 @@ func (s *service) watch(ctx context.Context, src *source, hup <-chan os.Signal) 
 				pending = nil
 				continue
 			}
-			if pending == nil || !sameFile(info, pending) {
-				pending = info // wait one more interval for it to settle
+			if pending == nil || !sameFile(info, pending) || info.Size() == 0 {
+				// Wait one more interval for the file to settle. An empty
+				// file is never valid: it is one being written (truncated,
+				// not yet filled), so it waits for its content.
+				pending = info
 				continue
 			}
 			pending = nil

@@ -71,7 +71,7 @@ func TestReloadOnFileChange(t *testing.T) {
 
 	writeConfig(t, path, reloadBad)
 	waitFor(t, "the bad file to be refused", func() bool {
-		return strings.Contains(in.stderr.String(), "reload refused")
+		return strings.Contains(in.stderr.String(), "problems=2")
 	})
 	log := in.stderr.String()
 	for _, want := range []string{

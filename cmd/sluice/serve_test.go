@@ -169,7 +169,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// writeConfig writes a configuration file into dir and returns its path.
+// writeConfig writes a configuration file at path, in place (truncated,
+// then written, as many editors do), and returns path.
 func writeConfig(t *testing.T, path, content string) string {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
