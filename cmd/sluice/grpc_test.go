@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,8 +10,10 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // envoyConfig gives api_key two limits (100 per second and dayLimit per
@@ -156,5 +159,25 @@ func TestRLSDescriptorLabelsBounded(t *testing.T) {
 	}
 	if got := m.descriptorLabel("override:api_key"); got != "override" {
 		t.Errorf("descriptorLabel of an override = %q, want override", got)
+	}
+}
+
+// TestRecoverUnary checks that a panicking gRPC method becomes an Internal
+// error and a log line, not the end of the process.
+func TestRecoverUnary(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	ic := recoverUnary(slog.New(slog.NewTextHandler(&logs, nil)))
+	info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
+	resp, err := ic(context.Background(), nil, info, func(context.Context, any) (any, error) { panic("boom") })
+	if resp != nil || status.Code(err) != codes.Internal {
+		t.Errorf("a panicking method = %v, %v; want nil, Internal", resp, err)
+	}
+	if !strings.Contains(logs.String(), `msg="grpc: a method panicked" method=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit panic=boom`) {
+		t.Errorf("log = %s", logs.String())
+	}
+	resp, err = ic(context.Background(), nil, info, func(context.Context, any) (any, error) { return "ok", nil })
+	if resp != "ok" || err != nil {
+		t.Errorf("a method that returns = %v, %v; want ok, nil", resp, err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,8 +22,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/rls"
@@ -372,7 +375,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
-		gs = grpc.NewServer()
+		gs = grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))
 		s.rls.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 	}
@@ -487,6 +490,21 @@ func (s *service) shutdown(hls []*httpListener, gs *grpc.Server) (cut bool) {
 	}
 	wg.Wait()
 	return cut
+}
+
+// recoverUnary turns a panic in a gRPC method into an Internal error and
+// an error log line, as net/http does for HTTP handlers, so that one bad
+// request cannot end the process.
+func recoverUnary(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				logger.Error("grpc: a method panicked", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
 }
 
 // readyInfo is the content of the --ready-file: the bound addresses ("" for
