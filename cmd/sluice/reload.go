@@ -14,6 +14,13 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 )
 
+// source is what the configuration file was when last read, for the
+// watcher to tell a change from none.
+type source struct {
+	info os.FileInfo
+	sum  [32]byte
+}
+
 // readSource reads the configuration file at path (at most one byte more
 // than config.MaxFileSize, so that Parse reports a file too large) and
 // what it was when read. The file is examined before it is read, so a

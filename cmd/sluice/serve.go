@@ -211,13 +211,6 @@ func runServe(ctx context.Context, s streams, args []string) error {
 	return svc.run(ctx, src)
 }
 
-// source is what the configuration file was when last read, for the
-// watcher to tell a change from none.
-type source struct {
-	info os.FileInfo
-	sum  [32]byte
-}
-
 // displayName names the configuration file at path in messages.
 func displayName(path string) string {
 	if path == "" {
