@@ -218,3 +218,13 @@ func BenchmarkHotKeys(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkHotCompileNamed(b *testing.B) {
+	s := New(Options{})
+	p := hotPolicy.Named("api")
+	cpu := cpuTime()
+	for b.Loop() {
+		sink.c = s.compile(&p)
+	}
+	reportCPU(b, cpu)
+}

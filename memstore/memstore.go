@@ -31,6 +31,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -214,7 +215,15 @@ func policySlot(p *sluice.Policy) uint64 {
 func (c *compiled) is(p *sluice.Policy) bool {
 	q := &c.policy
 	return q.Limit == p.Limit && q.Period == p.Period && q.Burst == p.Burst &&
-		q.Algorithm == p.Algorithm && q.Name == p.Name
+		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name)
+}
+
+// sameString is a == b without a call to compare the bytes in the common
+// cases: both empty, or the same bytes in memory (a policy's Name is
+// usually the very string the cached copy was made from). A call in the
+// middle of Allow would make it save every live register around it.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // compileSlow validates and compiles p and stores it in slot.
