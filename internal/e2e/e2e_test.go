@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,12 +50,11 @@ func TestMain(m *testing.M) {
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			if gobin, err = exec.LookPath("go"); err != nil {
-				buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
-				return
-			}
+		// go test puts its own GOROOT/bin first on the tests' PATH.
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
+			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 		defer cancel()
