@@ -366,3 +366,63 @@ func BenchmarkClock(b *testing.B) {
 	})
 	runtime.KeepAlive(sink)
 }
+
+// BenchmarkSluiceLayers splits Sluice's one-key serial cost by layer, to
+// show where the time goes: the Limiter, the Store on its own clock, the
+// Store at explicit times (no clock read), and a floor of what any sharded
+// store must do (read the monotonic clock, hash the key, lock and unlock a
+// mutex).
+func BenchmarkSluiceLayers(b *testing.B) {
+	ctx := context.Background()
+	policy := sluice.TokenBucket(1, interval, burst)
+	b.Run("Limiter.Allow", func(b *testing.B) {
+		allow := start(b, newSluice)
+		cpu := startCPU()
+		for b.Loop() {
+			if !allow("user:1") {
+				b.Fatal("request denied, want every request admitted")
+			}
+		}
+		cpu.report(b)
+	})
+	b.Run("Store.Allow/store-clock", func(b *testing.B) {
+		st := memstore.New(memstore.Options{})
+		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
+		cpu := startCPU()
+		for b.Loop() {
+			if d, err := st.Allow(ctx, time.Time{}, req); err != nil || !d.Allowed {
+				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
+			}
+		}
+		cpu.report(b)
+	})
+	b.Run("Store.Allow/explicit-time", func(b *testing.B) {
+		st := memstore.New(memstore.Options{})
+		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
+		now := time.Unix(1_700_000_000, 0)
+		cpu := startCPU()
+		for b.Loop() {
+			now = now.Add(time.Microsecond)
+			if d, err := st.Allow(ctx, now, req); err != nil || !d.Allowed {
+				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
+			}
+		}
+		cpu.report(b)
+	})
+	b.Run("floor/clock+hash+lock", func(b *testing.B) {
+		var mu sync.Mutex
+		var sink uint64
+		seed := maphash.MakeSeed()
+		base := time.Now()
+		cpu := startCPU()
+		for b.Loop() {
+			t := uint64(time.Since(base))
+			h := maphash.String(seed, "user:1")
+			mu.Lock()
+			sink += h ^ t
+			mu.Unlock()
+		}
+		cpu.report(b)
+		runtime.KeepAlive(sink)
+	})
+}
