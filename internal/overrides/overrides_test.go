@@ -284,3 +284,27 @@ func TestRedisDown(t *testing.T) {
 		t.Error("Put with Redis down succeeded")
 	}
 }
+
+// TestRedisLateClient: a store made before its connection fails with
+// ErrNotConnected, and works once SetClient gives it one.
+func TestRedisLateClient(t *testing.T) {
+	srv := redistest.Start(t)
+	seed := NewRedis(newClient(t, srv.Addr), RedisOptions{})
+	defer seed.Close()
+	ctx := context.Background()
+	if _, err := seed.Put(ctx, ov("api", "k1", 5, time.Time{}), t0); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRedis(nil, RedisOptions{Poll: time.Hour})
+	defer r.Close()
+	if _, err := r.Put(ctx, ov("api", "k2", 5, time.Time{}), t0); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("Put without a client = %v, want ErrNotConnected", err)
+	}
+	if _, err := r.List(ctx, "", t0); !errors.Is(err, ErrNotConnected) {
+		t.Errorf("List without a client = %v, want ErrNotConnected", err)
+	}
+	r.SetClient(newClient(t, srv.Addr))
+	if _, ok := r.Lookup("api", "k1", t0); !ok {
+		t.Error("after SetClient the copy lacks the override in Redis")
+	}
+}

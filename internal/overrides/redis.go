@@ -66,7 +66,7 @@ type RedisOptions struct {
 // Redis yet (expired fields are removed by the first instance that sees
 // them, at its next refresh).
 type Redis struct {
-	client  rueidis.Client
+	client  atomic.Pointer[rueidis.Client] // nil until connected
 	hash    string
 	version string
 	poll    time.Duration
@@ -90,17 +90,20 @@ type Redis struct {
 
 var _ Store = (*Redis)(nil)
 
+// ErrNotConnected is returned by a Redis store that has no client yet.
+var ErrNotConnected = errors.New("overrides: not connected to redis yet")
+
 // NewRedis returns a store on client (which the caller keeps and closes)
 // and starts refreshing its copy; the first refresh is made before it
 // returns, and a Redis that does not answer yet leaves the copy empty
-// until it does.
+// until it does. client may be nil when the connection is still being
+// made: the store then fails with ErrNotConnected until SetClient.
 func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 	prefix := opts.Prefix
 	if prefix == "" {
 		prefix = "sluice:"
 	}
 	r := &Redis{
-		client:  client,
 		hash:    prefix + "{overrides}",
 		version: prefix + "{overrides}:version",
 		poll:    opts.Poll,
@@ -124,6 +127,9 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 	if r.now == nil {
 		r.now = time.Now
 	}
+	if client != nil {
+		r.client.Store(&client)
+	}
 	empty := make(table)
 	r.copy.Store(&empty)
 	ctx, stop := context.WithCancel(context.Background())
@@ -131,6 +137,21 @@ func NewRedis(client rueidis.Client, opts RedisOptions) *Redis {
 	r.refresh(ctx, false)
 	go r.run(ctx)
 	return r
+}
+
+// SetClient gives the store its client, once a connection that could not
+// be made at first is; the copy is refreshed at once.
+func (r *Redis) SetClient(client rueidis.Client) {
+	r.client.Store(&client)
+	r.refresh(context.Background(), true)
+}
+
+// conn returns the client, or ErrNotConnected.
+func (r *Redis) conn() (rueidis.Client, error) {
+	if c := r.client.Load(); c != nil {
+		return *c, nil
+	}
+	return nil, ErrNotConnected
 }
 
 // Close stops refreshing the copy and waits for the goroutine to end. The
@@ -178,9 +199,13 @@ func (r *Redis) refresh(ctx context.Context, force bool) error {
 
 // reload does refresh's work; it requires r.mu.
 func (r *Redis) reload(ctx context.Context, force bool) error {
+	c, err := r.conn()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	v, err := r.client.Do(ctx, r.client.B().Get().Key(r.version).Build()).ToString()
+	v, err := c.Do(ctx, c.B().Get().Key(r.version).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		v, err = "0", nil
 	}
@@ -190,7 +215,7 @@ func (r *Redis) reload(ctx context.Context, force bool) error {
 	if v == r.seen && !force {
 		return r.sweepExpired(ctx)
 	}
-	m, err := r.client.Do(ctx, r.client.B().Hgetall().Key(r.hash).Build()).AsStrMap()
+	m, err := c.Do(ctx, c.B().Hgetall().Key(r.hash).Build()).AsStrMap()
 	if err != nil {
 		return fmt.Errorf("HGETALL %s: %w", r.hash, err)
 	}
@@ -239,7 +264,11 @@ func (r *Redis) sweepExpired(ctx context.Context) error {
 	if len(args) == 0 {
 		return nil
 	}
-	err := r.sweep.Exec(ctx, r.client, []string{r.hash, r.version}, args).Error()
+	c, err := r.conn()
+	if err != nil {
+		return err
+	}
+	err = r.sweep.Exec(ctx, c, []string{r.hash, r.version}, args).Error()
 	if err != nil {
 		return fmt.Errorf("removing expired overrides: %w", err)
 	}
@@ -256,9 +285,13 @@ func (r *Redis) Lookup(limit, key string, now time.Time) (sluice.Policy, bool) {
 
 // Get implements Store, reading Redis.
 func (r *Redis) Get(ctx context.Context, limit, key string, now time.Time) (Override, bool, error) {
+	c, err := r.conn()
+	if err != nil {
+		return Override{}, false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	v, err := r.client.Do(ctx, r.client.B().Hget().Key(r.hash).Field(field(limit, key)).Build()).ToString()
+	v, err := c.Do(ctx, c.B().Hget().Key(r.hash).Field(field(limit, key)).Build()).ToString()
 	if rueidis.IsRedisNil(err) {
 		return Override{}, false, nil
 	}
@@ -277,9 +310,13 @@ func (r *Redis) Get(ctx context.Context, limit, key string, now time.Time) (Over
 
 // List implements Store, reading Redis.
 func (r *Redis) List(ctx context.Context, limit string, now time.Time) ([]Override, error) {
+	c, err := r.conn()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	m, err := r.client.Do(ctx, r.client.B().Hgetall().Key(r.hash).Build()).AsStrMap()
+	m, err := c.Do(ctx, c.B().Hgetall().Key(r.hash).Build()).AsStrMap()
 	if err != nil {
 		return nil, fmt.Errorf("overrides: HGETALL %s: %w", r.hash, err)
 	}
@@ -303,9 +340,13 @@ func (r *Redis) Put(ctx context.Context, o Override, now time.Time) (*Override, 
 	if err := check(o); err != nil {
 		return nil, err
 	}
+	c, err := r.conn()
+	if err != nil {
+		return nil, err
+	}
 	f := field(o.Limit, o.Key)
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	old, err := r.put.Exec(cctx, r.client, []string{r.hash, r.version},
+	old, err := r.put.Exec(cctx, c, []string{r.hash, r.version},
 		[]string{f, encode(o), fmt.Sprint(MaxOverrides), fmt.Sprint(now.UnixMilli())}).ToString()
 	cancel()
 	if err != nil && !rueidis.IsRedisNil(err) {
@@ -320,9 +361,13 @@ func (r *Redis) Put(ctx context.Context, o Override, now time.Time) (*Override, 
 
 // Delete implements Store, like Put.
 func (r *Redis) Delete(ctx context.Context, limit, key string, now time.Time) (*Override, error) {
+	c, err := r.conn()
+	if err != nil {
+		return nil, err
+	}
 	f := field(limit, key)
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
-	old, err := r.del.Exec(cctx, r.client, []string{r.hash, r.version}, []string{f}).ToString()
+	old, err := r.del.Exec(cctx, c, []string{r.hash, r.version}, []string{f}).ToString()
 	cancel()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return nil, fmt.Errorf("overrides: removing %s: %w", f, err)
