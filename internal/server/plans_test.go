@@ -188,7 +188,7 @@ proxy:
 	var fs [2]*fixture
 	for i := range fs {
 		c := &clock{t: start}
-		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, Redis: client})
+		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, Redis: func() rueidis.Client { return client }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,10 +62,12 @@ type Options struct {
 	// own. Give every instance an overrides.Redis on the same Redis to
 	// share them.
 	Overrides overrides.Store
-	// Redis is the client that plan tables in a Redis hash
-	// (plan_tables.NAME.redis_hash) are read with; the caller keeps and
-	// closes it. A configuration with such a table needs it.
-	Redis rueidis.Client
+	// Redis returns the client that plan tables in a Redis hash
+	// (plan_tables.NAME.redis_hash) are read with, or nil while it is not
+	// connected (the lookups then fail, and clients get the default plan
+	// or the one last seen). The caller keeps and closes the client. A
+	// configuration with such a table needs Redis set.
+	Redis func() rueidis.Client
 	// RedisTimeout bounds each plan table lookup in Redis; default 50 ms.
 	RedisTimeout time.Duration
 	// ReadTimeout is the http.Server's ReadTimeout, which the proxy gives
@@ -101,7 +103,7 @@ type Handler struct {
 
 	// Plans and overrides (plans.go, overrides.go).
 	overrides    overrides.Store
-	redis        rueidis.Client
+	redis        func() rueidis.Client
 	redisTimeout time.Duration
 	readTimeout  time.Duration
 	tableCheck   time.Duration
