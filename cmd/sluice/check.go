@@ -16,6 +16,7 @@ import (
 )
 
 const checkUsage = `Usage: sluice check [--server URL] --limit NAME --key KEY [--cost N] [--json]
+       sluice check --explain [--server ADMIN-URL] [--token-file FILE] --limit NAME --key KEY
 
 Asks a running sluice serve for a decision (POST /v1/check) and prints it
 on one line, such as
@@ -33,6 +34,13 @@ Flags:
   --cost N         what the request costs, at least 1 (default 1)
   --json           print the service's JSON answer as it came
   --timeout DUR    give up after DUR (default 5s)
+  --explain        charge nothing: ask what the service knows of the key
+                   (GET /v1/explain, an admin endpoint: with listen.admin set,
+                   --server names that listener) and print the state (tokens,
+                   window counts, queue) and what a request would get
+  --token-file FILE
+                   the admin token (admin.token_file of the service), for
+                   --explain when the service requires one
 
 Exit status: 0 allowed (a dry-run limit that would deny counts as
 allowed), 1 denied, 2 for anything else: a wrong command line, a service
@@ -62,6 +70,8 @@ type checkFlags struct {
 	cost               int64
 	json               bool
 	timeout            time.Duration
+	explain            bool
+	tokenFile          string
 }
 
 func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
@@ -75,6 +85,8 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	fs.Int64Var(&f.cost, "cost", 1, "the request's cost")
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
+	fs.BoolVar(&f.explain, "explain", false, "explain the key's state, charging nothing")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, nil, err
@@ -124,6 +136,9 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 	f, u, err := parseCheckFlags(args, s.stderr)
 	if err != nil {
 		return err
+	}
+	if f.explain {
+		return runExplain(ctx, s, f, u)
 	}
 	failf := func(format string, args ...any) error {
 		return &exitError{code: 2, err: fmt.Errorf("check: "+format, args...)}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// explainAnswer is the answer of GET /v1/explain (package server's
+// explainJSON).
+type explainAnswer struct {
+	Limit     string `json:"limit"`
+	Key       string `json:"key"`
+	Algorithm string `json:"algorithm"`
+	Policy    struct {
+		Limit  int64  `json:"limit"`
+		Period string `json:"period"`
+		Burst  int64  `json:"burst"`
+		Shadow bool   `json:"shadow"`
+	} `json:"policy"`
+	At      string `json:"at"`
+	Tracked bool   `json:"tracked"`
+	State   struct {
+		Tokens      string `json:"tokens"`
+		Queued      string `json:"queued"`
+		BacklogUS   *int64 `json:"backlog_us"`
+		FullAt      string `json:"full_at"`
+		WindowStart string `json:"window_start"`
+		WindowEnd   string `json:"window_end"`
+		Current     *int64 `json:"current"`
+		Previous    *int64 `json:"previous"`
+		Estimate    string `json:"estimate"`
+		Entries     *int   `json:"entries"`
+		Counted     *int64 `json:"counted"`
+		Oldest      string `json:"oldest"`
+		Newest      string `json:"newest"`
+	} `json:"state"`
+	Cost         int64  `json:"cost"`
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	DelayMS      int64  `json:"delay_ms"`
+	Summary      string `json:"summary"`
+}
+
+// runExplain asks the service what it knows of the key (GET /v1/explain)
+// and prints it, for sluice check --explain. The exit status says what a
+// request would get: 0 allowed, 1 denied, 2 anything else.
+func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error {
+	failf := func(format string, args ...any) error {
+		return &exitError{code: 2, err: fmt.Errorf("check --explain: "+format, args...)}
+	}
+	var token string
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return failf("--token-file: %v", err)
+		}
+		token = string(bytes.TrimSpace(b))
+	}
+	q := url.Values{"limit": {f.limit}, "key": {f.key}}
+	if f.cost != 1 {
+		q.Set("cost", strconv.FormatInt(f.cost, 10))
+	}
+	endpoint := u.JoinPath("/v1/explain")
+	endpoint.RawQuery = q.Encode()
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint.String(), nil)
+	if err != nil {
+		return failf("%v", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return failf("%v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return failf("reading the answer of %s: %v", u.JoinPath("/v1/explain"), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		hint := ""
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			hint = " (pass the admin token with --token-file)"
+		case http.StatusNotFound:
+			hint = " (with listen.admin set, --server must name the admin listener)"
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return failf("%s answered %s: %s%s", u.JoinPath("/v1/explain"), resp.Status, e.Error, hint)
+		}
+		return failf("%s answered %s%s", u.JoinPath("/v1/explain"), resp.Status, hint)
+	}
+	var a explainAnswer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return failf("%s answered 200 with a body that is not an explanation: %v", u.JoinPath("/v1/explain"), err)
+	}
+	if f.json {
+		_, err = s.stdout.Write(raw)
+	} else {
+		_, err = io.WriteString(s.stdout, formatExplain(&a))
+	}
+	if err != nil {
+		return failf("%v", err)
+	}
+	if !a.Allowed {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+// formatExplain lays an explanation out for people: one line per fact,
+// then the service's summary.
+func formatExplain(a *explainAnswer) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	policy := fmt.Sprintf("%s, %d per %s", a.Algorithm, a.Policy.Limit, a.Policy.Period)
+	if a.Policy.Burst > 0 {
+		policy += fmt.Sprintf(", burst %d", a.Policy.Burst)
+	}
+	if a.Policy.Shadow {
+		policy += ", dry run"
+	}
+	row("limit", "%s (%s)", a.Limit, policy)
+	row("key", "%s", strconv.Quote(a.Key))
+	row("at", "%s", a.At)
+	if a.Tracked {
+		row("state", "tracked")
+	} else {
+		row("state", "not tracked: at its initial state")
+	}
+	st := &a.State
+	switch {
+	case st.Tokens != "":
+		capacity := a.Policy.Burst
+		if a.Algorithm == "leaky_bucket" {
+			row("queued", "%s of %d", approx(st.Queued), capacity)
+		} else {
+			row("tokens", "%s of %d", approx(st.Tokens), capacity)
+		}
+		if st.BacklogUS != nil && *st.BacklogUS > 0 {
+			what := "full in"
+			if a.Algorithm == "leaky_bucket" {
+				what = "empty in"
+			}
+			row(what, "%v (at %s)", time.Duration(*st.BacklogUS)*time.Microsecond, st.FullAt)
+		}
+	case st.WindowStart != "":
+		row("window", "%s to %s", st.WindowStart, st.WindowEnd)
+		if st.Previous != nil {
+			row("previous", "%d", *st.Previous)
+		}
+		if st.Current != nil {
+			row("current", "%d", *st.Current)
+		}
+		row("estimate", "%s of %d", approx(st.Estimate), a.Policy.Limit)
+	case st.Entries != nil:
+		counted := int64(0)
+		if st.Counted != nil {
+			counted = *st.Counted
+		}
+		row("counted", "%d of %d in %d entries", counted, a.Policy.Limit, *st.Entries)
+		if st.Oldest != "" {
+			row("oldest", "%s", st.Oldest)
+			row("newest", "%s", st.Newest)
+		}
+	}
+	next := fmt.Sprintf("cost %d: ", a.Cost)
+	switch {
+	case a.Allowed:
+		next += fmt.Sprintf("allowed, %d remaining", a.Remaining)
+		if a.DelayMS > 0 {
+			next += fmt.Sprintf(", after waiting %v", millisDuration(a.DelayMS))
+		}
+	case a.RetryAfterMS < 0:
+		next += "denied: it can never fit"
+	default:
+		next += fmt.Sprintf("denied, retry in %v", millisDuration(a.RetryAfterMS))
+	}
+	if a.ResetAfterMS > 0 {
+		next += fmt.Sprintf("; back to initial in %v", millisDuration(a.ResetAfterMS))
+	}
+	row("a request", "%s", next)
+	tw.Flush()
+	if a.Summary != "" {
+		b.WriteString("\n" + a.Summary + "\n")
+	}
+	return b.String()
+}
+
+// approx returns an exact amount as the service wrote it ("7.5", "41 2/3"),
+// followed by its value to three decimals when it is a fraction.
+func approx(s string) string {
+	whole, frac, ok := strings.Cut(s, " ")
+	if !ok {
+		return s
+	}
+	r, ok1 := new(big.Rat).SetString(frac)
+	w, ok2 := new(big.Rat).SetString(whole)
+	if !ok1 || !ok2 {
+		return s
+	}
+	return s + " (≈ " + r.Add(r, w).FloatString(3) + ")"
+}

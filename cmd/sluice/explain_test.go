@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckExplain runs sluice check --explain against a service whose
+// admin endpoints are on their own listener behind a token.
+func TestCheckExplain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const token = "explain-test-token-0123456789"
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
+admin: {token_file: token}
+limits:
+  tb: {algorithm: token_bucket, limit: 10, period: 1h}
+  log: {algorithm: sliding_log, limit: 3, period: 1h}
+`)
+	in := startServe(t, "--config", path)
+	b, err := os.ReadFile(in.readyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri readyInfo
+	if err := json.Unmarshal(b, &ri); err != nil {
+		t.Fatal(err)
+	}
+	public, admin := "http://"+in.http, "http://"+ri.Admin
+	tokenFile := filepath.Join(dir, "token")
+	for range 3 {
+		runSluice(t, nil, "check", "--server", public, "--limit", "tb", "--key", "alice")
+		runSluice(t, nil, "check", "--server", public, "--limit", "log", "--key", "bob")
+	}
+
+	explain := func(args ...string) result {
+		return runSluice(t, nil, append([]string{"check", "--explain"}, args...)...)
+	}
+	r := explain("--server", admin, "--token-file", tokenFile, "--limit", "tb", "--key", "alice")
+	if r.code != 0 {
+		t.Fatalf("explain tb: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		"limit      tb (token_bucket, 10 per 1h, burst 10)\n",
+		"key        \"alice\"\n",
+		"state      tracked\n",
+		"tokens     7", // and a fraction of a token, as time passes
+		" of 10\n",
+		"a request  cost 1: allowed, 6 remaining; back to initial in ",
+		"\nThe bucket holds 7",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain tb: stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = explain("--server", admin, "--token-file", tokenFile, "--limit", "log", "--key", "bob")
+	if r.code != 1 {
+		t.Errorf("explain log: exit %d, want 1 (a request would be denied)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"counted    3 of 3 in 3 entries\n", "oldest     ", "a request  cost 1: denied, retry in 59m59."} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain log: stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
+	r = explain("--server", admin, "--token-file", tokenFile, "--limit", "tb", "--key", "nobody", "--json")
+	var a explainAnswer
+	if err := json.Unmarshal([]byte(r.stdout), &a); r.code != 0 || err != nil || a.Tracked || a.State.Tokens != "10" || a.Remaining != 9 {
+		t.Errorf("explain --json of an untracked key: exit %d, %v, %+v", r.code, err, a)
+	}
+
+	// Explaining charges nothing: the fourth request leaves 6.
+	r = runSluice(t, nil, "check", "--server", public, "--limit", "tb", "--key", "alice")
+	if !strings.HasPrefix(r.stdout, `allowed: limit "tb", key "alice", cost 1: 6 of 10 remaining`) {
+		t.Errorf("check after explaining: %q, want 6 of 10 remaining", r.stdout)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"no token", []string{"--server", admin, "--limit", "tb", "--key", "alice"},
+			"/v1/explain answered 401 Unauthorized: this admin endpoint needs the admin token: send Authorization: Bearer TOKEN (pass the admin token with --token-file)"},
+		{"public listener", []string{"--server", public, "--token-file", tokenFile, "--limit", "tb", "--key", "alice"},
+			"answered 404 Not Found: no such endpoint: /v1/explain (with listen.admin set, --server must name the admin listener)"},
+		{"unknown limit", []string{"--server", admin, "--token-file", tokenFile, "--limit", "nope", "--key", "k"},
+			`answered 404 Not Found: no limit named "nope"`},
+		{"missing token file", []string{"--server", admin, "--token-file", filepath.Join(dir, "none"), "--limit", "tb", "--key", "k"},
+			"check --explain: --token-file: open "},
+	} {
+		r := explain(tt.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tt.stderr) {
+			t.Errorf("%s: exit %d, stderr %q; want 2 and %q", tt.name, r.code, r.stderr, tt.stderr)
+		}
+	}
+}
+
+func TestFormatExplain(t *testing.T) {
+	var a explainAnswer
+	err := json.Unmarshal([]byte(`{"limit":"per-ip","key":"k","algorithm":"sliding_window",
+		"policy":{"limit":100,"period":"1m","period_ms":60000},"at":"2026-03-14T12:01:20.000000Z","tracked":true,
+		"state":{"window_start":"2026-03-14T12:01:00.000000Z","window_end":"2026-03-14T12:02:00.000000Z","current":0,"previous":50,"estimate":"33 1/3"},
+		"cost":1,"allowed":true,"remaining":66,"retry_after_ms":0,"reset_after_ms":100000,
+		"summary":"The estimate is 33 1/3 of 100."}`), &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `limit      per-ip (sliding_window, 100 per 1m)
+key        "k"
+at         2026-03-14T12:01:20.000000Z
+state      tracked
+window     2026-03-14T12:01:00.000000Z to 2026-03-14T12:02:00.000000Z
+previous   50
+current    0
+estimate   33 1/3 (≈ 33.333) of 100
+a request  cost 1: allowed, 66 remaining; back to initial in 1m40s
+
+The estimate is 33 1/3 of 100.
+`
+	if got := formatExplain(&a); got != want {
+		t.Errorf("formatExplain =\n%s\nwant\n%s", got, want)
+	}
+}
