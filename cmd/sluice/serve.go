@@ -282,7 +282,12 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s.store = st
-	h, err := server.New(cfg, st.store, server.Options{Logger: logger, Registry: s.reg, CircuitState: st.circuit})
+	h, err := server.New(cfg, st.store, server.Options{
+		Logger:       logger,
+		Registry:     s.reg,
+		CircuitState: st.circuit,
+		ReadTimeout:  f.readTimeout,
+	})
 	if err != nil {
 		st.close()
 		return nil, err
