@@ -45,6 +45,7 @@ func commands() []command {
 		{"serve", "run the rate limit service: decision API, forward-auth, proxy, Envoy RLS", serveUsage, runServe},
 		{"validate", "check configuration files without starting anything", validateUsage, runValidate},
 		{"check", "ask a running service for a decision (a client for scripts)", checkUsage, runCheck},
+		{"overrides", "list, set and remove a running service's per-key overrides", overridesUsage, runOverrides},
 		{"simulate", "replay a trace of requests through the rate-limiting algorithms", simulateUsage, runSimulate},
 	}
 }

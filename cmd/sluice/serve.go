@@ -282,12 +282,15 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s.store = st
-	h, err := server.New(cfg, st.store, server.Options{
+	// Plans and overrides (dynamic.go), closed with the store.
+	dyn := openDynamic(cfg.Store(), logger)
+	st.closers = append(st.closers, dyn.close)
+	h, err := server.New(cfg, st.store, dyn.options(server.Options{
 		Logger:       logger,
 		Registry:     s.reg,
 		CircuitState: st.circuit,
 		ReadTimeout:  f.readTimeout,
-	})
+	}))
 	if err != nil {
 		st.close()
 		return nil, err

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// redisRetry is how often a Redis connection that could not be made is
+// tried again.
+const redisRetry = time.Second
+
+// dynamic holds what plans and overrides need beyond the store
+// (docs/plans.md): the override store, and with the Redis backend a
+// connection of their own to the store's Redis, for the shared overrides
+// and the plan tables in Redis hashes. Like the store, it does not wait
+// for Redis: until the connection is made, overrides cannot be changed and
+// plan lookups in Redis fail (clients get the default plan).
+type dynamic struct {
+	overrides overrides.Store
+	client    atomic.Pointer[rueidis.Client]
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+	closeOv   func() error
+}
+
+// openDynamic returns the override store for cfg: this instance's own
+// with the memory backend, one shared in Redis with the Redis backend.
+func openDynamic(cfg config.Store, logger *slog.Logger) *dynamic {
+	d := &dynamic{}
+	if cfg.Backend != config.RedisBackend {
+		d.overrides = overrides.NewMemory()
+		return d
+	}
+	opt := rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, DisableCache: true, Dialer: net.Dialer{Timeout: startupPingTimeout}}
+	c, err := rueidis.NewClient(opt)
+	var ov *overrides.Redis
+	if err == nil {
+		d.client.Store(&c)
+		ov = overrides.NewRedis(c, overrides.RedisOptions{Prefix: cfg.Redis.Prefix, Logger: logger})
+	} else {
+		logger.Warn("overrides and plan tables: redis does not answer yet; retrying every second", "error", err)
+		ov = overrides.NewRedis(nil, overrides.RedisOptions{Prefix: cfg.Redis.Prefix, Logger: logger})
+		ctx, stop := context.WithCancel(context.Background())
+		d.stop = stop
+		d.wg.Go(func() { d.connect(ctx, opt, ov, logger) })
+	}
+	d.overrides, d.closeOv = ov, ov.Close
+	return d
+}
+
+// connect retries the connection until it is made or ctx ends.
+func (d *dynamic) connect(ctx context.Context, opt rueidis.ClientOption, ov *overrides.Redis, logger *slog.Logger) {
+	t := time.NewTicker(redisRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c, err := rueidis.NewClient(opt)
+		if err != nil {
+			continue
+		}
+		d.client.Store(&c)
+		ov.SetClient(c)
+		logger.Info("overrides and plan tables: connected to redis")
+		return
+	}
+}
+
+// redis returns the Redis client, nil while not connected.
+func (d *dynamic) redis() rueidis.Client {
+	if c := d.client.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
+
+// options adds the override store and the Redis client to opts.
+func (d *dynamic) options(opts server.Options) server.Options {
+	opts.Overrides = d.overrides
+	opts.Redis = d.redis
+	return opts
+}
+
+// close stops the connection attempts and the override store, then closes
+// the connection.
+func (d *dynamic) close() error {
+	if d.stop != nil {
+		d.stop()
+	}
+	d.wg.Wait()
+	var err error
+	if d.closeOv != nil {
+		err = d.closeOv()
+	}
+	if c := d.redis(); c != nil {
+		c.Close()
+	}
+	return err
+}

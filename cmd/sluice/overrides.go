@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const overridesUsage = `Usage: sluice overrides [--server URL] [--token-file FILE] [--json] COMMAND ...
+
+Lists, sets and removes the runtime overrides of a running sluice serve:
+another policy for one key of one limit, until removed or until it
+expires (docs/plans.md). The admin API lives where the admin endpoints
+do: on listen.admin when it is set, and behind the admin token when one
+is configured.
+
+Commands:
+  list [LIMIT]                 the overrides in force, of one limit or all
+  get LIMIT KEY                one override
+  set [flags] LIMIT KEY        set one; flags:
+        --limit N              cost units per period (required)
+        --period DUR           like 1s, 1m, 1h, 1d (required)
+        --burst N              the token-bucket family's capacity
+        --algorithm NAME       default: the limit's own
+        --ttl DUR              remove it after DUR, or
+        --expires-at TIME      at an RFC 3339 time
+  rm LIMIT KEY                 remove one
+
+Flags:
+  --server URL       the service's admin address (default
+                     http://127.0.0.1:8080; http:// is assumed)
+  --token-file FILE  a file holding the admin token; the token can also come
+                     from the environment variable SLUICE_ADMIN_TOKEN
+  --json             print the service's JSON answer as it came
+  --timeout DUR      give up after DUR (default 5s)
+
+Exit status: 0 done, 1 no such override (get, rm), 2 for anything else:
+a wrong command line, a service that cannot be reached or refuses (a
+missing token, an invalid override); its message is on standard error.
+`
+
+// adminTokenEnv names the environment variable that may hold the admin
+// token.
+const adminTokenEnv = "SLUICE_ADMIN_TOKEN"
+
+type ovFlags struct {
+	server, tokenFile string
+	json              bool
+	timeout           time.Duration
+}
+
+// ovAnswer is an override as the admin API reports it.
+type ovAnswer struct {
+	LimitName string `json:"limit_name"`
+	Key       string `json:"key"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	Period    string `json:"period"`
+	Burst     int64  `json:"burst"`
+	ExpiresAt string `json:"expires_at"`
+	SetBy     string `json:"set_by"`
+	SetAt     string `json:"set_at"`
+}
+
+func (a *ovAnswer) policy() string {
+	s := fmt.Sprintf("%s %d/%s", a.Algorithm, a.Limit, a.Period)
+	if a.Burst > 0 {
+		s += fmt.Sprintf(" burst %d", a.Burst)
+	}
+	return s
+}
+
+func runOverrides(ctx context.Context, s streams, args []string) error {
+	fs := flag.NewFlagSet("overrides", flag.ContinueOnError)
+	fs.SetOutput(s.stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), overridesUsage) }
+	f := &ovFlags{}
+	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's admin URL")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
+	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{err: fmt.Errorf("overrides: %w", err), shown: true, cmd: "overrides"}
+	}
+	if f.timeout <= 0 {
+		return usageErrorf("overrides", "overrides: --timeout must be positive, got %v", f.timeout)
+	}
+	u, err := serverURL(f.server)
+	if err != nil {
+		return usageErrorf("overrides", "overrides: --server: %v", err)
+	}
+	token, err := ovToken(f.tokenFile)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return usageErrorf("overrides", "overrides: name a command: list, get, set or rm")
+	}
+	c := &ovClient{base: u, token: token, timeout: f.timeout, json: f.json, out: s.stdout}
+	switch cmd, rest := rest[0], rest[1:]; cmd {
+	case "list", "ls":
+		if len(rest) > 1 {
+			return usageErrorf("overrides", "overrides list: unexpected argument %q (list [LIMIT])", rest[1])
+		}
+		path := "/v1/overrides"
+		if len(rest) == 1 {
+			path += "/" + url.PathEscape(rest[0])
+		}
+		return c.list(ctx, path)
+	case "get":
+		if len(rest) != 2 {
+			return usageErrorf("overrides", "overrides get: want LIMIT KEY")
+		}
+		return c.one(ctx, http.MethodGet, rest[0], rest[1], nil)
+	case "rm", "delete":
+		if len(rest) != 2 {
+			return usageErrorf("overrides", "overrides rm: want LIMIT KEY")
+		}
+		return c.one(ctx, http.MethodDelete, rest[0], rest[1], nil)
+	case "set":
+		body, limit, key, err := ovSetArgs(rest, s.stderr)
+		if err != nil {
+			return err
+		}
+		return c.one(ctx, http.MethodPut, limit, key, body)
+	default:
+		return usageErrorf("overrides", "overrides: unknown command %q (want list, get, set or rm)", cmd)
+	}
+}
+
+// ovToken returns the admin token from the file, or from the environment.
+func ovToken(file string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv(adminTokenEnv)), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// ovSetArgs parses the flags and arguments of "set" into a PUT body.
+func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) {
+	fs := flag.NewFlagSet("overrides set", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), overridesUsage) }
+	var (
+		limit, burst                      int64
+		period, algorithm, ttl, expiresAt string
+	)
+	fs.Int64Var(&limit, "limit", 0, "cost units per period")
+	fs.StringVar(&period, "period", "", "the period")
+	fs.Int64Var(&burst, "burst", 0, "the capacity")
+	fs.StringVar(&algorithm, "algorithm", "", "the algorithm")
+	fs.StringVar(&ttl, "ttl", "", "remove after")
+	fs.StringVar(&expiresAt, "expires-at", "", "remove at")
+	// LIMIT KEY may come before or after the flags.
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, "", "", err
+			}
+			return nil, "", "", &usageError{err: fmt.Errorf("overrides set: %w", err), shown: true, cmd: "overrides"}
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			pos = append(pos, args[0])
+			args = args[1:]
+		}
+	}
+	if len(pos) != 2 {
+		return nil, "", "", usageErrorf("overrides", "overrides set: want LIMIT KEY and --limit N --period DUR")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	body := map[string]any{}
+	if set["limit"] {
+		body["limit"] = limit
+	}
+	if set["period"] {
+		body["period"] = period
+	}
+	if set["burst"] {
+		body["burst"] = burst
+	}
+	if set["algorithm"] {
+		body["algorithm"] = algorithm
+	}
+	if set["ttl"] {
+		body["ttl"] = ttl
+	}
+	if set["expires-at"] {
+		body["expires_at"] = expiresAt
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return b, pos[0], pos[1], nil
+}
+
+// ovClient calls the admin API.
+type ovClient struct {
+	base    *url.URL
+	token   string
+	timeout time.Duration
+	json    bool
+	out     io.Writer
+}
+
+// do sends a request and returns the answer's status and body; a
+// transport failure is an exit status 2.
+func (c *ovClient) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	endpoint := c.base.String() + path
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, endpoint, rd)
+	if err != nil {
+		return 0, nil, &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return 0, nil, &exitError{code: 2, err: fmt.Errorf("overrides: reading the answer of %s: %w", endpoint, err)}
+	}
+	return resp.StatusCode, raw, nil
+}
+
+// ovRefused turns an answer that is not a success into an error: exit
+// status 1 for a missing override, 2 for the rest.
+func ovRefused(status int, raw []byte, missingIsOne bool) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := http.StatusText(status)
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	code := 2
+	if status == http.StatusNotFound && missingIsOne && strings.HasPrefix(msg, "no override") {
+		code = 1
+	}
+	if status == http.StatusUnauthorized {
+		msg += " (give the admin token with --token-file or $" + adminTokenEnv + ")"
+	}
+	return &exitError{code: code, err: fmt.Errorf("overrides: %d: %s", status, msg)}
+}
+
+func (c *ovClient) list(ctx context.Context, path string) error {
+	status, raw, err := c.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return ovRefused(status, raw, false)
+	}
+	if c.json {
+		_, err := c.out.Write(raw)
+		return err
+	}
+	var a struct {
+		Overrides []ovAnswer `json:"overrides"`
+		Shared    bool       `json:"shared"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("overrides: the answer is not a list: %w", err)}
+	}
+	where := "this instance only (memory store)"
+	if a.Shared {
+		where = "shared by every instance (redis)"
+	}
+	if len(a.Overrides) == 0 {
+		_, err := fmt.Fprintf(c.out, "no overrides; %s\n", where)
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LIMIT\tKEY\tPOLICY\tEXPIRES\tSET BY")
+	for i := range a.Overrides {
+		o := &a.Overrides[i]
+		exp := o.ExpiresAt
+		if exp == "" {
+			exp = "never"
+		}
+		fmt.Fprintf(tw, "%s\t%q\t%s\t%s\t%s\n", o.LimitName, o.Key, o.policy(), exp, o.SetBy)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.out, "%d overrides; %s\n", len(a.Overrides), where)
+	return err
+}
+
+func (c *ovClient) one(ctx context.Context, method, limit, key string, body []byte) error {
+	path := "/v1/overrides/" + url.PathEscape(limit) + "/" + url.PathEscape(key)
+	status, raw, err := c.do(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK && status != http.StatusCreated {
+		return ovRefused(status, raw, method != http.MethodPut)
+	}
+	if c.json {
+		_, err := c.out.Write(raw)
+		return err
+	}
+	var a struct {
+		Override, Before, Deleted *ovAnswer
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("overrides: the answer is not an override: %w", err)}
+	}
+	describe := func(o *ovAnswer) string {
+		s := o.policy()
+		if o.ExpiresAt != "" {
+			s += " until " + o.ExpiresAt
+		}
+		return s
+	}
+	var line string
+	switch {
+	case method == http.MethodDelete && a.Deleted != nil:
+		line = fmt.Sprintf("removed: limit %q, key %q: was %s", a.Deleted.LimitName, a.Deleted.Key, describe(a.Deleted))
+	case method == http.MethodPut && a.Override != nil:
+		line = fmt.Sprintf("set: limit %q, key %q: %s", a.Override.LimitName, a.Override.Key, describe(a.Override))
+		if a.Before != nil {
+			line += " (was " + describe(a.Before) + ")"
+		}
+	case a.Override != nil:
+		line = fmt.Sprintf("limit %q, key %q: %s, set by %s at %s", a.Override.LimitName, a.Override.Key, describe(a.Override), a.Override.SetBy, a.Override.SetAt)
+	default:
+		return &exitError{code: 2, err: errors.New("overrides: the answer holds no override")}
+	}
+	_, err = fmt.Fprintln(c.out, line)
+	return err
+}

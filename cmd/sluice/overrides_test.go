@@ -1,0 +1,92 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+const ovTestToken = "cli-override-token-0123456789abcdef"
+
+// TestOverridesCommand drives sluice overrides against a service in the
+// same process.
+func TestOverridesCommand(t *testing.T) {
+	t.Setenv(adminTokenEnv, "")
+	cfg, err := config.Parse("ov.yaml", []byte(`
+admin: {token: `+ovTestToken+`}
+limits:
+  api-key: {algorithm: token_bucket, limit: 10, period: 1s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := server.New(cfg, memstore.New(memstore.Options{}), server.Options{Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte(ovTestToken+"\n"), 0o600)
+	ov := func(args ...string) result {
+		t.Helper()
+		return runSluice(t, nil, append([]string{"overrides", "--server", srv.URL, "--token-file", tokenFile}, args...)...)
+	}
+	steps := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // a substring
+		stderr string // a substring
+	}{
+		{"empty list", []string{"list"}, 0, "no overrides; this instance only (memory store)", ""},
+		{"set", []string{"set", "--limit", "100", "--period", "1m", "--burst", "200", "--ttl", "1h", "api-key", "user/1"}, 0,
+			`set: limit "api-key", key "user/1": token_bucket 100/1m burst 200 until `, ""},
+		{"set again, flags after the arguments", []string{"set", "api-key", "user/1", "--limit", "50", "--period", "1s"}, 0,
+			`set: limit "api-key", key "user/1": token_bucket 50/1s burst 50 (was token_bucket 100/1m burst 200 until `, ""},
+		{"get", []string{"get", "api-key", "user/1"}, 0, `limit "api-key", key "user/1": token_bucket 50/1s burst 50, set by token:`, ""},
+		{"list", []string{"list", "api-key"}, 0, "api-key  \"user/1\"  token_bucket 50/1s burst 50  never", ""},
+		{"invalid", []string{"set", "api-key", "k", "--limit", "5", "--period", "1 m"}, 2, "", `overrides: 400: period: invalid duration "1 m"`},
+		{"missing flag", []string{"set", "api-key", "k", "--period", "1s"}, 2, "", "overrides: 400: limit is missing"},
+		{"unknown limit", []string{"get", "nope", "k"}, 2, "", `overrides: 404: no limit named "nope"`},
+		{"rm", []string{"rm", "api-key", "user/1"}, 0, `removed: limit "api-key", key "user/1": was token_bucket 50/1s burst 50`, ""},
+		{"rm again", []string{"rm", "api-key", "user/1"}, 1, "", `overrides: 404: no override of limit "api-key" for key "user/1"`},
+		{"get absent", []string{"get", "api-key", "user/1"}, 1, "", "no override"},
+		{"json", []string{"--json", "list"}, 0, `{"overrides":[],"shared":false}`, ""},
+		{"no command", nil, 2, "", "name a command"},
+		{"unknown command", []string{"frob"}, 2, "", `unknown command "frob"`},
+		{"get with one argument", []string{"get", "api-key"}, 2, "", "want LIMIT KEY"},
+	}
+	for _, s := range steps {
+		r := ov(s.args...)
+		if r.code != s.code || !strings.Contains(r.stdout, s.stdout) || !strings.Contains(r.stderr, s.stderr) {
+			t.Errorf("%s: sluice overrides %s: exit %d\nstdout: %s\nstderr: %s\nwant exit %d, stdout with %q, stderr with %q",
+				s.name, strings.Join(s.args, " "), r.code, r.stdout, r.stderr, s.code, s.stdout, s.stderr)
+		}
+	}
+	// The override applies to decisions while it is set.
+	ov("set", "api-key", "vip", "--limit", "1000", "--period", "1s")
+	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"limit":"api-key","key":"vip"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"api-key";q=1000;w=1` {
+		t.Errorf("RateLimit-Policy after set = %q, want q=1000", got)
+	}
+	// Without the token the service refuses, and the message says how to
+	// give it.
+	r := runSluice(t, nil, "overrides", "--server", srv.URL, "list")
+	if r.code != 2 || !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "--token-file") {
+		t.Errorf("list without a token: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
