@@ -1,0 +1,185 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+var _ sluice.Inspector = (*Store)(nil)
+
+// inspectScripts are the scripts of Inspect, one per algorithm: the files
+// of its single-request script with lua/inspect.lua in place of
+// single.lua. They are built once; a rueidis.Lua holds only the script's
+// text and hash, so the stores share them.
+var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, error) {
+	var out [len(algorithmFiles)]*rueidis.Lua
+	for a, f := range algorithmFiles {
+		var b strings.Builder
+		read := func(name string) error {
+			src, err := luaFiles.ReadFile("lua/" + name + ".lua")
+			if err != nil {
+				return fmt.Errorf("redisstore: embedded script %s: %w", name, err)
+			}
+			b.Write(src)
+			b.WriteByte('\n')
+			return nil
+		}
+		for _, name := range append([]string{"lib"}, f.files...) {
+			if err := read(name); err != nil {
+				return out, err
+			}
+		}
+		fmt.Fprintf(&b, "local decide, algorithm = %s, %s\n", f.decide, f.algorithm)
+		if err := read("inspect"); err != nil {
+			return out, err
+		}
+		out[a] = rueidis.NewLuaScript(b.String())
+	}
+	return out, nil
+})
+
+// inspectWidths is the length of Inspect's reply for each family: now,
+// the decision, then the state.
+const (
+	inspectTAT    = 1 + replyWidth + 2
+	inspectWindow = 1 + replyWidth + 3
+	inspectLog    = 1 + replyWidth + 4
+)
+
+// Inspect returns the state the store keeps in Redis for req's key under
+// its policy, and the decision Peek would make for req, read in one script
+// call on Redis's clock (or at now, under Options.CallerTime). It charges
+// nothing, and with Redis's clock writes nothing. The failure policy does
+// not apply: when Redis cannot answer, Inspect returns the error.
+func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) (sluice.State, error) {
+	c, err := s.check(&req)
+	if err != nil {
+		return sluice.State{}, err
+	}
+	scripts, err := inspectScripts()
+	if err != nil {
+		return sluice.State{}, err
+	}
+	nowArg, err := s.timeArg(now)
+	if err != nil {
+		return sluice.State{}, err
+	}
+	keys := []string{c.key(s.prefix, req.Key)}
+	args := []string{nowArg, opPeek, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	vals, err := s.eval(ctx, scripts[req.Policy.Algorithm], keys, args)
+	if err != nil {
+		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w", err)
+	}
+	st, err := inspectState(&req.Policy, vals)
+	if err != nil {
+		s.report(err)
+		return sluice.State{}, err
+	}
+	if st.Decision.RetryAfter == sluice.Never {
+		return sluice.State{}, capacityError(&req)
+	}
+	return st, nil
+}
+
+// inspectState turns Inspect's reply into a State, checking every field.
+func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
+	malformed := fmt.Errorf("redisstore: malformed inspect reply %v from the script", vals)
+	want := inspectTAT
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		want = inspectWindow
+	case sluice.SlidingLogAlgorithm:
+		want = inspectLog
+	}
+	if len(vals) != want || vals[0] < 0 || vals[0] >= maxTime {
+		return sluice.State{}, malformed
+	}
+	for _, v := range vals[1+replyWidth:] {
+		if v < 0 || v >= maxTime {
+			return sluice.State{}, malformed
+		}
+	}
+	d, err := parseDecision(p, vals[1:1+replyWidth])
+	if err != nil {
+		return sluice.State{}, err
+	}
+	t, state := vals[0], vals[1+replyWidth:]
+	period := int64(p.Period / time.Microsecond)
+	params := algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: period}
+	var v algo.View
+	var tracked bool
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		w := algo.Window{Start: state[0]}
+		if state[1] > math.MaxUint32 || state[2] > math.MaxUint32 {
+			return sluice.State{}, malformed
+		}
+		w.Prev, w.Curr = uint32(state[1]), uint32(state[2])
+		if w.Curr > 0 {
+			// As the scripts do: a stored window lives a period (two for
+			// the sliding window) from its start.
+			w.Expire = w.Start + period
+			if p.Algorithm == sluice.SlidingWindowAlgorithm {
+				w.Expire += period
+			}
+		}
+		tracked = w.Expire > t
+		if p.Algorithm == sluice.FixedWindowAlgorithm {
+			v = algo.ViewFixedWindow(params, w, t)
+		} else {
+			v = algo.ViewSlidingWindow(params, w, t)
+		}
+	case sluice.SlidingLogAlgorithm:
+		entries, counted, oldest, newest := state[0], state[1], state[2], state[3]
+		if counted > p.Limit || (entries == 0) != (counted == 0) || oldest > newest || newest > t {
+			return sluice.State{}, malformed
+		}
+		v = algo.View{Now: t, Entries: int(entries), Counted: counted, Oldest: oldest, Newest: newest}
+		tracked = entries > 0
+	default:
+		// The script's L is divided by gcd(L, P): its frac counts 1/(L/g)
+		// µs, g/L µs each.
+		g := gcd(p.Limit, period)
+		if state[1] >= p.Limit/g {
+			return sluice.State{}, malformed
+		}
+		tat := algo.TAT{At: state[0], Frac: state[1] * g}
+		tracked = tat.Expiry() > t
+		pp := algo.Prepare(params)
+		v = pp.ViewTAT(tat, t)
+	}
+	return stateOf(p, v, tracked, d), nil
+}
+
+// stateOf returns the sluice.State of a view under policy p.
+func stateOf(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
+	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
+	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
+		st.Current, st.Estimate = v.Current, amount(v.Estimate)
+		if p.Algorithm == sluice.SlidingWindowAlgorithm {
+			st.Previous = v.Previous
+		}
+	case sluice.SlidingLogAlgorithm:
+		st.Entries, st.Counted = v.Entries, v.Counted
+		if v.Entries > 0 {
+			st.Oldest, st.Newest = time.UnixMicro(v.Oldest).UTC(), time.UnixMicro(v.Newest).UTC()
+		}
+	default:
+		st.Tokens, st.Queued = amount(v.Tokens), amount(v.Queued)
+		st.Backlog = time.Duration(v.Backlog) * time.Microsecond // below 2^52 µs: fits
+	}
+	return st
+}
