@@ -97,6 +97,7 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
 		return
 	}
+	l.Policy, _ = h.policyFor(l.Policy, key) // a runtime override, if one is set (overrides.go)
 	cost := int64(1)
 	if c := q.Get("cost"); c != "" {
 		n, err := strconv.ParseInt(c, 10, 64)

@@ -361,3 +361,17 @@ func TestOverridesShared(t *testing.T) {
 		t.Errorf("an expired override still applied %v after its expiry", d)
 	}
 }
+
+// TestOverrideExplain: /v1/explain describes a key under its override.
+func TestOverrideExplain(t *testing.T) {
+	f, _ := ovFixture(t, "", nil)
+	if rec := ovDo(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`); rec.Code != 201 {
+		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
+	}
+	for key, want := range map[string]string{"k1": `"policy":{"limit":7,`, "k2": `"policy":{"limit":2,`} {
+		rec := ovDo(f.h, "GET", "/v1/explain?limit=tiny&key="+key, "")
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("explain %s = %d %s, want %s", key, rec.Code, rec.Body, want)
+		}
+	}
+}
