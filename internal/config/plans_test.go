@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,5 +82,36 @@ func TestBodyDefaults(t *testing.T) {
 	px, _ := c.Proxy()
 	if px.Body != (Body{MaxBytes: 64 << 10, Timeout: 10 * time.Second}) {
 		t.Errorf("Body = %+v", px.Body)
+	}
+}
+
+// TestPlansDocs checks that the whole configurations shown in
+// docs/plans.md, and examples/login.yaml, are valid. Table files resolve
+// against examples/.
+func TestPlansDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/plans.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for block := range strings.SplitSeq(string(b), "```yaml\n") {
+		y, _, ok := strings.Cut(block, "```")
+		if !ok {
+			continue
+		}
+		first := strings.SplitN(strings.TrimSpace(y), "\n", 2)[0]
+		if !strings.HasPrefix(first, "listen:") && !strings.HasPrefix(first, "limits:") {
+			continue // a fragment
+		}
+		checked++
+		if _, err := Parse("../../examples/plans-doc.yaml", []byte(y)); err != nil {
+			t.Errorf("docs/plans.md: YAML block %d is not a valid configuration:\n%s\n%v", checked, y, err)
+		}
+	}
+	if checked < 2 {
+		t.Errorf("checked %d configurations in docs/plans.md, want at least 2", checked)
+	}
+	if _, err := Load("../../examples/login.yaml"); err != nil {
+		t.Errorf("examples/login.yaml: %v", err)
 	}
 }
