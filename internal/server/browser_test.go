@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -158,7 +159,11 @@ func newPageServer(t *testing.T) *pageServer {
 	t.Helper()
 	c := &liveClock{}
 	store := memstore.New(memstore.Options{Now: c.Now})
-	h, err := New(parse(t, pageYAML), store, Options{Registry: prometheus.NewRegistry(), Now: c.Now})
+	cfg, err := config.Parse("/etc/sluice/sluice.yaml", []byte(pageYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(cfg, store, Options{Registry: prometheus.NewRegistry(), Now: c.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
