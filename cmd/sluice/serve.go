@@ -67,8 +67,13 @@ Flags:
                        answering 503 before closing the listeners, so that
                        load balancers stop sending first (default 0)
   --read-timeout DUR   the longest time to read one request, body included
-                       (default 1m; 0 means no limit); request headers must
-                       arrive within 10s, and idle connections close after 2m
+                       (default 1m; 0 means no limit)
+  --read-header-timeout DUR
+                       the longest time to read one request's headers
+                       (default 10s), so that slow clients cannot hold
+                       connections open
+  --idle-timeout DUR   close a keep-alive connection idle this long
+                       (default 2m)
   --max-keys N         memory store (and on_error: local): the most
                        (limit, key) pairs kept (default 1000000; 0: no cap)
   --ready-file FILE    once listening, write the bound addresses to FILE as
@@ -81,11 +86,11 @@ Signals:
   SIGTERM, SIGINT      shut down gracefully; a second one ends at once
 `
 
-// Fixed HTTP server timeouts; see serveUsage.
+// HTTP server limits; see serveUsage.
 const (
-	readHeaderTimeout = 10 * time.Second
-	idleTimeout       = 2 * time.Minute
-	maxHeaderBytes    = 64 << 10
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	maxHeaderBytes           = 64 << 10
 )
 
 // serveFlags are the flags of sluice serve.
@@ -99,6 +104,8 @@ type serveFlags struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	readTimeout     time.Duration
+	readHeaderTime  time.Duration
+	idleTimeout     time.Duration
 	maxKeys         int
 	readyFile       string
 }
@@ -118,6 +125,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown deadline")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "time to answer /readyz 503 before closing listeners")
 	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "time to read a whole request")
+	fs.DurationVar(&f.readHeaderTime, "read-header-timeout", defaultReadHeaderTimeout, "time to read a request's headers")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
 	fs.StringVar(&f.readyFile, "ready-file", "", "file to write the bound addresses to")
 	if err := fs.Parse(args); err != nil {
@@ -140,9 +149,19 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"watch", f.watch}, {"shutdown-timeout", f.shutdownTimeout}, {"drain-delay", f.drainDelay}, {"read-timeout", f.readTimeout}} {
+	}{{"watch", f.watch}, {"shutdown-timeout", f.shutdownTimeout}, {"drain-delay", f.drainDelay}, {"read-timeout", f.readTimeout}, {"read-header-timeout", f.readHeaderTime}, {"idle-timeout", f.idleTimeout}} {
 		if d.v < 0 {
 			return nil, usageErrorf("serve", "serve: --%s must not be negative, got %v", d.name, d.v)
+		}
+	}
+	// net/http reads 0 as "no limit" (or as ReadTimeout's), which would let
+	// slow clients hold connections forever.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read-header-timeout", f.readHeaderTime}, {"idle-timeout", f.idleTimeout}} {
+		if d.v == 0 {
+			return nil, usageErrorf("serve", "serve: --%s must be positive: without it slow clients could hold connections open", d.name)
 		}
 	}
 	if f.maxKeys < 0 {
@@ -353,9 +372,9 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 func (s *service) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.flags.readHeaderTime,
 		ReadTimeout:       s.flags.readTimeout,
-		IdleTimeout:       idleTimeout,
+		IdleTimeout:       s.flags.idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
