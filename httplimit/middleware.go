@@ -289,7 +289,9 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 		m.chargeOn = m.chargeOn || l.ChargeOn != nil
 		if !l.Shadow {
 			m.enforced++
-			if l.PolicyFunc == nil {
+			// A PolicyFunc that returns the limit's own Policy (a runtime
+			// override that is not set) keeps the shared field.
+			if l.PolicyFunc == nil || p.Validate() == nil {
 				if len(field) > 0 {
 					field = append(field, ", "...)
 				}
@@ -440,7 +442,9 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 				p.Name = l.policy.Name
 			}
 			res[i].Policy = p
-			static = static && l.shadow
+			if p != l.policy {
+				static = static && l.shadow
+			}
 		}
 		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
 		if l.shadow {

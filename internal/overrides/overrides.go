@@ -56,6 +56,9 @@ func (o Override) Expired(now time.Time) bool {
 
 // Store keeps overrides. Implementations are safe for concurrent use.
 type Store interface {
+	// Any reports whether the store may hold an override: when false,
+	// Lookup finds none, and callers may skip it (and reading the clock).
+	Any() bool
 	// Lookup returns the policy that overrides limit for key at now, and
 	// false when none does. It is called for every decision and must be
 	// fast: it never does I/O.
@@ -146,6 +149,9 @@ func NewMemory() *Memory {
 
 // Shared reports false: a memory store belongs to one instance.
 func (m *Memory) Shared() bool { return false }
+
+// Any implements Store.
+func (m *Memory) Any() bool { return m.any.Load() != 0 }
 
 // Lookup implements Store.
 func (m *Memory) Lookup(limit, key string, now time.Time) (sluice.Policy, bool) {

@@ -308,3 +308,19 @@ func TestRedisLateClient(t *testing.T) {
 		t.Error("after SetClient the copy lacks the override in Redis")
 	}
 }
+
+func TestAny(t *testing.T) {
+	m := NewMemory()
+	ctx := context.Background()
+	if m.Any() {
+		t.Error("an empty store has Any")
+	}
+	m.Put(ctx, ov("api", "k", 1, time.Time{}), t0)
+	if !m.Any() {
+		t.Error("a store with an override has not Any")
+	}
+	m.Delete(ctx, "api", "k", t0)
+	if m.Any() {
+		t.Error("a store emptied has Any")
+	}
+}

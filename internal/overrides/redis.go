@@ -275,6 +275,9 @@ func (r *Redis) sweepExpired(ctx context.Context) error {
 	return nil
 }
 
+// Any implements Store, from the local copy.
+func (r *Redis) Any() bool { return r.any.Load() != 0 }
+
 // Lookup implements Store, from the local copy.
 func (r *Redis) Lookup(limit, key string, now time.Time) (sluice.Policy, bool) {
 	if r.any.Load() == 0 {

@@ -174,12 +174,15 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) 
 	for i := range items {
 		it := &items[i]
 		it.limit.Policy, it.override = h.policyFor(it.limit.Policy, it.key)
+		c := it.limit.Policy.Capacity()
+		if it.cost <= c {
+			continue
+		}
 		where := ""
 		if multi && plan == "" {
 			where = fmt.Sprintf("checks[%d].", i)
 		}
-		switch c := it.limit.Policy.Capacity(); {
-		case it.cost <= c:
+		switch {
 		case it.override:
 			return nil, multi, plan, badRequest("%scost %d exceeds the capacity of the override of limit %q for this key (%d): it could never be allowed", where, it.cost, it.limit.Name(), c)
 		default:

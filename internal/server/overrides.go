@@ -52,6 +52,9 @@ func (h *Handler) registerOverrides() {
 // policy: the policy of an override in force for the key, or base itself.
 // override reports which.
 func (h *Handler) policyFor(base sluice.Policy, key string) (p sluice.Policy, override bool) {
+	if !h.overrides.Any() {
+		return base, false
+	}
 	if p, ok := h.overrides.Lookup(base.Name, key, h.now()); ok {
 		return p, true
 	}

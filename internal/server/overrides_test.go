@@ -375,3 +375,43 @@ func TestOverrideExplain(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkForwardAuth decides forward-auth requests of a rule with two
+// limits, with no override set and with one set for another key.
+func BenchmarkForwardAuth(b *testing.B) {
+	yaml := `
+limits:
+  api-key: {algorithm: token_bucket, limit: 1000000000, period: 1s}
+  per-ip: {algorithm: sliding_window, limit: 1000000000, period: 1s}
+proxy:
+  rules:
+    - name: api
+      limits: [{limit: api-key, key: "header:X-API-Key"}, {limit: per-ip, key: ip}]
+`
+	for _, withOverride := range []bool{false, true} {
+		name := "no-overrides"
+		if withOverride {
+			name = "one-override"
+		}
+		b.Run(name, func(b *testing.B) {
+			h, err := New(parse(b, yaml), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if withOverride {
+				ovDo(h, "PUT", "/v1/overrides/api-key/other", `{"limit":5,"period":"1s"}`)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest("GET", "/v1/forward-auth?rule=api", nil)
+				req.Header.Set("X-API-Key", "k1")
+				w := httptest.NewRecorder()
+				for pb.Next() {
+					clear(w.Header())
+					h.ServeHTTP(w, req)
+				}
+			})
+		})
+	}
+}
