@@ -223,10 +223,17 @@ func logResult(t *testing.T, r floodResult) {
 	}
 	fmt.Fprintf(&b, "\n  steady: %d decisions (%d admitted), %d differ from the uncapped reference\n", r.SteadyRequests, r.SteadyAllowed, r.SteadyMismatches)
 	fmt.Fprintf(&b, "  sampled flood keys by age (in keys since their request): retained/forgotten/expired\n")
-	for _, a := range r.Ages {
-		if a.Retained+a.Forgotten+a.Expired > 0 {
-			fmt.Fprintf(&b, "    [%d, %d): %d/%d/%d\n", a.MinAge, a.MaxAge, a.Retained, a.Forgotten, a.Expired)
+	// Runs of buckets with nothing retained are merged into one line.
+	for i := 0; i < len(r.Ages); {
+		a := r.Ages[i]
+		i++
+		for a.Retained == 0 && i < len(r.Ages) && r.Ages[i].Retained == 0 {
+			a.MaxAge = r.Ages[i].MaxAge
+			a.Forgotten += r.Ages[i].Forgotten
+			a.Expired += r.Ages[i].Expired
+			i++
 		}
+		fmt.Fprintf(&b, "    [%d, %d): %d/%d/%d\n", a.MinAge, a.MaxAge, a.Retained, a.Forgotten, a.Expired)
 	}
 	t.Log(b.String())
 }
