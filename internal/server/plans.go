@@ -77,20 +77,6 @@ func (ru *rule) choose(r *http.Request) *applied {
 	return ru.plan.byPlan[ru.plan.set.Resolve(name, ok).Name]
 }
 
-// planOf returns the name of the plan that applies to r, and false when
-// the rule has no plan or r no plan key.
-func (ru *rule) planOf(r *http.Request) (string, bool) {
-	if ru.plan == nil {
-		return "", false
-	}
-	key, ok := ru.plan.key(r)
-	if !ok {
-		return "", false
-	}
-	name, ok := ru.plan.pick(r, key)
-	return ru.plan.set.Resolve(name, ok).Name, true
-}
-
 // buildRule compiles rule i of the configuration.
 func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule, opts *httplimit.Options, body config.Body) (*rule, error) {
 	ru := &rule{cfg: rc}
