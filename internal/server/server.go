@@ -1,8 +1,11 @@
 // Package server is the HTTP side of the Sluice service (sluice serve): the
 // decision API (POST /v1/check), forward-auth for reverse proxies
 // (/v1/forward-auth), a rate-limiting reverse proxy (every other path, when
-// the configuration names an upstream), health and readiness probes, and
-// Prometheus metrics.
+// the configuration names an upstream), health and readiness probes,
+// Prometheus metrics, and for operators a live status page (/, with its
+// data at /v1/status) and explanations of one key's state (/v1/explain).
+// Handler serves them all; Public and Admin split them for a separate
+// admin listener (see admin.go).
 //
 // A Handler is built from a validated config.Config and a sluice.Store. It
 // holds its configuration in an atomic pointer: Reload swaps in a new one
