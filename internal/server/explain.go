@@ -19,6 +19,9 @@ type explainJSON struct {
 	Key       string     `json:"key"`
 	Algorithm string     `json:"algorithm"`
 	Policy    policyJSON `json:"policy"`
+	// Override reports that Policy is a runtime override for this key
+	// rather than the limit's own.
+	Override bool `json:"override,omitempty"`
 	// At is the instant described, on the store's clock.
 	At string `json:"at"`
 	// Tracked is false when the store holds no state for the key: it is
@@ -97,7 +100,8 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
 		return
 	}
-	l.Policy, _ = h.policyFor(l.Policy, key) // a runtime override, if one is set (overrides.go)
+	var override bool
+	l.Policy, override = h.policyFor(l.Policy, key) // a runtime override, if one is set (overrides.go)
 	cost := int64(1)
 	if c := q.Get("cost"); c != "" {
 		n, err := strconv.ParseInt(c, 10, 64)
@@ -122,7 +126,12 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the store could not report the key's state; see the server's log")
 		return
 	}
-	writeJSON(w, http.StatusOK, explain(l, key, cost, s))
+	e := explain(l, key, cost, s)
+	if override {
+		e.Override = true
+		e.Summary += " A runtime override sets this key's numbers (see /v1/overrides)."
+	}
+	writeJSON(w, http.StatusOK, e)
 }
 
 // explain describes state s of key under limit l.

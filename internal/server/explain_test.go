@@ -213,3 +213,19 @@ func TestExplainWithoutInspector(t *testing.T) {
 		t.Errorf("explain = %d %v, want 501", code, body)
 	}
 }
+
+// TestExplainOverride checks that an explanation says when a runtime
+// override sets the key's numbers.
+func TestExplainOverride(t *testing.T) {
+	f := newFixture(t, testYAML)
+	if rec := f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`); rec.Code != http.StatusCreated {
+		t.Fatalf("PUT override = %d %s", rec.Code, rec.Body)
+	}
+	_, got := f.explain(t, "limit=tiny&key=k1")
+	if got["override"] != true || !strings.HasSuffix(got["summary"].(string), " A runtime override sets this key's numbers (see /v1/overrides).") {
+		t.Errorf("explain of an overridden key = %v, want override true and a summary that says so", got)
+	}
+	if _, got := f.explain(t, "limit=tiny&key=k2"); got["override"] != nil {
+		t.Errorf("explain of another key = %v, want no override", got)
+	}
+}
