@@ -2,9 +2,11 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -178,5 +180,53 @@ func TestLinePath(t *testing.T) {
 		if got := niceMax(tt.in); got != tt.want {
 			t.Errorf("niceMax(%d) = %d, want %d", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestBoardConcurrent records decisions from several goroutines while
+// others read the board, and checks that no count is lost (run with -race).
+func TestBoardConcurrent(t *testing.T) {
+	now := start
+	b := newBoard(func() time.Time { return now })
+	const writers, each = 4, 2000
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				b.record("l", fmt.Sprint("k", (w*each+i)%50), (w+i)%numOutcomes)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				b.counts("l", now.Unix(), 10)
+				b.denied.top(5, now.Unix()/60)
+				b.forget([]string{"l"})
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+	var total uint64
+	c := b.counts("l", now.Unix(), 1)
+	for o := range c {
+		total += c[o][0]
+	}
+	if total != writers*each {
+		t.Errorf("the board counted %d decisions, want %d", total, writers*each)
+	}
+	var denied uint64
+	for _, e := range b.denied.top(sketchCounters, now.Unix()/60) {
+		denied += e.count
+	}
+	if want := uint64(c[iDenied][0] + c[iShadowDenied][0]); denied != want {
+		t.Errorf("the sketch counted %d denials, want %d (50 keys fit its counters exactly)", denied, want)
 	}
 }
