@@ -111,15 +111,13 @@ type overrideBody struct {
 func (h *Handler) serveOverrideList(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	limit := r.PathValue("limit")
-	if limit != "" {
-		if _, ok := st.cfg.Limit(limit); !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", limit))
-			return
-		}
-	}
 	list, err := h.overrides.List(r.Context(), limit, h.now())
 	if err != nil {
 		h.overrideStoreFailed(w, r, err)
+		return
+	}
+	if _, ok := st.cfg.Limit(limit); limit != "" && !ok && len(list) == 0 {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", limit))
 		return
 	}
 	out := make([]*overrideJSON, len(list))
@@ -132,8 +130,10 @@ func (h *Handler) serveOverrideList(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	name, key := r.PathValue("limit"), r.PathValue("key")
-	l, ok := st.cfg.Limit(name)
-	if !ok {
+	// Overrides of a limit that a reload removed can still be read and
+	// removed; only PUT needs the limit.
+	l, known := st.cfg.Limit(name)
+	if !known && r.Method == http.MethodPut {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
 		return
 	}
@@ -143,6 +143,8 @@ func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err != nil:
 			h.overrideStoreFailed(w, r, err)
+		case !ok && !known:
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q, and no override of it for key %q", name, key))
 		case !ok:
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no override of limit %q for key %q", name, key))
 		default:
@@ -154,6 +156,10 @@ func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 		before, err := h.overrides.Delete(r.Context(), name, key, h.now())
 		if err != nil {
 			h.overrideStoreFailed(w, r, err)
+			return
+		}
+		if before == nil && !known {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q, and no override of it for key %q", name, key))
 			return
 		}
 		if before == nil {
@@ -333,6 +339,9 @@ func (h *Handler) who(r *http.Request) string {
 // override).
 func (h *Handler) logChange(r *http.Request, msg, limit, key string, before, after *overrides.Override, own sluice.Policy) {
 	describe := func(o *overrides.Override) string {
+		if o == nil && own.Name == "" {
+			return "none (the limit is not in the configuration)"
+		}
 		if o == nil {
 			return "the limit's own: " + own.String()
 		}

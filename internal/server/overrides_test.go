@@ -419,3 +419,34 @@ proxy:
 		})
 	}
 }
+
+// TestOverridesAfterReload: overrides survive a reload; those of a limit
+// the new configuration no longer has stay visible and removable.
+func TestOverridesAfterReload(t *testing.T) {
+	f, logs := ovFixture(t, "", nil)
+	ovDo(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`)
+	ovDo(f.h, "PUT", "/v1/overrides/api-key/k1", `{"limit":70,"period":"1s"}`)
+	if err := f.h.Reload(parse(t, strings.Replace(ovYAML, "  tiny: {algorithm: fixed_window, limit: 2, period: 1m}\n", "", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.check(`{"limit":"api-key","key":"k1"}`).Body.String(); !strings.Contains(got, `"limit":70`) {
+		t.Errorf("after the reload, check = %s, want the override's 70", got)
+	}
+	if rec := ovDo(f.h, "GET", "/v1/overrides/tiny", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"key":"k1"`) {
+		t.Errorf("GET /v1/overrides/tiny = %d %s, want the orphan listed", rec.Code, rec.Body)
+	}
+	if rec := ovDo(f.h, "PUT", "/v1/overrides/tiny/k2", `{"limit":7,"period":"1m"}`); rec.Code != 404 {
+		t.Errorf("PUT on a removed limit = %d, want 404", rec.Code)
+	}
+	if rec := ovDo(f.h, "DELETE", "/v1/overrides/tiny/k1", ""); rec.Code != 200 {
+		t.Errorf("DELETE of the orphan = %d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(logs.String(), `"after":"none (the limit is not in the configuration)"`) {
+		t.Errorf("the removal's log line does not say the limit is gone:\n%s", logs)
+	}
+	for _, target := range []string{"/v1/overrides/tiny/k1", "/v1/overrides/tiny"} {
+		if rec := ovDo(f.h, "GET", target, ""); rec.Code != 404 || !strings.Contains(rec.Body.String(), `no limit named \"tiny\"`) {
+			t.Errorf("GET %s = %d %s, want 404", target, rec.Code, rec.Body)
+		}
+	}
+}
