@@ -33,31 +33,6 @@ func newReference() *reference {
 	return &reference{tat: map[refKey]algo.TAT{}, win: map[refKey]algo.Window{}, logs: map[refKey]*algo.Log{}}
 }
 
-// tracked returns the number of (policy, key) pairs whose state is not
-// back to initial at now.
-func (r *reference) tracked(now time.Time) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t := max(now.UnixMicro(), r.hw)
-	n := 0
-	for _, s := range r.tat {
-		if s.Expiry() > t {
-			n++
-		}
-	}
-	for _, s := range r.win {
-		if s.Expire > t {
-			n++
-		}
-	}
-	for k, l := range r.logs {
-		if l.Expiry(int64(k.policy.Period/time.Microsecond)) > t {
-			n++
-		}
-	}
-	return n
-}
-
 func check(req *sluice.Request) error {
 	if req.Cost < 1 {
 		return fmt.Errorf("reference: %w", sluice.ErrInvalidCost)
