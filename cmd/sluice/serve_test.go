@@ -415,6 +415,9 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// tokenFileRE finds the relative token files a configuration names.
+var tokenFileRE = regexp.MustCompile(`(?m)^\s*token_file:\s*([A-Za-z0-9._-]+)\s*(?:#.*)?$`)
+
 // TestValidateAcceptsTheDocs checks that the configurations shown in the
 // docs are valid.
 func TestValidateAcceptsTheDocs(t *testing.T) {
@@ -431,7 +434,19 @@ func TestValidateAcceptsTheDocs(t *testing.T) {
 				continue // a fragment, or another program's (Traefik, Envoy)
 			}
 			checked++
-			r := runSluice(t, strings.NewReader(y), "validate", "-")
+			// Validate the block as a file beside the files it names (a
+			// token_file), as a reader who copies it would.
+			dir := t.TempDir()
+			for _, m := range tokenFileRE.FindAllStringSubmatch(y, -1) {
+				if err := os.WriteFile(filepath.Join(dir, m[1]), []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			file := filepath.Join(dir, "sluice.yaml")
+			if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := runSluice(t, nil, "validate", file)
 			if r.code != 0 {
 				t.Errorf("%s: YAML block %d is not a valid configuration:\n%s\n%s", doc, i+1, y, r.stderr)
 			}
