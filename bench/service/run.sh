@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run.sh reproduces the "Service" numbers in docs/BENCHMARKS.md.
+#
+# It builds sluice (the main module's cmd/sluice), gubernatord (gubernator
+# v2.13.0 in its own process), the load generator (this directory) and the
+# Redis store's library benchmark (bench/redis), then runs the load
+# generator: it starts a private redis-server, two `sluice serve` (memory
+# store, Redis store) and gubernatord, and runs ROUNDS rounds of every
+# contender in turn. After each round it runs the library benchmark of
+# bench/redis once (Sluice's Redis store at 16 and 64 callers), so that the
+# service's Redis numbers can be set beside it from the same session.
+#
+# Usage: bench/service/run.sh [OUT_DIR] [-- extra load generator flags]
+#        (default OUT_DIR: bench/service/results)
+# Environment: ROUNDS (default 3), DURATION (default 10s), WARMUP (2s),
+# CONC (16,64), MIXED_CONC (64), REDIS_SERVER (redis-server).
+# Needs redis-server on PATH (Debian: apt-get install redis-server).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+bench=$(cd "$here/.." && pwd)
+root=$(cd "$bench/.." && pwd)
+out=${1:-$here/results}
+[ $# -gt 0 ] && shift
+[ "${1:-}" = "--" ] && shift
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+
+redis=${REDIS_SERVER:-redis-server}
+command -v "$redis" >/dev/null || { echo "run.sh: $redis not found (apt-get install redis-server)" >&2; exit 1; }
+
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	if commit=$(git -C "$root" rev-parse HEAD 2>/dev/null); then
+		git -C "$root" diff --quiet HEAD -- cmd internal redisstore memstore bench/service ./*.go || commit="$commit (with uncommitted changes)"
+	else
+		commit=unknown
+	fi
+	echo "commit: $commit"
+	echo "go: $(go version)"
+	echo "redis: $("$redis" --version)"
+	echo "nproc: $(nproc)"
+	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+	echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "rounds: ${ROUNDS:-3}, duration: ${DURATION:-10s}, warm-up: ${WARMUP:-2s}, conc: ${CONC:-16,64}, mixed conc: ${MIXED_CONC-64}"
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+(cd "$root" && go build -o "$bin/sluice" ./cmd/sluice)
+(cd "$bench" && go build -o "$bin/gubernatord" ./service/gubernatord)
+(cd "$bench" && go build -o "$bin/service" ./service)
+(cd "$bench" && go test -c -o "$bin/redis.test" ./redis)
+(cd "$bench" && go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat)
+
+rm -f "$out/between.txt"
+"$bin/service" --sluice "$bin/sluice" --gubernatord "$bin/gubernatord" --redis-server "$redis" \
+	--out "$out" --rounds "${ROUNDS:-3}" --duration "${DURATION:-10s}" --warmup "${WARMUP:-2s}" \
+	--conc "${CONC:-16,64}" --mixed-conc "${MIXED_CONC-64}" \
+	--between "cd '$bench/redis' && '$bin/redis.test' -test.run '^\$' -test.bench '^BenchmarkRedis\$/^callers=(16|64)\$/^lib=sluice\$' -test.benchtime 2s -test.count 1" \
+	"$@" | tee "$out/run.txt"
+
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+"$bin/benchstat" "$out/between.txt" >"$out/library-benchstat.txt"
+cat "$out/library-benchstat.txt"
