@@ -279,6 +279,19 @@ type load struct {
 	keys    int
 	pace    time.Duration // each caller's pause between calls
 	dur     time.Duration
+	stop    chan struct{} // if not nil, closing it ends the run before dur
+}
+
+func (l load) stopped() bool {
+	if l.stop == nil {
+		return false
+	}
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // result is what a load test saw.
@@ -339,7 +352,7 @@ func (l load) run(ctx context.Context, decide decideFunc, onStart func(r *result
 			var calls []call
 			for i := 0; ; i++ {
 				start := time.Since(r.t0)
-				if start >= l.dur || ctx.Err() != nil {
+				if start >= l.dur || ctx.Err() != nil || l.stopped() {
 					break
 				}
 				key := (c + i) % l.keys
@@ -386,37 +399,56 @@ func (r *result) checkUnexpected(t *testing.T) {
 	}
 }
 
+// noisy reports whether the test process stalled for more than 20 ms
+// during c or in the pad before it. A stall that long can time out calls
+// to a working Redis, and five of those in a row open the breaker for its
+// cooldown: pad is that cooldown.
+func (r *result) noisy(c call, pad time.Duration) bool {
+	for _, s := range r.stalls {
+		if s.late > 20*time.Millisecond && s.at < c.end && s.at+time.Millisecond+s.late+pad > c.start {
+			return true
+		}
+	}
+	return false
+}
+
 // checkBound fails t for calls that started in [from, to) and took longer
-// than bound plus the machine's stall during them (stallDuring), and logs
-// the slowest call and the longest stall.
-func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Duration) {
+// than bound plus the test process's own stall during them
+// (stallDuring), beyond outliers in a million of them, and logs the
+// calls' p50, p99 and slowest. outliers is 0 for the library, whose every
+// delay the stall probe sees; the service runs in a process of its own,
+// whose stalls on a loaded machine the probe cannot see.
+func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Duration, outliers int) {
 	t.Helper()
-	var worst call
-	var n int
-	var first call
+	var took []time.Duration
+	var over []call
 	for _, c := range r.calls {
 		if c.start < from || c.start >= to {
 			continue
 		}
-		if c.took() > worst.took() {
-			worst = c
-		}
+		took = append(took, c.took())
 		if c.took() > bound && c.took() > bound+r.stallDuring(c) {
-			if n == 0 {
-				first = c
-			}
-			n++
+			over = append(over, c)
 		}
 	}
+	if len(took) == 0 {
+		t.Errorf("%s: no calls", what)
+		return
+	}
+	slices.Sort(took)
 	var longest time.Duration
 	for _, s := range r.stalls {
 		if s.at >= from && s.at < to {
 			longest = max(longest, s.late)
 		}
 	}
-	t.Logf("%s: slowest call %v (at %v); the machine's longest stall then %v", what, worst.took().Round(10*time.Microsecond), worst.start.Round(time.Millisecond), longest.Round(10*time.Microsecond))
-	if n > 0 {
-		t.Errorf("%s: %d calls took longer than %v beyond the machine's stalls; the first at %v took %v (stall %v)", what, n, bound, first.start, first.took(), r.stallDuring(first))
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+	t.Logf("%s: %d calls, p50 %s, p99 %s, slowest %s; the test process's longest stall %s; %d over %v beyond it",
+		what, len(took), ms(took[len(took)/2]), ms(took[len(took)*99/100]), ms(took[len(took)-1]), ms(longest), len(over), bound)
+	if allowed := len(took) * outliers / 1_000_000; len(over) > allowed {
+		c := over[0]
+		t.Errorf("%s: %d calls took longer than %v beyond the machine's stalls (%d allowed); the first at %v took %v (stall %v)",
+			what, len(over), bound, allowed, c.start, c.took(), r.stallDuring(c))
 	}
 }
 
