@@ -3,12 +3,13 @@
 // latency and CPU time per decision of POST /v1/check and of Envoy's
 // ShouldRateLimit (gRPC), with the memory store and with a private Redis,
 // side by side with gubernator v2.13.0 (gubernatord, in its own process)
-// on the same workload, and with Sluice's Redis store called as a library
-// from this process.
+// on the same workload, with Sluice's Redis store called as a library
+// from this process, and with bared, a server that decides nothing over
+// the same net/http and grpc-go servers (the transport's floor).
 //
 // This process is the load generator. It starts every server itself: a
 // redis-server on a free loopback port (no persistence), two `sluice serve`
-// (memory store; Redis store) and gubernatord, each with a ready file, and
+// (memory store; Redis store), gubernatord and bared, each with a ready file, and
 // stops them at the end. Each run holds a fixed number of workers, each
 // with its own connection (HTTP/1.1 keep-alive) or sharing a few gRPC
 // connections, making one decision after the other on keys drawn at random
@@ -20,7 +21,7 @@
 // bench/service/run.sh builds the binaries and runs it as
 // docs/BENCHMARKS.md reports; see there for what the numbers mean.
 //
-//	service --sluice BIN --gubernatord BIN --out DIR [--rounds 3] [--duration 10s] ...
+//	service --sluice BIN --gubernatord BIN [--bared BIN] --out DIR [--rounds 3] [--duration 10s] ...
 package main
 
 import (
@@ -60,7 +61,8 @@ func main() {
 }
 
 type options struct {
-	sluice, gubernatord, redis string
+	sluice, gubernatord, bared string
+	redis                      string
 	out                        string
 	rounds                     int
 	duration, warmup           time.Duration
@@ -75,6 +77,7 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs.StringVar(&o.sluice, "sluice", "", "the sluice binary (go build ./cmd/sluice)")
 	fs.StringVar(&o.gubernatord, "gubernatord", "", "the gubernatord binary (go build ./service/gubernatord)")
+	fs.StringVar(&o.bared, "bared", "", "the bared binary (go build ./service/bared): the transport floor; empty to leave it out")
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.out, "out", "", "the directory for raw results, logs and the table")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds")
@@ -143,11 +146,12 @@ type env struct {
 	redis              *redisServer
 	sluiceMem, sluiceR *server
 	guber              *server
+	bare               *server // nil without --bared
 }
 
 func (e *env) stop() error {
 	var errs []error
-	for _, s := range []*server{e.sluiceMem, e.sluiceR, e.guber} {
+	for _, s := range []*server{e.sluiceMem, e.sluiceR, e.guber, e.bare} {
 		if s != nil {
 			errs = append(errs, s.stop())
 		}
@@ -186,12 +190,17 @@ func startEnv(o *options) (_ *env, err error) {
 	if e.guber, err = startServer("gubernator", o.out, o.gubernatord); err != nil {
 		return nil, err
 	}
+	if o.bared != "" {
+		if e.bare, err = startServer("bare", o.out, o.bared); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
 // contender is one server and API under load.
 type contender struct {
-	name   string  // sluice-memory, gubernator, sluice-redis, redisstore
+	name   string  // sluice-memory, gubernator, sluice-redis, redisstore, bare
 	api    string  // http, grpc, library
 	server *server // nil for the library
 	redis  bool    // whether the decisions go to Redis
@@ -199,7 +208,18 @@ type contender struct {
 }
 
 func contenders(o *options, e *env) []contender {
-	return []contender{
+	var bare []contender
+	if e.bare != nil {
+		bare = []contender{
+			{"bare", "http", e.bare, false, func(l limitSpec) (client, error) {
+				return sluiceHTTP(e.bare.ready.HTTP, o.keys, l), nil
+			}},
+			{"bare", "grpc", e.bare, false, func(l limitSpec) (client, error) {
+				return newEnvoyClient(e.bare.ready.GRPC, o.grpcConns, o.keys, l)
+			}},
+		}
+	}
+	return append(bare, []contender{
 		{"sluice-memory", "http", e.sluiceMem, false, func(l limitSpec) (client, error) {
 			return sluiceHTTP(e.sluiceMem.ready.HTTP, o.keys, l), nil
 		}},
@@ -221,7 +241,7 @@ func contenders(o *options, e *env) []contender {
 		{"redisstore", "library", nil, true, func(l limitSpec) (client, error) {
 			return newLibClient(e.redis.addr, o.keys, l)
 		}},
-	}
+	}...)
 }
 
 // plan is one run: a contender under a workload at a concurrency.
@@ -250,7 +270,7 @@ func roundPlan(o *options, cs []contender) []plan {
 		}
 	}
 	add("allowed", allowedLimit, o.conc, func(contender) bool { return true })
-	add("mixed", mixedLimit, o.mixedConc, func(c contender) bool { return !c.redis })
+	add("mixed", mixedLimit, o.mixedConc, func(c contender) bool { return !c.redis && c.name != "bare" })
 	return ps
 }
 
@@ -468,6 +488,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	}
 	fmt.Fprintf(stdout, "servers: sluice-memory pid %d, sluice-redis pid %d, gubernator pid %d, redis-server pid %d at %s\n",
 		e.sluiceMem.pid(), e.sluiceR.pid(), e.guber.pid(), e.redis.pid(), e.redis.addr)
+	if e.bare != nil {
+		fmt.Fprintf(stdout, "bare pid %d\n", e.bare.pid())
+	}
 	fmt.Fprintf(stdout, "%d runs per round, %d rounds, %v + %v warm-up each\n", len(ps), o.rounds, o.duration, o.warmup)
 
 	var results []result

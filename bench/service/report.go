@@ -157,6 +157,28 @@ func report(results []result) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %.2f× | %.2f× | %.2f× |\n", k.workload, k.conc, k.api, r1, r2, r3)
 	}
 
+	if slices.ContainsFunc(order, func(k groupKey) bool { return k.contender == "bare" }) {
+		b.WriteString("\nSluice (memory store) against bare, a server that decides nothing over the same net/http and grpc-go servers; median within a round of the ratio of decisions/s and of the difference in the server's CPU per decision (what Sluice's own work costs):\n\n")
+		b.WriteString("| conns | API | decisions/s | server CPU/decision added |\n| ---: | --- | ---: | ---: |\n")
+		for _, k := range order {
+			if k.contender != "sluice-memory" || k.workload != "allowed" {
+				continue
+			}
+			bare := k
+			bare.contender = "bare"
+			if _, ok := byRound[bare]; !ok {
+				continue
+			}
+			var added []float64
+			for round, rs := range byRound[k] {
+				if rb, ok := byRound[bare][round]; ok {
+					added = append(added, rs.ServerCPUus-rb.ServerCPUus)
+				}
+			}
+			fmt.Fprintf(&b, "| %d | %s | %.2f× | %s |\n", k.conc, k.api, ratio(k, bare, perSec), micros(median(added)))
+		}
+	}
+
 	b.WriteString("\nSluice service with the Redis store against the Redis store as a library in the load generator, same Redis, same workload; median of the ratios within a round:\n\n")
 	b.WriteString("| conns | API | decisions/s | p50 | p99 |\n| --- | --- | ---: | ---: | ---: |\n")
 	p50 := func(r result) float64 { return r.P50us }

@@ -2,10 +2,10 @@
 # run.sh reproduces the "Service" numbers in docs/BENCHMARKS.md.
 #
 # It builds sluice (the main module's cmd/sluice), gubernatord (gubernator
-# v2.13.0 in its own process), the load generator (this directory) and the
+# v2.13.0 in its own process), bared (the transport's floor), the load generator (this directory) and the
 # Redis store's library benchmark (bench/redis), then runs the load
 # generator: it starts a private redis-server, two `sluice serve` (memory
-# store, Redis store) and gubernatord, and runs ROUNDS rounds of every
+# store, Redis store), gubernatord and bared, and runs ROUNDS rounds of every
 # contender in turn. After each round it runs the library benchmark of
 # bench/redis once (Sluice's Redis store at 16 and 64 callers), so that the
 # service's Redis numbers can be set beside it from the same session.
@@ -50,12 +50,13 @@ cat "$out/machine.txt"
 
 (cd "$root" && go build -o "$bin/sluice" ./cmd/sluice)
 (cd "$bench" && go build -o "$bin/gubernatord" ./service/gubernatord)
+(cd "$bench" && go build -o "$bin/bared" ./service/bared)
 (cd "$bench" && go build -o "$bin/service" ./service)
 (cd "$bench" && go test -c -o "$bin/redis.test" ./redis)
 (cd "$bench" && go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat)
 
 rm -f "$out/between.txt"
-"$bin/service" --sluice "$bin/sluice" --gubernatord "$bin/gubernatord" --redis-server "$redis" \
+"$bin/service" --sluice "$bin/sluice" --gubernatord "$bin/gubernatord" --bared "$bin/bared" --redis-server "$redis" \
 	--out "$out" --rounds "${ROUNDS:-3}" --duration "${DURATION:-10s}" --warmup "${WARMUP:-2s}" \
 	--conc "${CONC:-16,64}" --mixed-conc "${MIXED_CONC-64}" \
 	--between "cd '$bench/redis' && '$bin/redis.test' -test.run '^\$' -test.bench '^BenchmarkRedis\$/^callers=(16|64)\$/^lib=sluice\$' -test.benchtime 2s -test.count 1" \

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/rls"
+	sluiceserver "github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// These benchmarks split the service's CPU per decision: the decision
+// handlers of sluice serve called in-process, without the network and
+// net/http or gRPC around them, on the benchmark's configuration and the
+// memory store. With -cpuprofile they show where a decision's time goes.
+//
+//	cd bench && go test ./service -run '^$' -bench . -benchmem
+
+const benchKeys = 10_000
+
+func benchConfig(tb testing.TB) *config.Config {
+	tb.Helper()
+	cfg, err := config.Parse("bench.yaml", []byte(sluiceConfig("store:\n  backend: memory\n")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+// recorder is a ResponseWriter that keeps only the status and reuses its
+// header map, so that the benchmark counts the handler's allocations only.
+type recorder struct {
+	h      http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.h }
+func (r *recorder) WriteHeader(s int)   { r.status = s }
+func (r *recorder) Write(b []byte) (int, error) {
+	r.body = append(r.body[:0], b...)
+	return len(b), nil
+}
+
+// BenchmarkCheckHandler is POST /v1/check through the service's handler.
+func BenchmarkCheckHandler(b *testing.B) {
+	cfg := benchConfig(b)
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	h, err := sluiceserver.New(cfg, st, sluiceserver.Options{Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bodies := make([][]byte, benchKeys)
+	for k := range bodies {
+		bodies[k] = []byte(`{"limit":"bench","key":"` + keyName(k) + `"}`)
+	}
+	u, _ := url.Parse("http://127.0.0.1/v1/check")
+	rd := bytes.NewReader(nil)
+	req := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Host: "127.0.0.1", RemoteAddr: "127.0.0.1:1234"}
+	req = req.WithContext(context.Background())
+	w := &recorder{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		body := bodies[i%benchKeys]
+		rd.Reset(body)
+		req.Body = io.NopCloser(rd)
+		req.ContentLength = int64(len(body))
+		clear(w.h)
+		h.ServeHTTP(w, req)
+		if w.status != http.StatusOK || !bytes.HasPrefix(w.body, sluiceAllowed) {
+			b.Fatalf("POST /v1/check = %d %s, want 200 allowed", w.status, w.body)
+		}
+	}
+}
+
+// BenchmarkShouldRateLimit is Envoy's ShouldRateLimit through the
+// service's implementation, without gRPC.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	cfg := benchConfig(b)
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	envoy, _ := cfg.Envoy()
+	svc := rls.New(st, envoy, rls.Options{OnDecision: func(rls.Event) {}})
+	reqs := make([]*rlsv3.RateLimitRequest, benchKeys)
+	for k := range reqs {
+		reqs[k] = &rlsv3.RateLimitRequest{Domain: allowedLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{
+			Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: keyName(k)}},
+		}}}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		resp, err := svc.ShouldRateLimit(ctx, reqs[i%benchKeys])
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			b.Fatalf("ShouldRateLimit = %v, %v, want OK", resp, err)
+		}
+	}
+}
+
+// BenchmarkMemstoreAllow is the decision alone: the memory store's Allow
+// on the same limit and keys.
+func BenchmarkMemstoreAllow(b *testing.B) {
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	p := sluice.TokenBucket(allowedLimit.limit, time.Second, allowedLimit.burst)
+	p.Name = allowedLimit.name
+	keys := make([]string, benchKeys)
+	for k := range keys {
+		keys[k] = keyName(k)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: keys[i%benchKeys], Cost: 1})
+		if err != nil || !d.Allowed {
+			b.Fatalf("Allow = %+v, %v, want allowed", d, err)
+		}
+	}
+}
