@@ -1,0 +1,213 @@
+package faults
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// TestCluster runs a Redis Cluster of 3 masters with one replica each
+// (cluster-node-timeout 1 s) and, on the same cluster, checks hostile keys
+// and then a master's death under load.
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
+	t.Run("hostile keys", func(t *testing.T) { clusterHostileKeys(t, c) })
+	t.Run("failover under load", func(t *testing.T) { clusterFailover(t, c, testScale()) })
+}
+
+// hostileKeys are keys that try to leave their place in a Redis key or
+// collide with another: hash-tag braces, the key layout's own separators
+// and escapes, control bytes, invalid UTF-8, a key that looks like the
+// hashed form of another, and keys of a megabyte.
+func hostileKeys() []string {
+	mb := strings.Repeat("k", 1<<20)
+	sum := sha256.Sum256([]byte(mb))
+	return []string{
+		"{", "}", "{}", "{a}", "a", "a}b{", "{k:a}", "k:a", "}:tb:1:24h0m0s:0", "a:b", "a%3Ab", "a%3ab", "%",
+		"#", "#" + hex.EncodeToString(sum[:16]), "a\nb", "a\r\nb", "\x00", "a\x00b", "a\x00c", "\xff", "\xfe", "é",
+		" ", "*", "?", "[a]", mb, mb + "y", "y" + mb,
+	}
+}
+
+// clusterHostileKeys decides every hostile key with a Limiter of two
+// policies (so AllowAll in one script, on one slot) on the cluster: each
+// key's first request is admitted and its second denied, whatever the
+// other keys did, and the cluster holds exactly one Redis key per (policy,
+// key).
+func clusterHostileKeys(t *testing.T, c *redistest.Cluster) {
+	st, err := redisstore.New(redisstore.Options{Addrs: c.Addrs, Prefix: "hostile:", Failure: redisstore.FailError, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lim, err := sluice.New(st, sluice.TokenBucket(1, 24*time.Hour, 0), sluice.SlidingWindow(10, 24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := hostileKeys()
+	for round, want := range []bool{true, false} {
+		for _, k := range keys {
+			d, err := lim.Allow(t.Context(), k, 1)
+			if err != nil || d.Allowed != want || d.Degraded {
+				t.Errorf("round %d: Allow(%q) = %+v, %v; want allowed %v, by Redis", round, short(k), d, err, want)
+			}
+		}
+	}
+	var total int64
+	for _, m := range c.Masters() {
+		n, err := m.Do("DBSIZE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n.(int64)
+	}
+	if want := int64(2 * len(keys)); total != want {
+		t.Errorf("the cluster's masters hold %d keys for %d keys under 2 policies, want %d", total, len(keys), want)
+	}
+}
+
+func short(s string) string {
+	if len(s) > 24 {
+		return fmt.Sprintf("%s…(%d bytes)", s[:24], len(s))
+	}
+	return s
+}
+
+// clusterFailover kills the master that serves the first key's slot while
+// callers decide on keys spread over all three masters. With on_error
+// deny: no call takes longer than the timeout plus 20 ms; the keys of the
+// dead master are decided by the failure policy until the cluster has
+// promoted its replica, then by Redis again within a second, from the same
+// store; no key ever admits more than its limit except by the writes the
+// dead master had not yet replicated, which are counted and reported.
+func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
+	st, err := redisstore.New(redisstore.Options{Addrs: c.Addrs, Prefix: "failover:", Failure: redisstore.FailDeny, Timeout: dieTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	lim, err := sluice.New(st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warmUp(t, func(ctx context.Context) (bool, error) {
+		d, err := lim.Allow(ctx, "warm-up", 1)
+		return err == nil && !d.Degraded, err
+	})
+
+	// Which master serves each key: the hash tag is "k:" and the key.
+	keys := make([]string, dieKeys)
+	onVictim := make([]bool, dieKeys)
+	var victim *redistest.Server
+	for i := range keys {
+		keys[i] = dieKey(i)
+		reply, err := c.Nodes[0].Do("CLUSTER", "KEYSLOT", "k:"+keys[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.NodeForSlot(int(reply.(int64)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			victim = m
+		}
+		onVictim[i] = m == victim
+	}
+
+	decide := func(ctx context.Context, key int) (outcome, bool, error) {
+		d, err := lim.Allow(ctx, keys[key], 1)
+		switch {
+		case err != nil:
+			return 0, false, err
+		case d.Degraded && d.Allowed:
+			return 0, false, fmt.Errorf("a degraded decision admitted under on_error deny: %+v", d)
+		case d.Allowed:
+			return allowed, false, nil
+		}
+		return denied, d.Degraded, nil
+	}
+	var killed, promoted time.Duration
+	stop := make(chan struct{})
+	failover := func(r *result) {
+		defer close(stop)
+		time.Sleep(sc.kill - time.Since(r.t0))
+		victim.Kill()
+		killed = time.Since(r.t0)
+		if err := c.WaitOK(30 * time.Second); err != nil {
+			t.Errorf("the cluster did not fail over: %v", err)
+			return
+		}
+		promoted = time.Since(r.t0)
+		// Run on for a second, or to the run's total time, whichever is later.
+		time.Sleep(max(promoted+time.Second, sc.total) - time.Since(r.t0))
+	}
+	l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: time.Minute, stop: stop}
+	r := l.run(t.Context(), decide, failover)
+	r.checkUnexpected(t)
+	ev := []event{{killed, "master killed"}, {promoted, "cluster ok again"}}
+	t.Logf("%d calls; per %v:\n%s", len(r.calls), sc.bucket, r.table(sc.bucket, ev))
+	t.Logf("the cluster reported the promoted replica %v after the master died", promoted-killed)
+	r.checkBound(t, "from the kill on", killed, r.calls[len(r.calls)-1].start+1, dieTimeout+slack, 0)
+
+	admitted := make([]int, dieKeys)
+	var byGroup [2]struct{ n, degraded, noisy int } // other masters, dead master
+	backAfter := time.Duration(-1)
+	var lateDegraded, late int
+	for _, cl := range r.calls {
+		if cl.out == allowed {
+			admitted[cl.key]++
+		}
+		if cl.start < killed {
+			continue
+		}
+		g := &byGroup[0]
+		if onVictim[cl.key] {
+			g = &byGroup[1]
+		}
+		g.n++
+		if cl.degraded {
+			g.degraded++
+		}
+		if onVictim[cl.key] && !cl.degraded && backAfter < 0 {
+			backAfter = cl.end - killed
+		}
+		if cl.start >= promoted+comeback && !r.noisy(cl, redisstore.DefaultBreakerCooldown) {
+			late++
+			if cl.degraded {
+				lateDegraded++
+			}
+		}
+	}
+	t.Logf("from the kill on: keys of the other masters %d calls, %d degraded; keys of the dead master %d calls, %d degraded",
+		byGroup[0].n, byGroup[0].degraded, byGroup[1].n, byGroup[1].degraded)
+	switch {
+	case backAfter < 0:
+		t.Errorf("no key of the dead master was decided by Redis again")
+	case backAfter > promoted-killed+comeback:
+		t.Errorf("the dead master's keys were decided by Redis again %v after the kill, more than %v after the cluster was ok (%v)", backAfter, comeback, promoted-killed)
+	default:
+		t.Logf("the dead master's keys were decided by Redis again %v after the kill", backAfter)
+	}
+	if lateDegraded*100 > late {
+		t.Errorf("from %v after the promotion on, %d of %d calls were degraded, want at most 1%%", comeback, lateDegraded, late)
+	}
+	var lost int
+	for k, n := range admitted {
+		switch {
+		case n > dieLimit && onVictim[k]:
+			lost += n - dieLimit
+		case n > dieLimit:
+			t.Errorf("key %d, on a master that did not fail, admitted %d requests, want at most %d", k, n, dieLimit)
+		}
+	}
+	t.Logf("requests admitted again because the dead master had not replicated them: %d", lost)
+}
