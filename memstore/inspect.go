@@ -2,11 +2,11 @@ package memstore
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/convert"
 )
 
 var _ sluice.Inspector = (*Store)(nil)
@@ -62,28 +62,5 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	if d.RetryAfter == sluice.Never {
 		return sluice.State{}, capacityError(&req)
 	}
-	return stateOf(&req.Policy, v, tracked, d), nil
-}
-
-// stateOf returns the sluice.State of a view under policy p.
-func stateOf(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
-	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
-	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
-	switch p.Algorithm {
-	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
-		st.Current, st.Estimate = v.Current, amount(v.Estimate)
-		if p.Algorithm == sluice.SlidingWindowAlgorithm {
-			st.Previous = v.Previous
-		}
-	case sluice.SlidingLogAlgorithm:
-		st.Entries, st.Counted = v.Entries, v.Counted
-		if v.Entries > 0 {
-			st.Oldest, st.Newest = time.UnixMicro(v.Oldest).UTC(), time.UnixMicro(v.Newest).UTC()
-		}
-	default:
-		st.Tokens, st.Queued = amount(v.Tokens), amount(v.Queued)
-		st.Backlog = time.Duration(min(v.Backlog, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
-	}
-	return st
+	return convert.State(&req.Policy, v, tracked, d), nil
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/convert"
 )
 
 // Options configure a Store. The zero value is valid: the defaults are
@@ -238,7 +239,7 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 		}
 		c.fp = mix(f)
 		c.tokenBucket = p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm
-		c.pp = algo.Prepare(algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)})
+		c.pp = algo.Prepare(convert.Params(p))
 	}
 	slot.Store(c)
 	return c

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/convert"
 )
 
 var _ sluice.Inspector = (*Store)(nil)
@@ -115,7 +116,7 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 	}
 	t, state := vals[0], vals[1+replyWidth:]
 	period := int64(p.Period / time.Microsecond)
-	params := algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: period}
+	params := convert.Params(p)
 	var v algo.View
 	var tracked bool
 	switch p.Algorithm {
@@ -158,28 +159,5 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		pp := algo.Prepare(params)
 		v = pp.ViewTAT(tat, t)
 	}
-	return stateOf(p, v, tracked, d), nil
-}
-
-// stateOf returns the sluice.State of a view under policy p.
-func stateOf(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
-	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
-	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
-	switch p.Algorithm {
-	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
-		st.Current, st.Estimate = v.Current, amount(v.Estimate)
-		if p.Algorithm == sluice.SlidingWindowAlgorithm {
-			st.Previous = v.Previous
-		}
-	case sluice.SlidingLogAlgorithm:
-		st.Entries, st.Counted = v.Entries, v.Counted
-		if v.Entries > 0 {
-			st.Oldest, st.Newest = time.UnixMicro(v.Oldest).UTC(), time.UnixMicro(v.Newest).UTC()
-		}
-	default:
-		st.Tokens, st.Queued = amount(v.Tokens), amount(v.Queued)
-		st.Backlog = time.Duration(v.Backlog) * time.Microsecond // below 2^52 µs: fits
-	}
-	return st
+	return convert.State(p, v, tracked, d), nil
 }

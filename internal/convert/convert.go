@@ -1,0 +1,41 @@
+// Package convert turns sluice's public types into internal/algo's and
+// back, for the stores that decide with internal/algo.
+package convert
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Params returns the algorithms' parameters of a valid policy.
+func Params(p *sluice.Policy) algo.Params {
+	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
+}
+
+// State returns the sluice.State of a view of a key under policy p:
+// tracked tells whether the store holds state for the key, d is the
+// decision a request would get.
+func State(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
+	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
+	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
+		st.Current, st.Estimate = v.Current, amount(v.Estimate)
+		if p.Algorithm == sluice.SlidingWindowAlgorithm {
+			st.Previous = v.Previous
+		}
+	case sluice.SlidingLogAlgorithm:
+		st.Entries, st.Counted = v.Entries, v.Counted
+		if v.Entries > 0 {
+			st.Oldest, st.Newest = time.UnixMicro(v.Oldest).UTC(), time.UnixMicro(v.Newest).UTC()
+		}
+	default:
+		st.Tokens, st.Queued = amount(v.Tokens), amount(v.Queued)
+		st.Backlog = time.Duration(min(v.Backlog, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
+	}
+	return st
+}
