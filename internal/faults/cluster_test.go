@@ -150,7 +150,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 		// Run on for a second, or to the run's total time, whichever is later.
 		time.Sleep(max(promoted+time.Second, sc.total) - time.Since(r.t0))
 	}
-	l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: time.Minute, stop: stop}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: time.Minute, stop: stop}
 	r := l.run(t.Context(), decide, failover)
 	r.checkUnexpected(t)
 	ev := []event{{killed, "master killed"}, {promoted, "cluster ok again"}}
@@ -197,7 +197,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 	default:
 		t.Logf("the dead master's keys were decided by Redis again %v after the kill", backAfter)
 	}
-	if lateDegraded*100 > late {
+	if lateDegraded*100 > late && !r.overloaded(t) {
 		t.Errorf("from %v after the promotion on, %d of %d calls were degraded, want at most 1%%", comeback, lateDegraded, late)
 	}
 	var lost int

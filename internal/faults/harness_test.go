@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,7 @@ const (
 type scale struct {
 	long          bool
 	callers       int
+	pace          time.Duration // each caller's pause between calls
 	total         time.Duration
 	kill, restart time.Duration
 	bucket        time.Duration // rows of the per-interval table
@@ -44,12 +46,18 @@ type scale struct {
 
 // testScale returns the long variant under SLUICE_FAULTS_LONG=1 (the
 // issue's 200 callers for 10 s, Redis killed at 3 s and back at 6 s), and
-// otherwise a short one for CI.
+// otherwise a short one for CI, lighter still under the race detector: a
+// load generator that takes every CPU of a 2-core machine measures
+// itself, not Sluice.
 func testScale() scale {
 	if os.Getenv(longEnv) == "1" {
-		return scale{long: true, callers: 200, total: 10 * time.Second, kill: 3 * time.Second, restart: 6 * time.Second, bucket: time.Second}
+		return scale{long: true, callers: 200, pace: 2 * time.Millisecond, total: 10 * time.Second, kill: 3 * time.Second, restart: 6 * time.Second, bucket: time.Second}
 	}
-	return scale{callers: 40, total: 3 * time.Second, kill: 800 * time.Millisecond, restart: 1600 * time.Millisecond, bucket: 500 * time.Millisecond}
+	sc := scale{callers: 40, pace: 2 * time.Millisecond, total: 3 * time.Second, kill: 800 * time.Millisecond, restart: 1600 * time.Millisecond, bucket: 500 * time.Millisecond}
+	if raceEnabled {
+		sc.callers, sc.pace = 20, 10*time.Millisecond
+	}
+	return sc
 }
 
 // binDir holds the sluice binary, built once for the package.
@@ -301,6 +309,45 @@ type result struct {
 	unexpected []error
 	nUnexp     int
 	stalls     []stall // by start time
+	// pressure is the share of the run's time in which some task on the
+	// machine waited for a CPU (Linux's /proc/pressure/cpu), 0 when
+	// unknown.
+	pressure float64
+}
+
+// busy is the CPU pressure above which a run's timing checks are relaxed:
+// on a machine whose tasks wait for a CPU most of the time, a call's
+// latency says more about the machine than about Sluice.
+const busy = 0.5
+
+// overloaded reports whether the machine was too busy during the run for
+// strict timing checks, and says so in the log.
+func (r *result) overloaded(t *testing.T) bool {
+	t.Helper()
+	if r.pressure > busy {
+		t.Logf("the machine was busy: some task waited for a CPU %.0f%% of the run; timing checks are relaxed", 100*r.pressure)
+		return true
+	}
+	return false
+}
+
+// cpuPressure returns the total time, since boot, in which some task
+// waited for a CPU, from /proc/pressure/cpu; false where there is none.
+func cpuPressure() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	i := strings.Index(line, "total=")
+	if !strings.HasPrefix(line, "some ") || i < 0 {
+		return 0, false
+	}
+	us, err := strconv.ParseInt(line[i+len("total="):], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(us) * time.Microsecond, true
 }
 
 // stall is a time the machine ran the test's stall probe late: a
@@ -309,15 +356,48 @@ type stall struct {
 	at, late time.Duration
 }
 
-// probeStalls records, until ctx is done, every time a goroutine asking to
-// sleep 1 ms wakes more than 2 ms late: the scheduling delay that the
-// machine (other processes, the garbage collector, the race detector)
-// adds to any call measured at the same time.
+// probeStalls records, until ctx is done, every time a probe that sleeps
+// 1 ms and then sends a byte round a loopback connection in the same
+// process takes more than 2 ms longer than that: the scheduling delay that
+// the machine (other processes, the garbage collector, the race detector)
+// adds to any call measured at the same time. The round trip wakes
+// goroutines through the network poller, as the calls under test do; a
+// timer alone is woken ahead of them and would see less.
 func probeStalls(ctx context.Context, t0 time.Time) []stall {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil
+	}
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	defer func() {
+		ln.Close()
+		<-echoed
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil
+	}
+	defer conn.Close()
 	var out []stall
+	b := []byte{0}
 	for ctx.Err() == nil {
 		before := time.Now()
 		time.Sleep(time.Millisecond)
+		if _, err := conn.Write(b); err != nil {
+			return out
+		}
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return out
+		}
 		if late := time.Since(before) - time.Millisecond; late > 2*time.Millisecond {
 			out = append(out, stall{at: before.Sub(t0), late: late})
 		}
@@ -381,7 +461,11 @@ func (l load) run(ctx context.Context, decide decideFunc, onStart func(r *result
 	pctx, stopProbe := context.WithCancel(ctx)
 	stalls := make(chan []stall, 1)
 	go func() { stalls <- probeStalls(pctx, r.t0) }()
+	psi0, psiOK := cpuPressure()
 	wg.Wait()
+	if psi1, ok := cpuPressure(); ok && psiOK {
+		r.pressure = float64(psi1-psi0) / float64(time.Since(r.t0))
+	}
 	stopProbe()
 	r.stalls = <-stalls
 	for _, cs := range per {
@@ -414,8 +498,8 @@ func (r *result) noisy(c call, pad time.Duration) bool {
 
 // checkBound fails t for calls that started in [from, to) and took longer
 // than bound plus the test process's own stall during them
-// (stallDuring), beyond outliers in a million of them, and logs the
-// calls' p50, p99 and slowest. outliers is 0 for the library, whose every
+// (stallDuring), beyond outliers in a million of them (1% on an
+// overloaded machine), and logs the calls' p50, p99 and slowest. outliers is 0 for the library, whose every
 // delay the stall probe sees; the service runs in a process of its own,
 // whose stalls on a loaded machine the probe cannot see.
 func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Duration, outliers int) {
@@ -445,7 +529,11 @@ func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Dura
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 	t.Logf("%s: %d calls, p50 %s, p99 %s, slowest %s; the test process's longest stall %s; %d over %v beyond it",
 		what, len(took), ms(took[len(took)/2]), ms(took[len(took)*99/100]), ms(took[len(took)-1]), ms(longest), len(over), bound)
-	if allowed := len(took) * outliers / 1_000_000; len(over) > allowed {
+	allowed := len(took) * outliers / 1_000_000
+	if r.overloaded(t) {
+		allowed = max(allowed, len(took)/100)
+	}
+	if len(over) > allowed {
 		c := over[0]
 		t.Errorf("%s: %d calls took longer than %v beyond the machine's stalls (%d allowed); the first at %v took %v (stall %v)",
 			what, len(over), bound, allowed, c.start, c.took(), r.stallDuring(c))

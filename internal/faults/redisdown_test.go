@@ -147,6 +147,7 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 		}
 	}
 	bad.report(t)
+	overloaded := r.overloaded(t)
 	// With Redis up, a call slower than the timeout is decided by the
 	// failure policy too: a loaded machine makes a few, and those made
 	// when the test process stalled are not counted.
@@ -155,7 +156,7 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 		n    int
 	}{{"before the kill", before}, {fmt.Sprintf("from %v after Redis came back", comeback), after}} {
 		t.Logf("%s: %d of %d calls not decided by Redis (%d more when the machine stalled)", phase.name, notRedis[i], phase.n, noisy[i])
-		if notRedis[i]*100 > phase.n {
+		if notRedis[i]*100 > phase.n && !overloaded {
 			t.Errorf("%s: %d of %d calls were not decided by Redis, want at most 1%%", phase.name, notRedis[i], phase.n)
 		}
 	}
@@ -276,7 +277,7 @@ func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 		}
 		return denied, d.Degraded, nil
 	}
-	l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: sc.total}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: sc.total}
 	r := l.run(t.Context(), decide, killAndRestart(t, sc, srv, o))
 	mu.Lock()
 	for _, ts := range opens {
@@ -351,7 +352,7 @@ limits:
 		return checkService(ctx, client, svc.http, "faults", keys[key])
 	}
 	o := &outage{timeout: dieTimeout, policy: fp, bucketOf: sc.bucket, outliers: serviceOutliers}
-	l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: sc.total}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: sc.total}
 	r := l.run(t.Context(), decide, killAndRestart(t, sc, srv, o))
 	if ts, ok := logTime(svc.log.String(), `msg="redis circuit breaker changed state"`, "from=closed", "to=open"); ok {
 		o.opened, o.hasOpen = r.at(ts), true

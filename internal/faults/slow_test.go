@@ -14,7 +14,8 @@ import (
 )
 
 // slowTimeout is the store's timeout in the slow-Redis tests: the
-// default, so that 5 ms of latency is well within it and 100 ms beyond.
+// default, so that 5 ms of latency is well within it and 100 ms well
+// beyond (a reply that comes just as the timeout passes may win).
 const slowTimeout = redisstore.DefaultTimeout
 
 // stage is one setting of the proxy between Sluice and Redis.
@@ -87,6 +88,7 @@ func driveProxy(p *redistest.Proxy, stages []stage, each time.Duration, sr *stag
 func (sr *stageRun) check(t *testing.T, r *result, timeout time.Duration, outliers int) {
 	t.Helper()
 	r.checkUnexpected(t)
+	overloaded := r.overloaded(t)
 	var b strings.Builder
 	var bad violations
 	defer bad.report(t)
@@ -130,7 +132,7 @@ func (sr *stageRun) check(t *testing.T, r *result, timeout time.Duration, outlie
 			// A loaded machine times out a few calls to a working Redis:
 			// the calls when the test process stalled are not counted.
 			t.Logf("stage %s: %d of %d calls at quiet times not decided by Redis (%d at noisy times)", s.name, quiet-quietRedis, quiet, n-quiet)
-			if (quiet-quietRedis)*20 > quiet {
+			if (quiet-quietRedis)*20 > quiet && !overloaded {
 				t.Errorf("stage %s: %d of %d calls at quiet times not decided by Redis, want at most 5%%", s.name, quiet-quietRedis, quiet)
 			}
 			if slowDecided > 0 {
@@ -196,7 +198,7 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 		}
 		sr := &stageRun{stages: stages}
 		stop := make(chan struct{})
-		l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: time.Minute, stop: stop}
+		l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: time.Minute, stop: stop}
 		r := l.run(t.Context(), decide, driveProxy(proxy, stages, each, sr, stop))
 		sr.check(t, r, slowTimeout, 0)
 	})
@@ -227,7 +229,7 @@ limits:
 		}
 		sr := &stageRun{stages: stages}
 		stop := make(chan struct{})
-		l := load{callers: sc.callers, keys: dieKeys, pace: 2 * time.Millisecond, dur: time.Minute, stop: stop}
+		l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: time.Minute, stop: stop}
 		r := l.run(t.Context(), decide, driveProxy(proxy, stages, each, sr, stop))
 		sr.check(t, r, slowTimeout, serviceOutliers)
 	})

@@ -1,0 +1,7 @@
+//go:build !race
+
+package faults
+
+// raceEnabled reports whether the race detector is on: it makes the test
+// process several times slower, so the load tests send less.
+const raceEnabled = false
