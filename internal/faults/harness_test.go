@@ -38,7 +38,8 @@ const (
 type scale struct {
 	long          bool
 	callers       int
-	pace          time.Duration // each caller's pause between calls
+	pace          time.Duration // each caller's pause between calls to the library
+	servicePace   time.Duration // and to the service, which costs more
 	total         time.Duration
 	kill, restart time.Duration
 	bucket        time.Duration // rows of the per-interval table
@@ -46,16 +47,19 @@ type scale struct {
 
 // testScale returns the long variant under SLUICE_FAULTS_LONG=1 (the
 // issue's 200 callers for 10 s, Redis killed at 3 s and back at 6 s), and
-// otherwise a short one for CI, lighter still under the race detector: a
-// load generator that takes every CPU of a 2-core machine measures
-// itself, not Sluice.
+// otherwise a short one for CI, lighter still under the race detector.
+// Callers pause between calls: a load generator that takes every CPU of a
+// 2-core machine, which also runs Redis and the service, measures its own
+// queues, not Sluice.
 func testScale() scale {
 	if os.Getenv(longEnv) == "1" {
-		return scale{long: true, callers: 200, pace: 2 * time.Millisecond, total: 10 * time.Second, kill: 3 * time.Second, restart: 6 * time.Second, bucket: time.Second}
+		return scale{long: true, callers: 200, pace: 2 * time.Millisecond, servicePace: 50 * time.Millisecond,
+			total: 10 * time.Second, kill: 3 * time.Second, restart: 6 * time.Second, bucket: time.Second}
 	}
-	sc := scale{callers: 40, pace: 2 * time.Millisecond, total: 3 * time.Second, kill: 800 * time.Millisecond, restart: 1600 * time.Millisecond, bucket: 500 * time.Millisecond}
+	sc := scale{callers: 40, pace: 2 * time.Millisecond, servicePace: 10 * time.Millisecond,
+		total: 3 * time.Second, kill: 800 * time.Millisecond, restart: 1600 * time.Millisecond, bucket: 500 * time.Millisecond}
 	if raceEnabled {
-		sc.callers, sc.pace = 20, 10*time.Millisecond
+		sc.callers, sc.pace, sc.servicePace = 20, 10*time.Millisecond, 20*time.Millisecond
 	}
 	return sc
 }
@@ -650,9 +654,10 @@ func checkService(ctx context.Context, c *http.Client, addr, limit, key string) 
 	return denied, d.Degraded, nil
 }
 
-// logTime returns the time of the first line of a slog text log that holds
-// every one of parts, and whether there is one.
-func logTime(log string, parts ...string) (time.Time, bool) {
+// logTimes returns the times of the lines of a slog text log that hold
+// every one of parts.
+func logTimes(log string, parts ...string) []time.Time {
+	var out []time.Time
 next:
 	for _, line := range strings.Split(log, "\n") {
 		for _, p := range parts {
@@ -666,8 +671,8 @@ next:
 		}
 		f, _, _ = strings.Cut(f, " ")
 		if ts, err := time.Parse(time.RFC3339Nano, f); err == nil {
-			return ts, true
+			out = append(out, ts)
 		}
 	}
-	return time.Time{}, false
+	return out
 }

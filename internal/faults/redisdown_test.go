@@ -352,10 +352,15 @@ limits:
 		return checkService(ctx, client, svc.http, "faults", keys[key])
 	}
 	o := &outage{timeout: dieTimeout, policy: fp, bucketOf: sc.bucket, outliers: serviceOutliers}
-	l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: sc.total}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: sc.total}
 	r := l.run(t.Context(), decide, killAndRestart(t, sc, srv, o))
-	if ts, ok := logTime(svc.log.String(), `msg="redis circuit breaker changed state"`, "from=closed", "to=open"); ok {
-		o.opened, o.hasOpen = r.at(ts), true
+	// The log's times have milliseconds: an opening in the kill's
+	// millisecond counts.
+	for _, ts := range logTimes(svc.log.String(), `msg="redis circuit breaker changed state"`, "from=closed", "to=open") {
+		if at := r.at(ts); at >= o.kill.Truncate(time.Millisecond)-time.Millisecond {
+			o.opened, o.hasOpen = max(at, o.kill), true
+			break
+		}
 	}
 	checkOutage(t, r, o)
 	if svc.exited() {

@@ -94,7 +94,7 @@ limits:
 		return out, false, nil
 	}
 	stop := make(chan struct{})
-	l := load{callers: sc.callers, keys: 1, pace: 2 * sc.pace, dur: time.Minute, stop: stop}
+	l := load{callers: sc.callers, keys: 1, pace: sc.servicePace, dur: time.Minute, stop: stop}
 	done := make(chan *result, 1)
 	go func() { done <- l.run(t.Context(), decide, nil) }()
 	defer func() {

@@ -229,7 +229,7 @@ limits:
 		}
 		sr := &stageRun{stages: stages}
 		stop := make(chan struct{})
-		l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: time.Minute, stop: stop}
+		l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: time.Minute, stop: stop}
 		r := l.run(t.Context(), decide, driveProxy(proxy, stages, each, sr, stop))
 		sr.check(t, r, slowTimeout, serviceOutliers)
 	})
