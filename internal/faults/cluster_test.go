@@ -154,7 +154,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 	r := l.run(t.Context(), decide, failover)
 	r.checkUnexpected(t)
 	ev := []event{{killed, "master killed"}, {promoted, "cluster ok again"}}
-	t.Logf("%d calls; per %v:\n%s", len(r.calls), sc.bucket, r.table(sc.bucket, ev))
+	t.Logf("%d calls from %d callers, CPU pressure %.0f%%; per %v:\n%s", len(r.calls), sc.callers, 100*r.pressure, sc.bucket, r.table(sc.bucket, ev))
 	t.Logf("the cluster reported the promoted replica %v after the master died", promoted-killed)
 	r.checkBound(t, "from the kill on", killed, r.calls[len(r.calls)-1].start+1, dieTimeout+slack, 0)
 

@@ -84,7 +84,7 @@ func killAndRestart(t *testing.T, sc scale, srv *redistest.Server, o *outage) fu
 func checkOutage(t *testing.T, r *result, o *outage) {
 	t.Helper()
 	r.checkUnexpected(t)
-	t.Logf("%d calls; per %v:\n%s", len(r.calls), o.bucketOf, r.table(o.bucketOf, o.events()))
+	t.Logf("%d calls, CPU pressure %.0f%%; per %v:\n%s", len(r.calls), 100*r.pressure, o.bucketOf, r.table(o.bucketOf, o.events()))
 	if !o.hasOpen {
 		t.Errorf("the circuit breaker never opened after Redis was killed")
 		o.opened = o.killed

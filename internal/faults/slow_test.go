@@ -152,7 +152,7 @@ func (sr *stageRun) check(t *testing.T, r *result, timeout time.Duration, outlie
 		}
 		fmt.Fprintf(&b, "| %s | %.1fs | %d | %d | %d | %.1f ms | %s |\n", s.name, from.Seconds(), n, byRedis, n-byRedis, float64(slow)/float64(time.Millisecond), backs)
 	}
-	t.Logf("per stage (store timeout %v, on_error deny):\n%s", timeout, b.String())
+	t.Logf("per stage (store timeout %v, on_error deny, CPU pressure %.0f%%):\n%s", timeout, 100*r.pressure, b.String())
 	r.checkBound(t, "every stage", 0, sr.end[len(sr.end)-1], timeout+slack, outliers)
 }
 
