@@ -98,7 +98,11 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		} else {
 			out = make([]sluice.Decision, len(reqs))
 		}
-		d, err = h.store.AllowAll(ctx, time.Time{}, reqs, out)
+		// The store gets a copy: passing reqs itself would move reqBuf to
+		// the heap on every request, the one-check ones too.
+		all := make([]sluice.Request, len(reqs))
+		copy(all, reqs)
+		d, err = h.store.AllowAll(ctx, time.Time{}, all, out)
 		for j, i := range idx {
 			results[i].Decision = out[j]
 		}
