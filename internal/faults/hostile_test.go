@@ -433,6 +433,26 @@ limits:
 	}
 }
 
+// TestHugeHeaders sends a running service request headers of 100 KiB,
+// over its 64 KiB limit: it answers 431 without reading on, and keeps
+// serving.
+func TestHugeHeaders(t *testing.T) {
+	t.Parallel()
+	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+limits:
+  one: {algorithm: token_bucket, limit: 1, period: 24h}
+`)
+	svc := startService(t, "sluice", "--config", cfg)
+	c := newClient(t, 1)
+	code, _ := post(t, c, "POST", "http://"+svc.http+"/v1/check", checkBody(t, "one", "k"), "X-Pad", strings.Repeat("p", 100<<10))
+	if code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a request with 100 KiB of headers = %d, want 431", code)
+	}
+	if code, _ := post(t, c, "POST", "http://"+svc.http+"/v1/check", checkBody(t, "one", "k")); code != 200 {
+		t.Errorf("a check after it = %d, want 200", code)
+	}
+}
+
 // TestAdminListenerService runs the service with listen.admin and an
 // admin token: the admin endpoints (metrics, status, explain, the status
 // page and the overrides API) answer only on the admin listener and only
