@@ -89,7 +89,6 @@ type httpWorker struct {
 	conn net.Conn
 	br   *bufio.Reader
 	body []byte
-	open bool
 }
 
 var (
