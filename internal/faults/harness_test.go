@@ -292,6 +292,9 @@ type load struct {
 	pace    time.Duration // each caller's pause between calls
 	dur     time.Duration
 	stop    chan struct{} // if not nil, closing it ends the run before dur
+	// watch is the process id of a service under test, whose threads'
+	// waits for a CPU count as stalls too (procStalls); 0 for none.
+	watch int
 }
 
 func (l load) stopped() bool {
@@ -354,10 +357,11 @@ func cpuPressure() (time.Duration, bool) {
 	return time.Duration(us) * time.Microsecond, true
 }
 
-// stall is a time the machine ran the test's stall probe late: a
-// goroutine that sleeps 1 ms at a time woke up late by late.
+// stall is a time the machine kept something waiting: the test's stall
+// probe ran late by late, or a thread of a watched process waited late
+// for a CPU, in [at, end).
 type stall struct {
-	at, late time.Duration
+	at, end, late time.Duration
 }
 
 // probeStalls records, until ctx is done, every time a probe that sleeps
@@ -403,8 +407,65 @@ func probeStalls(ctx context.Context, t0 time.Time) []stall {
 			return out
 		}
 		if late := time.Since(before) - time.Millisecond; late > 2*time.Millisecond {
-			out = append(out, stall{at: before.Sub(t0), late: late})
+			at := before.Sub(t0)
+			out = append(out, stall{at: at, end: at + time.Millisecond + late, late: late})
 		}
+	}
+	return out
+}
+
+// procStalls samples, every 5 ms until ctx is done, how long each thread
+// of process pid has waited for a CPU (the second field of Linux's
+// /proc/PID/task/TID/schedstat, in ns), and records each interval in which
+// a thread waited more than 2 ms: stalls of a service process that the
+// test's own probe cannot see. Elsewhere than on Linux it records nothing.
+func procStalls(ctx context.Context, pid int, t0 time.Time) []stall {
+	var out []stall
+	prev := map[string]int64{}
+	read := func() map[string]int64 {
+		m := map[string]int64{}
+		dir := fmt.Sprintf("/proc/%d/task", pid)
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			return nil
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "schedstat"))
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b))
+			if len(f) < 2 {
+				continue
+			}
+			if ns, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+				m[task.Name()] = ns
+			}
+		}
+		return m
+	}
+	prev = read()
+	if prev == nil {
+		return nil
+	}
+	last := time.Since(t0)
+	for ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+		cur := read()
+		now := time.Since(t0)
+		if cur == nil {
+			return out
+		}
+		var worst int64
+		for tid, ns := range cur {
+			if p, ok := prev[tid]; ok {
+				worst = max(worst, ns-p)
+			}
+		}
+		if w := time.Duration(worst); w > 2*time.Millisecond {
+			out = append(out, stall{at: last, end: now, late: w})
+		}
+		prev, last = cur, now
 	}
 	return out
 }
@@ -413,7 +474,7 @@ func probeStalls(ctx context.Context, t0 time.Time) []stall {
 func (r *result) stallDuring(c call) time.Duration {
 	var worst time.Duration
 	for _, s := range r.stalls {
-		if s.at < c.end && s.at+time.Millisecond+s.late > c.start {
+		if s.at < c.end && s.end > c.start {
 			worst = max(worst, s.late)
 		}
 	}
@@ -463,8 +524,11 @@ func (l load) run(ctx context.Context, decide decideFunc, onStart func(r *result
 		wg.Go(func() { onStart(r) })
 	}
 	pctx, stopProbe := context.WithCancel(ctx)
-	stalls := make(chan []stall, 1)
+	stalls := make(chan []stall, 2)
 	go func() { stalls <- probeStalls(pctx, r.t0) }()
+	if l.watch != 0 {
+		go func() { stalls <- procStalls(pctx, l.watch, r.t0) }()
+	}
 	psi0, psiOK := cpuPressure()
 	wg.Wait()
 	if psi1, ok := cpuPressure(); ok && psiOK {
@@ -472,6 +536,10 @@ func (l load) run(ctx context.Context, decide decideFunc, onStart func(r *result
 	}
 	stopProbe()
 	r.stalls = <-stalls
+	if l.watch != 0 {
+		r.stalls = append(r.stalls, <-stalls...)
+		slices.SortFunc(r.stalls, func(a, b stall) int { return int(a.at - b.at) })
+	}
 	for _, cs := range per {
 		r.calls = append(r.calls, cs...)
 	}
@@ -493,7 +561,7 @@ func (r *result) checkUnexpected(t *testing.T) {
 // cooldown: pad is that cooldown.
 func (r *result) noisy(c call, pad time.Duration) bool {
 	for _, s := range r.stalls {
-		if s.late > 20*time.Millisecond && s.at < c.end && s.at+time.Millisecond+s.late+pad > c.start {
+		if s.late > 20*time.Millisecond && s.at < c.end && s.end+pad > c.start {
 			return true
 		}
 	}
@@ -501,11 +569,10 @@ func (r *result) noisy(c call, pad time.Duration) bool {
 }
 
 // checkBound fails t for calls that started in [from, to) and took longer
-// than bound plus the test process's own stall during them
-// (stallDuring), beyond outliers in a million of them (1% on an
-// overloaded machine), and logs the calls' p50, p99 and slowest. outliers is 0 for the library, whose every
-// delay the stall probe sees; the service runs in a process of its own,
-// whose stalls on a loaded machine the probe cannot see.
+// than bound plus the stall during them (stallDuring: the test process's,
+// and the service's when the load watched it), beyond outliers in a
+// million of them (1% on an overloaded machine), and logs the calls' p50,
+// p99 and slowest.
 func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Duration, outliers int) {
 	t.Helper()
 	var took []time.Duration
@@ -531,7 +598,7 @@ func (r *result) checkBound(t *testing.T, what string, from, to, bound time.Dura
 		}
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-	t.Logf("%s: %d calls, p50 %s, p99 %s, slowest %s; the test process's longest stall %s; %d over %v beyond it",
+	t.Logf("%s: %d calls, p50 %s, p99 %s, slowest %s; the longest stall %s; %d over %v beyond the stalls",
 		what, len(took), ms(took[len(took)/2]), ms(took[len(took)*99/100]), ms(took[len(took)-1]), ms(longest), len(over), bound)
 	allowed := len(took) * outliers / 1_000_000
 	if r.overloaded(t) {

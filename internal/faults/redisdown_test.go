@@ -29,8 +29,9 @@ const (
 	// comeback is how soon Redis must decide again once it answers.
 	comeback = time.Second
 	// serviceOutliers is how many calls to the service in a million may
-	// exceed a latency bound beyond the test process's stalls: the
-	// service's own stalls on a loaded machine, which the test cannot see.
+	// exceed a latency bound beyond the measured stalls: the service's
+	// pauses that its threads' CPU waits do not show (its garbage
+	// collector, the kernel's network stack).
 	serviceOutliers = 1000
 )
 
@@ -352,7 +353,7 @@ limits:
 		return checkService(ctx, client, svc.http, "faults", keys[key])
 	}
 	o := &outage{timeout: dieTimeout, policy: fp, bucketOf: sc.bucket, outliers: serviceOutliers}
-	l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: sc.total}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: sc.total, watch: svc.cmd.Process.Pid}
 	r := l.run(t.Context(), decide, killAndRestart(t, sc, srv, o))
 	// The log's times have milliseconds: an opening in the kill's
 	// millisecond counts.
