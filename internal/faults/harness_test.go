@@ -421,7 +421,6 @@ func probeStalls(ctx context.Context, t0 time.Time) []stall {
 // test's own probe cannot see. Elsewhere than on Linux it records nothing.
 func procStalls(ctx context.Context, pid int, t0 time.Time) []stall {
 	var out []stall
-	prev := map[string]int64{}
 	read := func() map[string]int64 {
 		m := map[string]int64{}
 		dir := fmt.Sprintf("/proc/%d/task", pid)
@@ -444,7 +443,7 @@ func procStalls(ctx context.Context, pid int, t0 time.Time) []stall {
 		}
 		return m
 	}
-	prev = read()
+	prev := read()
 	if prev == nil {
 		return nil
 	}
