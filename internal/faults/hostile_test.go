@@ -241,7 +241,8 @@ proxy:
 
 // endless sends a request whose chunked body never ends, on a raw
 // connection, and returns the answer's status line, how many body bytes
-// had been written when it came, and how long it took. The body is
+// had been written when it came, and how long it took; it fails t unless
+// the server then closes the connection. The body is
 // prefix and then 'a' forever; writing stops at the answer, at an error
 // (the server closed the connection), or after 1 GiB.
 func endless(t *testing.T, addr, head, prefix string) (status string, written int64, took time.Duration) {
@@ -278,15 +279,25 @@ func endless(t *testing.T, addr, head, prefix string) (status string, written in
 			sent.Add(int64(len(data)))
 		}
 	})
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
 	written, took = sent.Load(), time.Since(start)
 	close(done)
-	conn.Close() // ends a write the server no longer reads
-	wg.Wait()
 	if err != nil {
+		conn.Close()
+		wg.Wait()
 		t.Fatalf("no answer to an endless body after %v (%d bytes sent): %v", took, written, err)
 	}
-	resp.Body.Close()
+	// The server closes the connection: the rest of the body is never read.
+	io.Copy(io.Discard, resp.Body)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = io.Copy(io.Discard, br)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Errorf("the connection stayed open 5s after the answer to an endless body")
+	}
+	conn.Close() // ends a write the server no longer reads
+	wg.Wait()
 	return resp.Status, written, took
 }
 
