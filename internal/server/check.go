@@ -108,7 +108,9 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err))
+		if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
+			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err), slog.Int("failures_not_logged", n))
+		}
 		writeError(w, http.StatusServiceUnavailable, "the store failed to decide; see the server's log")
 		return
 	}
@@ -124,8 +126,10 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 			res.Decision, res.Err = h.store.Peek(ctx, time.Time{}, req)
 		}
 		if res.Err != nil {
-			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed on a dry-run limit",
-				slog.String("limit", res.Policy.Name), slog.Any("error", res.Err))
+			if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
+				h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed on a dry-run limit",
+					slog.String("limit", res.Policy.Name), slog.Any("error", res.Err), slog.Int("failures_not_logged", n))
+			}
 		}
 	}
 

@@ -103,8 +103,18 @@ func TestRedisError(t *testing.T) {
 	if !strings.Contains(logs.String(), "store failed") || strings.Contains(logs.String(), "secret-key") {
 		t.Errorf("log = %q, want the failure and no key", logs.String())
 	}
-	if got := counter(t, f.reg, "sluice_store_errors_total", "allow"); got != 1 {
-		t.Errorf("store errors = %v, want 1", got)
+	// A dead store fails every request: each is counted, but the log gets
+	// one line per interval, not one per request.
+	for range 20 {
+		if rec := f.check(`{"limit":"tiny","key":"b"}`); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("check without Redis = %d %s, want 503", rec.Code, rec.Body)
+		}
+	}
+	if got := strings.Count(logs.String(), "check: store failed"); got != 1 {
+		t.Errorf("%d log lines for 21 failed checks within %v, want 1:\n%s", got, storeErrorLogEvery, logs.String())
+	}
+	if got := counter(t, f.reg, "sluice_store_errors_total", "allow"); got != 21 {
+		t.Errorf("store errors = %v, want 21", got)
 	}
 	rec = f.do("GET", "/v1/forward-auth?rule=login", "")
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {

@@ -85,13 +85,15 @@ type Options struct {
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
 // concurrent use, including Reload while it serves.
 type Handler struct {
-	store   *meteredStore
-	raw     sluice.Store
-	logger  *slog.Logger
-	reg     *prometheus.Registry
-	metrics *metrics
-	now     func() time.Time
-	circuit func() string
+	store  *meteredStore
+	raw    sluice.Store
+	logger *slog.Logger
+	// storeErrLog limits the log lines of store failures in /v1/check.
+	storeErrLog logLimiter
+	reg         *prometheus.Registry
+	metrics     *metrics
+	now         func() time.Time
+	circuit     func() string
 	// mux serves every endpoint; public and admin split them for
 	// separate listeners (admin.go).
 	mux, public, admin *http.ServeMux
