@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // RequireCaddyEnv is the environment variable that turns a missing caddy
@@ -60,8 +62,8 @@ func startCaddy(t *testing.T, bin, sluiceAddr, upstream string) int {
 	t.Helper()
 	for attempt := range 3 {
 		dir := t.TempDir()
-		port := freePort(t)
-		cf := writeFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(port, sluiceAddr, upstream, dir))
+		port := proctest.FreePort(t)
+		cf := proctest.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(port, sluiceAddr, upstream, dir))
 		cmd := exec.Command(bin, "run", "--config", cf, "--adapter", "caddyfile")
 		// Caddy keeps files under $HOME and the XDG directories: keep
 		// them in the test's directory.
@@ -101,7 +103,7 @@ func TestCaddyForwardAuth(t *testing.T) {
 	t.Cleanup(up.Close)
 
 	dir := t.TempDir()
-	cfg := writeFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   per-ip: {algorithm: sliding_log, limit: 3, period: 1h}
 proxy:

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,62 +15,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // Time bounds of these tests.
 const (
-	buildTimeout = 5 * time.Minute
-	waitTimeout  = 20 * time.Second
-	stopTimeout  = 15 * time.Second
+	waitTimeout = 20 * time.Second
+	stopTimeout = 15 * time.Second
 )
-
-// binDir holds the sluice binary, built once for the whole package.
-var (
-	binDir    string
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// sluiceBinary builds cmd/sluice (once) and returns its path.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		// go test puts its own GOROOT/bin first on the tests' PATH.
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-		defer cancel()
-		out := filepath.Join(binDir, "sluice")
-		start := time.Now()
-		b, err := exec.CommandContext(ctx, gobin, "build", "-o", out, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
-			return
-		}
-		binPath = out
-		t.Logf("built sluice in %v", time.Since(start).Round(time.Millisecond))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
 type syncBuffer struct {
@@ -167,7 +118,7 @@ type sluice struct {
 // startSluice runs `sluice serve` with args and waits until it listens.
 func startSluice(t *testing.T, name string, args ...string) *sluice {
 	t.Helper()
-	bin := sluiceBinary(t)
+	bin := proctest.Sluice(t)
 	s := &sluice{readyFile: filepath.Join(t.TempDir(), "ready.json")}
 	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
 	s.proc = startProc(t, name, exec.Command(bin, args...))
@@ -232,33 +183,13 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func writeFile(t *testing.T, path, content string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// freePort returns a loopback port that was free a moment ago, for a
-// program that cannot be told to pick its own.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestSignals runs the binary and sends it real signals: SIGHUP reloads,
 // SIGTERM shuts down with status 0 and removes the ready file, and a
 // second SIGTERM during the drain delay ends the process at once.
 func TestSignals(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := writeFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	path := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   a: {algorithm: token_bucket, limit: 5, period: 1m}
 `)
@@ -266,7 +197,7 @@ limits:
 	if body := s.check(t, "a", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":5,"remaining":4,`) {
 		t.Fatalf("check a = %s", body)
 	}
-	writeFile(t, path, `listen: {http: "127.0.0.1:0"}
+	proctest.WriteFile(t, path, `listen: {http: "127.0.0.1:0"}
 limits:
   a: {algorithm: token_bucket, limit: 5, period: 1m}
   b: {algorithm: fixed_window, limit: 1, period: 1h}
@@ -315,3 +246,5 @@ limits:
 	}
 	t.Logf("a second SIGTERM ended the process in %v", time.Since(start).Round(time.Millisecond))
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -18,7 +19,7 @@ func TestThreeInstancesOneRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	const limit, requests, workers = 20, 90, 9
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q], prefix: "e2e:"}

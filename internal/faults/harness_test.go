@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // longEnv is the environment variable that selects the long variant of
@@ -28,7 +30,6 @@ const longEnv = "SLUICE_FAULTS_LONG"
 
 // Time bounds of the process handling.
 const (
-	buildTimeout = 5 * time.Minute
 	readyTimeout = 20 * time.Second
 	stopTimeout  = 15 * time.Second
 )
@@ -64,53 +65,6 @@ func testScale() scale {
 	return sc
 }
 
-// binDir holds the sluice binary, built once for the package.
-var (
-	binDir    string
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// sluiceBinary builds cmd/sluice with go build, once, and returns its path.
-func sluiceBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-		defer cancel()
-		out := filepath.Join(binDir, "sluice")
-		start := time.Now()
-		b, err := exec.CommandContext(ctx, gobin, "build", "-o", out, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
-			return
-		}
-		binPath = out
-		t.Logf("built sluice in %v", time.Since(start).Round(time.Millisecond))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
 // fileLog is a process's standard output and error, in a file.
 type fileLog struct{ path string }
 
@@ -136,7 +90,7 @@ type service struct {
 // its ready file, and stops it (SIGTERM, then SIGKILL) when the test ends.
 func startService(t *testing.T, name string, args ...string) *service {
 	t.Helper()
-	bin := sluiceBinary(t)
+	bin := proctest.Sluice(t)
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
@@ -226,25 +180,6 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func writeFile(t *testing.T, path, content string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // newClient returns an HTTP client that keeps a connection per caller, so
@@ -742,3 +677,5 @@ next:
 	}
 	return out
 }
+
+func TestMain(m *testing.M) { proctest.Main(m) }

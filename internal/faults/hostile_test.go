@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -85,7 +86,7 @@ func TestHostileKeysService(t *testing.T) {
 				srv = redistest.Start(t)
 				store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q], prefix: \"h:\"}\n  timeout: 5s\n  on_error: error", srv.Addr)
 			}
-			cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+			cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 %s
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}
@@ -134,7 +135,7 @@ limits:
 // (hex, base64) by the caller.
 func TestInvalidUTF8KeysAreOneKey(t *testing.T) {
 	t.Parallel()
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}
 `)
@@ -195,7 +196,7 @@ func TestSpoofedForwardedForService(t *testing.T) {
 			up := &forwarded{}
 			upstream := httptest.NewServer(up)
 			defer upstream.Close()
-			cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+			cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 limits:
   proxied: {algorithm: token_bucket, limit: 3, period: 24h}
   checked: {algorithm: token_bucket, limit: 3, period: 24h}
@@ -317,7 +318,7 @@ func endless(t *testing.T, addr, head, prefix string, readTimeout time.Duration)
 // serving.
 func TestEndlessBody(t *testing.T) {
 	t.Parallel()
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 admin: {token: "`+adminToken+`"}
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}
@@ -361,7 +362,7 @@ func TestSlowloris(t *testing.T) {
 		n = 1000
 	}
 	const headerTimeout = time.Second
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   big: {algorithm: token_bucket, limit: 1000000, period: 1s}
 `)
@@ -460,7 +461,7 @@ limits:
 // serving.
 func TestHugeHeaders(t *testing.T) {
 	t.Parallel()
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}
 `)
@@ -483,7 +484,7 @@ limits:
 // has no HTTP endpoint at all (it is SIGHUP or the file watcher).
 func TestAdminListenerService(t *testing.T) {
 	t.Parallel()
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
 admin: {token: "`+adminToken+`"}
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}

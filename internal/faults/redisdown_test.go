@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -330,7 +331,7 @@ func TestRedisDiesService(t *testing.T) {
 
 func redisDiesService(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 	srv := redistest.Start(t)
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q], prefix: "faults:"}

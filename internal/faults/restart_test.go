@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -37,8 +38,8 @@ func serveRestart(t *testing.T, sc scale, backend string) {
 		srv := redistest.Start(t)
 		store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q]}\n  timeout: 2s\n  on_error: error", srv.Addr)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: %q}
+	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: %q}
 %s
 limits:
   slow: {algorithm: token_bucket, limit: %d, period: 24h}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -208,7 +209,7 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 	t.Run("service", func(t *testing.T) {
 		srv := redistest.Start(t)
 		proxy := redistest.StartProxy(t, srv.Addr)
-		cfg := writeFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+		cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q]}

@@ -1,0 +1,90 @@
+// Package proctest helps tests that run the sluice binary as a process:
+// it builds cmd/sluice once per test process and removes it afterwards,
+// and offers the small helpers such tests share.
+package proctest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// buildTimeout bounds the one go build of cmd/sluice.
+const buildTimeout = 5 * time.Minute
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+// Main runs the package's tests and then removes the binary that Sluice
+// built, if any. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// Sluice builds cmd/sluice with go build, once per test process, and
+// returns the binary's path. Packages that use it call Main from TestMain.
+func Sluice(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		// go test puts its own GOROOT/bin first on the tests' PATH.
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("no go command to build sluice with: %w", err)
+			return
+		}
+		if binDir, err = os.MkdirTemp("", "sluice-bin-"); err != nil {
+			buildErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		out := filepath.Join(binDir, "sluice")
+		start := time.Now()
+		b, err := exec.CommandContext(ctx, gobin, "build", "-o", out, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, b)
+			return
+		}
+		binPath = out
+		t.Logf("built sluice in %v", time.Since(start).Round(time.Millisecond))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// WriteFile writes content to path and returns path.
+func WriteFile(t testing.TB, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// FreePort returns a loopback port that was free a moment ago, for a
+// program that cannot be told to pick its own.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
