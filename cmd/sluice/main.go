@@ -14,13 +14,20 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The first SIGINT or SIGTERM cancels ctx (sluice serve then shuts down
-	// gracefully); restoring the default handling makes a second one end
-	// the process at once.
-	context.AfterFunc(ctx, stop)
+	// gracefully). The default handling is restored before ctx is
+	// cancelled, so that a second signal, however soon, ends the process
+	// at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-sigctx.Done()
+		stop()
+		cancel()
+	}()
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	cancel()
 	os.Exit(exitCode(err, os.Stderr))
 }
 
