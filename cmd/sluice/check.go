@@ -17,6 +17,7 @@ import (
 
 const checkUsage = `Usage: sluice check [--server URL] --limit NAME --key KEY [--cost N] [--json]
        sluice check --explain [--server ADMIN-URL] [--token-file FILE] --limit NAME --key KEY
+       sluice check overrides list|get|set|rm ...   (the same as sluice overrides; see sluice help overrides)
 
 Asks a running sluice serve for a decision (POST /v1/check) and prints it
 on one line, such as
@@ -133,6 +134,12 @@ func serverURL(s string) (*url.URL, error) {
 }
 
 func runCheck(ctx context.Context, s streams, args []string) error {
+	// `sluice check overrides ...` is `sluice overrides ...`: checking a
+	// key and changing its limit are both things a script asks the
+	// service.
+	if len(args) > 0 && args[0] == "overrides" {
+		return runOverrides(ctx, s, args[1:])
+	}
 	f, u, err := parseCheckFlags(args, s.stderr)
 	if err != nil {
 		return err

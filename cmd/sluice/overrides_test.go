@@ -66,6 +66,11 @@ limits:
 		{"unknown command", []string{"frob"}, 2, "", `unknown command "frob"`},
 		{"get with one argument", []string{"get", "api-key"}, 2, "", "want LIMIT KEY"},
 	}
+	// The same commands through `sluice check overrides`.
+	r := runSluice(t, nil, "check", "overrides", "--server", srv.URL, "--token-file", tokenFile, "--json", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, `{"overrides":[],"shared":false}`) {
+		t.Errorf("sluice check overrides --json list: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
 	for _, s := range steps {
 		r := ov(s.args...)
 		if r.code != s.code || !strings.Contains(r.stdout, s.stdout) || !strings.Contains(r.stderr, s.stderr) {
@@ -85,7 +90,7 @@ limits:
 	}
 	// Without the token the service refuses, and the message says how to
 	// give it.
-	r := runSluice(t, nil, "overrides", "--server", srv.URL, "list")
+	r = runSluice(t, nil, "overrides", "--server", srv.URL, "list")
 	if r.code != 2 || !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "--token-file") {
 		t.Errorf("list without a token: exit %d, stderr %q", r.code, r.stderr)
 	}
