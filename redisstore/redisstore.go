@@ -103,6 +103,14 @@ type Options struct {
 	// OnBreakerChange, if set, is called on every change of the breaker's
 	// state, in order. It must be quick and must not call the store.
 	OnBreakerChange func(from, to BreakerState)
+	// MaxBatch is the most requests one script call decides when calls
+	// wait for Redis; default DefaultMaxBatch (64), 1 turns batching off.
+	// A call is sent at once while fewer than two of the store's calls are
+	// in flight; the calls that come meanwhile wait and then go together,
+	// so that under load Redis runs one script per batch instead of one per
+	// call. Each call stays atomic and is decided exactly as alone. Calls
+	// are not batched on Redis Cluster, nor with CallerTime times.
+	MaxBatch int
 	// CallerTime makes the store decide at the non-zero now passed to
 	// Allow, AllowAll and Peek instead of at Redis's TIME (a zero now still
 	// means Redis's TIME). It is for tests and simulations: the callers'
@@ -123,6 +131,7 @@ type Store struct {
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	many     *rueidis.Lua
+	batch    *batcher // nil when batching is off
 	policies policyCache
 	breaker  *breaker
 
@@ -153,8 +162,8 @@ func New(opts Options) (*Store, error) {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}' (they would choose the Redis Cluster slot)", opts.Prefix)
 	}
-	if opts.Timeout < 0 || opts.BreakerThreshold < 0 || opts.BreakerCooldown < 0 {
-		return nil, errors.New("redisstore: Timeout, BreakerThreshold and BreakerCooldown must not be negative")
+	if opts.Timeout < 0 || opts.BreakerThreshold < 0 || opts.BreakerCooldown < 0 || opts.MaxBatch < 0 {
+		return nil, errors.New("redisstore: Timeout, BreakerThreshold, BreakerCooldown and MaxBatch must not be negative")
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
@@ -174,7 +183,10 @@ func New(opts Options) (*Store, error) {
 	if opts.Client == nil && len(opts.Addrs) == 0 && len(opts.ClientOption.InitAddress) == 0 {
 		return nil, errors.New("redisstore: no Redis: set Options.Client or Options.Addrs")
 	}
-	single, many, err := scripts()
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	single, many, batch, err := scripts()
 	if err != nil {
 		return nil, err
 	}
@@ -187,6 +199,9 @@ func New(opts Options) (*Store, error) {
 		callerTime: opts.CallerTime,
 		many:       rueidis.NewLuaScript(many),
 		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
+	}
+	if opts.MaxBatch > 1 {
+		s.batch = newBatcher(opts.MaxBatch, rueidis.NewLuaScript(batch), s.many)
 	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
@@ -315,8 +330,7 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	keys := []string{c.key(s.prefix, req.Key)}
-	args := []string{nowArg, op, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	keys, args := s.oneArgs(c, &req, op, nowArg)
 	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args)
 	if err == nil && len(vals) != replyWidth {
 		err = s.malformed(vals)
@@ -357,16 +371,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	keys := make([]string, len(reqs))
-	args := make([]string, 1, 1+6*len(reqs))
-	args[0] = nowArg
-	for i := range reqs {
-		c, err := s.check(&reqs[i])
-		if err != nil {
-			return sluice.Decision{}, err
-		}
-		keys[i] = c.key(s.prefix, reqs[i].Key)
-		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
+	keys, args, err := s.manyArgs(reqs, nowArg)
+	if err != nil {
+		return sluice.Decision{}, err
 	}
 	if err := s.sameSlot(keys); err != nil {
 		return sluice.Decision{}, err
@@ -385,6 +392,31 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
 	return s.degrade(ctx, now, reqs, out, opMany, err)
+}
+
+// oneArgs returns the keys and arguments of the single-request script for
+// req, whose compiled policy is c.
+func (s *Store) oneArgs(c *compiled, req *sluice.Request, op, nowArg string) (keys, args []string) {
+	keys = []string{c.key(s.prefix, req.Key)}
+	args = []string{nowArg, op, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	return keys, args
+}
+
+// manyArgs checks reqs and returns the keys and arguments of the AllowAll
+// script for them.
+func (s *Store) manyArgs(reqs []sluice.Request, nowArg string) (keys, args []string, err error) {
+	keys = make([]string, len(reqs))
+	args = make([]string, 1, 1+6*len(reqs))
+	args[0] = nowArg
+	for i := range reqs {
+		c, err := s.check(&reqs[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		keys[i] = c.key(s.prefix, reqs[i].Key)
+		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
+	}
+	return keys, args, nil
 }
 
 // parseMany turns AllowAll's reply into decisions. done is false when the
@@ -504,7 +536,11 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 		}
 	}
 	var vals []int64
-	if err == nil {
+	switch {
+	case err != nil:
+	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster:
+		vals, err = s.batch.exec(cctx, c, script, keys, args)
+	default:
 		vals, err = script.Exec(cctx, c, keys, args).AsIntSlice()
 	}
 	switch {

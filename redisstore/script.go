@@ -28,7 +28,8 @@ var algorithmFiles = [...]struct {
 	sluice.SlidingWindowAlgorithm: {[]string{"window", "sliding_window"}, "win_decide", "sliding_window"},
 }
 
-// manyFiles are the files of the AllowAll script, in order.
+// manyFiles are the files of the AllowAll script, in order; the batch
+// script adds batch.lua.
 var manyFiles = []string{
 	"lib", "tat", "token_bucket", "gcra", "leaky_bucket", "window", "fixed_window", "sliding_window", "sliding_log", "many",
 }
@@ -36,9 +37,9 @@ var manyFiles = []string{
 // scripts returns the Lua scripts, each made of files of lua/ joined into
 // one chunk: for each algorithm, one that decides a single request and
 // defines only the functions that algorithm uses (Lua creates every
-// function of a script anew on each call), and one that decides any mix of
-// algorithms for AllowAll.
-func scripts() (single [len(algorithmFiles)]string, many string, err error) {
+// function of a script anew on each call); one that decides any mix of
+// algorithms for AllowAll; and one that decides a batch of calls.
+func scripts() (single [len(algorithmFiles)]string, many, batch string, err error) {
 	read := func(b *strings.Builder, names ...string) {
 		for _, name := range names {
 			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
@@ -59,7 +60,13 @@ func scripts() (single [len(algorithmFiles)]string, many string, err error) {
 	}
 	var b strings.Builder
 	read(&b, manyFiles...)
-	return single, b.String(), err
+	common := b.String()
+	b.WriteString("return allow_all(0, 1, #KEYS)\n")
+	many = b.String()
+	b.Reset()
+	b.WriteString(common)
+	read(&b, "batch")
+	return single, many, b.String(), err
 }
 
 // Script operations.

@@ -55,6 +55,11 @@ func BenchmarkRedis(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
+	unbatched, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unbatched.Close()
 	// A policy that admits nearly everything, so every decision writes, as
 	// redis_rate's does.
 	policy := sluice.GCRA(1_000_000, time.Second, 1_000_000)
@@ -80,6 +85,13 @@ func BenchmarkRedis(b *testing.B) {
 		}},
 		{"sluice", func(ctx context.Context, i int) error {
 			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: policy, Key: names[i], Cost: 1})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			return err
+		}},
+		{"sluice-unbatched", func(ctx context.Context, i int) error {
+			d, err := unbatched.Allow(ctx, time.Time{}, sluice.Request{Policy: policy, Key: names[i], Cost: 1})
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("denied: %+v", d)
 			}
@@ -152,7 +164,8 @@ func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, 
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/op")
 	if calls > calls0 {
-		b.ReportMetric(float64(usec-usec0)/float64(calls-calls0), "script-µs/op")
+		b.ReportMetric(float64(usec-usec0)/float64(calls-calls0), "script-µs/call")
+		b.ReportMetric(float64(b.N)/float64(calls-calls0), "decisions/call")
 	}
 }
 

@@ -1,17 +1,15 @@
 -- many.lua: AllowAll, one decision over several (policy, key) pairs of any
 -- algorithms, atomically: all are charged, or none.
 --
--- KEYS: one state key per request.
--- ARGV: now (see lib.lua), then six fields per request: the algorithm, L,
---   P (µs), B, cost and maxdelay, as for single.lua.
+-- allow_all(kb, ab, n) decides n requests: request i's state key is
+-- KEYS[kb + i] and its six fields follow ARGV[ab]: the algorithm, L, P (µs),
+-- B, cost and maxdelay, as for single.lua. The AllowAll script calls it on
+-- every key, with ARGV[1] the time (see lib.lua); batch.lua calls it on a
+-- part of its keys.
 -- Reply: status, index, then allowed, remaining, retry, reset and delay per
 --   request. Status 1 means that request index costs more than its capacity
 --   (retry -1): nothing was charged, and only that request's decision
 --   follows.
-
-local function field(i, f)
-  return ARGV[1 + (i - 1) * 6 + f]
-end
 
 -- algorithms maps each algorithm's code to the function that decides a
 -- request on its state, and the algorithm itself.
@@ -24,76 +22,81 @@ local algorithms = {
   sl = {sliding_log, false},
 }
 
--- decide runs request i's algorithm at now for cost, charging it if commit
--- is set and it is admitted.
-local function decide(i, now, cost, commit, maxdelay)
-  local a = algorithms[field(i, 1)]
-  return a[1](KEYS[i], a[2], tonumber(field(i, 2)), tonumber(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
-end
+local function allow_all(kb, ab, n)
+  local function field(i, f)
+    return ARGV[ab + (i - 1) * 6 + f]
+  end
 
--- seen returns the latest time the state of request i has seen.
-local function seen(i)
-  local key, alg = KEYS[i], field(i, 1)
-  if alg == 'sl' then
-    local w = call('LINDEX', key, 1)
-    return tonumber(w or 0) or error({err = MALFORMED .. key})
-  elseif alg == 'fw' or alg == 'sw' then
-    local _, _, _, w = win_load(key)
+  -- decide runs request i's algorithm at now for cost, charging it if commit
+  -- is set and it is admitted.
+  local function decide(i, now, cost, commit, maxdelay)
+    local a = algorithms[field(i, 1)]
+    return a[1](KEYS[kb + i], a[2], tonumber(field(i, 2)), tonumber(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
+  end
+
+  -- seen returns the latest time the state of request i has seen.
+  local function seen(i)
+    local key, alg = KEYS[kb + i], field(i, 1)
+    if alg == 'sl' then
+      local w = call('LINDEX', key, 1)
+      return tonumber(w or 0) or error({err = MALFORMED .. key})
+    elseif alg == 'fw' or alg == 'sw' then
+      local _, _, _, w = win_load(key)
+      return w
+    end
+    local _, _, w = tat_load(key)
     return w
   end
-  local _, _, w = tat_load(key)
-  return w
-end
 
-local n = #KEYS
-local now = NOW
-if TRACK then
-  -- One time for every request: the latest any of their keys has seen.
+  local now = NOW
+  if TRACK then
+    -- One time for every request: the latest any of their keys has seen.
+    for i = 1, n do
+      local w = seen(i)
+      if w > now then
+        now = w
+      end
+    end
+  end
+
+  -- Decide every request without charging, a repeated key seeing the cost of
+  -- the requests before it; then charge all, or none.
+  local res, all = {}, true
   for i = 1, n do
-    local w = seen(i)
-    if w > now then
-      now = w
+    local cost = tonumber(field(i, 5))
+    for j = 1, i - 1 do
+      if KEYS[kb + j] == KEYS[kb + i] then
+        cost = cost + tonumber(field(j, 5))
+      end
     end
-  end
-end
-
--- Decide every request without charging, a repeated key seeing the cost of
--- the requests before it; then charge all, or none.
-local res, all = {}, true
-for i = 1, n do
-  local cost = tonumber(field(i, 5))
-  for j = 1, i - 1 do
-    if KEYS[j] == KEYS[i] then
-      cost = cost + tonumber(field(j, 5))
+    local ok, rem, retry, reset, delay = decide(i, now, cost, false, tonumber(field(i, 6)))
+    if retry == -1 then
+      return {1, i, 0, rem, -1, reset, delay}
     end
+    all = all and ok
+    res[i] = {ok, rem, retry, reset, delay}
   end
-  local ok, rem, retry, reset, delay = decide(i, now, cost, false, tonumber(field(i, 6)))
-  if retry == -1 then
-    return {1, i, 0, rem, -1, reset, delay}
+  local out = {0, 0}
+  for i = 1, n do
+    local r = res[i]
+    if all then
+      -- MaxDelay was checked above, against the summed cost of a repeated
+      -- key; charging the second of two must not check it again.
+      decide(i, now, tonumber(field(i, 5)), true, -1)
+    elseif r[1] then
+      -- Not charged: report the state as it stays.
+      local _, rem, retry, reset = decide(i, now, 0, false, -1)
+      r = {true, rem, retry, reset, 0}
+    end
+    local ok = 0
+    if r[1] then
+      ok = 1
+    end
+    out[#out + 1] = ok
+    out[#out + 1] = r[2]
+    out[#out + 1] = r[3]
+    out[#out + 1] = r[4]
+    out[#out + 1] = r[5]
   end
-  all = all and ok
-  res[i] = {ok, rem, retry, reset, delay}
+  return out
 end
-local out = {0, 0}
-for i = 1, n do
-  local r = res[i]
-  if all then
-    -- MaxDelay was checked above, against the summed cost of a repeated
-    -- key; charging the second of two must not check it again.
-    decide(i, now, tonumber(field(i, 5)), true, -1)
-  elseif r[1] then
-    -- Not charged: report the state as it stays.
-    local _, rem, retry, reset = decide(i, now, 0, false, -1)
-    r = {true, rem, retry, reset, 0}
-  end
-  local ok = 0
-  if r[1] then
-    ok = 1
-  end
-  out[#out + 1] = ok
-  out[#out + 1] = r[2]
-  out[#out + 1] = r[3]
-  out[#out + 1] = r[4]
-  out[#out + 1] = r[5]
-end
-return out

@@ -1,0 +1,178 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// DefaultMaxBatch is the default of Options.MaxBatch.
+const DefaultMaxBatch = 64
+
+// batchInflight is how many script calls a store keeps in flight at once
+// while it batches: enough that Redis always has the next call waiting
+// while it runs one, few enough that calls arriving meanwhile gather into
+// batches. Measured in docs/BENCHMARKS.md ("Redis store").
+const batchInflight = 8
+
+// batcher gathers concurrent calls into one script call. A call goes to
+// Redis at once, alone and with its own script, while fewer than
+// batchInflight calls are in flight; otherwise it waits in the queue, and
+// when a call in flight ends the queued calls go together, in the order
+// they came, as one call of batch.lua, which decides each as its own
+// script would. A lone caller, or a few at a time, never waits for a
+// batch; under load, Redis spends one command, one script run and one TIME
+// on a whole batch instead of on each call.
+//
+// Only calls on Redis's clock go through the batcher (a batch has one
+// time), and never on Redis Cluster, where the keys of one script call
+// must share a hash slot.
+type batcher struct {
+	script *rueidis.Lua // batch.lua
+	many   *rueidis.Lua // the AllowAll script, to tell its calls apart
+	max    int          // most requests (keys) in one batch
+
+	mu       sync.Mutex
+	inflight int
+	queue    []*waiter
+
+	sent atomic.Int64 // batches of two calls or more, for tests
+}
+
+// waiter is a call waiting in the queue.
+type waiter struct {
+	script   *rueidis.Lua
+	keys     []string
+	args     []string
+	deadline time.Time
+
+	vals []int64
+	err  error
+	done chan struct{}
+}
+
+func newBatcher(max int, script, many *rueidis.Lua) *batcher {
+	return &batcher{script: script, many: many, max: max}
+}
+
+// exec runs script on keys and args, at once or in a batch. ctx bounds the
+// wait; a call already sent when ctx ends may still be decided by Redis,
+// as any call whose answer comes too late.
+func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args []string) ([]int64, error) {
+	b.mu.Lock()
+	if b.inflight < batchInflight {
+		b.inflight++
+		b.mu.Unlock()
+		vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
+		b.release(c)
+		return vals, err
+	}
+	w := &waiter{script: script, keys: keys, args: args, done: make(chan struct{})}
+	w.deadline, _ = ctx.Deadline()
+	b.queue = append(b.queue, w)
+	b.mu.Unlock()
+	select {
+	case <-w.done:
+		return w.vals, w.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		if i := slices.Index(b.queue, w); i >= 0 {
+			// Not sent: nothing is charged.
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// release ends a call in flight: when calls are queued, a new goroutine
+// takes its place and sends them, batch after batch, until none is left.
+func (b *batcher) release(c rueidis.Client) {
+	if batch := b.take(); batch != nil {
+		go b.drain(c, batch)
+	}
+}
+
+// take returns the next batch, or nil (and one call fewer in flight) when
+// the queue is empty. The caller holds the place in flight of a call that
+// has just ended.
+func (b *batcher) take() []*waiter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inflight--
+		return nil
+	}
+	n, keys := 1, len(b.queue[0].keys)
+	for n < len(b.queue) && keys+len(b.queue[n].keys) <= b.max {
+		keys += len(b.queue[n].keys)
+		n++
+	}
+	batch := slices.Clone(b.queue[:n])
+	b.queue = slices.Delete(b.queue, 0, n)
+	return batch
+}
+
+func (b *batcher) drain(c rueidis.Client, batch []*waiter) {
+	for ; batch != nil; batch = b.take() {
+		b.send(c, batch)
+	}
+}
+
+// send runs one batch and hands each waiter its answer. Its deadline is the
+// latest of the waiters': each waiter stops waiting at its own.
+func (b *batcher) send(c rueidis.Client, batch []*waiter) {
+	var deadline time.Time
+	for _, w := range batch {
+		if w.deadline.After(deadline) {
+			deadline = w.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if len(batch) == 1 {
+		w := batch[0]
+		w.vals, w.err = w.script.Exec(ctx, c, w.keys, w.args).AsIntSlice()
+		close(w.done)
+		return
+	}
+	b.sent.Add(1)
+	var keys, args []string
+	// The time: "" (Redis's) in every call the store batches; tests batch
+	// calls of one caller time.
+	args = append(args, batch[0].args[0])
+	for _, w := range batch {
+		keys = append(keys, w.keys...)
+		if w.script == b.many {
+			// args: now, then six fields per request.
+			args = append(args, opMany, strconv.Itoa(len(w.keys)))
+			args = append(args, w.args[1:]...)
+		} else {
+			// args: now, the operation, then the request's six fields.
+			args = append(args, w.args[1], "1")
+			args = append(args, w.args[2:]...)
+		}
+	}
+	msgs, err := b.script.Exec(ctx, c, keys, args).ToArray()
+	if err == nil && len(msgs) != len(batch) {
+		err = errMalformedBatch(len(msgs), len(batch))
+	}
+	for i, w := range batch {
+		if err != nil {
+			w.err = err
+		} else {
+			w.vals, w.err = msgs[i].AsIntSlice()
+		}
+		close(w.done)
+	}
+}
+
+func errMalformedBatch(got, want int) error {
+	return fmt.Errorf("redisstore: malformed reply from the batch script: %d replies for %d calls", got, want)
+}

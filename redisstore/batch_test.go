@@ -1,0 +1,271 @@
+package redisstore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// batchPolicies are small limits of every algorithm, so that random calls
+// are denied often.
+var batchPolicies = []sluice.Policy{
+	sluice.TokenBucket(5, time.Second, 8),
+	sluice.GCRA(3, time.Second, 3),
+	sluice.LeakyBucket(4, time.Second, 4),
+	sluice.FixedWindow(5, time.Second),
+	sluice.SlidingLog(4, time.Second),
+	sluice.SlidingWindow(6, time.Second),
+}
+
+// batchCall is one call of a batch, made on both stores of the test.
+type batchCall struct {
+	op   string // opAllow, opPeek or opMany
+	reqs []sluice.Request
+}
+
+// prepare returns the script, keys and arguments st would send for call at
+// now.
+func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (*rueidis.Lua, []string, []string) {
+	t.Helper()
+	nowArg, err := st.timeArg(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if call.op == opMany {
+		keys, args, err := st.manyArgs(call.reqs, nowArg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.many, keys, args
+	}
+	c, err := st.check(&call.reqs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, args := st.oneArgs(c, &call.reqs[0], call.op, nowArg)
+	return st.single[call.reqs[0].Policy.Algorithm], keys, args
+}
+
+// TestBatchDecidesAsAlone sends random batches of calls (Allow, Peek and
+// AllowAll of every algorithm, repeated keys, costs over capacity, a key
+// holding something Sluice did not write) through batch.lua, and the same
+// calls one by one through their own scripts on keys of another prefix, at
+// the same times: every reply must be the same, integer for integer, and
+// the malformed key's calls must fail alone.
+func TestBatchDecidesAsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := []string{srv.Addr}
+	batched := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
+	alone := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError, MaxBatch: 1})
+	if alone.batch != nil {
+		t.Fatal("MaxBatch 1 left batching on")
+	}
+	ctx := t.Context()
+	c, err := batched.conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A key that holds something Sluice did not write, under both prefixes.
+	bad := sluice.Request{Policy: batchPolicies[0], Key: "bad", Cost: 1}
+	for _, st := range []*Store{batched, alone} {
+		if _, err := srv.Do("SET", st.policies.get(&bad.Policy).key(st.prefix, bad.Key), "garbage"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	request := func() sluice.Request {
+		p := batchPolicies[rng.IntN(len(batchPolicies))]
+		cost := 1 + rng.Int64N(3)
+		if rng.IntN(20) == 0 {
+			cost = p.Capacity() + 1
+		}
+		r := sluice.Request{Policy: p, Key: fmt.Sprint("k", rng.IntN(3)), Cost: cost}
+		if p.Algorithm == sluice.LeakyBucketAlgorithm && rng.IntN(2) == 0 {
+			r.MaxDelay = time.Duration(rng.IntN(1500)) * time.Millisecond
+		}
+		return r
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var batches, dataErrors int
+	for round := range 300 {
+		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
+		calls := make([]batchCall, 2+rng.IntN(10))
+		for i := range calls {
+			switch k := rng.IntN(10); {
+			case k < 5:
+				calls[i] = batchCall{op: opAllow, reqs: []sluice.Request{request()}}
+			case k < 6:
+				calls[i] = batchCall{op: opPeek, reqs: []sluice.Request{request()}}
+			case k < 7:
+				calls[i] = batchCall{op: opAllow, reqs: []sluice.Request{bad}}
+			default:
+				reqs := make([]sluice.Request, 1+rng.IntN(3))
+				for j := range reqs {
+					reqs[j] = request()
+				}
+				calls[i] = batchCall{op: opMany, reqs: reqs}
+			}
+		}
+		waiters := make([]*waiter, len(calls))
+		deadline := time.Now().Add(10 * time.Second)
+		for i, call := range calls {
+			script, keys, args := call.prepare(t, batched, now)
+			waiters[i] = &waiter{script: script, keys: keys, args: args, deadline: deadline, done: make(chan struct{})}
+		}
+		batched.batch.send(c, waiters)
+		batches++
+		for i, call := range calls {
+			script, keys, args := call.prepare(t, alone, now)
+			want, wantErr := script.Exec(ctx, c, keys, args).AsIntSlice()
+			w := waiters[i]
+			select {
+			case <-w.done:
+			default:
+				t.Fatalf("round %d: call %d was not answered", round, i)
+			}
+			if (w.err != nil) != (wantErr != nil) || !slices.Equal(w.vals, want) {
+				t.Fatalf("round %d, call %d (%s %+v): batched %v, %v; alone %v, %v", round, i, call.op, call.reqs, w.vals, w.err, want, wantErr)
+			}
+			if w.err != nil {
+				if !isDataError(w.err) {
+					t.Fatalf("round %d, call %d: error %v is not the malformed-state error", round, i, w.err)
+				}
+				dataErrors++
+			}
+		}
+	}
+	if dataErrors == 0 {
+		t.Errorf("no call on the malformed key failed in %d batches", batches)
+	}
+}
+
+// TestBatchingUnderLoad makes many concurrent callers share one store on
+// Redis's clock, behind a proxy that adds latency so that calls queue: the
+// store must send batches, and exactly the limit must be admitted for
+// every algorithm, with single requests and AllowAll alike.
+func TestBatchingUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	proxy.SetDelay(2 * time.Millisecond)
+	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError})
+	const goroutines, attempts = 48, 8
+	for _, p := range []sluice.Policy{
+		sluice.TokenBucket(100, time.Hour, 100),
+		sluice.GCRA(100, time.Hour, 100),
+		sluice.LeakyBucket(100, time.Hour, 100),
+		sluice.FixedWindow(100, time.Hour),
+		sluice.SlidingLog(100, time.Hour),
+		sluice.SlidingWindow(100, time.Hour),
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			before := st.batch.sent.Load()
+			var admitted, admittedAll atomic.Int64
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					for range attempts {
+						if g%2 == 0 {
+							d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "one", Cost: 1})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+							continue
+						}
+						// Two policies on one key: all or nothing.
+						reqs := []sluice.Request{{Policy: p, Key: "two", Cost: 1}, {Policy: sluice.FixedWindow(1000, time.Hour), Key: "two", Cost: 1}}
+						d, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admittedAll.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != 100 {
+				t.Errorf("Allow: %d admitted of %d, want exactly 100", got, goroutines/2*attempts)
+			}
+			if got := admittedAll.Load(); got != 100 {
+				t.Errorf("AllowAll: %d admitted of %d, want exactly 100", got, goroutines/2*attempts)
+			}
+			if st.batch.sent.Load() == before {
+				t.Errorf("no batch was sent by %d callers behind 2ms of latency", goroutines)
+			}
+		})
+	}
+}
+
+// TestBatchWaitersTimeOut pauses Redis while many callers wait: every call
+// ends within the timeout plus a margin, queued or not, and is decided by
+// the failure policy, and no call stays queued after its caller gave up.
+func TestBatchWaitersTimeOut(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 1000})
+	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var slow, decided atomic.Int64
+	for range 40 {
+		wg.Go(func() {
+			start := time.Now()
+			d, err := st.Allow(t.Context(), time.Time{}, req)
+			if time.Since(start) > failTimeout+failMargin {
+				slow.Add(1)
+			}
+			if err == nil && d.Degraded && !d.Allowed {
+				decided.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if n := slow.Load(); n > 0 {
+		t.Errorf("%d of 40 calls took longer than %v with Redis paused", n, failTimeout+failMargin)
+	}
+	if n := decided.Load(); n != 40 {
+		t.Errorf("%d of 40 calls were denied by the failure policy, want all", n)
+	}
+	st.batch.mu.Lock()
+	queued := len(st.batch.queue)
+	st.batch.mu.Unlock()
+	if queued != 0 {
+		t.Errorf("%d calls are still queued after their callers gave up", queued)
+	}
+}
+
+// TestMaxBatchOption checks the option's bounds.
+func TestMaxBatchOption(t *testing.T) {
+	if _, err := New(Options{Addrs: []string{"127.0.0.1:1"}, MaxBatch: -1}); err == nil {
+		t.Error("New accepted MaxBatch -1")
+	}
+	st, err := New(Options{Addrs: []string{"127.0.0.1:1"}, Timeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if st.batch == nil || st.batch.max != DefaultMaxBatch {
+		t.Errorf("default batcher = %+v, want one of %d requests", st.batch, DefaultMaxBatch)
+	}
+}
