@@ -34,9 +34,11 @@ const batchInflight = 8
 // time), and never on Redis Cluster, where the keys of one script call
 // must share a hash slot.
 type batcher struct {
-	script *rueidis.Lua // batch.lua
-	many   *rueidis.Lua // the AllowAll script, to tell its calls apart
-	max    int          // most requests (keys) in one batch
+	script *rueidis.Lua                      // batch.lua, for any calls
+	one    [len(algorithmFiles)]*rueidis.Lua // batch.lua for single requests of one algorithm
+	single [len(algorithmFiles)]*rueidis.Lua // the store's single-request scripts, to tell calls apart
+	many   *rueidis.Lua                      // the AllowAll script
+	max    int                               // most requests (keys) in one batch
 
 	mu       sync.Mutex
 	inflight int
@@ -143,6 +145,18 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 		return
 	}
 	b.sent.Add(1)
+	// A batch of single requests of one algorithm goes to that
+	// algorithm's batch script, which defines fewer functions.
+	script := b.script
+	if a := b.algorithm(batch[0].script); a >= 0 {
+		script = b.one[a]
+		for _, w := range batch[1:] {
+			if w.script != batch[0].script {
+				script = b.script
+				break
+			}
+		}
+	}
 	var keys, args []string
 	// The time: "" (Redis's) in every call the store batches; tests batch
 	// calls of one caller time.
@@ -159,7 +173,7 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 			args = append(args, w.args[2:]...)
 		}
 	}
-	msgs, err := b.script.Exec(ctx, c, keys, args).ToArray()
+	msgs, err := script.Exec(ctx, c, keys, args).ToArray()
 	if err == nil && len(msgs) != len(batch) {
 		err = errMalformedBatch(len(msgs), len(batch))
 	}
@@ -171,6 +185,17 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 		}
 		close(w.done)
 	}
+}
+
+// algorithm returns the algorithm whose single-request script is script,
+// or -1.
+func (b *batcher) algorithm(script *rueidis.Lua) int {
+	for a, s := range b.single {
+		if s == script {
+			return a
+		}
+	}
+	return -1
 }
 
 func errMalformedBatch(got, want int) error {

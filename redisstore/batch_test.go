@@ -98,7 +98,24 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 	for round := range 300 {
 		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
 		calls := make([]batchCall, 2+rng.IntN(10))
+		if round%3 == 0 {
+			// Single requests of one algorithm: its own batch script.
+			p := batchPolicies[rng.IntN(len(batchPolicies))]
+			for i := range calls {
+				r := request()
+				r.Policy = p
+				r.Cost = min(r.Cost, p.Capacity())
+				op := opAllow
+				if rng.IntN(4) == 0 {
+					op = opPeek
+				}
+				calls[i] = batchCall{op: op, reqs: []sluice.Request{r}}
+			}
+		}
 		for i := range calls {
+			if calls[i].op != "" {
+				continue
+			}
 			switch k := rng.IntN(10); {
 			case k < 5:
 				calls[i] = batchCall{op: opAllow, reqs: []sluice.Request{request()}}

@@ -186,7 +186,7 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
-	single, many, batch, err := scripts()
+	single, many, batch, batchOne, err := scripts()
 	if err != nil {
 		return nil, err
 	}
@@ -200,12 +200,16 @@ func New(opts Options) (*Store, error) {
 		many:       rueidis.NewLuaScript(many),
 		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
 	}
-	if opts.MaxBatch > 1 {
-		s.batch = newBatcher(opts.MaxBatch, rueidis.NewLuaScript(batch), s.many)
-	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
 		s.single[a] = rueidis.NewLuaScript(src)
+	}
+	if opts.MaxBatch > 1 {
+		s.batch = newBatcher(opts.MaxBatch, rueidis.NewLuaScript(batch), s.many)
+		for a, src := range batchOne {
+			s.batch.one[a] = rueidis.NewLuaScript(src)
+			s.batch.single[a] = s.single[a]
+		}
 	}
 	if opts.Client != nil {
 		c := opts.Client

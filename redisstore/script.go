@@ -37,9 +37,10 @@ var manyFiles = []string{
 // scripts returns the Lua scripts, each made of files of lua/ joined into
 // one chunk: for each algorithm, one that decides a single request and
 // defines only the functions that algorithm uses (Lua creates every
-// function of a script anew on each call); one that decides any mix of
-// algorithms for AllowAll; and one that decides a batch of calls.
-func scripts() (single [len(algorithmFiles)]string, many, batch string, err error) {
+// function of a script anew on each call), and one that decides a batch of
+// such requests; one that decides any mix of algorithms for AllowAll; and
+// one that decides a batch of any calls.
+func scripts() (single [len(algorithmFiles)]string, many, batch string, batchOne [len(algorithmFiles)]string, err error) {
 	read := func(b *strings.Builder, names ...string) {
 		for _, name := range names {
 			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
@@ -55,8 +56,17 @@ func scripts() (single [len(algorithmFiles)]string, many, batch string, err erro
 		read(&b, "lib")
 		read(&b, f.files...)
 		fmt.Fprintf(&b, "local decide, algorithm = %s, %s\n", f.decide, f.algorithm)
+		common := b.String()
 		read(&b, "single")
 		single[a] = b.String()
+		// The batch script for single requests of this algorithm only:
+		// batch.lua with this one algorithm and no AllowAll.
+		b.Reset()
+		b.WriteString(common)
+		fmt.Fprintf(&b, "local algorithms = {%s = {decide, algorithm}}\n", algoCodes[a])
+		b.WriteString("local function allow_all() error({err = 'ERR sluice: AllowAll in a batch of one algorithm'}) end\n")
+		read(&b, "batch")
+		batchOne[a] = b.String()
 	}
 	var b strings.Builder
 	read(&b, manyFiles...)
@@ -66,7 +76,7 @@ func scripts() (single [len(algorithmFiles)]string, many, batch string, err erro
 	b.Reset()
 	b.WriteString(common)
 	read(&b, "batch")
-	return single, many, b.String(), err
+	return single, many, b.String(), batchOne, err
 }
 
 // Script operations.

@@ -64,8 +64,9 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	o := &openedStore{}
 	opts := redisstore.Options{
 		Addrs:   cfg.Redis.Addrs,
-		Prefix:  cfg.Redis.Prefix,
-		Timeout: cfg.Timeout,
+		Prefix:   cfg.Redis.Prefix,
+		MaxBatch: cfg.Redis.MaxBatch,
+		Timeout:  cfg.Timeout,
 		Failure: failure,
 		OnError: newErrorLog(logger, m).report,
 		OnBreakerChange: func(from, to redisstore.BreakerState) {

@@ -119,6 +119,10 @@ type Redis struct {
 	Addrs []string
 	// Prefix starts every key Sluice writes.
 	Prefix string
+	// MaxBatch is the most requests one script call decides when calls
+	// queue for Redis (redisstore.Options.MaxBatch); 1 turns batching off,
+	// 0 (unset) means the store's default, 64.
+	MaxBatch int
 }
 
 // Limit is a named rate limit.
@@ -317,6 +321,9 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if o.Redis.Prefix != n.Redis.Prefix {
 		out = append(out, "store.redis.prefix")
+	}
+	if o.Redis.MaxBatch != n.Redis.MaxBatch {
+		out = append(out, "store.redis.max_batch")
 	}
 	if o.Timeout != n.Timeout {
 		out = append(out, "store.timeout")

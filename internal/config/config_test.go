@@ -207,9 +207,9 @@ func TestRedis(t *testing.T) {
 	}
 	s := c.Store()
 	want := Store{Backend: RedisBackend, Timeout: 20 * time.Millisecond, OnError: OnErrorLocal,
-		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:"}}
+		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:", MaxBatch: 32}}
 	if s.Backend != want.Backend || s.Timeout != want.Timeout || s.OnError != want.OnError ||
-		s.Redis.Prefix != want.Redis.Prefix || !slices.Equal(s.Redis.Addrs, want.Redis.Addrs) {
+		s.Redis.Prefix != want.Redis.Prefix || !slices.Equal(s.Redis.Addrs, want.Redis.Addrs) || s.Redis.MaxBatch != want.Redis.MaxBatch {
 		t.Errorf("Store() = %+v, want %+v", s, want)
 	}
 	if got := c.Listen().HTTP; got != ":8080" {
@@ -458,8 +458,8 @@ func TestRestartRequired(t *testing.T) {
 	}{
 		{"limits only", "limits: {a: {algorithm: gcra, limit: 2, period: 1s}}", nil},
 		{"listen", "listen: {http: ':9', grpc: ':10'}", []string{"listen.http", "listen.grpc"}},
-		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p}, timeout: 1s, on_error: deny}",
-			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.timeout", "store.on_error"}},
+		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p, max_batch: 1}, timeout: 1s, on_error: deny}",
+			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis.max_batch", "store.timeout", "store.on_error"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
