@@ -63,12 +63,12 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	}
 	o := &openedStore{}
 	opts := redisstore.Options{
-		Addrs:   cfg.Redis.Addrs,
+		Addrs:    cfg.Redis.Addrs,
 		Prefix:   cfg.Redis.Prefix,
 		MaxBatch: cfg.Redis.MaxBatch,
 		Timeout:  cfg.Timeout,
-		Failure: failure,
-		OnError: newErrorLog(logger, m).report,
+		Failure:  failure,
+		OnError:  newErrorLog(logger, m).report,
 		OnBreakerChange: func(from, to redisstore.BreakerState) {
 			lv := slog.LevelWarn
 			if to == redisstore.BreakerClosed {
