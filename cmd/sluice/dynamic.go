@@ -41,7 +41,8 @@ func openDynamic(cfg config.Store, logger *slog.Logger) *dynamic {
 		d.overrides = overrides.NewMemory()
 		return d
 	}
-	opt := rueidis.ClientOption{InitAddress: cfg.Redis.Addrs, DisableCache: true, Dialer: net.Dialer{Timeout: startupPingTimeout}}
+	opt := redisClientOption(cfg.Redis)
+	opt.Dialer = net.Dialer{Timeout: startupPingTimeout}
 	c, err := rueidis.NewClient(opt)
 	var ov *overrides.Redis
 	if err == nil {

@@ -97,3 +97,85 @@ func TestServeRedisUnreachable(t *testing.T) {
 		t.Errorf("check = %d %s, want denied and degraded", code, body)
 	}
 }
+
+// TestServeRedisPassword runs the service on a Redis that requires a
+// password, read from store.redis.password_file: decisions come from Redis.
+// With a wrong password Redis refuses every call, the failure policy
+// decides, and the log says why.
+func TestServeRedisPassword(t *testing.T) {
+	t.Parallel()
+	const password = "s3cret-redis-pw"
+	srv := redistest.Start(t, redistest.Options{Password: password})
+	dir := t.TempDir()
+	writeConfig(t, filepath.Join(dir, "redis.pass"), password+"\n")
+	config := func(auth string) string {
+		return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "cmdtest:", %s}
+  timeout: 2s
+  on_error: deny
+limits:
+  tiny: {algorithm: fixed_window, limit: 1, period: 1h}
+`, srv.Addr, auth)
+	}
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), config("password_file: redis.pass")))
+	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
+		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
+			t.Errorf("check %d with the password = %d %s, want %s... from Redis", i, code, body, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
+		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
+	}
+
+	bad := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "bad.yaml"), config(`password: "not-the-password"`)))
+	if code, body := bad.check(t, "tiny", "b"); code != 200 || !strings.HasPrefix(body, `{"allowed":false,`) || !strings.Contains(body, `"degraded":true`) {
+		t.Errorf("check with a wrong password = %d %s, want denied by the failure policy", code, body)
+	}
+	if log := bad.stderr.String(); !strings.Contains(log, "WRONGPASS") {
+		t.Errorf("the log does not say Redis refused the password:\n%s", log)
+	}
+	if strings.Contains(bad.stderr.String(), "not-the-password") {
+		t.Errorf("the log shows the password:\n%s", bad.stderr)
+	}
+}
+
+// TestServeRedisTLS runs the service on a Redis that accepts only TLS,
+// trusting its certificate through store.redis.tls.ca_file: decisions come
+// from Redis. Without the CA the certificate is refused and the failure
+// policy decides.
+func TestServeRedisTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	files := redistest.NewTLSFiles(t, dir, "redis")
+	srv := redistest.Start(t, redistest.Options{TLS: files})
+	config := func(tls string) string {
+		return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "cmdtest:", tls: %s}
+  timeout: 2s
+  on_error: deny
+limits:
+  tiny: {algorithm: fixed_window, limit: 1, period: 1h}
+`, srv.Addr, tls)
+	}
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), config("{ca_file: redis.crt}")))
+	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
+		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
+			t.Errorf("check %d over TLS = %d %s, want %s... from Redis", i, code, body, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
+		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
+	}
+
+	untrusted := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "system-roots.yaml"), config("true")))
+	if code, body := untrusted.check(t, "tiny", "b"); code != 200 || !strings.Contains(body, `"degraded":true`) {
+		t.Errorf("check with a certificate the system does not trust = %d %s, want decided by the failure policy", code, body)
+	}
+	if log := untrusted.stderr.String(); !strings.Contains(log, "certificate") {
+		t.Errorf("the log does not say the certificate was refused:\n%s", log)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/memstore"
@@ -63,12 +65,13 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	}
 	o := &openedStore{}
 	opts := redisstore.Options{
-		Addrs:    cfg.Redis.Addrs,
-		Prefix:   cfg.Redis.Prefix,
-		MaxBatch: cfg.Redis.MaxBatch,
-		Timeout:  cfg.Timeout,
-		Failure:  failure,
-		OnError:  newErrorLog(logger, m).report,
+		ClientOption: redisClientOption(cfg.Redis),
+		Addrs:        cfg.Redis.Addrs,
+		Prefix:       cfg.Redis.Prefix,
+		MaxBatch:     cfg.Redis.MaxBatch,
+		Timeout:      cfg.Timeout,
+		Failure:      failure,
+		OnError:      newErrorLog(logger, m).report,
 		OnBreakerChange: func(from, to redisstore.BreakerState) {
 			lv := slog.LevelWarn
 			if to == redisstore.BreakerClosed {
@@ -142,4 +145,15 @@ func (e *errorLog) report(err error) {
 	e.last, e.suppressed = now, 0
 	e.mu.Unlock()
 	e.logger.Warn("redis call failed", "error", err, "failures_not_logged", n)
+}
+
+// redisClientOption is how the service connects to Redis, for the store and
+// for the overrides and plan tables alike: the addresses, the credentials
+// and TLS of store.redis.
+func redisClientOption(r config.Redis) rueidis.ClientOption {
+	opt := rueidis.ClientOption{InitAddress: r.Addrs, Username: r.Username, Password: r.Password, DisableCache: true}
+	if r.TLS != nil {
+		opt.TLSConfig = r.TLS.Config.Clone()
+	}
+	return opt
 }

@@ -123,6 +123,11 @@ type Redis struct {
 	// queue for Redis (redisstore.Options.MaxBatch); 1 turns batching off,
 	// 0 (unset) means the store's default, 64.
 	MaxBatch int
+	// Username and Password authenticate to Redis (AUTH); Username only
+	// with ACLs. PasswordFile is the file Password was read from.
+	Username, Password, PasswordFile string
+	// TLS, when set, makes the connection use TLS.
+	TLS *RedisTLS
 }
 
 // Limit is a named rate limit.
@@ -324,6 +329,14 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if o.Redis.MaxBatch != n.Redis.MaxBatch {
 		out = append(out, "store.redis.max_batch")
+	}
+	if o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password {
+		out = append(out, "store.redis credentials")
+	}
+	if (o.Redis.TLS == nil) != (n.Redis.TLS == nil) ||
+		(o.Redis.TLS != nil && (o.Redis.TLS.CAFile != n.Redis.TLS.CAFile || o.Redis.TLS.CertFile != n.Redis.TLS.CertFile ||
+			o.Redis.TLS.KeyFile != n.Redis.TLS.KeyFile || o.Redis.TLS.ServerName != n.Redis.TLS.ServerName)) {
+		out = append(out, "store.redis.tls")
 	}
 	if o.Timeout != n.Timeout {
 		out = append(out, "store.timeout")

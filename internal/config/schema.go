@@ -247,10 +247,11 @@ func (d *decoder) store(top object) Store {
 	if s.Backend != RedisBackend {
 		d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
 	}
-	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch")
+	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls")
 	if !ok {
 		return s
 	}
+	d.redisAuth(ro, &s.Redis)
 	if v := ro.get("max_batch"); v != nil {
 		if n, ok := d.integer(v, "store.redis.max_batch", 1, 1024); ok {
 			s.Redis.MaxBatch = int(n)

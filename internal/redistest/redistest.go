@@ -11,12 +11,14 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,8 +58,10 @@ type Server struct {
 	// a cluster).
 	Port, BusPort int
 
-	dir  string
-	args []string
+	dir      string
+	args     []string
+	password string
+	tls      *tls.Config
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -68,6 +72,20 @@ type Server struct {
 type Options struct {
 	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
 	Args []string
+	// Password, if set, is required of clients (requirepass); the Server's
+	// own commands send it.
+	Password string
+	// TLS, if set, makes the server accept only TLS connections, with this
+	// certificate and key (PEM files), on Port; the Server's own commands
+	// connect with ClientTLS.
+	TLS *TLSFiles
+}
+
+// TLSFiles are a TLS server's certificate and key, and the client side's
+// configuration.
+type TLSFiles struct {
+	CertFile, KeyFile string
+	ClientTLS         *tls.Config
 }
 
 // Start starts a single redis-server on a free loopback port and stops it
@@ -79,7 +97,11 @@ func Start(t testing.TB, opts ...Options) *Server {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	s, err := startServer(t.TempDir(), false, o.Args)
+	args := o.Args
+	if o.Password != "" {
+		args = append(slices.Clone(args), "--requirepass", o.Password)
+	}
+	s, err := startServerAuth(t.TempDir(), false, args, o.Password, o.TLS)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -90,13 +112,22 @@ func Start(t testing.TB, opts ...Options) *Server {
 // startServer picks free ports and starts a server in dir, retrying a few
 // times when another process takes a port in between.
 func startServer(dir string, cluster bool, extra []string) (*Server, error) {
+	return startServerAuth(dir, cluster, extra, "", nil)
+}
+
+// startServerAuth is startServer for a server that requires password,
+// and that listens for TLS only when tlsFiles is set.
+func startServerAuth(dir string, cluster bool, extra []string, password string, tlsFiles *TLSFiles) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		ports, err := freePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, password: password}
+		if tlsFiles != nil {
+			s.tls = tlsFiles.ClientTLS
+		}
 		s.args = []string{
 			"--port", strconv.Itoa(s.Port),
 			"--bind", "127.0.0.1",
@@ -114,6 +145,11 @@ func startServer(dir string, cluster bool, extra []string) (*Server, error) {
 				"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 				"--cluster-port", strconv.Itoa(s.BusPort),
 			)
+		}
+		if tlsFiles != nil {
+			s.args = append(s.args, "--port", "0", "--tls-port", strconv.Itoa(s.Port),
+				"--tls-cert-file", tlsFiles.CertFile, "--tls-key-file", tlsFiles.KeyFile,
+				"--tls-ca-cert-file", tlsFiles.CertFile, "--tls-auth-clients", "no")
 		}
 		s.args = append(s.args, extra...)
 		if lastErr = s.Restart(); lastErr == nil {
@@ -248,26 +284,51 @@ func (s *Server) logTail() string {
 // CONFIG, CLUSTER INFO), not for speed.
 func (s *Server) Do(args ...string) (any, error) { return s.do(args...) }
 
-func (s *Server) do(args ...string) (any, error) { return Do(s.Addr, args...) }
+func (s *Server) do(args ...string) (any, error) {
+	return doAuth(s.Addr, s.password, s.tls, args...)
+}
 
 // Do sends one command to the Redis at addr on a new connection, as
 // Server.Do does; it is for reaching a server through a Proxy.
-func Do(addr string, args ...string) (any, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func Do(addr string, args ...string) (any, error) { return doAuth(addr, "", nil, args...) }
+
+// doAuth is Do after AUTH password, unless password is empty, over TLS
+// when tc is set.
+func doAuth(addr, password string, tc *tls.Config, args ...string) (any, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, tc)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	command := func(args ...string) {
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
+	if password != "" {
+		command("AUTH", password)
+	}
+	command(args...)
 	if _, err := conn.Write([]byte(b.String())); err != nil {
 		return nil, err
 	}
-	return readReply(bufio.NewReader(conn))
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := readReply(r); err != nil {
+			return nil, fmt.Errorf("AUTH: %w", err)
+		}
+	}
+	return readReply(r)
 }
 
 // readReply reads one RESP2 reply.

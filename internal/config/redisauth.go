@@ -1,0 +1,166 @@
+package config
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// maxSecretFile is the largest password or certificate file read.
+const maxSecretFile = 1 << 20
+
+// RedisTLS is store.redis.tls: how Sluice connects to Redis over TLS.
+type RedisTLS struct {
+	// CAFile, CertFile and KeyFile are the files named in the
+	// configuration, resolved against its directory; ServerName the name
+	// the server's certificate must carry (default: the host of the
+	// address).
+	CAFile, CertFile, KeyFile, ServerName string
+	// Config is built from the files when the configuration is loaded.
+	Config *tls.Config
+}
+
+// redisAuth decodes the authentication and TLS fields of store.redis into
+// r. Files are read now, relative to the configuration file's directory,
+// so that a missing or unreadable one is a problem of the configuration.
+func (d *decoder) redisAuth(o object, r *Redis) {
+	if v := o.get("username"); v != nil {
+		if s, ok := d.nonEmpty(v, "store.redis.username"); ok {
+			r.Username = s
+		}
+	}
+	pv, fv := o.get("password"), o.get("password_file")
+	switch {
+	case pv != nil && fv != nil:
+		d.add(o.fields["password_file"].key, "store.redis.password_file", "cannot be combined with store.redis.password; keep one (password_file keeps the secret out of this file)")
+	case pv != nil:
+		if s, ok := d.nonEmpty(pv, "store.redis.password"); ok {
+			r.Password = s
+		}
+	case fv != nil:
+		if path, ok := d.nonEmpty(fv, "store.redis.password_file"); ok {
+			path = d.relative(path)
+			b, msg := readSecretFile(path)
+			if msg == "" && len(bytes.TrimSpace(b)) == 0 {
+				msg = path + " is empty; it should hold the Redis password"
+			}
+			if msg != "" {
+				d.add(deref(fv), "store.redis.password_file", "%s", msg)
+			} else {
+				r.Password, r.PasswordFile = string(bytes.TrimSpace(b)), path
+			}
+		}
+	}
+	if r.Username != "" && r.Password == "" {
+		d.add(o.fields["username"].key, "store.redis.username", "needs store.redis.password or password_file")
+	}
+	if v := o.get("tls"); v != nil {
+		r.TLS = d.redisTLS(o.fields["tls"].key, v)
+	}
+}
+
+// redisTLS decodes store.redis.tls: true (TLS with the system's roots) or a
+// mapping of ca_file, cert_file, key_file and server_name. It returns nil
+// for false or a problem.
+func (d *decoder) redisTLS(at, v *yaml.Node) *RedisTLS {
+	const path = "store.redis.tls"
+	if n := deref(v); n.Kind == yaml.ScalarNode {
+		on, ok := d.boolean(n, path)
+		if !ok || !on {
+			return nil
+		}
+		return &RedisTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12}}
+	}
+	o, ok := d.mapping(at, v, path, "ca_file", "cert_file", "key_file", "server_name")
+	if !ok {
+		return nil
+	}
+	t := &RedisTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12}}
+	bad := false
+	file := func(key string) string {
+		fv := o.get(key)
+		if fv == nil {
+			return ""
+		}
+		p, ok := d.nonEmpty(fv, path+"."+key)
+		if !ok {
+			bad = true
+			return ""
+		}
+		return d.relative(p)
+	}
+	t.CAFile, t.CertFile, t.KeyFile = file("ca_file"), file("cert_file"), file("key_file")
+	if sv := o.get("server_name"); sv != nil {
+		if s, ok := d.nonEmpty(sv, path+".server_name"); ok {
+			t.ServerName, t.Config.ServerName = s, s
+		} else {
+			bad = true
+		}
+	}
+	if t.CAFile != "" {
+		b, msg := readSecretFile(t.CAFile)
+		pool := x509.NewCertPool()
+		if msg == "" && !pool.AppendCertsFromPEM(b) {
+			msg = t.CAFile + " holds no PEM certificate"
+		}
+		if msg != "" {
+			d.add(deref(o.get("ca_file")), path+".ca_file", "%s", msg)
+			bad = true
+		}
+		t.Config.RootCAs = pool
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		if o.get("cert_file") != nil || o.get("key_file") != nil {
+			d.add(o.at, path, "cert_file and key_file go together: a client certificate needs its key")
+			bad = true
+		}
+	case t.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			d.add(deref(o.get("cert_file")), path+".cert_file", "cannot use the client certificate: %v", err)
+			bad = true
+		}
+		t.Config.Certificates = []tls.Certificate{cert}
+	}
+	if bad {
+		return nil
+	}
+	return t
+}
+
+// relative resolves path against the configuration file's directory.
+func (d *decoder) relative(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(filepath.Dir(d.file), path)
+}
+
+// readSecretFile reads a file of at most maxSecretFile bytes, returning
+// what is wrong instead, never quoting its content.
+func readSecretFile(path string) ([]byte, string) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "cannot read " + path + ": no such file"
+		}
+		return nil, "cannot read " + path + ": " + err.Error()
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	switch {
+	case err != nil:
+		return nil, "cannot read " + path + ": " + err.Error()
+	case len(b) > maxSecretFile:
+		return nil, path + " is larger than 1 MiB"
+	}
+	return b, ""
+}

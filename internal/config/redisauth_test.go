@@ -1,0 +1,67 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestRedisAuthAndTLS loads store.redis credentials and TLS files relative
+// to the configuration's directory.
+func TestRedisAuthAndTLS(t *testing.T) {
+	dir := t.TempDir()
+	redistest.NewTLSFiles(t, dir, "ca")
+	redistest.NewTLSFiles(t, dir, "client")
+	if err := os.WriteFile(filepath.Join(dir, "redis.pass"), []byte("  pa55word\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(`store:
+  backend: redis
+  redis:
+    addrs: [redis.internal:6380]
+    username: sluice
+    password_file: redis.pass
+    tls:
+      ca_file: ca.crt
+      cert_file: client.crt
+      key_file: client.key
+      server_name: redis.internal
+limits:
+  a: {algorithm: gcra, limit: 1, period: 1s}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Store().Redis
+	if r.Username != "sluice" || r.Password != "pa55word" || r.PasswordFile != filepath.Join(dir, "redis.pass") {
+		t.Errorf("credentials = %q, %q from %q; want sluice, pa55word from redis.pass", r.Username, r.Password, r.PasswordFile)
+	}
+	if r.TLS == nil || r.TLS.Config == nil {
+		t.Fatalf("TLS = %+v, want a configuration", r.TLS)
+	}
+	tc := r.TLS.Config
+	if tc.ServerName != "redis.internal" || tc.RootCAs == nil || len(tc.Certificates) != 1 || r.TLS.CAFile != filepath.Join(dir, "ca.crt") {
+		t.Errorf("TLS config: server name %q, roots %v, %d certificates, CA file %q", tc.ServerName, tc.RootCAs != nil, len(tc.Certificates), r.TLS.CAFile)
+	}
+
+	plain, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: true}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl := plain.Store().Redis.TLS; tl == nil || tl.Config == nil || tl.Config.RootCAs != nil {
+		t.Errorf("tls: true = %+v, want TLS with the system's roots", tl)
+	}
+	off, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: false}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off.Store().Redis.TLS != nil {
+		t.Errorf("tls: false = %+v, want none", off.Store().Redis.TLS)
+	}
+}
