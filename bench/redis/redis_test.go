@@ -1,15 +1,18 @@
 // Package redis compares Sluice's Redis store with github.com/go-redis/redis_rate
 // (GCRA) on the same private Redis: decisions per second, p50 and p99
 // latency, and Redis CPU per decision, at 1, 16, 64 and 256 concurrent
-// callers, next to a bare EVALSHA round trip of a trivial script.
+// callers, next to a bare EVALSHA round trip of a trivial script. Sluice
+// runs twice: with its defaults (concurrent calls batched) and with
+// MaxBatch 1 (every decision its own script call).
 //
 //	cd bench && go test ./redis -run '^$' -bench . -benchtime 3s
 //
 // It needs redis-server on PATH (apt-get install redis-server). Besides
 // ns/op it reports decisions/s, p50-µs and p99-µs (latency of one decision
 // as its caller sees it), redis-cpu-µs/op (Redis's user+system CPU per
-// decision, INFO cpu) and script-µs/op (time inside the script per call,
-// INFO commandstats).
+// decision, INFO cpu), script-µs/call (time inside the script per script
+// call, INFO commandstats) and decisions/call (decisions per script call:
+// above 1 when calls were batched).
 package redis
 
 import (
