@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # run.sh reproduces the "Redis store" numbers in docs/BENCHMARKS.md: Sluice's
-# Redis store against go-redis/redis_rate and a bare EVALSHA on one private
-# redis-server, and the client-library comparison, COUNT times each,
-# summarised by benchstat (medians). Within a run, every caller count runs
-# every library in turn on the same server.
+# Redis store (batched, as by default, and with MaxBatch 1) against
+# go-redis/redis_rate and a bare EVALSHA on one private redis-server, and
+# the client-library comparison. It runs COUNT rounds; each round runs every
+# benchmark once, every library in turn at each caller count, so that the
+# libraries compared share the machine's conditions. benchstat summarises
+# the rounds (medians), and ratios.txt holds, per caller count, the
+# within-round ratio of Sluice's decisions per second to redis_rate's.
 #
 # Usage: bench/redis/run.sh [OUT_DIR]    (default: bench/redis/results)
 # Environment: COUNT (default 5), BENCHTIME (default 2s).
@@ -13,6 +16,8 @@ bench=$(cd "$here/.." && pwd)
 out=${1:-$here/results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
 {
 	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "commit: $(git -C "$bench" rev-parse HEAD)"
@@ -22,6 +27,24 @@ out=$(cd "$out" && pwd)
 	echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out/machine.txt"
 cd "$bench"
-go test ./redis -run '^$' -bench . -benchtime "${BENCHTIME:-2s}" -count "${COUNT:-5}" | tee "$out/raw.txt"
+go test -c -o "$bin/redis.test" ./redis
+: >"$out/raw.txt"
+for round in $(seq "${COUNT:-5}"); do
+	echo "# round $round, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/raw.txt"
+	(cd redis && "$bin/redis.test" -test.run '^$' -test.bench . -test.benchtime "${BENCHTIME:-2s}" -test.count 1) | tee -a "$out/raw.txt"
+done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 go tool benchstat "$out/raw.txt" | tee "$out/benchstat.txt"
+# Within-round ratios: Sluice (batched, then unbatched) over redis_rate.
+awk '
+	/^# round/ { round++ }
+	/^BenchmarkRedis\// {
+		split($1, p, "/"); callers = p[2]; lib = p[3]; sub(/-[0-9]+$/, "", lib)
+		for (i = 3; i < NF; i += 2) if ($(i+1) == "decisions/s") v[round, callers, lib] = $i
+		seen[callers] = 1
+	}
+	END {
+		for (c in seen) for (r = 1; r <= round; r++) if ((r, c, "lib=redis_rate") in v)
+			printf "%s round %d: batched %.2f, unbatched %.2f\n", c, r,
+				v[r, c, "lib=sluice"] / v[r, c, "lib=redis_rate"], v[r, c, "lib=sluice-unbatched"] / v[r, c, "lib=redis_rate"]
+	}' "$out/raw.txt" | sort -t= -k2 -n | tee "$out/ratios.txt"
