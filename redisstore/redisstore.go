@@ -7,7 +7,9 @@
 // mirror internal/algo decision by decision, with exact integer arithmetic,
 // and one script call (EVALSHA) decides a request atomically, however many
 // instances send requests for the same key at once. AllowAll decides all its
-// requests in the same single call.
+// requests in the same single call. Under load, the calls of concurrent
+// callers go to Redis together in one script call, each decided exactly as
+// alone (Options.MaxBatch).
 //
 // Time is Redis's own clock (TIME), read inside the script, so instances
 // whose clocks disagree still agree on every decision. Options.CallerTime
