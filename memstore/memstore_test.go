@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -343,13 +344,19 @@ func TestSweeper(t *testing.T) {
 // TestSweeperGoroutines checks with real time that Close ends the sweeper
 // goroutine of each of many stores.
 func TestSweeperGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
 	stores := make([]*memstore.Store, 50)
 	for i := range stores {
 		stores[i] = memstore.New(memstore.Options{SweepInterval: time.Millisecond})
+		t.Cleanup(func() { stores[i].Close() })
 	}
-	if n := runtime.NumGoroutine(); n < before+50 {
-		t.Fatalf("%d goroutines with 50 sweeping stores, want at least %d", n, before+50)
+	// Count the sweepers themselves (other tests' goroutines may come and
+	// go meanwhile), once they have all started.
+	deadline := time.Now().Add(5 * time.Second)
+	for sweepers() < 50 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sweeper goroutines with 50 sweeping stores, want 50", sweepers())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	var wg sync.WaitGroup
 	for _, st := range stores {
@@ -357,12 +364,24 @@ func TestSweeperGoroutines(t *testing.T) {
 		wg.Go(func() { st.Close() }) // Close twice, concurrently
 	}
 	wg.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
+	deadline = time.Now().Add(5 * time.Second)
+	for sweepers() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, want %d", runtime.NumGoroutine(), before)
+			t.Fatalf("%d sweeper goroutines after Close, want none", sweepers())
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// sweepers returns how many goroutines run a memory store's sweeper.
+func sweepers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "memstore.(*Store).sweeper(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 

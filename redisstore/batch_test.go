@@ -3,6 +3,7 @@ package redisstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -284,5 +285,49 @@ func TestMaxBatchOption(t *testing.T) {
 	defer st.Close()
 	if st.batch == nil || st.batch.max != DefaultMaxBatch {
 		t.Errorf("default batcher = %+v, want one of %d requests", st.batch, DefaultMaxBatch)
+	}
+}
+
+// TestBatchClose closes the store while callers wait in its queue behind a
+// slow Redis: every call returns within the timeout plus a margin, decided
+// by Redis or by the failure policy, and the goroutines that sent batches
+// end.
+func TestBatchClose(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	proxy.SetDelay(20 * time.Millisecond)
+	st, err := New(Options{Addrs: []string{proxy.Addr}, Failure: FailDeny, Timeout: 2 * failTimeout, Prefix: "close:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	var wg sync.WaitGroup
+	var slow atomic.Int64
+	for range 40 {
+		wg.Go(func() {
+			start := time.Now()
+			if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
+				t.Error(err)
+			}
+			if time.Since(start) > 2*failTimeout+failMargin {
+				slow.Add(1)
+			}
+		})
+	}
+	time.Sleep(30 * time.Millisecond)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if n := slow.Load(); n > 0 {
+		t.Errorf("%d of 40 calls took longer than %v", n, 2*failTimeout+failMargin)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before the calls", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
