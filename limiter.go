@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -111,12 +112,26 @@ func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy
 		}
 		return d, err
 	}
-	reqs := make([]Request, len(ps))
-	for i, p := range ps {
-		reqs[i] = Request{Policy: p, Key: key, Cost: cost, MaxDelay: maxDelay}
+	rp := reqPool.Get().(*[]Request)
+	reqs := (*rp)[:0]
+	for _, p := range ps {
+		reqs = append(reqs, Request{Policy: p, Key: key, Cost: cost, MaxDelay: maxDelay})
 	}
-	return l.store.AllowAll(ctx, now, reqs, out)
+	d, err := l.store.AllowAll(ctx, now, reqs, out)
+	clear(reqs) // keep no key alive in the pool
+	*rp = reqs[:0]
+	reqPool.Put(rp)
+	return d, err
 }
+
+// reqPool holds the request slices of multi-policy decisions, so that a
+// Limiter with several policies allocates none per call (a slice passed to
+// Store.AllowAll, an interface method, would escape to the heap). Stores
+// keep no reqs after returning, as the Store contract says.
+var reqPool = sync.Pool{New: func() any {
+	s := make([]Request, 0, 4)
+	return &s
+}}
 
 // Wait blocks until key may spend cost units under every policy, then
 // spends them; see WaitAll, which it calls.

@@ -76,7 +76,8 @@ type Request struct {
 //     the state after the requests up to it. No requests, or an out of
 //     another length, is an error.
 //   - Peek decides as Allow would and charges nothing.
-//   - Implementations are safe for concurrent use.
+//   - Implementations are safe for concurrent use, and keep neither reqs
+//     nor out after a call returns (callers reuse them).
 type Store interface {
 	Allow(ctx context.Context, now time.Time, req Request) (Decision, error)
 	AllowAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, error)

@@ -303,6 +303,15 @@ func TestZeroAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { st.AllowAll(ctx, t0, reqs, out) }); n != 0 {
 		t.Errorf("AllowAll: %v allocations per decision, want 0", n)
 	}
+	// A Limiter with several policies reaches AllowAll without allocating.
+	l, err := sluice.New(st, reqs[0].Policy, reqs[1].Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.AllowAt(ctx, t0, "user-1234", 1)
+	if n := testing.AllocsPerRun(1000, func() { l.AllowAt(ctx, t0, "user-1234", 1) }); n != 0 {
+		t.Errorf("Limiter.AllowAt with two policies: %v allocations per decision, want 0", n)
+	}
 }
 
 // TestSweeper checks that SweepInterval's goroutine drops initial keys on
