@@ -175,15 +175,9 @@ func TestBatchingUnderLoad(t *testing.T) {
 	proxy.SetDelay(2 * time.Millisecond)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError})
 	const goroutines, attempts = 48, 8
-	for _, p := range []sluice.Policy{
-		sluice.TokenBucket(100, time.Hour, 100),
-		sluice.GCRA(100, time.Hour, 100),
-		sluice.LeakyBucket(100, time.Hour, 100),
-		sluice.FixedWindow(100, time.Hour),
-		sluice.SlidingLog(100, time.Hour),
-		sluice.SlidingWindow(100, time.Hour),
-	} {
-		t.Run(p.Algorithm.String(), func(t *testing.T) {
+	for _, a := range sluice.Algorithms() {
+		p := sluice.Policy{Algorithm: a, Limit: 100, Period: time.Hour}
+		t.Run(a.String(), func(t *testing.T) {
 			before := st.batch.sent.Load()
 			var admitted, admittedAll atomic.Int64
 			var wg sync.WaitGroup

@@ -98,6 +98,34 @@ func TestServeRedisUnreachable(t *testing.T) {
 	}
 }
 
+// protectedConfig uses a Redis at addr with extra store.redis fields (a
+// password or TLS); its limit admits one request an hour.
+func protectedConfig(addr, extra string) string {
+	return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "cmdtest:", %s}
+  timeout: 2s
+  on_error: deny
+limits:
+  tiny: {algorithm: fixed_window, limit: 1, period: 1h}
+`, addr, extra)
+}
+
+// decidedByRedis checks that in decides key "a" in Redis: one admitted,
+// then denied, never degraded, and one key under the prefix in srv.
+func decidedByRedis(t *testing.T, in *instance, srv *redistest.Server) {
+	t.Helper()
+	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
+		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
+			t.Errorf("check %d = %d %s, want %s... from Redis", i, code, body, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
+		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
+	}
+}
+
 // TestServeRedisPassword runs the service on a Redis that requires a
 // password, read from store.redis.password_file: decisions come from Redis.
 // With a wrong password Redis refuses every call, the failure policy
@@ -108,28 +136,10 @@ func TestServeRedisPassword(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{Password: password})
 	dir := t.TempDir()
 	writeConfig(t, filepath.Join(dir, "redis.pass"), password+"\n")
-	config := func(auth string) string {
-		return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "cmdtest:", %s}
-  timeout: 2s
-  on_error: deny
-limits:
-  tiny: {algorithm: fixed_window, limit: 1, period: 1h}
-`, srv.Addr, auth)
-	}
-	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), config("password_file: redis.pass")))
-	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
-		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
-			t.Errorf("check %d with the password = %d %s, want %s... from Redis", i, code, body, want)
-		}
-	}
-	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
-		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
-	}
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(srv.Addr, "password_file: redis.pass")))
+	decidedByRedis(t, in, srv)
 
-	bad := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "bad.yaml"), config(`password: "not-the-password"`)))
+	bad := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "bad.yaml"), protectedConfig(srv.Addr, `password: "not-the-password"`)))
 	if code, body := bad.check(t, "tiny", "b"); code != 200 || !strings.HasPrefix(body, `{"allowed":false,`) || !strings.Contains(body, `"degraded":true`) {
 		t.Errorf("check with a wrong password = %d %s, want denied by the failure policy", code, body)
 	}
@@ -148,30 +158,11 @@ limits:
 func TestServeRedisTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	files := redistest.NewTLSFiles(t, dir, "redis")
-	srv := redistest.Start(t, redistest.Options{TLS: files})
-	config := func(tls string) string {
-		return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "cmdtest:", tls: %s}
-  timeout: 2s
-  on_error: deny
-limits:
-  tiny: {algorithm: fixed_window, limit: 1, period: 1h}
-`, srv.Addr, tls)
-	}
-	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), config("{ca_file: redis.crt}")))
-	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
-		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
-			t.Errorf("check %d over TLS = %d %s, want %s... from Redis", i, code, body, want)
-		}
-	}
-	if keys, err := srv.Do("KEYS", "cmdtest:*"); err != nil || len(keys.([]any)) != 1 {
-		t.Errorf("Redis holds keys %v (%v) under the prefix, want one", keys, err)
-	}
+	srv := redistest.Start(t, redistest.Options{TLS: redistest.NewTLSFiles(t, dir, "redis")})
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(srv.Addr, "tls: {ca_file: redis.crt}")))
+	decidedByRedis(t, in, srv)
 
-	untrusted := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "system-roots.yaml"), config("true")))
+	untrusted := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "system-roots.yaml"), protectedConfig(srv.Addr, "tls: true")))
 	if code, body := untrusted.check(t, "tiny", "b"); code != 200 || !strings.Contains(body, `"degraded":true`) {
 		t.Errorf("check with a certificate the system does not trust = %d %s, want decided by the failure policy", code, body)
 	}
