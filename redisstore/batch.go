@@ -37,7 +37,6 @@ type batcher struct {
 	script *rueidis.Lua                      // batch.lua, for any calls
 	one    [len(algorithmFiles)]*rueidis.Lua // batch.lua for single requests of one algorithm
 	single [len(algorithmFiles)]*rueidis.Lua // the store's single-request scripts, to tell calls apart
-	many   *rueidis.Lua                      // the AllowAll script
 	max    int                               // most requests (keys) in one batch
 
 	mu       sync.Mutex
@@ -59,8 +58,14 @@ type waiter struct {
 	done chan struct{}
 }
 
-func newBatcher(max int, script, many *rueidis.Lua) *batcher {
-	return &batcher{script: script, many: many, max: max}
+// newBatcher returns a batcher of at most max requests a batch, given the
+// sources of the batch scripts and the store's single-request scripts.
+func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua) *batcher {
+	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, max: max}
+	for a, src := range batchOne {
+		b.one[a] = rueidis.NewLuaScript(src)
+	}
+	return b
 }
 
 // exec runs script on keys and args, at once or in a batch. ctx bounds the
@@ -163,8 +168,8 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 	args = append(args, batch[0].args[0])
 	for _, w := range batch {
 		keys = append(keys, w.keys...)
-		if w.script == b.many {
-			// args: now, then six fields per request.
+		if b.algorithm(w.script) < 0 {
+			// The AllowAll script; args: now, then six fields per request.
 			args = append(args, opMany, strconv.Itoa(len(w.keys)))
 			args = append(args, w.args[1:]...)
 		} else {

@@ -107,7 +107,7 @@ type Options struct {
 	OnBreakerChange func(from, to BreakerState)
 	// MaxBatch is the most requests one script call decides when calls
 	// wait for Redis; default DefaultMaxBatch (64), 1 turns batching off.
-	// A call is sent at once while fewer than two of the store's calls are
+	// A call is sent at once while fewer than eight of the store's calls are
 	// in flight; the calls that come meanwhile wait and then go together,
 	// so that under load Redis runs one script per batch instead of one per
 	// call. Each call stays atomic and is decided exactly as alone. Calls
@@ -207,11 +207,7 @@ func New(opts Options) (*Store, error) {
 		s.single[a] = rueidis.NewLuaScript(src)
 	}
 	if opts.MaxBatch > 1 {
-		s.batch = newBatcher(opts.MaxBatch, rueidis.NewLuaScript(batch), s.many)
-		for a, src := range batchOne {
-			s.batch.one[a] = rueidis.NewLuaScript(src)
-			s.batch.single[a] = s.single[a]
-		}
+		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single)
 	}
 	if opts.Client != nil {
 		c := opts.Client
