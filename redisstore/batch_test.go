@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,5 +324,56 @@ func TestBatchClose(t *testing.T) {
 			t.Fatalf("%d goroutines after Close, %d before the calls", runtime.NumGoroutine(), before)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestScriptCacheFlushed empties Redis's script cache (SCRIPT FLUSH, as a
+// restart or failover to a fresh replica does) between calls: single
+// requests, AllowAll and batches all go on, the store sending EVALSHA and
+// falling back to EVAL once per script when Redis answers NOSCRIPT.
+func TestScriptCacheFlushed(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	proxy.SetDelay(2 * time.Millisecond)
+	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError})
+	p := sluice.FixedWindow(1_000_000, time.Hour)
+	calls := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		for g := range 24 {
+			wg.Go(func() {
+				var err error
+				if g%3 == 0 {
+					_, err = st.AllowAll(t.Context(), time.Time{}, []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: sluice.GCRA(1000, time.Second, 1000), Key: "a", Cost: 1}}, nil)
+				} else {
+					_, err = st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint("k", g), Cost: 1})
+				}
+				if err != nil {
+					t.Errorf("after SCRIPT FLUSH: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	calls()
+	sent := st.batch.sent.Load()
+	for range 3 {
+		if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		calls()
+	}
+	if st.batch.sent.Load() == sent {
+		t.Error("no batch was sent after the flushes")
+	}
+	info, err := srv.Info("commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info["cmdstat_evalsha"], "calls=") || !strings.Contains(info["cmdstat_evalsha"], "failed_calls=") {
+		t.Fatalf("INFO commandstats has no EVALSHA: %v", info)
+	}
+	if !strings.Contains(info["cmdstat_eval"], "calls=") {
+		t.Errorf("no EVAL after NOSCRIPT: %q", info["cmdstat_eval"])
 	}
 }
