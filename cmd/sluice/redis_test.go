@@ -170,3 +170,21 @@ func TestServeRedisTLS(t *testing.T) {
 		t.Errorf("the log does not say the certificate was refused:\n%s", log)
 	}
 }
+
+// TestServeRedisSentinel runs the service through a Redis Sentinel, which
+// names the master of the set in store.redis.sentinel.master_set:
+// decisions come from that master. A set the sentinel does not monitor
+// leaves the service to its failure policy.
+func TestServeRedisSentinel(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master, "sluice-master")
+	dir := t.TempDir()
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: sluice-master}")))
+	decidedByRedis(t, in, master)
+
+	unknown := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "unknown.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: no-such-set}")))
+	if code, body := unknown.check(t, "tiny", "b"); code != 200 || !strings.Contains(body, `"degraded":true`) {
+		t.Errorf("check with a set the sentinel does not know = %d %s, want decided by the failure policy", code, body)
+	}
+}

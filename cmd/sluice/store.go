@@ -148,12 +148,24 @@ func (e *errorLog) report(err error) {
 }
 
 // redisClientOption is how the service connects to Redis, for the store and
-// for the overrides and plan tables alike: the addresses, the credentials
-// and TLS of store.redis.
+// for the overrides and plan tables alike: the addresses, the credentials,
+// TLS and Sentinel of store.redis.
 func redisClientOption(r config.Redis) rueidis.ClientOption {
 	opt := rueidis.ClientOption{InitAddress: r.Addrs, Username: r.Username, Password: r.Password, DisableCache: true}
 	if r.TLS != nil {
 		opt.TLSConfig = r.TLS.Config.Clone()
+	}
+	if r.Sentinel != nil {
+		opt.Sentinel = rueidis.SentinelOption{
+			MasterSet: r.Sentinel.MasterSet,
+			Username:  r.Sentinel.Username,
+			Password:  r.Sentinel.Password,
+			// Catch a missed +switch-master event within seconds.
+			TopologyRefreshInterval: 5 * time.Second,
+		}
+		if r.TLS != nil {
+			opt.Sentinel.TLSConfig = r.TLS.Config.Clone()
+		}
 	}
 	return opt
 }

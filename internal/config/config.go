@@ -128,6 +128,18 @@ type Redis struct {
 	Username, Password, PasswordFile string
 	// TLS, when set, makes the connection use TLS.
 	TLS *RedisTLS
+	// Sentinel, when set, makes Addrs the addresses of Redis Sentinels,
+	// which name the master of the set to use.
+	Sentinel *RedisSentinel
+}
+
+// RedisSentinel is store.redis.sentinel.
+type RedisSentinel struct {
+	// MasterSet is the name the sentinels monitor the master under.
+	MasterSet string
+	// Username and Password authenticate to the sentinels (not to the
+	// data nodes, whose credentials are the Redis ones).
+	Username, Password string
 }
 
 // Limit is a named rate limit.
@@ -332,6 +344,9 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password {
 		out = append(out, "store.redis credentials")
+	}
+	if (o.Redis.Sentinel == nil) != (n.Redis.Sentinel == nil) || (o.Redis.Sentinel != nil && *o.Redis.Sentinel != *n.Redis.Sentinel) {
+		out = append(out, "store.redis.sentinel")
 	}
 	if (o.Redis.TLS == nil) != (n.Redis.TLS == nil) ||
 		(o.Redis.TLS != nil && (o.Redis.TLS.CAFile != n.Redis.TLS.CAFile || o.Redis.TLS.CertFile != n.Redis.TLS.CertFile ||

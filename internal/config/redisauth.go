@@ -31,38 +31,69 @@ type RedisTLS struct {
 // r. Files are read now, relative to the configuration file's directory,
 // so that a missing or unreadable one is a problem of the configuration.
 func (d *decoder) redisAuth(o object, r *Redis) {
+	d.secret(o, "store.redis", r)
+	if v := o.get("tls"); v != nil {
+		r.TLS = d.redisTLS(o.fields["tls"].key, v)
+	}
+	if v := o.get("sentinel"); v != nil {
+		r.Sentinel = d.redisSentinel(o.fields["sentinel"].key, v)
+	}
+}
+
+// redisSentinel decodes store.redis.sentinel: master_set, and the
+// sentinels' own username and password or password_file.
+func (d *decoder) redisSentinel(at, v *yaml.Node) *RedisSentinel {
+	const path = "store.redis.sentinel"
+	o, ok := d.mapping(at, v, path, "master_set", "username", "password", "password_file")
+	if !ok {
+		return nil
+	}
+	var auth Redis
+	d.secret(o, path, &auth)
+	mv := o.get("master_set")
+	if mv == nil {
+		d.add(o.at, path+".master_set", "missing: the name the sentinels monitor the master under (sentinel monitor NAME ...)")
+		return nil
+	}
+	name, ok := d.nonEmpty(mv, path+".master_set")
+	if !ok {
+		return nil
+	}
+	return &RedisSentinel{MasterSet: name, Username: auth.Username, Password: auth.Password}
+}
+
+// secret decodes username, password and password_file of the mapping o
+// at path into r's Username, Password and PasswordFile.
+func (d *decoder) secret(o object, path string, r *Redis) {
 	if v := o.get("username"); v != nil {
-		if s, ok := d.nonEmpty(v, "store.redis.username"); ok {
+		if s, ok := d.nonEmpty(v, path+".username"); ok {
 			r.Username = s
 		}
 	}
 	pv, fv := o.get("password"), o.get("password_file")
 	switch {
 	case pv != nil && fv != nil:
-		d.add(o.fields["password_file"].key, "store.redis.password_file", "cannot be combined with store.redis.password; keep one (password_file keeps the secret out of this file)")
+		d.add(o.fields["password_file"].key, path+".password_file", "cannot be combined with %s.password; keep one (password_file keeps the secret out of this file)", path)
 	case pv != nil:
-		if s, ok := d.nonEmpty(pv, "store.redis.password"); ok {
+		if s, ok := d.nonEmpty(pv, path+".password"); ok {
 			r.Password = s
 		}
 	case fv != nil:
-		if path, ok := d.nonEmpty(fv, "store.redis.password_file"); ok {
-			path = d.relative(path)
-			b, msg := readSecretFile(path)
+		if file, ok := d.nonEmpty(fv, path+".password_file"); ok {
+			file = d.relative(file)
+			b, msg := readSecretFile(file)
 			if msg == "" && len(bytes.TrimSpace(b)) == 0 {
-				msg = path + " is empty; it should hold the Redis password"
+				msg = file + " is empty; it should hold the password"
 			}
 			if msg != "" {
-				d.add(deref(fv), "store.redis.password_file", "%s", msg)
+				d.add(deref(fv), path+".password_file", "%s", msg)
 			} else {
-				r.Password, r.PasswordFile = string(bytes.TrimSpace(b)), path
+				r.Password, r.PasswordFile = string(bytes.TrimSpace(b)), file
 			}
 		}
 	}
 	if r.Username != "" && r.Password == "" {
-		d.add(o.fields["username"].key, "store.redis.username", "needs store.redis.password or password_file")
-	}
-	if v := o.get("tls"); v != nil {
-		r.TLS = d.redisTLS(o.fields["tls"].key, v)
+		d.add(o.fields["username"].key, path+".username", "needs %s.password or password_file", path)
 	}
 }
 

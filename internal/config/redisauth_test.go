@@ -65,3 +65,33 @@ limits:
 		t.Errorf("tls: false = %+v, want none", off.Store().Redis.TLS)
 	}
 }
+
+// TestRedisSentinel loads store.redis.sentinel with the sentinels' own
+// password from a file.
+func TestRedisSentinel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sentinel.pass"), []byte("watch-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(`store:
+  backend: redis
+  redis:
+    addrs: [10.0.0.1:26379, 10.0.0.2:26379]
+    password: data-pw
+    sentinel: {master_set: sluice, username: watcher, password_file: sentinel.pass}
+limits:
+  a: {algorithm: gcra, limit: 1, period: 1s}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Store().Redis
+	want := RedisSentinel{MasterSet: "sluice", Username: "watcher", Password: "watch-pw"}
+	if r.Sentinel == nil || *r.Sentinel != want || r.Password != "data-pw" {
+		t.Errorf("sentinel = %+v, data password %q; want %+v and data-pw", r.Sentinel, r.Password, want)
+	}
+}

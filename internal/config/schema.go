@@ -247,7 +247,7 @@ func (d *decoder) store(top object) Store {
 	if s.Backend != RedisBackend {
 		d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
 	}
-	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls")
+	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls", "sentinel")
 	if !ok {
 		return s
 	}

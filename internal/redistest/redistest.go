@@ -109,6 +109,38 @@ func Start(t testing.TB, opts ...Options) *Server {
 	return s
 }
 
+// StartSentinel starts a Redis Sentinel on a free loopback port that
+// monitors master under the name set, and stops it when t ends. Its Addr
+// answers SENTINEL commands; clients ask it for the master's address.
+func StartSentinel(t testing.TB, master *Server, set string) *Server {
+	t.Helper()
+	Require(t, "redis-server")
+	dir := t.TempDir()
+	var lastErr error
+	for range 5 {
+		ports, err := freePorts(1)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 1000\n",
+			ports[0], dir, filepath.Join(dir, "sentinel.log"), set, master.Port, set)
+		if master.password != "" {
+			text += fmt.Sprintf("sentinel auth-pass %s %s\n", set, master.password)
+		}
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, args: []string{conf, "--sentinel"}}
+		if lastErr = s.Restart(); lastErr == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: sentinel: %v", lastErr)
+	return nil
+}
+
 // startServer picks free ports and starts a server in dir, retrying a few
 // times when another process takes a port in between.
 func startServer(dir string, cluster bool, extra []string) (*Server, error) {
