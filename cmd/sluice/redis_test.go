@@ -188,3 +188,38 @@ func TestServeRedisSentinel(t *testing.T) {
 		t.Errorf("check with a set the sentinel does not know = %d %s, want decided by the failure policy", code, body)
 	}
 }
+
+// TestServeRedisSentinelFailover fails the master over to its replica
+// through the sentinel: the service follows, and decisions come from the
+// new master, without a restart.
+func TestServeRedisSentinelFailover(t *testing.T) {
+	t.Parallel()
+	master := redistest.Start(t)
+	replica := redistest.Start(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	role := func(s *redistest.Server) string {
+		info, err := s.Info("replication")
+		if err != nil {
+			return err.Error()
+		}
+		return info["role"] + "/" + info["master_link_status"]
+	}
+	waitFor(t, "the replica to follow the master", func() bool { return role(replica) == "slave/up" })
+	sentinel := redistest.StartSentinel(t, master, "sluice-master")
+	in := startServe(t, "--config", writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: sluice-master}")))
+	decidedByRedis(t, in, master)
+
+	// The sentinel must know the replica before it can promote it.
+	waitFor(t, "the sentinel to fail over", func() bool {
+		_, err := sentinel.Do("SENTINEL", "FAILOVER", "sluice-master")
+		return err == nil
+	})
+	waitFor(t, "the replica to become master", func() bool { return role(replica) == "master/" })
+	waitFor(t, "decisions from the new master", func() bool {
+		code, body := in.check(t, "tiny", "after")
+		if code != 200 || strings.Contains(body, "degraded") {
+			return false
+		}
+		keys, err := replica.Do("KEYS", "cmdtest:*")
+		return err == nil && len(keys.([]any)) == 2
+	})
+}
