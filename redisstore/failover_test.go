@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,4 +53,99 @@ func TestClusterFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("the promoted replica decided %v after the master died (%d degraded decisions meanwhile)", time.Since(killed), degraded)
+}
+
+// TestClusterBreakerPerMaster kills one master of a cluster that keeps
+// serving the slots it still covers (cluster-require-full-coverage no):
+// the dead master's keys are decided by the failure policy, its own breaker
+// opens and spares callers its timeouts, and the other masters' keys are
+// still decided by Redis, every one of them.
+func TestClusterBreakerPerMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster takes a few seconds to start")
+	}
+	c := redistest.StartCluster(t, redistest.ClusterOptions{Args: []string{"--cluster-require-full-coverage", "no"}})
+	var changes []string
+	var mu sync.Mutex
+	st := newTestStore(t, c.Addrs[:1], Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: time.Minute,
+		OnBreakerChange: func(from, to BreakerState) {
+			mu.Lock()
+			changes = append(changes, from.String()+"->"+to.String())
+			mu.Unlock()
+		}})
+	p := sluice.FixedWindow(1_000_000, time.Hour)
+	// Keys on each master.
+	byMaster := map[string][]string{}
+	for i := 0; len(byMaster) < 3 || i < 60; i++ {
+		k := fmt.Sprint("user", i)
+		m, err := c.NodeForSlot(int(slot(st.policies.get(&p).key(st.prefix, k))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byMaster[m.Addr] = append(byMaster[m.Addr], k)
+	}
+	call := func(k string) (sluice.Decision, time.Duration) {
+		start := time.Now()
+		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: k, Cost: 1})
+		if err != nil {
+			t.Fatalf("Allow(%s): %v", k, err)
+		}
+		return d, time.Since(start)
+	}
+	for _, keys := range byMaster {
+		for _, k := range keys {
+			if d, _ := call(k); d.Degraded || !d.Allowed {
+				t.Fatalf("Allow(%s) before the kill = %+v", k, d)
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st.breakers.slots.Load() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the store did not read the cluster's slot map")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	dead := c.Masters()[0]
+	dead.Kill()
+	var deadCalls, slowDead, healthyDegraded, healthyCalls int
+	for round := range 20 {
+		for addr, keys := range byMaster {
+			for _, k := range keys {
+				d, took := call(k)
+				if addr == dead.Addr {
+					deadCalls++
+					if !d.Degraded || d.Allowed {
+						t.Errorf("round %d: Allow(%s) on the dead master = %+v, want denied by the failure policy", round, k, d)
+					}
+					if took > failTimeout/2 {
+						slowDead++
+					}
+					continue
+				}
+				healthyCalls++
+				if d.Degraded || !d.Allowed {
+					healthyDegraded++
+				}
+			}
+		}
+	}
+	if healthyDegraded > 0 {
+		t.Errorf("%d of %d calls for keys on the living masters were decided by the failure policy, want none", healthyDegraded, healthyCalls)
+	}
+	// The breaker of the dead master opens after BreakerThreshold
+	// failures (with a few more while the connection's failure is found):
+	// the rest are decided at once.
+	if slowDead > 10 {
+		t.Errorf("%d of %d calls for the dead master's keys took longer than %v; its breaker should spare them", slowDead, deadCalls, failTimeout/2)
+	}
+	if got := st.BreakerState(); got != BreakerOpen {
+		t.Errorf("BreakerState = %v, want open (one master's breaker is)", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) == 0 || changes[0] != "closed->open" {
+		t.Errorf("OnBreakerChange calls = %v, want closed->open first", changes)
+	}
 }

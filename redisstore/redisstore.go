@@ -135,7 +135,7 @@ type Store struct {
 	many     *rueidis.Lua
 	batch    *batcher // nil when batching is off
 	policies policyCache
-	breaker  *breaker
+	breakers *breakers
 
 	client    atomic.Pointer[rueidis.Client]
 	own       bool // the store made the client and closes it
@@ -200,7 +200,7 @@ func New(opts Options) (*Store, error) {
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
 		many:       rueidis.NewLuaScript(many),
-		breaker:    newBreaker(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
+		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
 	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
@@ -309,8 +309,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// BreakerState returns the circuit breaker's state, for metrics.
-func (s *Store) BreakerState() BreakerState { return BreakerState(s.breaker.state.Load()) }
+// BreakerState returns the circuit breaker's state, for metrics: on Redis
+// Cluster, where each master has its own breaker, the worst of them.
+func (s *Store) BreakerState() BreakerState { return s.breakers.state() }
 
 // Allow decides req and charges it when admitted. now is ignored (Redis's
 // TIME decides) unless Options.CallerTime is set.
@@ -519,7 +520,8 @@ func checkSlots(keys []string) error {
 
 // eval runs script once, under the timeout and the circuit breaker.
 func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]int64, error) {
-	ok, probe := s.breaker.allow()
+	br := s.breakers.forKey(keys[0])
+	ok, probe := br.allow()
 	if !ok {
 		return nil, ErrCircuitOpen
 	}
@@ -533,7 +535,7 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 		// The store may have connected only now, after AllowAll's own
 		// check; a command over several slots must never reach the client.
 		if err := checkSlots(keys); err != nil {
-			s.breaker.abandon(probe)
+			br.abandon(probe)
 			return nil, err
 		}
 	}
@@ -545,22 +547,28 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 	default:
 		vals, err = script.Exec(cctx, c, keys, args).AsIntSlice()
 	}
+	if c != nil && c.Mode() == rueidis.ClientModeCluster && (err != nil || s.breakers.slots.Load() == nil) {
+		// Learn, or learn again after a failure, which master holds
+		// which slots, so that each master's failures open only its own
+		// breaker.
+		s.breakers.readSlots(c, s.timeout)
+	}
 	switch {
 	case err == nil:
-		s.breaker.success()
+		br.success()
 		return vals, nil
 	case ctx.Err() != nil:
 		// The caller gave up: that says nothing about Redis.
-		s.breaker.abandon(probe)
+		br.abandon(probe)
 		return nil, err
 	case isDataError(err):
 		// Redis answered, but a key holds something the script refuses.
-		s.breaker.success()
+		br.success()
 	default:
 		if cctx.Err() != nil {
 			err = fmt.Errorf("redis did not answer within %v: %w", s.timeout, err)
 		}
-		s.breaker.failure(probe)
+		br.failure(probe)
 	}
 	s.report(err)
 	return nil, err
@@ -605,7 +613,11 @@ func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Reques
 	allowed := s.failure == FailAllow
 	var retry time.Duration
 	if !allowed {
-		retry = max(time.Millisecond, s.breaker.retryAfter().Round(time.Millisecond))
+		br := s.breakers.all
+		if c := s.policies.get(&reqs[0].Policy); c.err == nil {
+			br = s.breakers.forKey(c.key(s.prefix, reqs[0].Key))
+		}
+		retry = max(time.Millisecond, br.retryAfter().Round(time.Millisecond))
 	}
 	var buf [8]sluice.Decision
 	ds := buf[:0]

@@ -1,0 +1,176 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// numSlots is the number of Redis Cluster hash slots.
+const numSlots = 16384
+
+// topologyEvery is the least time between two reads of a cluster's slot
+// map: one is read when the store first reaches the cluster, and again
+// after a failed call.
+const topologyEvery = time.Second
+
+// breakers are a store's circuit breakers. A single Redis has one. On
+// Redis Cluster each master has its own, found by the hash slot of the
+// keys of a call, so that a dead master opens only its own breaker and the
+// other masters' keys are still decided by Redis; until the store has read
+// the cluster's slot map (CLUSTER SLOTS), and for slots the map does not
+// cover, the store-wide breaker serves. The store's BreakerState, and
+// Options.OnBreakerChange, report the worst of them: open if any is open,
+// else half-open if any is, else closed.
+type breakers struct {
+	all       *breaker                           // the store-wide breaker
+	slots     atomic.Pointer[[numSlots]*breaker] // each slot's master's breaker
+	threshold int
+	cooldown  time.Duration
+	onChange  func(from, to BreakerState)
+
+	mu       sync.Mutex
+	byAddr   map[string]*breaker
+	reported BreakerState // the overall state last reported to onChange
+
+	reading  atomic.Bool  // a read of the slot map is under way
+	lastRead atomic.Int64 // when the slot map was last read (UnixNano)
+}
+
+func newBreakers(threshold int, cooldown time.Duration, onChange func(from, to BreakerState)) *breakers {
+	bs := &breakers{threshold: threshold, cooldown: cooldown, onChange: onChange, byAddr: make(map[string]*breaker)}
+	bs.all = newBreaker(threshold, cooldown, bs.changed)
+	return bs
+}
+
+// forKey returns the breaker of the master that holds key.
+func (bs *breakers) forKey(key string) *breaker {
+	if m := bs.slots.Load(); m != nil {
+		if b := m[slot(key)]; b != nil {
+			return b
+		}
+	}
+	return bs.all
+}
+
+// state returns the worst state of all the breakers.
+func (bs *breakers) state() BreakerState {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return bs.stateLocked()
+}
+
+func (bs *breakers) stateLocked() BreakerState {
+	worst := BreakerState(bs.all.state.Load())
+	for _, b := range bs.byAddr {
+		worst = worse(worst, BreakerState(b.state.Load()))
+	}
+	return worst
+}
+
+// worse returns the worse of two states: open, then half-open, then
+// closed.
+func worse(a, b BreakerState) BreakerState {
+	rank := func(s BreakerState) int {
+		switch s {
+		case BreakerOpen:
+			return 2
+		case BreakerHalfOpen:
+			return 1
+		}
+		return 0
+	}
+	if rank(b) > rank(a) {
+		return b
+	}
+	return a
+}
+
+// changed is every breaker's onChange: it reports a change of the worst
+// state.
+func (bs *breakers) changed(_, _ BreakerState) {
+	if bs.onChange == nil {
+		return
+	}
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	bs.reportLocked()
+}
+
+func (bs *breakers) reportLocked() {
+	if now := bs.stateLocked(); now != bs.reported {
+		from := bs.reported
+		bs.reported = now
+		if bs.onChange != nil {
+			bs.onChange(from, now)
+		}
+	}
+}
+
+// readSlots reads the cluster's slot map in the background, unless it was
+// read less than topologyEvery ago or a read is under way.
+func (bs *breakers) readSlots(c rueidis.Client, timeout time.Duration) {
+	if time.Now().UnixNano()-bs.lastRead.Load() < int64(topologyEvery) || !bs.reading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer bs.reading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := bs.load(ctx, c); err == nil {
+			bs.lastRead.Store(time.Now().UnixNano())
+		}
+	}()
+}
+
+// load reads CLUSTER SLOTS and maps each slot to its master's breaker,
+// keeping the breakers of the masters it knew.
+func (bs *breakers) load(ctx context.Context, c rueidis.Client) error {
+	ranges, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return err
+	}
+	m := new([numSlots]*breaker)
+	masters := make(map[string]*breaker)
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, r := range ranges {
+		f, err := r.ToArray()
+		if err != nil || len(f) < 3 {
+			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+		}
+		start, err1 := f[0].AsInt64()
+		end, err2 := f[1].AsInt64()
+		node, err3 := f[2].ToArray()
+		if err1 != nil || err2 != nil || err3 != nil || len(node) < 2 || start < 0 || end >= numSlots || start > end {
+			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+		}
+		host, err1 := node[0].ToString()
+		port, err2 := node[1].AsInt64()
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		b := masters[addr]
+		if b == nil {
+			if b = bs.byAddr[addr]; b == nil {
+				b = newBreaker(bs.threshold, bs.cooldown, bs.changed)
+			}
+			masters[addr] = b
+		}
+		for i := start; i <= end; i++ {
+			m[i] = b
+		}
+	}
+	// A master that left the map (failed over) no longer counts.
+	bs.byAddr = masters
+	bs.slots.Store(m)
+	bs.reportLocked()
+	return nil
+}
