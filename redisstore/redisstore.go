@@ -103,7 +103,9 @@ type Options struct {
 	// metrics. It must be quick and safe for concurrent use.
 	OnError func(error)
 	// OnBreakerChange, if set, is called on every change of the breaker's
-	// state, in order. It must be quick and must not call the store.
+	// state, in order: on Redis Cluster, where each master has its own
+	// breaker, of the worst of them (see BreakerState). It must be quick
+	// and must not call the store.
 	OnBreakerChange func(from, to BreakerState)
 	// MaxBatch is the most requests one script call decides when calls
 	// wait for Redis; default DefaultMaxBatch (64), 1 turns batching off.
