@@ -2,8 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,7 @@ type breakers struct {
 
 	mu       sync.Mutex
 	byAddr   map[string]*breaker
+	complete bool         // the slot map covers every slot: all serves none
 	reported BreakerState // the overall state last reported to onChange
 
 	reading  atomic.Bool  // a read of the slot map is under way
@@ -67,7 +69,11 @@ func (bs *breakers) state() BreakerState {
 }
 
 func (bs *breakers) stateLocked() BreakerState {
-	worst := BreakerState(bs.all.state.Load())
+	worst := BreakerClosed
+	if !bs.complete {
+		// The store-wide breaker still serves some slots, or all.
+		worst = BreakerState(bs.all.state.Load())
+	}
 	for _, b := range bs.byAddr {
 		worst = worse(worst, BreakerState(b.state.Load()))
 	}
@@ -129,48 +135,65 @@ func (bs *breakers) readSlots(c rueidis.Client, timeout time.Duration) {
 	}()
 }
 
-// load reads CLUSTER SLOTS and maps each slot to its master's breaker,
-// keeping the breakers of the masters it knew.
+// slotRange is one entry of a cluster's slot map: slots start to end
+// (inclusive) and the address of their master.
+type slotRange struct {
+	start, end int64
+	addr       string
+}
+
+// load reads CLUSTER SLOTS and installs the slot map it gives.
 func (bs *breakers) load(ctx context.Context, c rueidis.Client) error {
-	ranges, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+	entries, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
 		return err
 	}
-	m := new([numSlots]*breaker)
-	masters := make(map[string]*breaker)
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	for _, r := range ranges {
-		f, err := r.ToArray()
+	malformed := errors.New("redisstore: malformed CLUSTER SLOTS entry")
+	ranges := make([]slotRange, 0, len(entries))
+	for _, e := range entries {
+		f, err := e.ToArray()
 		if err != nil || len(f) < 3 {
-			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+			return malformed
 		}
 		start, err1 := f[0].AsInt64()
 		end, err2 := f[1].AsInt64()
 		node, err3 := f[2].ToArray()
 		if err1 != nil || err2 != nil || err3 != nil || len(node) < 2 || start < 0 || end >= numSlots || start > end {
-			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+			return malformed
 		}
 		host, err1 := node[0].ToString()
 		port, err2 := node[1].AsInt64()
 		if err1 != nil || err2 != nil {
-			return fmt.Errorf("redisstore: malformed CLUSTER SLOTS entry")
+			return malformed
 		}
-		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
-		b := masters[addr]
+		ranges = append(ranges, slotRange{start, end, net.JoinHostPort(host, strconv.FormatInt(port, 10))})
+	}
+	bs.install(ranges)
+	return nil
+}
+
+// install maps each slot of ranges to its master's breaker, keeping the
+// breakers of the masters it knew; a master no longer in the map no longer
+// counts.
+func (bs *breakers) install(ranges []slotRange) {
+	m := new([numSlots]*breaker)
+	masters := make(map[string]*breaker)
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, r := range ranges {
+		b := masters[r.addr]
 		if b == nil {
-			if b = bs.byAddr[addr]; b == nil {
+			if b = bs.byAddr[r.addr]; b == nil {
 				b = newBreaker(bs.threshold, bs.cooldown, bs.changed)
 			}
-			masters[addr] = b
+			masters[r.addr] = b
 		}
-		for i := start; i <= end; i++ {
+		for i := r.start; i <= r.end; i++ {
 			m[i] = b
 		}
 	}
-	// A master that left the map (failed over) no longer counts.
 	bs.byAddr = masters
+	bs.complete = !slices.Contains(m[:], nil)
 	bs.slots.Store(m)
 	bs.reportLocked()
-	return nil
 }

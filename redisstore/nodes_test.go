@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBreakersWorst drives the per-master breakers without Redis: the
+// store-wide breaker counts until a slot map covers every slot, a dead
+// master's breaker opens only for its slots, a master that leaves the map
+// stops counting, and OnBreakerChange sees every change of the worst
+// state, in order.
+func TestBreakersWorst(t *testing.T) {
+	var mu sync.Mutex
+	var changes []string
+	bs := newBreakers(2, time.Hour, func(from, to BreakerState) {
+		mu.Lock()
+		changes = append(changes, from.String()+"->"+to.String())
+		mu.Unlock()
+	})
+	trip := func(b *breaker) {
+		for range 2 {
+			b.failure(false)
+		}
+	}
+	// A key in a low slot, and one in a high slot.
+	var low, high string
+	for i := 0; low == "" || high == ""; i++ {
+		k := fmt.Sprint("k", i)
+		if slot(k) < 8192 && low == "" {
+			low = k
+		} else if slot(k) >= 8192 && high == "" {
+			high = k
+		}
+	}
+
+	trip(bs.all)
+	if bs.state() != BreakerOpen || bs.forKey(low) != bs.all {
+		t.Fatalf("before a slot map: state %v, want open through the store-wide breaker", bs.state())
+	}
+	bs.install([]slotRange{{0, 8191, "a:1"}, {8192, numSlots - 1, "b:1"}})
+	if bs.state() != BreakerClosed {
+		t.Errorf("a complete slot map: state %v, want closed (the store-wide breaker serves no slot)", bs.state())
+	}
+	a, b := bs.forKey(low), bs.forKey(high)
+	if a == bs.all || b == bs.all || a == b {
+		t.Fatalf("forKey: low %p, high %p, store-wide %p; want two masters' breakers", a, b, bs.all)
+	}
+	trip(a)
+	if bs.state() != BreakerOpen || BreakerState(b.state.Load()) != BreakerClosed {
+		t.Errorf("master a dead: state %v, b %v; want open, b closed", bs.state(), BreakerState(b.state.Load()))
+	}
+	// a fails over to c: a no longer counts.
+	bs.install([]slotRange{{0, 8191, "c:1"}, {8192, numSlots - 1, "b:1"}})
+	if bs.state() != BreakerClosed || bs.forKey(high) != b {
+		t.Errorf("after the failover: state %v, want closed, b kept", bs.state())
+	}
+	// A map with a gap: the store-wide breaker, still open, counts again.
+	bs.install([]slotRange{{0, 100, "c:1"}})
+	if bs.state() != BreakerOpen || bs.forKey(high) != bs.all {
+		t.Errorf("a map with a gap: state %v, want open from the store-wide breaker", bs.state())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"closed->open", "open->closed", "closed->open", "open->closed", "closed->open"}
+	if !slices.Equal(changes, want) {
+		t.Errorf("OnBreakerChange calls = %v, want %v", changes, want)
+	}
+}
