@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,12 +10,16 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
 )
+
+// bodyBufs hold the bodies of POST /v1/check while they are parsed.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // checkBody is the body of POST /v1/check: one check (Limit, Key, Cost)
 // or several (Checks), never both.
@@ -203,10 +208,31 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) 
 // decodeCheck is parseCheck before the overrides apply.
 func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
 	cfg := st.cfg
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		bodyBufs.Put(buf)
+	}()
+	if _, err := buf.ReadFrom(body); err == nil {
+		if limit, key, cost, hasCost, ok := fastCheck(buf.Bytes()); ok {
+			var costp *int64
+			if hasCost {
+				costp = &cost
+			}
+			it, rerr := checkOne(cfg, "", &limit, &key, costp)
+			if rerr != nil {
+				return nil, false, "", rerr
+			}
+			return []item{it}, false, "", nil
+		}
+	}
+	// Any other body, or one whose reading failed: encoding/json reads
+	// what was read, then the rest (the same error again, if any).
+	dec := json.NewDecoder(io.MultiReader(bytes.NewReader(buf.Bytes()), body))
 	dec.DisallowUnknownFields()
-	var body checkBody
-	if err := dec.Decode(&body); err != nil {
+	var cb checkBody
+	if err := dec.Decode(&cb); err != nil {
 		return nil, false, "", bodyError(err)
 	}
 	switch _, err := dec.Token(); {
@@ -216,23 +242,23 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state)
 	default:
 		return nil, false, "", badRequest("the body holds more than one JSON value")
 	}
-	if body.Plan != nil || body.PlanTable != nil {
-		return h.planCheck(r, st, &body)
+	if cb.Plan != nil || cb.PlanTable != nil {
+		return h.planCheck(r, st, &cb)
 	}
-	if body.Checks == nil {
-		if body.Limit == nil && body.Key == nil && body.Cost == nil {
+	if cb.Checks == nil {
+		if cb.Limit == nil && cb.Key == nil && cb.Cost == nil {
 			return nil, false, "", badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them, or "plan" or "plan_table" and "key"`)
 		}
-		it, rerr := checkOne(cfg, "", body.Limit, body.Key, body.Cost)
+		it, rerr := checkOne(cfg, "", cb.Limit, cb.Key, cb.Cost)
 		if rerr != nil {
 			return nil, false, "", rerr
 		}
 		return []item{it}, false, "", nil
 	}
-	if body.Limit != nil || body.Key != nil || body.Cost != nil {
+	if cb.Limit != nil || cb.Key != nil || cb.Cost != nil {
 		return nil, true, "", badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
 	}
-	checks := *body.Checks
+	checks := *cb.Checks
 	switch {
 	case len(checks) == 0:
 		return nil, true, "", badRequest(`"checks" must hold at least one check`)
