@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // envoyConfig gives api_key two limits (100 per second and dayLimit per
@@ -166,7 +168,7 @@ func TestRLSDescriptorLabelsBounded(t *testing.T) {
 // error and a log line, not the end of the process.
 func TestRecoverUnary(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs proctest.Log
 	ic := recoverUnary(slog.New(slog.NewTextHandler(&logs, nil)))
 	info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
 	resp, err := ic(context.Background(), nil, info, func(context.Context, any) (any, error) { panic("boom") })

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,38 +11,20 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // waitTimeout bounds every wait of these tests for the service.
 const waitTimeout = 15 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for concurrent use: the service logs
-// into it while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // instance is a sluice serve running in-process, started by startServe.
 type instance struct {
 	http, grpc string // bound addresses, host:port
 	readyFile  string
-	stderr     *syncBuffer
+	stderr     *proctest.Log
 	cancel     context.CancelFunc
 	done       chan error
 	stopped    bool
@@ -56,7 +37,7 @@ func startServe(t *testing.T, args ...string) *instance {
 	t.Helper()
 	in := &instance{
 		readyFile: filepath.Join(t.TempDir(), "ready.json"),
-		stderr:    &syncBuffer{},
+		stderr:    &proctest.Log{},
 		done:      make(chan error, 1),
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,29 +23,11 @@ const (
 	stopTimeout = 15 * time.Second
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a process started by a test and stopped when it ends.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *syncBuffer // standard output and error
+	log  *proctest.Log // standard output and error
 	done chan struct{}
 	err  error // of Wait, once done is closed
 }
@@ -56,7 +36,7 @@ type proc struct {
 // (SIGTERM, then SIGKILL after stopTimeout) when the test ends.
 func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, log: &proctest.Log{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)

@@ -4,6 +4,7 @@
 package proctest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -87,4 +88,24 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Log is a bytes.Buffer safe for concurrent use: a process or an
+// in-process service writes its log into it while the test reads it.
+type Log struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was written so far.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
