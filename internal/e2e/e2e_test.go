@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -102,24 +101,9 @@ func startSluice(t *testing.T, name string, args ...string) *sluice {
 	s := &sluice{readyFile: filepath.Join(t.TempDir(), "ready.json")}
 	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
 	s.proc = startProc(t, name, exec.Command(bin, args...))
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		if b, err := os.ReadFile(s.readyFile); err == nil {
-			var ri struct{ HTTP, GRPC string }
-			if err := json.Unmarshal(b, &ri); err != nil {
-				t.Fatalf("%s: ready file %q: %v", name, b, err)
-			}
-			s.http, s.grpc = ri.HTTP, ri.GRPC
-			return s
-		}
-		if s.exited() {
-			t.Fatalf("%s ended before listening: %v\n%s", name, s.err, s.log)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s wrote no ready file within %v\n%s", name, waitTimeout, s.log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r := proctest.WaitReady(t, name, s.readyFile, waitTimeout, s.ended, s.log)
+	s.http, s.grpc = r.HTTP, r.GRPC
+	return s
 }
 
 // check asks the service for one decision and returns the answer's body.
@@ -228,3 +212,11 @@ limits:
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
+
+// ended reports whether the process has exited, and then its error.
+func (p *proc) ended() (bool, error) {
+	if p.exited() {
+		return true, p.err
+	}
+	return false, nil
+}

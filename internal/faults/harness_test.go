@@ -117,24 +117,9 @@ func startService(t *testing.T, name string, args ...string) *service {
 			t.Logf("log of %s:\n%s", name, tail(s.log.String(), 60))
 		}
 	})
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		if b, err := os.ReadFile(s.readyFile); err == nil {
-			var ri struct{ HTTP, Admin string }
-			if err := json.Unmarshal(b, &ri); err != nil {
-				t.Fatalf("%s: ready file %q: %v", name, b, err)
-			}
-			s.http, s.admin = ri.HTTP, ri.Admin
-			return s
-		}
-		if s.exited() {
-			t.Fatalf("%s ended before listening: %v\n%s", name, s.err, s.log)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s wrote no ready file within %v\n%s", name, readyTimeout, s.log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r := proctest.WaitReady(t, name, s.readyFile, readyTimeout, s.ended, s.log)
+	s.http, s.admin = r.HTTP, r.Admin
+	return s
 }
 
 func (s *service) exited() bool {
@@ -679,3 +664,11 @@ next:
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
+
+// ended reports whether the process has exited, and then its error.
+func (s *service) ended() (bool, error) {
+	if s.exited() {
+		return true, s.err
+	}
+	return false, nil
+}

@@ -6,6 +6,7 @@ package proctest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -108,4 +109,34 @@ func (l *Log) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Ready is what `sluice serve --ready-file` writes once it listens: the
+// bound addresses.
+type Ready struct {
+	HTTP, GRPC, Admin string
+}
+
+// WaitReady waits up to timeout for the ready file of the service called
+// name and returns it. It fails the test when exited reports that the
+// process ended first (with its error err and its log), or at the timeout.
+func WaitReady(t testing.TB, name, readyFile string, timeout time.Duration, exited func() (bool, error), log fmt.Stringer) Ready {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(readyFile); err == nil {
+			var r Ready
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatalf("%s: ready file %q: %v", name, b, err)
+			}
+			return r
+		}
+		if done, err := exited(); done {
+			t.Fatalf("%s ended before listening: %v\n%s", name, err, log)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s wrote no ready file within %v\n%s", name, timeout, log)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
