@@ -345,12 +345,11 @@ func RestartRequired(old, new *Config) []string {
 	if o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password {
 		out = append(out, "store.redis credentials")
 	}
-	if (o.Redis.Sentinel == nil) != (n.Redis.Sentinel == nil) || (o.Redis.Sentinel != nil && *o.Redis.Sentinel != *n.Redis.Sentinel) {
+	if !same(o.Redis.Sentinel, n.Redis.Sentinel, func(s *RedisSentinel) RedisSentinel { return *s }) {
 		out = append(out, "store.redis.sentinel")
 	}
-	if (o.Redis.TLS == nil) != (n.Redis.TLS == nil) ||
-		(o.Redis.TLS != nil && (o.Redis.TLS.CAFile != n.Redis.TLS.CAFile || o.Redis.TLS.CertFile != n.Redis.TLS.CertFile ||
-			o.Redis.TLS.KeyFile != n.Redis.TLS.KeyFile || o.Redis.TLS.ServerName != n.Redis.TLS.ServerName)) {
+	tlsFiles := func(t *RedisTLS) [4]string { return [4]string{t.CAFile, t.CertFile, t.KeyFile, t.ServerName} }
+	if !same(o.Redis.TLS, n.Redis.TLS, tlsFiles) {
 		out = append(out, "store.redis.tls")
 	}
 	if o.Timeout != n.Timeout {
@@ -360,6 +359,14 @@ func RestartRequired(old, new *Config) []string {
 		out = append(out, "store.on_error")
 	}
 	return out
+}
+
+// same reports whether a and b are both nil, or both set with equal keys.
+func same[T any, K comparable](a, b *T, key func(*T) K) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return key(a) == key(b)
 }
 
 // DefaultSource is the Source of the built-in default configuration.

@@ -460,6 +460,8 @@ func TestRestartRequired(t *testing.T) {
 		{"listen", "listen: {http: ':9', grpc: ':10'}", []string{"listen.http", "listen.grpc"}},
 		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p, max_batch: 1}, timeout: 1s, on_error: deny}",
 			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis.max_batch", "store.timeout", "store.on_error"}},
+		{"redis security", "store: {backend: redis, redis: {addrs: ['r:1'], password: pw, tls: true, sentinel: {master_set: m}}}",
+			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis credentials", "store.redis.sentinel", "store.redis.tls"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,21 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// loadRedis writes doc as sluice.yaml in dir, loads it and returns its
+// store.redis.
+func loadRedis(t *testing.T, dir, doc string) Redis {
+	t.Helper()
+	path := filepath.Join(dir, "sluice.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Store().Redis
+}
+
 // TestRedisAuthAndTLS loads store.redis credentials and TLS files relative
 // to the configuration's directory.
 func TestRedisAuthAndTLS(t *testing.T) {
@@ -17,8 +32,7 @@ func TestRedisAuthAndTLS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "redis.pass"), []byte("  pa55word\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, []byte(`store:
+	r := loadRedis(t, dir, `store:
   backend: redis
   redis:
     addrs: [redis.internal:6380]
@@ -31,14 +45,7 @@ func TestRedisAuthAndTLS(t *testing.T) {
       server_name: redis.internal
 limits:
   a: {algorithm: gcra, limit: 1, period: 1s}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := c.Store().Redis
+`)
 	if r.Username != "sluice" || r.Password != "pa55word" || r.PasswordFile != filepath.Join(dir, "redis.pass") {
 		t.Errorf("credentials = %q, %q from %q; want sluice, pa55word from redis.pass", r.Username, r.Password, r.PasswordFile)
 	}
@@ -73,8 +80,7 @@ func TestRedisSentinel(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sentinel.pass"), []byte("watch-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "sluice.yaml")
-	if err := os.WriteFile(path, []byte(`store:
+	r := loadRedis(t, dir, `store:
   backend: redis
   redis:
     addrs: [10.0.0.1:26379, 10.0.0.2:26379]
@@ -82,14 +88,7 @@ func TestRedisSentinel(t *testing.T) {
     sentinel: {master_set: sluice, username: watcher, password_file: sentinel.pass}
 limits:
   a: {algorithm: gcra, limit: 1, period: 1s}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := c.Store().Redis
+`)
 	want := RedisSentinel{MasterSet: "sluice", Username: "watcher", Password: "watch-pw"}
 	if r.Sentinel == nil || *r.Sentinel != want || r.Password != "data-pw" {
 		t.Errorf("sentinel = %+v, data password %q; want %+v and data-pw", r.Sentinel, r.Password, want)
