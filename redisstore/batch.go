@@ -150,32 +150,31 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 		return
 	}
 	b.sent.Add(1)
-	// A batch of single requests of one algorithm goes to that
-	// algorithm's batch script, which defines fewer functions.
-	script := b.script
-	if a := b.algorithm(batch[0].script); a >= 0 {
-		script = b.one[a]
-		for _, w := range batch[1:] {
-			if w.script != batch[0].script {
-				script = b.script
-				break
-			}
-		}
-	}
-	var keys, args []string
+	keys, args := make([]string, 0, len(batch)), make([]string, 0, 2+6*len(batch))
 	// The time: "" (Redis's) in every call the store batches; tests batch
 	// calls of one caller time.
 	args = append(args, batch[0].args[0])
-	for _, w := range batch {
-		keys = append(keys, w.keys...)
-		if b.algorithm(w.script) < 0 {
-			// The AllowAll script; args: now, then six fields per request.
-			args = append(args, opMany, strconv.Itoa(len(w.keys)))
-			args = append(args, w.args[1:]...)
-		} else {
-			// args: now, the operation, then the request's six fields.
-			args = append(args, w.args[1], "1")
-			args = append(args, w.args[2:]...)
+	script := b.script
+	if a := b.algorithm(batch[0].script); a >= 0 && b.sameScript(batch) {
+		// Single requests of one algorithm go to that algorithm's batch
+		// script, which takes fewer arguments (batch_one.lua).
+		script = b.one[a]
+		args = appendOneArgs(args, batch)
+		for _, w := range batch {
+			keys = append(keys, w.keys...)
+		}
+	} else {
+		for _, w := range batch {
+			keys = append(keys, w.keys...)
+			if b.algorithm(w.script) < 0 {
+				// The AllowAll script; args: now, then six fields per request.
+				args = append(args, opMany, strconv.Itoa(len(w.keys)))
+				args = append(args, w.args[1:]...)
+			} else {
+				// args: now, the operation, then the request's six fields.
+				args = append(args, w.args[1], "1")
+				args = append(args, w.args[2:]...)
+			}
 		}
 	}
 	msgs, err := script.Exec(ctx, c, keys, args).ToArray()
@@ -190,6 +189,69 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 		}
 		close(w.done)
 	}
+}
+
+// sameScript reports whether every call of batch runs the same script.
+func (b *batcher) sameScript(batch []*waiter) bool {
+	for _, w := range batch[1:] {
+		if w.script != batch[0].script {
+			return false
+		}
+	}
+	return true
+}
+
+// policyIDs name the distinct policies of a batch in batch_one.lua's
+// arguments.
+var policyIDs = func() (ids [DefaultMaxBatch]string) {
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	return ids
+}()
+
+// appendOneArgs appends batch_one.lua's arguments after the time for batch,
+// whose calls are single requests of one algorithm, each with the
+// single-request script's arguments: now, the operation, the algorithm,
+// L, P, B, cost and maxdelay. Each distinct policy (L, P, B) is sent once.
+func appendOneArgs(args []string, batch []*waiter) []string {
+	// ref[i] is the index in batch of the first call with call i's policy.
+	ref := make([]int, len(batch))
+	n := 0
+	for i, w := range batch {
+		ref[i] = i
+		for j := range i {
+			if ref[j] == j && slices.Equal(batch[j].args[3:6], w.args[3:6]) {
+				ref[i] = j
+				break
+			}
+		}
+		if ref[i] == i {
+			n++
+		}
+	}
+	args = append(args, strconv.Itoa(n))
+	id := make([]string, len(batch))
+	n = 0
+	for i, w := range batch {
+		if ref[i] == i {
+			id[i] = policyID(n)
+			args = append(args, id[i], w.args[3], w.args[4], w.args[5])
+			n++
+		}
+	}
+	for i, w := range batch {
+		args = append(args, w.args[1], id[ref[i]], w.args[6], w.args[7])
+	}
+	return args
+}
+
+// policyID returns the id of a batch's i-th distinct policy.
+func policyID(i int) string {
+	if i < len(policyIDs) {
+		return policyIDs[i]
+	}
+	return strconv.Itoa(i)
 }
 
 // algorithm returns the algorithm whose single-request script is script,

@@ -101,15 +101,30 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 		now = now.Add(time.Duration(rng.IntN(400_000)) * time.Microsecond)
 		calls := make([]batchCall, 2+rng.IntN(10))
 		if round%3 == 0 {
-			// Single requests of one algorithm: its own batch script.
-			p := batchPolicies[rng.IntN(len(batchPolicies))]
+			// Single requests of one algorithm: its own batch script
+			// (batch_one.lua), with up to three distinct policies.
+			a := rng.IntN(len(batchPolicies))
+			variants := []sluice.Policy{batchPolicies[a], batchPolicies[a], batchPolicies[a]}
+			variants[1].Period = 2 * time.Second
+			variants[2].Limit++
+			if variants[2].Burst != 0 {
+				variants[2].Burst++
+			}
 			for i := range calls {
 				r := request()
-				r.Policy = p
-				r.Cost = min(r.Cost, p.Capacity())
+				r.Policy = variants[rng.IntN(1+rng.IntN(3))]
+				if r.Policy.Algorithm != sluice.LeakyBucketAlgorithm {
+					r.MaxDelay = 0
+				}
+				if r.Cost > batchPolicies[a].Capacity() {
+					r.Cost = r.Policy.Capacity() + 1
+				}
 				op := opAllow
 				if rng.IntN(4) == 0 {
 					op = opPeek
+				}
+				if a == 0 && rng.IntN(8) == 0 {
+					r = bad // bad's policy is batchPolicies[0]
 				}
 				calls[i] = batchCall{op: op, reqs: []sluice.Request{r}}
 			}

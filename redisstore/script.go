@@ -59,13 +59,10 @@ func scripts() (single [len(algorithmFiles)]string, many, batch string, batchOne
 		common := b.String()
 		read(&b, "single")
 		single[a] = b.String()
-		// The batch script for single requests of this algorithm only:
-		// batch.lua with this one algorithm and no AllowAll.
+		// The batch script for single requests of this algorithm only.
 		b.Reset()
 		b.WriteString(common)
-		fmt.Fprintf(&b, "local algorithms = {%s = {decide, algorithm}}\n", algoCodes[a])
-		b.WriteString("local function allow_all() error({err = 'ERR sluice: AllowAll in a batch of one algorithm'}) end\n")
-		read(&b, "batch")
+		read(&b, "batch_one")
 		batchOne[a] = b.String()
 	}
 	var b strings.Builder

@@ -17,7 +17,7 @@ local function log_ttl(dt)
   if dt < 0 then
     dt = 0
   end
-  return floor((dt + 999) / 1000) + PAD
+  return format('%d', floor((dt + 999) / 1000) + PAD)
 end
 
 -- log_chunk returns up to LOG_CHUNK entries from entry j (0-based) as a flat
@@ -108,7 +108,7 @@ local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     if #head > 0 then
       call('DEL', key)
     end
-    call('RPUSH', key, format('%.0f', cost), format('%.0f', now), format('%.0f', now), format('%.0f', cost))
+    call('RPUSH', key, format('%d', cost), format('%d', now), format('%d', now), format('%d', cost))
     call('PEXPIRE', key, log_ttl(P))
   elseif commit and not push and not any then
     -- Nothing counts any more: the log is back to initial.
@@ -116,31 +116,31 @@ local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
       call('DEL', key)
     end
     if TRACK then
-      call('RPUSH', key, 0, format('%.0f', now))
+      call('RPUSH', key, 0, format('%d', now))
       call('PEXPIRE', key, log_ttl(0))
     end
   elseif push or (commit and first > 0) then
     local total, expiry = sum, newest + P
     if push then
       if newest == now then
-        call('LSET', key, -1, format('%.0f', newest_cost + cost))
+        call('LSET', key, -1, format('%d', newest_cost + cost))
       else
-        call('RPUSH', key, format('%.0f', now), format('%.0f', cost))
+        call('RPUSH', key, format('%d', now), format('%d', cost))
       end
       total, expiry = sum + cost, now + P
     end
     if first > 0 then
       call('LTRIM', key, 2 * first, -1)
     end
-    call('LSET', key, 0, format('%.0f', total))
-    call('LSET', key, 1, format('%.0f', now))
+    call('LSET', key, 0, format('%d', total))
+    call('LSET', key, 1, format('%d', now))
     call('PEXPIRE', key, log_ttl(expiry - now))
   elseif TRACK and (#head == 0 or now > w) then
     if #head == 0 then
-      call('RPUSH', key, 0, format('%.0f', now))
+      call('RPUSH', key, 0, format('%d', now))
       call('PEXPIRE', key, log_ttl(0))
     else
-      call('LSET', key, 1, format('%.0f', now))
+      call('LSET', key, 1, format('%d', now))
       call('PEXPIRE', key, log_ttl(newest + P - now))
     end
   end

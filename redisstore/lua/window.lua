@@ -63,9 +63,9 @@ local function win_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     dt = 0
   end
   if np == 0 and not TRACK then
-    call('SET', key, format('%.0f %.0f', ns, nc), 'PX', floor((dt + 999) / 1000) + PAD)
+    call('SET', key, format('%d %d', ns, nc), 'PX', format('%d', floor((dt + 999) / 1000) + PAD))
   else
-    call('SET', key, format('%.0f %.0f %.0f %.0f', ns, np, nc, now), 'PX', floor((dt + 999) / 1000) + PAD)
+    call('SET', key, format('%d %d %d %d', ns, np, nc, now), 'PX', format('%d', floor((dt + 999) / 1000) + PAD))
   end
   return ok, rem, retry, reset, 0
 end
