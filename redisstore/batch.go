@@ -171,8 +171,10 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 				args = append(args, opMany, strconv.Itoa(len(w.keys)))
 				args = append(args, w.args[1:]...)
 			} else {
-				// args: now, the operation, then the request's six fields.
-				args = append(args, w.args[1], "1")
+				// The single-request script; args: now, the operation, then
+				// the request's fields but its algorithm, which batch.lua
+				// takes before them.
+				args = append(args, w.args[1], "1", algoCodes[b.algorithm(w.script)])
 				args = append(args, w.args[2:]...)
 			}
 		}
@@ -212,8 +214,8 @@ var policyIDs = func() (ids [DefaultMaxBatch]string) {
 
 // appendOneArgs appends batch_one.lua's arguments after the time for batch,
 // whose calls are single requests of one algorithm, each with the
-// single-request script's arguments: now, the operation, the algorithm,
-// L, P, B, cost and maxdelay. Each distinct policy (L, P, B) is sent once.
+// single-request script's arguments: now, the operation, L, P, B, cost and
+// maxdelay. Each distinct policy (L, P, B) is sent once.
 func appendOneArgs(args []string, batch []*waiter) []string {
 	// ref[i] is the index in batch of the first call with call i's policy.
 	ref := make([]int, len(batch))
@@ -221,7 +223,7 @@ func appendOneArgs(args []string, batch []*waiter) []string {
 	for i, w := range batch {
 		ref[i] = i
 		for j := range i {
-			if ref[j] == j && slices.Equal(batch[j].args[3:6], w.args[3:6]) {
+			if ref[j] == j && slices.Equal(batch[j].args[2:5], w.args[2:5]) {
 				ref[i] = j
 				break
 			}
@@ -236,12 +238,12 @@ func appendOneArgs(args []string, batch []*waiter) []string {
 	for i, w := range batch {
 		if ref[i] == i {
 			id[i] = policyID(n)
-			args = append(args, id[i], w.args[3], w.args[4], w.args[5])
+			args = append(args, id[i], w.args[2], w.args[3], w.args[4])
 			n++
 		}
 	}
 	for i, w := range batch {
-		args = append(args, w.args[1], id[ref[i]], w.args[6], w.args[7])
+		args = append(args, w.args[1], id[ref[i]], w.args[5], w.args[6])
 	}
 	return args
 }

@@ -403,7 +403,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 // req, whose compiled policy is c.
 func (s *Store) oneArgs(c *compiled, req *sluice.Request, op, nowArg string) (keys, args []string) {
 	keys = []string{c.key(s.prefix, req.Key)}
-	args = []string{nowArg, op, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	args = []string{nowArg, op, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
 	return keys, args
 }
 

@@ -5,13 +5,14 @@
 --
 -- KEYS[1]: the state key.
 -- ARGV: now (see lib.lua), 'a' (Allow, which charges an admitted request)
---   or 'p' (Peek), the algorithm (tb, gcra, lb, fw, sw or sl), L, P (µs), B,
---   cost, and maxdelay (µs, -1 for none). For the token-bucket family L and
---   P are already divided by their greatest common divisor.
+--   or 'p' (Peek), L, P (µs), B, cost, and maxdelay (µs, -1 for none). For
+--   the token-bucket family L and P are already divided by their greatest
+--   common divisor. (The other scripts take the algorithm's code, tb, gcra,
+--   lb, fw, sw or sl, before L; this one is made for one algorithm.)
 -- Reply: allowed (0 or 1), remaining, retry (µs, -1 for never), reset (µs)
 --   and delay (µs).
-local ok, rem, retry, reset, delay = decide(KEYS[1], algorithm, tonumber(ARGV[4]), tonumber(ARGV[5]),
-  tonumber(ARGV[6]), NOW, tonumber(ARGV[7]), ARGV[2] == 'a', tonumber(ARGV[8]))
+local ok, rem, retry, reset, delay = decide(KEYS[1], algorithm, tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5]), NOW, tonumber(ARGV[6]), ARGV[2] == 'a', tonumber(ARGV[7]))
 if ok then
   return {1, rem, retry, reset, delay}
 end
