@@ -16,17 +16,24 @@ import (
 const DefaultMaxBatch = 64
 
 // batchInflight is how many script calls a store keeps in flight at once
-// while it batches: enough that Redis always has the next call waiting
-// while it runs one, few enough that calls arriving meanwhile gather into
-// batches. Measured in docs/BENCHMARKS.md ("Redis store").
-const batchInflight = 8
+// while it batches: few, so that the calls arriving meanwhile gather into
+// large batches (Redis's work per decision falls as a batch grows), and
+// enough that Redis has the next call waiting while it runs one. When a
+// whole batch (MaxBatch requests) is waiting, it goes at once, up to
+// batchInflightMax calls in flight, so that a burst or a slow link is not
+// held to two calls at a time. Measured in docs/BENCHMARKS.md ("Redis
+// store").
+const (
+	batchInflight    = 2
+	batchInflightMax = 8
+)
 
 // batcher gathers concurrent calls into one script call. A call goes to
 // Redis at once, alone and with its own script, while fewer than
 // batchInflight calls are in flight; otherwise it waits in the queue, and
-// when a call in flight ends the queued calls go together, in the order
-// they came, as one call of batch.lua, which decides each as its own
-// script would. A lone caller, or a few at a time, never waits for a
+// when a call in flight ends (or when a whole batch is waiting) the queued
+// calls go together, in the order they came, as one call of batch.lua (or
+// batch_one.lua), which decides each as its own script would. A lone caller, or a few at a time, never waits for a
 // batch; under load, Redis spends one command, one script run and one TIME
 // on a whole batch instead of on each call.
 //
@@ -42,8 +49,10 @@ type batcher struct {
 	mu       sync.Mutex
 	inflight int
 	queue    []*waiter
+	queued   int // requests (keys) in queue
 
 	sent atomic.Int64 // batches of two calls or more, for tests
+	peak int          // the most calls in flight at once, for tests
 }
 
 // waiter is a call waiting in the queue.
@@ -75,6 +84,7 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 	b.mu.Lock()
 	if b.inflight < batchInflight {
 		b.inflight++
+		b.peak = max(b.peak, b.inflight)
 		b.mu.Unlock()
 		vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
 		b.release(c)
@@ -83,7 +93,19 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 	w := &waiter{script: script, keys: keys, args: args, done: make(chan struct{})}
 	w.deadline, _ = ctx.Deadline()
 	b.queue = append(b.queue, w)
+	b.queued += len(keys)
+	var full []*waiter
+	if b.queued >= b.max && b.inflight < batchInflightMax {
+		// A whole batch is waiting: send it now rather than after a call
+		// in flight ends.
+		b.inflight++
+		b.peak = max(b.peak, b.inflight)
+		full = b.next()
+	}
 	b.mu.Unlock()
+	if full != nil {
+		go b.drain(c, full)
+	}
 	select {
 	case <-w.done:
 		return w.vals, w.err
@@ -92,6 +114,7 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 		if i := slices.Index(b.queue, w); i >= 0 {
 			// Not sent: nothing is charged.
 			b.queue = slices.Delete(b.queue, i, i+1)
+			b.queued -= len(w.keys)
 		}
 		b.mu.Unlock()
 		return nil, ctx.Err()
@@ -107,15 +130,22 @@ func (b *batcher) release(c rueidis.Client) {
 }
 
 // take returns the next batch, or nil (and one call fewer in flight) when
-// the queue is empty. The caller holds the place in flight of a call that
-// has just ended.
+// the queue is empty, or when more than batchInflight calls are in flight
+// and less than a whole batch waits (the others will take it). The caller
+// holds the place in flight of a call that has just ended.
 func (b *batcher) take() []*waiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
+	if len(b.queue) == 0 || (b.inflight > batchInflight && b.queued < b.max) {
 		b.inflight--
 		return nil
 	}
+	return b.next()
+}
+
+// next takes the next batch, up to max requests, from the non-empty queue.
+// b.mu is held.
+func (b *batcher) next() []*waiter {
 	n, keys := 1, len(b.queue[0].keys)
 	for n < len(b.queue) && keys+len(b.queue[n].keys) <= b.max {
 		keys += len(b.queue[n].keys)
@@ -123,6 +153,7 @@ func (b *batcher) take() []*waiter {
 	}
 	batch := slices.Clone(b.queue[:n])
 	b.queue = slices.Delete(b.queue, 0, n)
+	b.queued -= keys
 	return batch
 }
 

@@ -283,6 +283,48 @@ func TestBatchWaitersTimeOut(t *testing.T) {
 	}
 }
 
+// TestFullBatchesGoAtOnce makes callers outnumber what two calls in flight
+// can carry (MaxBatch 4, 48 callers, 2 ms of latency): whole batches must
+// go without waiting for a call in flight to end, up to batchInflightMax
+// calls at once, every decision still exact; and once the load is gone no
+// call is left in flight or in the queue.
+func TestFullBatchesGoAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr)
+	proxy.SetDelay(2 * time.Millisecond)
+	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError, MaxBatch: 4})
+	p := sluice.GCRA(100, time.Hour, 100)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 48 {
+		wg.Go(func() {
+			for range 8 {
+				d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "full", Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Errorf("%d admitted of 384, want exactly 100", got)
+	}
+	b := st.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.peak <= batchInflight || b.peak > batchInflightMax {
+		t.Errorf("at most %d calls were in flight at once, want more than %d and at most %d", b.peak, batchInflight, batchInflightMax)
+	}
+	if b.inflight != 0 || len(b.queue) != 0 || b.queued != 0 {
+		t.Errorf("after the load: %d calls in flight, %d queued (%d requests), want none", b.inflight, len(b.queue), b.queued)
+	}
+}
+
 // TestMaxBatchOption checks the option's bounds.
 func TestMaxBatchOption(t *testing.T) {
 	if _, err := New(Options{Addrs: []string{"127.0.0.1:1"}, MaxBatch: -1}); err == nil {
@@ -336,7 +378,8 @@ func TestBatchClose(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after Close, %d before the calls", runtime.NumGoroutine(), before)
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before the calls\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
