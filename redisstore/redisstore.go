@@ -109,11 +109,12 @@ type Options struct {
 	OnBreakerChange func(from, to BreakerState)
 	// MaxBatch is the most requests one script call decides when calls
 	// wait for Redis; default DefaultMaxBatch (64), 1 turns batching off.
-	// A call is sent at once while fewer than eight of the store's calls are
-	// in flight; the calls that come meanwhile wait and then go together,
-	// so that under load Redis runs one script per batch instead of one per
-	// call. Each call stays atomic and is decided exactly as alone. Calls
-	// are not batched on Redis Cluster, nor with CallerTime times.
+	// A call is sent at once while fewer than two of the store's calls are
+	// in flight; the calls that come meanwhile wait and then go together
+	// (a whole batch at once, up to eight calls in flight), so that under
+	// load Redis runs one script per batch instead of one per call. Each
+	// call stays atomic and is decided exactly as alone. Calls are not
+	// batched on Redis Cluster, nor with CallerTime times.
 	MaxBatch int
 	// CallerTime makes the store decide at the non-zero now passed to
 	// Allow, AllowAll and Peek instead of at Redis's TIME (a zero now still

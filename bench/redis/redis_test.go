@@ -51,38 +51,53 @@ type decideFunc func(ctx context.Context, i int) error
 
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	ctx := context.Background()
+	libs := libraries(b, srv.Addr)
+	for _, callers := range []int{1, 16, 64, 256} {
+		for _, lib := range libs {
+			b.Run(fmt.Sprintf("callers=%d/lib=%s", callers, lib.name), func(b *testing.B) {
+				run(b, context.Background(), srv, callers, lib.decide)
+			})
+		}
+	}
+}
 
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second})
+// library is one way of making a decision (or a round trip) on Redis.
+type library struct {
+	name   string
+	decide decideFunc
+}
+
+// libraries returns what the benchmarks compare, on the Redis at addr: a
+// bare EVALSHA of a trivial script, Sluice (batched, as by default, and
+// with MaxBatch 1) and redis_rate, all with one policy that admits nearly
+// everything, so that every decision writes, as redis_rate's does. They
+// are closed when b ends.
+func libraries(b *testing.B, addr string) []library {
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
-	unbatched, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
+	b.Cleanup(func() { st.Close() })
+	unbatched, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer unbatched.Close()
-	// A policy that admits nearly everything, so every decision writes, as
-	// redis_rate's does.
+	b.Cleanup(func() { unbatched.Close() })
 	policy := sluice.GCRA(1_000_000, time.Second, 1_000_000)
 
-	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 512})
-	defer rdb.Close()
+	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 512})
+	b.Cleanup(func() { rdb.Close() })
 	rl := redis_rate.NewLimiter(rdb)
 	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
 
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rc.Close()
+	b.Cleanup(rc.Close)
 	trivial := rueidis.NewLuaScript("return 1")
 
-	libs := []struct {
-		name   string
-		decide decideFunc
-	}{
+	return []library{
 		{"evalsha", func(ctx context.Context, i int) error {
 			return trivial.Exec(ctx, rc, nil, nil).Error()
 		}},
@@ -107,13 +122,6 @@ func BenchmarkRedis(b *testing.B) {
 			}
 			return err
 		}},
-	}
-	for _, callers := range []int{1, 16, 64, 256} {
-		for _, lib := range libs {
-			b.Run(fmt.Sprintf("callers=%d/lib=%s", callers, lib.name), func(b *testing.B) {
-				run(b, ctx, srv, callers, lib.decide)
-			})
-		}
 	}
 }
 

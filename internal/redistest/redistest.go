@@ -60,6 +60,7 @@ type Server struct {
 
 	dir      string
 	args     []string
+	wrap     []string // a command that runs redis-server, such as valgrind
 	password string
 	tls      *tls.Config
 
@@ -79,6 +80,10 @@ type Options struct {
 	// certificate and key (PEM files), on Port; the Server's own commands
 	// connect with ClientTLS.
 	TLS *TLSFiles
+	// Wrap, if set, is a command and its arguments that run redis-server,
+	// such as {"valgrind", "--tool=callgrind"}: the server is started as
+	// Wrap followed by "redis-server" and its arguments.
+	Wrap []string
 }
 
 // TLSFiles are a TLS server's certificate and key, and the client side's
@@ -101,7 +106,7 @@ func Start(t testing.TB, opts ...Options) *Server {
 	if o.Password != "" {
 		args = append(slices.Clone(args), "--requirepass", o.Password)
 	}
-	s, err := startServerAuth(t.TempDir(), false, args, o.Password, o.TLS)
+	s, err := startServerAuth(t.TempDir(), false, args, o.Password, o.TLS, o.Wrap)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -144,19 +149,20 @@ func StartSentinel(t testing.TB, master *Server, set string) *Server {
 // startServer picks free ports and starts a server in dir, retrying a few
 // times when another process takes a port in between.
 func startServer(dir string, cluster bool, extra []string) (*Server, error) {
-	return startServerAuth(dir, cluster, extra, "", nil)
+	return startServerAuth(dir, cluster, extra, "", nil, nil)
 }
 
 // startServerAuth is startServer for a server that requires password,
-// and that listens for TLS only when tlsFiles is set.
-func startServerAuth(dir string, cluster bool, extra []string, password string, tlsFiles *TLSFiles) (*Server, error) {
+// that listens for TLS only when tlsFiles is set, and that runs under wrap
+// when it is set.
+func startServerAuth(dir string, cluster bool, extra []string, password string, tlsFiles *TLSFiles, wrap []string) (*Server, error) {
 	var lastErr error
 	for range 5 {
 		ports, err := freePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, password: password}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, password: password, wrap: wrap}
 		if tlsFiles != nil {
 			s.tls = tlsFiles.ClientTLS
 		}
@@ -224,6 +230,9 @@ func (s *Server) Restart() error {
 		return nil
 	}
 	cmd := exec.Command("redis-server", s.args...)
+	if len(s.wrap) > 0 {
+		cmd = exec.Command(s.wrap[0], slices.Concat(s.wrap[1:], []string{"redis-server"}, s.args)...)
+	}
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
@@ -252,6 +261,17 @@ func (s *Server) Restart() error {
 	}
 	s.cmd, s.done = cmd, done
 	return nil
+}
+
+// Pid returns the process id of the running server (of its Wrap command
+// when it has one), or 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Kill stops the server at once with SIGKILL, as a crash would, and waits
