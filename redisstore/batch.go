@@ -51,6 +51,8 @@ type batcher struct {
 	queue    []*waiter
 	queued   int // requests (keys) in queue
 
+	users *users // the store's users of the client
+
 	sent atomic.Int64 // batches of two calls or more, for tests
 	peak int          // the most calls in flight at once, for tests
 }
@@ -68,9 +70,10 @@ type waiter struct {
 }
 
 // newBatcher returns a batcher of at most max requests a batch, given the
-// sources of the batch scripts and the store's single-request scripts.
-func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua) *batcher {
-	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, max: max}
+// sources of the batch scripts, the store's single-request scripts and its
+// count of the client's users.
+func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua, u *users) *batcher {
+	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, max: max, users: u}
 	for a, src := range batchOne {
 		b.one[a] = rueidis.NewLuaScript(src)
 	}
@@ -104,7 +107,7 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 	}
 	b.mu.Unlock()
 	if full != nil {
-		go b.drain(c, full)
+		b.spawn(c, full)
 	}
 	select {
 	case <-w.done:
@@ -125,7 +128,7 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 // takes its place and sends them, batch after batch, until none is left.
 func (b *batcher) release(c rueidis.Client) {
 	if batch := b.take(); batch != nil {
-		go b.drain(c, batch)
+		b.spawn(c, batch)
 	}
 }
 
@@ -155,6 +158,25 @@ func (b *batcher) next() []*waiter {
 	b.queue = slices.Delete(b.queue, 0, n)
 	b.queued -= keys
 	return batch
+}
+
+// spawn starts a goroutine that sends batch, and then the batches after
+// it, holding a place in flight. Once the store is closing nothing more is
+// sent: the queued calls fail with ErrClosed.
+func (b *batcher) spawn(c rueidis.Client, batch []*waiter) {
+	if !b.users.enter() {
+		for ; batch != nil; batch = b.take() {
+			for _, w := range batch {
+				w.err = ErrClosed
+				close(w.done)
+			}
+		}
+		return
+	}
+	go func() {
+		defer b.users.exit()
+		b.drain(c, batch)
+	}()
 }
 
 func (b *batcher) drain(c rueidis.Client, batch []*waiter) {

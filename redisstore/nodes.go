@@ -120,12 +120,18 @@ func (bs *breakers) reportLocked() {
 }
 
 // readSlots reads the cluster's slot map in the background, unless it was
-// read less than topologyEvery ago or a read is under way.
-func (bs *breakers) readSlots(c rueidis.Client, timeout time.Duration) {
+// read less than topologyEvery ago or a read is under way, or the store is
+// closing (u counts the client's users).
+func (bs *breakers) readSlots(c rueidis.Client, timeout time.Duration, u *users) {
 	if time.Now().UnixNano()-bs.lastRead.Load() < int64(topologyEvery) || !bs.reading.CompareAndSwap(false, true) {
 		return
 	}
+	if !u.enter() {
+		bs.reading.Store(false)
+		return
+	}
 	go func() {
+		defer u.exit()
 		defer bs.reading.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()

@@ -148,6 +148,7 @@ type Store struct {
 	dialing *dial // the connection attempt in progress, if any
 	closed  atomic.Bool
 	wg      sync.WaitGroup
+	users   *users // goroutines using the client
 }
 
 // dial is one attempt to connect; err is set before done is closed.
@@ -204,13 +205,14 @@ func New(opts Options) (*Store, error) {
 		callerTime: opts.CallerTime,
 		many:       rueidis.NewLuaScript(many),
 		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
+		users:      newUsers(),
 	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
 		s.single[a] = rueidis.NewLuaScript(src)
 	}
 	if opts.MaxBatch > 1 {
-		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single)
+		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single, s.users)
 	}
 	if opts.Client != nil {
 		c := opts.Client
@@ -231,8 +233,9 @@ func New(opts Options) (*Store, error) {
 }
 
 // Close closes the connection the store made (not a Client passed in
-// Options) and waits for a connection attempt in progress to end. Calls
-// after Close fail with ErrClosed, decided by the failure policy.
+// Options), after waiting for a connection attempt and the calls in flight
+// to end (each within the store's Timeout). Calls after Close fail with
+// ErrClosed, decided by the failure policy.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	if s.closed.Load() {
@@ -242,6 +245,8 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	s.mu.Unlock()
 	s.wg.Wait()
+	// Calls in flight end within the timeout; nothing is sent after.
+	s.users.close()
 	if c := s.client.Load(); c != nil && s.own {
 		(*c).Close()
 	}
@@ -528,12 +533,14 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 	if !ok {
 		return nil, ErrCircuitOpen
 	}
+	if !s.users.enter() {
+		br.abandon(probe)
+		return nil, ErrClosed
+	}
+	defer s.users.exit()
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	c, err := s.conn(cctx)
-	if err == nil && s.closed.Load() {
-		err = ErrClosed
-	}
 	if err == nil && len(keys) > 1 && c.Mode() == rueidis.ClientModeCluster {
 		// The store may have connected only now, after AllowAll's own
 		// check; a command over several slots must never reach the client.
@@ -554,7 +561,7 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 		// Learn, or learn again after a failure, which master holds
 		// which slots, so that each master's failures open only its own
 		// breaker.
-		s.breakers.readSlots(c, s.timeout)
+		s.breakers.readSlots(c, s.timeout, s.users)
 	}
 	switch {
 	case err == nil:
