@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/sluicehq/sluice"
 )
 
 // DefaultMaxBatch is the default of Options.MaxBatch.
@@ -212,7 +213,7 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 		// Single requests of one algorithm go to that algorithm's batch
 		// script, which takes fewer arguments (batch_one.lua).
 		script = b.one[a]
-		args = appendOneArgs(args, batch)
+		args = appendOneArgs(args, batch, sluice.Algorithm(a))
 		for _, w := range batch {
 			keys = append(keys, w.keys...)
 		}
@@ -266,17 +267,18 @@ var policyIDs = func() (ids [DefaultMaxBatch]string) {
 }()
 
 // appendOneArgs appends batch_one.lua's arguments after the time for batch,
-// whose calls are single requests of one algorithm, each with the
+// whose calls are single requests of algorithm a, each with the
 // single-request script's arguments: now, the operation, L, P, B, cost and
-// maxdelay. Each distinct policy (L, P, B) is sent once.
-func appendOneArgs(args []string, batch []*waiter) []string {
-	// ref[i] is the index in batch of the first call with call i's policy.
+// maxdelay. Each distinct operation and policy (op, L, P, B) is sent once.
+func appendOneArgs(args []string, batch []*waiter, a sluice.Algorithm) []string {
+	// ref[i] is the index in batch of the first call with call i's
+	// operation and policy.
 	ref := make([]int, len(batch))
 	n := 0
 	for i, w := range batch {
 		ref[i] = i
 		for j := range i {
-			if ref[j] == j && slices.Equal(batch[j].args[2:5], w.args[2:5]) {
+			if ref[j] == j && slices.Equal(batch[j].args[1:5], w.args[1:5]) {
 				ref[i] = j
 				break
 			}
@@ -291,12 +293,15 @@ func appendOneArgs(args []string, batch []*waiter) []string {
 	for i, w := range batch {
 		if ref[i] == i {
 			id[i] = policyID(n)
-			args = append(args, id[i], w.args[2], w.args[3], w.args[4])
+			args = append(args, id[i], w.args[2], w.args[3], w.args[4], w.args[1])
 			n++
 		}
 	}
 	for i, w := range batch {
-		args = append(args, w.args[1], id[ref[i]], w.args[5], w.args[6])
+		args = append(args, id[ref[i]], w.args[5])
+		if a == sluice.LeakyBucketAlgorithm {
+			args = append(args, w.args[6])
+		}
 	}
 	return args
 }

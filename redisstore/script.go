@@ -62,6 +62,7 @@ func scripts() (single [len(algorithmFiles)]string, many, batch string, batchOne
 		// The batch script for single requests of this algorithm only.
 		b.Reset()
 		b.WriteString(common)
+		fmt.Fprintf(&b, "local MAXDELAY = %t\n", sluice.Algorithm(a) == sluice.LeakyBucketAlgorithm)
 		read(&b, "batch_one")
 		batchOne[a] = b.String()
 	}
