@@ -34,9 +34,10 @@ const (
 // batchInflight calls are in flight; otherwise it waits in the queue, and
 // when a call in flight ends (or when a whole batch is waiting) the queued
 // calls go together, in the order they came, as one call of batch.lua (or
-// batch_one.lua), which decides each as its own script would. A lone caller, or a few at a time, never waits for a
-// batch; under load, Redis spends one command, one script run and one TIME
-// on a whole batch instead of on each call.
+// batch_one.lua), which decides each as its own script would. A lone
+// caller, or two at a time, never waits for a batch; under load, Redis
+// spends one command, one script run and one TIME on a whole batch instead
+// of on each call.
 //
 // Only calls on Redis's clock go through the batcher (a batch has one
 // time), and never on Redis Cluster, where the keys of one script call
@@ -126,7 +127,8 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 }
 
 // release ends a call in flight: when calls are queued, a new goroutine
-// takes its place and sends them, batch after batch, until none is left.
+// takes its place and sends them, batch after batch, until none is left
+// (or until others in flight can take them; see take).
 func (b *batcher) release(c rueidis.Client) {
 	if batch := b.take(); batch != nil {
 		b.spawn(c, batch)
@@ -257,15 +259,6 @@ func (b *batcher) sameScript(batch []*waiter) bool {
 	return true
 }
 
-// policyIDs name the distinct policies of a batch in batch_one.lua's
-// arguments.
-var policyIDs = func() (ids [DefaultMaxBatch]string) {
-	for i := range ids {
-		ids[i] = strconv.Itoa(i)
-	}
-	return ids
-}()
-
 // appendOneArgs appends batch_one.lua's arguments after the time for batch,
 // whose calls are single requests of algorithm a, each with the
 // single-request script's arguments: now, the operation, L, P, B, cost and
@@ -292,7 +285,7 @@ func appendOneArgs(args []string, batch []*waiter, a sluice.Algorithm) []string 
 	n = 0
 	for i, w := range batch {
 		if ref[i] == i {
-			id[i] = policyID(n)
+			id[i] = strconv.Itoa(n) // no allocation below 100
 			args = append(args, id[i], w.args[2], w.args[3], w.args[4], w.args[1])
 			n++
 		}
@@ -304,14 +297,6 @@ func appendOneArgs(args []string, batch []*waiter, a sluice.Algorithm) []string 
 		}
 	}
 	return args
-}
-
-// policyID returns the id of a batch's i-th distinct policy.
-func policyID(i int) string {
-	if i < len(policyIDs) {
-		return policyIDs[i]
-	}
-	return strconv.Itoa(i)
 }
 
 // algorithm returns the algorithm whose single-request script is script,
