@@ -117,7 +117,8 @@ local function tat_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     dt = 0
   end
   -- Numbers go to Redis as strings made by format('%d'), which prints an
-  -- integer below 2^53 exactly and costs Redis less than a number argument
+  -- integer below 2^53 exactly (Redis's Lua prints it through a C long,
+  -- 64 bits on a 64-bit build) and costs Redis less than a number argument
   -- (formatted with %.17g) or '%.0f'.
   if nfrac == 0 and not TRACK then
     call('SET', key, format('%d', nat), 'PX', format('%d', floor((dt + 999) / 1000) + PAD))
