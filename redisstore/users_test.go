@@ -11,8 +11,10 @@ import (
 // however many late callers try.
 func TestUsers(t *testing.T) {
 	u := newUsers()
-	if !u.enter() || !u.enter() {
-		t.Fatal("enter failed before close")
+	for range 2 {
+		if !u.enter() {
+			t.Fatal("enter failed before close")
+		}
 	}
 	closed := make(chan struct{})
 	go func() {
