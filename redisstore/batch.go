@@ -165,14 +165,18 @@ func (b *batcher) next() []*waiter {
 
 // spawn starts a goroutine that sends batch, and then the batches after
 // it, holding a place in flight. Once the store is closing nothing more is
-// sent: the queued calls fail with ErrClosed.
+// sent: batch and every queued call fail with ErrClosed at once, and the
+// place in flight is given up.
 func (b *batcher) spawn(c rueidis.Client, batch []*waiter) {
 	if !b.users.enter() {
-		for ; batch != nil; batch = b.take() {
-			for _, w := range batch {
-				w.err = ErrClosed
-				close(w.done)
-			}
+		b.mu.Lock()
+		queued := b.queue
+		b.queue, b.queued = nil, 0
+		b.inflight--
+		b.mu.Unlock()
+		for _, w := range slices.Concat(batch, queued) {
+			w.err = ErrClosed
+			close(w.done)
 		}
 		return
 	}
