@@ -32,16 +32,50 @@ type node struct {
 	share   bool
 	pattern string
 
-	exact    map[entry]*node // children with a literal value
-	wild     []wildChild     // children with a wildcard value, in order
+	// exact holds the children by their configured value, wildcard
+	// values included: as in envoyproxy/ratelimit, a request value equal
+	// to a wildcard pattern ("foo*") finds that node before any pattern
+	// is tried.
+	exact    map[entry]*node
+	wild     []wildChild // children with a wildcard value, in order
 	fallback map[string]*node
 }
 
 type entry struct{ key, value string }
 
+// wildChild is a child whose value holds "*": parts are the literal
+// pieces between the stars ("log*.txt" is "log", ".txt").
 type wildChild struct {
-	key, prefix string
-	n           *node
+	key   string
+	parts []string
+	n     *node
+}
+
+// isWildcard reports whether a configured value is a wildcard: it holds
+// "*" anywhere, as envoyproxy/ratelimit reads it.
+func isWildcard(value string) bool {
+	return strings.Contains(value, "*")
+}
+
+// globMatch reports whether value matches the wildcard whose literal
+// pieces are parts (the pattern split at each "*"): each "*" stands for
+// any run of characters, the empty one included. The first piece must
+// start value and the last end it; the ones between are found leftmost
+// first, which is enough for patterns of stars and literals.
+func globMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // limit is one compiled rate limit.
@@ -114,11 +148,12 @@ func compileChildren(parent *node, domain, path string, ds []Descriptor) {
 			}
 			n.limits = append(n.limits, compileLimit(r, descAlgo, name))
 		}
-		switch {
-		case strings.HasSuffix(d.Value, "*"):
+		if isWildcard(d.Value) {
 			n.share = d.ShareThreshold
 			n.pattern = d.Value
-			parent.wild = append(parent.wild, wildChild{key: d.Key, prefix: strings.TrimSuffix(d.Value, "*"), n: n})
+			parent.wild = append(parent.wild, wildChild{key: d.Key, parts: strings.Split(d.Value, "*"), n: n})
+		}
+		switch {
 		case d.Value != "":
 			if parent.exact == nil {
 				parent.exact = map[entry]*node{}
@@ -187,7 +222,8 @@ func overrideLimit(rpu uint32, unit unitCode, multiplier uint32, domain string) 
 // match walks the tree of a domain with the entries of one request
 // descriptor, as envoyproxy/ratelimit does: at each level the entry's key
 // and value are looked up first, then the wildcard values of that key in
-// the order of the configuration, then the key alone. The descriptor has
+// the order of the configuration ("*" anywhere in them), then the key
+// alone. The descriptor has
 // the limits of the node where the walk ends only if it ends on its last
 // entry; a node with no nested descriptors ends the walk. It returns nil
 // when no limit applies. When patterns is not nil, patterns[i] receives
@@ -199,7 +235,7 @@ func (root *node) match(entries []entry, patterns []string) *node {
 		next := level.exact[e]
 		if next == nil {
 			for _, w := range level.wild {
-				if w.key == e.key && strings.HasPrefix(e.value, w.prefix) {
+				if w.key == e.key && globMatch(w.parts, e.value) {
 					next = w.n
 					break
 				}

@@ -25,10 +25,12 @@ type Domain struct {
 type Descriptor struct {
 	// Key must equal the entry's key. Required.
 	Key string `yaml:"key"`
-	// Value, when set, must equal the entry's value; a value ending in "*"
-	// matches every value that starts with what comes before the "*". An
-	// empty Value matches any value, as a fallback for the values that no
-	// sibling names.
+	// Value, when set, must equal the entry's value; a value with "*"
+	// anywhere is a wildcard, each "*" standing for any run of characters
+	// ("log*.txt" matches "log.txt" and "log-2024.txt"). An empty Value
+	// matches any value, as a fallback for the values that no sibling
+	// names. An exact value is preferred to a wildcard, and wildcards are
+	// tried in the order of the configuration.
 	Value string `yaml:"value,omitempty"`
 	// RateLimit is the limit of a request descriptor that ends at this
 	// node. At most one of RateLimit and RateLimits may be set.
@@ -279,8 +281,8 @@ func (v *validator) descriptors(ds []Descriptor, path string, names map[string]b
 		} else {
 			seen[id] = p
 		}
-		if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
-			v.add(p+".share_threshold", "share_threshold needs a wildcard value (one ending in \"*\"), got value %q", d.Value)
+		if d.ShareThreshold && !isWildcard(d.Value) {
+			v.add(p+".share_threshold", "share_threshold needs a wildcard value (one with \"*\"), got value %q", d.Value)
 		}
 		var descAlgo sluice.Algorithm = sluice.FixedWindowAlgorithm
 		if d.Algorithm != "" {

@@ -531,10 +531,14 @@ func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv
 		ev.Outcome = OutcomeAllowed
 		ev.Charged = it.cost > 0 && !denied
 	case it.shadow:
+		// As envoyproxy/ratelimit: nothing is left of a limit that is
+		// over, in shadow mode or not (Envoy's x-ratelimit-remaining).
 		ev.Outcome = OutcomeShadowDenied
+		st.LimitRemaining = 0
 	default:
 		ev.Outcome = OutcomeDenied
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.LimitRemaining = 0
 	}
 	s.emit(ev)
 	return st

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -346,6 +347,93 @@ descriptors:
 	})
 }
 
+// TestWildcardAnywhere: a "*" anywhere in a configured value is a
+// wildcard, after exact values and before the key alone, in the order of
+// the file (envoyproxy/ratelimit's README on wildcards and its
+// test/config/wildcard.yaml).
+func TestWildcardAnywhere(t *testing.T) {
+	h := start(t, `
+domain: w
+descriptors:
+  - key: file
+    value: log*.txt
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: file
+    value: "*.txt"
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: file
+    value: log-special.txt
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: route
+    value: svc*get*v1
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: route
+    value: "*"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 6}
+  - key: tail
+    value: a*
+    descriptors:
+      - key: op
+        value: "*x*"
+        rate_limit: {unit: minute, requests_per_unit: 7}
+`)
+	min := rlsv3.RateLimitResponse_RateLimit_MINUTE
+	tests := []struct {
+		name string
+		d    *rlscommon.RateLimitDescriptor
+		want want
+	}{
+		{"star in the middle", desc("file", "log-2024.txt"), want{ok, 1, min, 0, time.Minute}},
+		{"star matches nothing", desc("file", "log.txt"), want{ok, 1, min, 0, time.Minute}},
+		{"exact before any wildcard", desc("file", "log-special.txt"), want{ok, 3, min, 2, time.Minute}},
+		{"leading star", desc("file", "notes.txt"), want{ok, 2, min, 1, time.Minute}},
+		{"no wildcard matches", desc("file", "log.csv"), want{ok, 0, 0, 0, -1}},
+		{"two stars, both empty", desc("route", "svcgetv1"), want{ok, 4, min, 3, time.Minute}},
+		{"two stars", desc("route", "svc-a-get-b-v1"), want{ok, 4, min, 3, time.Minute}},
+		{"pieces out of order", desc("route", "svcv1get"), want{ok, 5, min, 4, time.Minute}},
+		{"a lone star shares its counter", desc("route", "anything"), want{ok, 5, min, 3, time.Minute}},
+		{"a lone star matches the empty value", desc("route", ""), want{ok, 5, min, 2, time.Minute}},
+		{"nested wildcards", desc("tail", "abc", "op", "xyz"), want{ok, 7, min, 6, time.Minute}},
+		{"nested wildcard misses", desc("tail", "abc", "op", "yz"), want{ok, 0, 0, 0, -1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkStatus(t, tt.name, h.call(t, "w", tt.d).Statuses[0], tt.want)
+		})
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	tests := []struct {
+		pattern, value string
+		want           bool
+	}{
+		{"foo*", "foo", true},
+		{"foo*", "foobar", true},
+		{"foo*", "fo", false},
+		{"*bar", "bar", true},
+		{"*bar", "xbar", true},
+		{"*bar", "barx", false},
+		{"a*b*c", "abc", true},
+		{"a*b*c", "aXbYc", true},
+		{"a*b*c", "acb", false},
+		{"a*a", "a", false},
+		{"a*a", "aa", true},
+		{"**", "", true},
+		{"a**b", "ab", true},
+		{"*ab*ab*", "abab", true},
+		{"*ab*ab*", "aab", false},
+	}
+	for _, tt := range tests {
+		if got := globMatch(strings.Split(tt.pattern, "*"), tt.value); got != tt.want {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", tt.pattern, tt.value, got, tt.want)
+		}
+	}
+}
+
 func TestHitsAddend(t *testing.T) {
 	h := start(t, `
 domain: h
@@ -369,15 +457,16 @@ descriptors:
 	// A per-descriptor 0 charges nothing and reports the state.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 3, Descriptors: []*rlscommon.RateLimitDescriptor{withHits(desc("a", "x"), 0)}})
 	checkStatus(t, "a with hits 0", resp.Statuses[0], want{ok, 10, min, 7, time.Minute})
-	// 8 more do not fit in 7: denied, and nothing charged.
+	// 8 more do not fit in 7: denied, and nothing charged; as in
+	// envoyproxy/ratelimit, a refused descriptor has nothing left.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 8, Descriptors: []*rlscommon.RateLimitDescriptor{desc("a", "x")}})
 	if resp.OverallCode != over {
 		t.Errorf("8 hits: overall_code = %v, want OVER_LIMIT", resp.OverallCode)
 	}
-	checkStatus(t, "a with hits 8", resp.Statuses[0], want{over, 10, min, 7, time.Minute})
+	checkStatus(t, "a with hits 8", resp.Statuses[0], want{over, 10, min, 0, time.Minute})
 	// More than the limit can never fit.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", Descriptors: []*rlscommon.RateLimitDescriptor{withHits(desc("a", "x"), 11)}})
-	checkStatus(t, "a with hits 11", resp.Statuses[0], want{over, 10, min, 7, -1})
+	checkStatus(t, "a with hits 11", resp.Statuses[0], want{over, 10, min, 0, -1})
 	// Negative hits (refunds) are not supported: nothing is charged.
 	neg := withHits(desc("a", "x"), 5)
 	neg.IsNegativeHits = true
