@@ -84,14 +84,14 @@ func (d *decoder) envoy(at, n *yaml.Node, listen Listen) *rls.Config {
 	if listen.GRPC == "" {
 		d.add(at, "envoy", "is set but listen.grpc is not, so Envoy's rate limit service would be off; set listen.grpc, like 127.0.0.1:8081")
 	}
-	domains, problems := rls.Decode(n, "envoy")
+	section, problems := rls.DecodeSection(n, "envoy")
 	for _, p := range problems {
 		d.add(&yaml.Node{Line: p.Line, Column: p.Column}, p.Path, "%s", p.Message)
 	}
 	if len(problems) > 0 {
 		return nil
 	}
-	cfg, err := rls.Compile(domains)
+	cfg, err := rls.CompileSection(section)
 	if err != nil {
 		d.add(at, "envoy", "%v", err)
 		return nil

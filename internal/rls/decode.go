@@ -25,13 +25,25 @@ var tooLarge = fmt.Sprintf("the envoy section is too large: its aliases expand t
 // problem. It then validates the result as Validate does and returns
 // every problem found, sorted by place, each with its line and column and
 // its path below path (such as "envoy[0].descriptors[1].rate_limit.unit").
-// A nil or null node is an empty section.
+// A nil or null node is an empty section. The section's mapping form
+// (options and domains) is read too; DecodeSection returns its options.
 //
 // The domains are returned even when there are problems, for messages;
 // use them only when there are none.
 func Decode(node *yaml.Node, path string) ([]Domain, []Problem) {
+	s, ps := DecodeSection(node, path)
+	return s.Domains, ps
+}
+
+// DecodeSection reads the envoy section as Decode does, in either of its
+// forms: a list of domain documents, or a mapping of the service's
+// options (response_headers) with the list under domains. Paths of the
+// domains are path[i] in the first form and path.domains[i] in the
+// second.
+func DecodeSection(node *yaml.Node, path string) (Section, []Problem) {
 	d := &decoder{v: validator{lines: map[string]pos{}}}
-	var domains []Domain
+	var s Section
+	domainsPath := path
 	if node != nil {
 		node = d.resolve(node)
 		if node.Kind == yaml.DocumentNode && len(node.Content) == 1 {
@@ -40,15 +52,54 @@ func Decode(node *yaml.Node, path string) ([]Domain, []Problem) {
 		switch {
 		case isNull(node):
 		case node.Kind == yaml.SequenceNode:
-			d.v.lines[path] = pos{node.Line, node.Column}
-			for i, item := range node.Content {
-				domains = append(domains, d.domain(item, fmt.Sprintf("%s[%d]", path, i)))
-			}
+			s.Domains = d.domainList(node, path)
+		case node.Kind == yaml.MappingNode && (hasKey(node, "domain") || hasKey(node, "descriptors")):
+			d.at(node, path, "want a list of domains (each with domain and descriptors), got a mapping; a single domain document goes in a list (\"- domain: ...\"), or under domains")
+		case node.Kind == yaml.MappingNode:
+			domainsPath = path + ".domains"
+			d.fields(node, path, sectionKeys, func(key string, val *yaml.Node, p string) {
+				switch key {
+				case "response_headers":
+					s.ResponseHeaders = d.str(val, p)
+					if !validHeaderStyle(s.ResponseHeaders) {
+						d.at(d.resolve(val), p, "unknown response_headers %q (want none, ietf or reference)", s.ResponseHeaders)
+					}
+				case "domains":
+					if val = d.resolve(val); !isNull(val) && val.Kind != yaml.SequenceNode {
+						d.at(val, p, "want a list of domains (each with domain and descriptors), got %s", kindName(val))
+						return
+					}
+					s.Domains = d.domainList(val, p)
+				}
+			})
 		default:
-			d.at(node, path, "want a list of domains (each with domain and descriptors), got %s", kindName(node))
+			d.at(node, path, "want a list of domains (each with domain and descriptors), or a mapping with domains and response_headers, got %s", kindName(node))
 		}
 	}
-	return domains, d.finish(domains, path)
+	return s, d.finish(s.Domains, domainsPath)
+}
+
+// hasKey reports whether the mapping n has the key k.
+func hasKey(n *yaml.Node, k string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == k {
+			return true
+		}
+	}
+	return false
+}
+
+// domainList decodes a sequence of domain documents.
+func (d *decoder) domainList(n *yaml.Node, path string) []Domain {
+	if isNull(n) {
+		return nil
+	}
+	var out []Domain
+	d.v.lines[path] = pos{n.Line, n.Column}
+	for i, item := range n.Content {
+		out = append(out, d.domain(item, fmt.Sprintf("%s[%d]", path, i)))
+	}
+	return out
 }
 
 // Parse reads domain documents from YAML source: a list of domains, or a
@@ -300,6 +351,7 @@ func (d *decoder) int64(n *yaml.Node, path string) int64 {
 }
 
 var (
+	sectionKeys    = []string{"response_headers", "domains"}
 	domainKeys     = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}

@@ -13,6 +13,7 @@ import (
 // build one with Compile.
 type Config struct {
 	domains map[string]*node
+	headers headerStyle
 }
 
 // node is a compiled Descriptor.
@@ -94,11 +95,22 @@ type limit struct {
 // *ProblemsError listing Validate's problems (under the path "envoy")
 // otherwise.
 func Compile(domains []Domain) (*Config, error) {
-	if ps := Validate(domains, "envoy"); len(ps) > 0 {
+	return CompileSection(Section{Domains: domains})
+}
+
+// CompileSection builds a Config from a whole envoy section, which must be
+// valid, as Compile does.
+func CompileSection(s Section) (*Config, error) {
+	ps := Validate(s.Domains, "envoy")
+	style, ok := parseHeaderStyle(s.ResponseHeaders)
+	if !ok {
+		ps = append(ps, Problem{Path: "envoy.response_headers", Message: "unknown response_headers " + strconv.Quote(s.ResponseHeaders) + " (want none, ietf or reference)"})
+	}
+	if len(ps) > 0 {
 		return nil, &ProblemsError{Problems: ps}
 	}
-	c := &Config{domains: make(map[string]*node, len(domains))}
-	for _, d := range domains {
+	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style}
+	for _, d := range s.Domains {
 		root := &node{}
 		compileChildren(root, d.Domain, "", d.Descriptors)
 		c.domains[d.Domain] = root

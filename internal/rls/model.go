@@ -19,6 +19,19 @@ type Domain struct {
 	Descriptors []Descriptor `yaml:"descriptors,omitempty"`
 }
 
+// Section is the whole envoy section of Sluice's configuration: the
+// domain documents and the options of the rate limit service.
+type Section struct {
+	// Domains are the domain documents.
+	Domains []Domain
+	// ResponseHeaders selects the rate limit headers that each answer asks
+	// Envoy to add to its response (response_headers_to_add):
+	// ResponseHeadersNone (or "") adds none, ResponseHeadersIETF the
+	// fields of draft-ietf-httpapi-ratelimit-headers-10 and
+	// ResponseHeadersReference envoyproxy/ratelimit's own.
+	ResponseHeaders string
+}
+
 // Descriptor is one node of a domain's descriptor tree: it matches one
 // entry (key, value) of a request's descriptor, and either limits the
 // requests that stop here or refines the match with nested Descriptors.

@@ -175,7 +175,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
-	root := s.cfg.Load().domains[domain]
+	cfg := s.cfg.Load()
+	root := cfg.domains[domain]
 	if root == nil {
 		for i := range resp.Statuses {
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -229,6 +230,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i := range items {
 		resp.Statuses[i] = s.statusOf(domain, &items[i], denied, degraded)
 	}
+	resp.ResponseHeadersToAdd = cfg.responseHeaders(descs, items, resp)
 	return resp, nil
 }
 

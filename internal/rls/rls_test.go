@@ -14,6 +14,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -870,4 +871,93 @@ descriptors:
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("events = %q, want %q", got, want)
 	}
+}
+
+// TestResponseHeaders: response_headers adds the reference's
+// RateLimit-Limit, -Remaining and -Reset (envoyproxy/ratelimit's
+// LIMIT_RESPONSE_HEADERS_ENABLED, picked as its service picks them), or
+// the IETF fields, and Retry-After when the answer is OVER_LIMIT.
+func TestResponseHeaders(t *testing.T) {
+	const domains = `
+  - domain: h
+    descriptors:
+      - key: a
+        rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: b
+        rate_limit: {unit: hour, requests_per_unit: 10, name: per-b}
+      - key: s
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: u
+        rate_limit: {unlimited: true}
+`
+	headers := func(resp *rlsv3.RateLimitResponse) string {
+		var b strings.Builder
+		for _, h := range resp.ResponseHeadersToAdd {
+			fmt.Fprintf(&b, "%s: %s\n", h.Key, h.Value)
+		}
+		return b.String()
+	}
+	for _, tt := range []struct {
+		style string
+		calls [][]*rlscommon.RateLimitDescriptor
+		want  []string
+	}{
+		{"reference", [][]*rlscommon.RateLimitDescriptor{
+			{desc("a", "1"), desc("b", "1")},
+			{desc("a", "1"), desc("b", "1")},
+			{desc("a", "1"), desc("b", "1")},
+			{desc("u", "1")},
+			{desc("s", "1"), desc("b", "2")},
+			{desc("s", "1"), desc("b", "2")},
+		}, []string{
+			"RateLimit-Limit: 2\nRateLimit-Remaining: 1\nRateLimit-Reset: 60\n",
+			"RateLimit-Limit: 2\nRateLimit-Remaining: 0\nRateLimit-Reset: 60\n",
+			"RateLimit-Limit: 2\nRateLimit-Remaining: 0\nRateLimit-Reset: 60\nRetry-After: 60\n",
+			"",
+			"RateLimit-Limit: 1\nRateLimit-Remaining: 0\nRateLimit-Reset: 1\n",
+			"RateLimit-Limit: 1\nRateLimit-Remaining: 0\nRateLimit-Reset: 1\n",
+		}},
+		{"ietf", [][]*rlscommon.RateLimitDescriptor{
+			{desc("a", "1"), desc("b", "1")},
+			{desc("a", "1"), desc("b", "1")},
+			{desc("a", "1"), desc("b", "1")},
+			{desc("s", "1"), desc("b", "2")},
+			{desc("s", "1")},
+		}, []string{
+			"RateLimit-Policy: \"a\";q=2;w=60, \"per-b\";q=10;w=3600\nRateLimit: \"a\";r=1;t=60\n",
+			"RateLimit-Policy: \"a\";q=2;w=60, \"per-b\";q=10;w=3600\nRateLimit: \"a\";r=0;t=60\n",
+			"RateLimit-Policy: \"a\";q=2;w=60, \"per-b\";q=10;w=3600\nRateLimit: \"a\";r=0;t=60\nRetry-After: 60\n",
+			"RateLimit-Policy: \"per-b\";q=10;w=3600\nRateLimit: \"per-b\";r=9;t=3600\n",
+			"",
+		}},
+		{"none", [][]*rlscommon.RateLimitDescriptor{{desc("a", "1")}}, []string{""}},
+	} {
+		t.Run(tt.style, func(t *testing.T) {
+			domains, ps := DecodeSection(parseYAML(t, "response_headers: "+tt.style+"\ndomains:"+domains), "envoy")
+			if len(ps) > 0 {
+				t.Fatal(problemLines(ps))
+			}
+			cfg, err := CompileSection(domains)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := startWith(t, memstore.New(memstore.Options{}), cfg)
+			for i, ds := range tt.calls {
+				if got := headers(h.call(t, "h", ds...)); got != tt.want[i] {
+					t.Errorf("call %d: headers\n%s\nwant\n%s", i, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+// parseYAML returns the document node of src.
+func parseYAML(t *testing.T, src string) *yaml.Node {
+	t.Helper()
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	return &n
 }
