@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 // TestClusterFailover kills the master that holds a key in a cluster of 3
 // masters with one replica each: decisions are degraded while the cluster
 // fails over, and come from the promoted replica afterwards, without a new
-// store.
+// store. Check names the dead master, and only it, until the promotion,
+// and then reports every master up, 100 times in a row, although the dead
+// node is still one of the store's addresses.
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes a few seconds")
@@ -28,8 +31,19 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A store for Check, with every node listed; a generous timeout, so
+	// that a loaded machine does not fail a check.
+	ready := newTestStore(t, c.Addrs, Options{Timeout: time.Second})
+	if h := ready.Check(t.Context()); h.Err != nil || h.Masters != 3 || len(h.Down) != 0 {
+		t.Fatalf("Check before the failover = %+v, want 3 masters, none down", h)
+	}
 	master.Kill()
 	killed := time.Now()
+	if h := ready.Check(t.Context()); !h.Partial() || !slices.Equal(h.Down, []string{master.Addr}) {
+		// The cluster needs about a second (cluster-node-timeout) to
+		// notice, and longer to promote the replica.
+		t.Errorf("Check after the master died = %+v, want %s down of 3", h, master.Addr)
+	}
 	var degraded int
 	for {
 		start := time.Now()
@@ -53,6 +67,14 @@ func TestClusterFailover(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("the promoted replica decided %v after the master died (%d degraded decisions meanwhile)", time.Since(killed), degraded)
+	if err := c.WaitOK(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if h := ready.Check(t.Context()); h.Err != nil || h.Masters != 3 || len(h.Down) != 0 {
+			t.Fatalf("Check %d after the promotion = %+v, want 3 masters, none down", i+1, h)
+		}
+	}
 }
 
 // TestClusterBreakerPerMaster kills one master of a cluster that keeps

@@ -38,6 +38,7 @@ type breakers struct {
 
 	mu       sync.Mutex
 	byAddr   map[string]*breaker
+	probes   []probeKey   // how Check reaches each master of byAddr
 	complete bool         // the slot map covers every slot: all serves none
 	reported BreakerState // the overall state last reported to onChange
 
@@ -119,6 +120,14 @@ func (bs *breakers) reportLocked() {
 	}
 }
 
+// probeKeys returns how Check reaches each master of the slot map; nil
+// before a slot map was read.
+func (bs *breakers) probeKeys() []probeKey {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return bs.probes
+}
+
 // readSlots reads the cluster's slot map in the background, unless it was
 // read less than topologyEvery ago or a read is under way, or the store is
 // closing (u counts the client's users).
@@ -148,34 +157,76 @@ type slotRange struct {
 	addr       string
 }
 
-// load reads CLUSTER SLOTS and installs the slot map it gives.
+// load reads CLUSTER SLOTS and installs the slot map it gives. It asks
+// every node the client knows at once and takes the first answer: a
+// command without a key goes to any one node, which may be a dead one
+// still listed in Options.Addrs.
 func (bs *breakers) load(ctx context.Context, c rueidis.Client) error {
+	nodes := c.Nodes()
+	if len(nodes) == 0 {
+		ranges, err := clusterSlots(ctx, c)
+		if err != nil {
+			return err
+		}
+		bs.install(ranges)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		ranges []slotRange
+		err    error
+	}
+	answers := make(chan answer, len(nodes))
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel, which ends the other requests
+	for _, n := range nodes {
+		wg.Go(func() {
+			r, err := clusterSlots(ctx, n)
+			answers <- answer{r, err}
+		})
+	}
+	var first error
+	for range nodes {
+		a := <-answers
+		if a.err == nil {
+			bs.install(a.ranges)
+			return nil
+		}
+		if first == nil {
+			first = a.err
+		}
+	}
+	return first
+}
+
+// clusterSlots sends CLUSTER SLOTS through c and parses the reply.
+func clusterSlots(ctx context.Context, c rueidis.Client) ([]slotRange, error) {
 	entries, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	malformed := errors.New("redisstore: malformed CLUSTER SLOTS entry")
 	ranges := make([]slotRange, 0, len(entries))
 	for _, e := range entries {
 		f, err := e.ToArray()
 		if err != nil || len(f) < 3 {
-			return malformed
+			return nil, malformed
 		}
 		start, err1 := f[0].AsInt64()
 		end, err2 := f[1].AsInt64()
 		node, err3 := f[2].ToArray()
 		if err1 != nil || err2 != nil || err3 != nil || len(node) < 2 || start < 0 || end >= numSlots || start > end {
-			return malformed
+			return nil, malformed
 		}
 		host, err1 := node[0].ToString()
 		port, err2 := node[1].AsInt64()
 		if err1 != nil || err2 != nil {
-			return malformed
+			return nil, malformed
 		}
 		ranges = append(ranges, slotRange{start, end, net.JoinHostPort(host, strconv.FormatInt(port, 10))})
 	}
-	bs.install(ranges)
-	return nil
+	return ranges, nil
 }
 
 // install maps each slot of ranges to its master's breaker, keeping the
@@ -199,6 +250,7 @@ func (bs *breakers) install(ranges []slotRange) {
 		}
 	}
 	bs.byAddr = masters
+	bs.probes = probeTags(m, masters)
 	bs.complete = !slices.Contains(m[:], nil)
 	bs.slots.Store(m)
 	bs.reportLocked()

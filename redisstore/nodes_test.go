@@ -70,3 +70,22 @@ func TestBreakersWorst(t *testing.T) {
 		t.Errorf("OnBreakerChange calls = %v, want %v", changes, want)
 	}
 }
+
+// TestProbeTags checks that Check's probe key of each master falls in one
+// of that master's slots, masters sorted by address, even for a master
+// that owns a single slot.
+func TestProbeTags(t *testing.T) {
+	bs := newBreakers(1, time.Second, nil)
+	bs.install([]slotRange{{0, 5460, "c:1"}, {5461, 5461, "a:1"}, {5462, numSlots - 1, "b:1"}})
+	probes := bs.probeKeys()
+	var addrs []string
+	for _, p := range probes {
+		addrs = append(addrs, p.addr)
+		if got, want := bs.forKey("x"+p.tag+"y"), bs.byAddr[p.addr]; got != want {
+			t.Errorf("probe tag %s of %s is in slot %d, not one of its master's", p.tag, p.addr, slot(p.tag))
+		}
+	}
+	if want := []string{"a:1", "b:1", "c:1"}; !slices.Equal(addrs, want) {
+		t.Errorf("probe masters = %v, want %v", addrs, want)
+	}
+}

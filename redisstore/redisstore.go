@@ -302,21 +302,6 @@ func (s *Store) connect(d *dial) {
 	close(d.done)
 }
 
-// Ping checks that Redis answers, for readiness probes. It ignores the
-// circuit breaker.
-func (s *Store) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	c, err := s.conn(ctx)
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
-	}
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		return fmt.Errorf("redisstore: ping: %w", err)
-	}
-	return nil
-}
-
 // BreakerState returns the circuit breaker's state, for metrics: on Redis
 // Cluster, where each master has its own breaker, the worst of them.
 func (s *Store) BreakerState() BreakerState { return s.breakers.state() }
