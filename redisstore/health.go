@@ -114,7 +114,10 @@ func (s *Store) probe(ctx context.Context, c rueidis.Client, probes []probeKey) 
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			errs[i] = c.Do(pctx, c.B().Exists().Key(s.prefix+p.tag).Build()).Error()
+			// Built as an arbitrary command, which rueidis does not retry
+			// as it retries EXISTS: a dead master fails the check at once,
+			// as it fails a decision, rather than at the deadline.
+			errs[i] = c.Do(pctx, c.B().Arbitrary("EXISTS").Keys(s.prefix+p.tag).Build()).Error()
 		})
 	}
 	wg.Wait()

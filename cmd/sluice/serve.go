@@ -308,6 +308,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		Logger:       logger,
 		Registry:     s.reg,
 		CircuitState: st.circuit,
+		StoreHealth:  st.health,
 		ReadTimeout:  f.readTimeout,
 	}))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -35,6 +36,8 @@ type openedStore struct {
 	store sluice.Store
 	// circuit reports the Redis store's breaker state; nil for memory.
 	circuit func() string
+	// health checks the Redis masters, for /readyz; nil for memory.
+	health  func(ctx context.Context) server.StoreHealth
 	redis   *redisstore.Store
 	closers []func() error
 }
@@ -95,6 +98,10 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	}
 	o.store, o.redis = rs, rs
 	o.circuit = func() string { return rs.BreakerState().String() }
+	o.health = func(ctx context.Context) server.StoreHealth {
+		h := rs.Check(ctx)
+		return server.StoreHealth{Masters: h.Masters, Down: h.Down, Err: h.Err}
+	}
 	o.closers = append(o.closers, rs.Close)
 	if local != nil {
 		o.closers = append(o.closers, local.Close)
@@ -110,11 +117,14 @@ func (o *openedStore) checkReachable(ctx context.Context, logger *slog.Logger) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, startupPingTimeout)
 	defer cancel()
-	if err := o.redis.Ping(ctx); err != nil {
-		logger.Warn("redis does not answer yet; the failure policy decides until it does", "error", err)
-		return
+	switch h := o.redis.Check(ctx); {
+	case h.Partial():
+		logger.Warn("some redis masters do not answer; the failure policy decides their keys until they do", "masters", h.Masters, "masters_down", h.Down, "error", h.Err)
+	case h.Err != nil:
+		logger.Warn("redis does not answer yet; the failure policy decides until it does", "error", h.Err)
+	default:
+		logger.Info("redis answers", "masters", h.Masters)
 	}
-	logger.Info("redis answers")
 }
 
 // errorLog logs failed Redis calls, at most one line per

@@ -140,6 +140,8 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 // its CSS class (status.js's health does the same).
 func health(s storeJSON) (word, class string) {
 	switch {
+	case s.Status == "partly unreachable":
+		return "store partly unreachable", "warn"
 	case s.Status == "unreachable" || s.Circuit == "open":
 		return "store unreachable", "bad"
 	case s.Circuit == "half-open":

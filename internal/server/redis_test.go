@@ -2,9 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -124,5 +128,70 @@ func TestRedisError(t *testing.T) {
 	f.h.ServeHTTP(rr, httptest.NewRequest("GET", "/readyz", nil))
 	if rr.Code != http.StatusServiceUnavailable {
 		t.Errorf("readyz without Redis under on_error: error = %d %s, want 503", rr.Code, rr.Body)
+	}
+}
+
+// TestReadyzMasters checks /readyz and /v1/status against what the store's
+// health check finds on a Redis Cluster of 3 masters, for each failure
+// policy: every master up is ready; one master down is 200 "degraded"
+// naming it, even under on_error: error (Redis still decides the other
+// masters' keys, and every instance sees the same cluster); every master
+// down is as for a single Redis, 503 under on_error: error only.
+func TestReadyzMasters(t *testing.T) {
+	all := []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"}
+	for _, onError := range []string{"allow", "deny", "local", "error"} {
+		for _, tc := range []struct {
+			name   string
+			down   []string
+			code   int
+			status string
+			store  string
+		}{
+			{"all up", nil, 200, "ready", "ok"},
+			{"one down", all[1:2], 200, "degraded", "partly unreachable"},
+			{"all down", all, map[bool]int{true: 503, false: 200}[onError == "error"],
+				map[bool]string{true: "store unreachable", false: "degraded"}[onError == "error"], "unreachable"},
+		} {
+			t.Run(onError+"/"+tc.name, func(t *testing.T) {
+				sh := StoreHealth{Masters: 3, Down: tc.down}
+				if len(tc.down) > 0 {
+					sh.Err = errors.New("redisstore: master " + tc.down[0] + ": connection refused")
+				}
+				cfg := parse(t, "store: {backend: redis, redis: {addrs: ['"+all[0]+"']}, on_error: "+onError+"}\n"+testYAML)
+				h, err := New(cfg, memstore.New(memstore.Options{}), Options{
+					Registry:    prometheus.NewRegistry(),
+					StoreHealth: func(context.Context) StoreHealth { return sh },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+				var body struct {
+					Status, Store string
+					Masters       int
+					Down          []string `json:"masters_down"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+					t.Fatal(err)
+				}
+				var wantDown []string // named only while some masters answer
+				if len(tc.down) == 1 {
+					wantDown = tc.down
+				}
+				if rec.Code != tc.code || body.Status != tc.status || body.Store != tc.store || body.Masters != 3 || !slices.Equal(body.Down, wantDown) {
+					t.Errorf("readyz = %d %s, want %d status %q store %q masters 3 masters_down %v", rec.Code, rec.Body, tc.code, tc.status, tc.store, wantDown)
+				}
+				rec = httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/status", nil))
+				var status struct{ Store storeJSON }
+				if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
+					t.Fatal(err)
+				}
+				if status.Store.Status != tc.store || status.Store.Masters != 3 || !slices.Equal(status.Store.Down, wantDown) {
+					t.Errorf("status store = %+v, want status %q, masters 3", status.Store, tc.store)
+				}
+			})
+		}
 	}
 }

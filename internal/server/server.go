@@ -56,6 +56,12 @@ type Options struct {
 	// BreakerState().String() does), for the sluice_store_circuit_state
 	// metric and /readyz. Nil means the store has no breaker.
 	CircuitState func() string
+	// StoreHealth, when set, tells /readyz and the status page whether the
+	// store's backend can decide now, master by master (as redisstore's
+	// Check does). Nil means the store's own Ping(ctx) error, if it has
+	// one, for a backend of one master; a store with neither is in
+	// process and always ready.
+	StoreHealth func(ctx context.Context) StoreHealth
 	// Now returns the current time, for reload timestamps and header
 	// fields that carry a time, and the expiry of overrides; default
 	// time.Now. Decisions use the store's clock.
@@ -94,6 +100,7 @@ type Handler struct {
 	metrics     *metrics
 	now         func() time.Time
 	circuit     func() string
+	health      func(ctx context.Context) StoreHealth
 	// mux serves every endpoint; public and admin split them for
 	// separate listeners (admin.go).
 	mux, public, admin *http.ServeMux
@@ -162,6 +169,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	h.circuit = opts.CircuitState
+	h.health = opts.StoreHealth
 	h.board = newBoard(h.now)
 	m, err := newMetrics(h.reg, store, opts.CircuitState)
 	if err != nil {
@@ -368,11 +376,42 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// StoreHealth is what a check of the store's backend found.
+type StoreHealth struct {
+	// Masters is how many Redis masters hold the store's keys: 1 for a
+	// single Redis, the masters that own hash slots on Redis Cluster.
+	Masters int
+	// Down names the masters that cannot decide now.
+	Down []string
+	// Err is the first failure; nil exactly when Down is empty.
+	Err error
+}
+
+// checkStore checks the store's backend; ok is false for a store that has
+// none (in process).
+func (h *Handler) checkStore(ctx context.Context, timeout time.Duration) (sh StoreHealth, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if h.health != nil {
+		return h.health(ctx), true
+	}
+	if p, ok := h.raw.(pinger); ok {
+		sh = StoreHealth{Masters: 1}
+		if sh.Err = p.Ping(ctx); sh.Err != nil {
+			sh.Down = []string{"the store"}
+		}
+		return sh, true
+	}
+	return StoreHealth{}, false
+}
+
 // readyTimeout bounds the store check of /readyz.
 const readyTimeout = 2 * time.Second
 
 // serveReadyz answers 200 when the service can decide: a configuration is
-// loaded and the store answers, or its failure policy decides in its place.
+// loaded and the store answers, or its failure policy decides in its place,
+// or some of the Redis Cluster masters answer (docs/operations.md, "Health
+// and readiness").
 func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	body := map[string]any{"config": st.cfg.Source(), "limits": len(st.names)}
@@ -385,25 +424,38 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	if h.circuit != nil {
 		body["circuit"] = h.circuit()
 	}
-	if p, ok := h.raw.(pinger); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		err := p.Ping(ctx)
-		cancel()
-		if err != nil {
-			s := st.cfg.Store()
-			body["store"] = "unreachable"
-			if s.OnError == config.OnErrorFail {
-				body["status"] = "store unreachable"
-				writeJSON(w, http.StatusServiceUnavailable, body)
-				return
-			}
-			body["status"] = "degraded"
-			body["on_error"] = string(s.OnError)
-			writeJSON(w, http.StatusOK, body)
-			return
-		}
-		body["store"] = "ok"
+	sh, ok := h.checkStore(r.Context(), readyTimeout)
+	if !ok {
+		writeJSON(w, http.StatusOK, body)
+		return
 	}
+	if sh.Masters > 1 {
+		body["masters"] = sh.Masters
+	}
+	if sh.Err == nil {
+		body["store"] = "ok"
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	s := st.cfg.Store()
+	body["on_error"] = string(s.OnError)
+	if len(sh.Down) < sh.Masters {
+		// Redis still decides the keys of the masters that answer; every
+		// instance sees the same cluster, so taking this one out of
+		// rotation would help none of the others' keys.
+		body["status"] = "degraded"
+		body["store"] = "partly unreachable"
+		body["masters_down"] = sh.Down
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	body["store"] = "unreachable"
+	if s.OnError == config.OnErrorFail {
+		body["status"] = "store unreachable"
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	body["status"] = "degraded"
 	writeJSON(w, http.StatusOK, body)
 }
 

@@ -196,9 +196,15 @@ type statusJSON struct {
 
 type storeJSON struct {
 	Backend string `json:"backend"`
-	// Status is "ok" when the store answered a ping, "unreachable" when it
-	// did not, and "in-process" for a store that has no backend to reach.
+	// Status is "ok" when the store's backend can decide, "unreachable"
+	// when it cannot, "partly unreachable" when some Redis Cluster masters
+	// cannot, and "in-process" for a store that has no backend to reach.
 	Status string `json:"status"`
+	// Masters is the number of Redis Cluster masters that own slots;
+	// absent for a single Redis.
+	Masters int `json:"masters,omitempty"`
+	// Down names the masters that cannot decide, when some can.
+	Down []string `json:"masters_down,omitempty"`
 	// Circuit is the Redis circuit breaker's state: closed, open or
 	// half-open; empty without a breaker.
 	Circuit string `json:"circuit,omitempty"`
@@ -282,13 +288,18 @@ func (h *Handler) storeStatus(ctx context.Context, cfg config.Store) storeJSON {
 	if h.circuit != nil {
 		s.Circuit = h.circuit()
 	}
-	if p, ok := h.raw.(pinger); ok {
-		ctx, cancel := context.WithTimeout(ctx, statusPingTimeout)
-		err := p.Ping(ctx)
-		cancel()
-		s.Status = "ok"
-		if err != nil {
+	if sh, ok := h.checkStore(ctx, statusPingTimeout); ok {
+		switch {
+		case sh.Err == nil:
+			s.Status = "ok"
+		case len(sh.Down) < sh.Masters:
+			s.Status = "partly unreachable"
+			s.Down = sh.Down
+		default:
 			s.Status = "unreachable"
+		}
+		if sh.Masters > 1 {
+			s.Masters = sh.Masters
 		}
 	}
 	if l, ok := h.raw.(interface{ Len() int }); ok {

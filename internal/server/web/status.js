@@ -50,6 +50,7 @@
   }
 
   function health(st) {
+    if (st.status === 'partly unreachable') return ['store partly unreachable', 'warn'];
     if (st.status === 'unreachable' || st.circuit === 'open') return ['store unreachable', 'bad'];
     if (st.circuit === 'half-open') return ['store recovering', 'warn'];
     return ['healthy', 'ok'];
