@@ -21,12 +21,14 @@ import (
 const clusterComeback = 2 * time.Second
 
 // TestCluster runs a Redis Cluster of 3 masters with one replica each
-// (cluster-node-timeout 1 s) and, on the same cluster, checks hostile keys
-// and then a master's death under load.
+// (cluster-node-timeout 1 s) and, on the same cluster, checks hostile keys,
+// a master's death under load, and then the service's readiness across
+// another master's death.
 func TestCluster(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
 	t.Run("hostile keys", func(t *testing.T) { clusterHostileKeys(t, c) })
 	t.Run("failover under load", func(t *testing.T) { clusterFailover(t, c, testScale()) })
+	t.Run("readiness across a failover", func(t *testing.T) { clusterReadiness(t, c) })
 }
 
 // hostileKeys are keys that try to leave their place in a Redis key or

@@ -1,0 +1,118 @@
+package faults
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// readyz is an answer of GET /readyz.
+type readyz struct {
+	code        int
+	Status      string   `json:"status"`
+	Store       string   `json:"store"`
+	Masters     int      `json:"masters"`
+	MastersDown []string `json:"masters_down"`
+}
+
+func getReadyz(c *http.Client, addr string) (readyz, error) {
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return readyz{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return readyz{}, err
+	}
+	r := readyz{code: resp.StatusCode}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("GET /readyz = %d %s: %v", resp.StatusCode, b, err)
+	}
+	return r, nil
+}
+
+// clusterReadiness runs `sluice serve` with on_error: error on the cluster,
+// every node listed in store.redis.addrs, and kills a master that has a
+// replica. Until the cluster notices, /readyz answers 200 "degraded",
+// naming that master, and never the others; once the cluster has promoted
+// the replica, /readyz is "ready" again within clusterComeback and answers
+// 200 "ready" to the next 100 polls in a row, although dead nodes are
+// still listed in the addresses.
+func clusterReadiness(t *testing.T, c *redistest.Cluster) {
+	var addrs string
+	for i, a := range c.Addrs {
+		if i > 0 {
+			addrs += ", "
+		}
+		addrs += fmt.Sprintf("%q", a)
+	}
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%s], prefix: "ready:"}
+  timeout: 1s
+  on_error: error
+limits:
+  api: {algorithm: token_bucket, limit: 100, period: 1m}
+`, addrs))
+	svc := startService(t, "sluice", "--config", cfg)
+	client := newClient(t, 1)
+	poll := func() readyz {
+		t.Helper()
+		r, err := getReadyz(client, svc.http)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r := poll(); r.code != 200 || r.Status != "ready"; r = poll() {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz 10s after the start = %+v, want 200 ready", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var victim *redistest.Server
+	for _, m := range c.Masters() {
+		if repl, err := m.Info("replication"); err == nil && repl["connected_slaves"] != "0" {
+			victim = m
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no master has a replica")
+	}
+	victim.Kill()
+	// The cluster marks the master failed after cluster-node-timeout (1 s);
+	// until then, the other masters still decide.
+	if r := poll(); r.code != 200 || r.Status != "degraded" || r.Store != "partly unreachable" || r.Masters != 3 ||
+		!slices.Equal(r.MastersDown, []string{victim.Addr}) {
+		t.Errorf("/readyz just after %s died = %+v, want 200 degraded, %s down of 3", victim.Addr, r, victim.Addr)
+	}
+	if err := c.WaitOK(30 * time.Second); err != nil {
+		t.Fatalf("the cluster did not fail over: %v", err)
+	}
+	promoted := time.Now()
+	for r := poll(); r.code != 200 || r.Status != "ready"; r = poll() {
+		if time.Since(promoted) > clusterComeback {
+			t.Fatalf("/readyz %v after the promotion = %+v, want 200 ready", clusterComeback, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("/readyz was ready again %v after the cluster reported the promotion", time.Since(promoted))
+	for i := range 100 {
+		if r := poll(); r.code != 200 || r.Status != "ready" || r.Masters != 3 {
+			t.Fatalf("/readyz poll %d after the promotion = %+v, want 200 ready with 3 masters", i+1, r)
+		}
+	}
+}
