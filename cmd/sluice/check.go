@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -77,8 +76,6 @@ type checkFlags struct {
 
 func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), checkUsage) }
 	f := &checkFlags{}
 	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's URL")
 	fs.StringVar(&f.limit, "limit", "", "the limit's name")
@@ -88,11 +85,8 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
 	fs.BoolVar(&f.explain, "explain", false, "explain the key's state, charging nothing")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, nil, err
-		}
-		return nil, nil, &usageError{err: fmt.Errorf("check: %w", err), shown: true, cmd: "check"}
+	if err := parseFlags(fs, "check", "check", checkUsage, args); err != nil {
+		return nil, nil, err
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -58,7 +58,7 @@ func commands() []command {
 }
 
 // run runs sluice with the given arguments (without the program name). It
-// returns flag.ErrHelp when help was asked for and printed, and a
+// returns flag.ErrHelp when help was asked for and printed (on stdout), and a
 // *usageError for a command line that is wrong.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	s := streams{stdin: stdin, stdout: stdout, stderr: stderr}
@@ -84,7 +84,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if !ok {
 		return &usageError{err: fmt.Errorf("unknown command %q", name)}
 	}
-	return c.run(ctx, s, rest)
+	err := c.run(ctx, s, rest)
+	var h *helpRequest
+	if errors.As(err, &h) {
+		if _, werr := io.WriteString(stdout, h.usage); werr != nil {
+			return werr
+		}
+	}
+	return err
 }
 
 func lookup(name string) (command, bool) {
@@ -115,6 +122,9 @@ type usageError struct {
 	shown bool
 	// cmd is the command whose flags are wrong, if any.
 	cmd string
+	// brief reports a message that stands on one line, without the hint
+	// to run the command's -h.
+	brief bool
 }
 
 func (e *usageError) Error() string { return e.err.Error() }
@@ -160,7 +170,11 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		if !ue.shown {
+		switch {
+		case ue.shown:
+		case ue.brief:
+			fmt.Fprintf(stderr, "sluice: %v\n", err)
+		default:
 			hint := "sluice help"
 			if ue.cmd != "" {
 				hint = "sluice " + ue.cmd + " -h"

@@ -55,8 +55,8 @@ func TestHelpCommand(t *testing.T) {
 		t.Errorf("sluice help simulate: exit %d, stdout %q; want 0 and the usage of simulate", r.code, r.stdout)
 	}
 	r = runSluice(t, nil, "simulate", "-h")
-	if r.code != 0 || !errors.Is(r.err, flag.ErrHelp) || r.stderr != simulateUsage {
-		t.Errorf("sluice simulate -h: exit %d, error %v, stderr %q; want 0, flag.ErrHelp and the usage", r.code, r.err, r.stderr)
+	if r.code != 0 || !errors.Is(r.err, flag.ErrHelp) || r.stdout != simulateUsage || r.stderr != "" {
+		t.Errorf("sluice simulate -h: exit %d, error %v, stdout %q, stderr %q; want 0, flag.ErrHelp and the usage on stdout", r.code, r.err, r.stdout, r.stderr)
 	}
 }
 

@@ -82,18 +82,13 @@ func (a *ovAnswer) policy() string {
 
 func runOverrides(ctx context.Context, s streams, args []string) error {
 	fs := flag.NewFlagSet("overrides", flag.ContinueOnError)
-	fs.SetOutput(s.stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), overridesUsage) }
 	f := &ovFlags{}
 	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's admin URL")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: fmt.Errorf("overrides: %w", err), shown: true, cmd: "overrides"}
+	if err := parseFlags(fs, "overrides", "overrides", overridesUsage, args); err != nil {
+		return err
 	}
 	if f.timeout <= 0 {
 		return usageErrorf("overrides", "overrides: --timeout must be positive, got %v", f.timeout)
@@ -157,8 +152,6 @@ func ovToken(file string) (string, error) {
 // ovSetArgs parses the flags and arguments of "set" into a PUT body.
 func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) {
 	fs := flag.NewFlagSet("overrides set", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), overridesUsage) }
 	var (
 		limit, burst                      int64
 		period, algorithm, ttl, expiresAt string
@@ -172,11 +165,8 @@ func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) 
 	// LIMIT KEY may come before or after the flags.
 	var pos []string
 	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, "", "", err
-			}
-			return nil, "", "", &usageError{err: fmt.Errorf("overrides set: %w", err), shown: true, cmd: "overrides"}
+		if err := parseFlags(fs, "overrides set", "overrides", overridesUsage, args); err != nil {
+			return nil, "", "", err
 		}
 		args = fs.Args()
 		if len(args) > 0 {

@@ -112,8 +112,6 @@ type serveFlags struct {
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage) }
 	f := &serveFlags{}
 	fs.StringVar(&f.config, "config", "", "the configuration file")
 	fs.StringVar(&f.http, "http", "", "HTTP listen address")
@@ -129,11 +127,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
 	fs.StringVar(&f.readyFile, "ready-file", "", "file to write the bound addresses to")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, &usageError{err: fmt.Errorf("serve: %w", err), shown: true, cmd: "serve"}
+	if err := parseFlags(fs, "serve", "serve", serveUsage, args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, usageErrorf("serve", "serve: unexpected argument %q (flags only; the file is --config FILE)", fs.Arg(0))

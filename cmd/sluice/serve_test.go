@@ -309,14 +309,23 @@ func TestServeFlagErrors(t *testing.T) {
 		{"no idle timeout", []string{"--idle-timeout", "0"}, `serve: --idle-timeout must be positive`},
 		{"http address", []string{"--http", "8080"}, `serve: --http: "8080" is not an address host:port`},
 		{"grpc address", []string{"--grpc", "localhost"}, `serve: --grpc: "localhost" is not an address host:port`},
-		{"unknown flag", []string{"--port", "1"}, `flag provided but not defined: -port`},
-		{"bad duration", []string{"--watch", "soon"}, `invalid value "soon" for flag -watch`},
+		{"unknown flag", []string{"--port", "1"}, "sluice: serve: unknown flag --port\n"},
+		{"misspelt flag", []string{"--htttp", ":8080"}, "sluice: serve: unknown flag --htttp; did you mean --http?\n"},
+		{"misspelt flag, one dash", []string{"-confg=x.yaml"}, "sluice: serve: unknown flag -confg; did you mean --config?\n"},
+		{"duration without unit", []string{"--watch", "5"}, `sluice: serve: --watch "5": a duration needs a unit, such as 5s, 5m or 5ms` + "\n"},
+		{"bad duration", []string{"--watch", "soon"}, `sluice: serve: --watch "soon": not a duration (Go syntax: 250ms, 1s, 1m, 24h)` + "\n"},
+		{"bad number", []string{"--max-keys", "lots"}, `sluice: serve: --max-keys "lots": not a whole number` + "\n"},
+		{"no value", []string{"--config"}, "sluice: serve: --config needs a value\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := runSluice(t, nil, append([]string{"serve"}, tt.args...)...)
 			if r.code != 2 || !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("sluice serve %q: exit %d, stderr %q; want 2 and %q", tt.args, r.code, r.stderr, tt.want)
+			}
+			// The flag package's findings are one line, and nothing else.
+			if strings.HasPrefix(tt.want, "sluice: ") && r.stderr != tt.want {
+				t.Errorf("sluice serve %q: stderr %q, want exactly %q", tt.args, r.stderr, tt.want)
 			}
 		})
 	}
@@ -336,8 +345,8 @@ func TestEveryCommandUsage(t *testing.T) {
 				t.Errorf("usage of %s starts %q", c.name, c.usage[:min(len(c.usage), 40)])
 			}
 			r := runSluice(t, nil, c.name, "-h")
-			if r.code != 0 || r.stderr != c.usage || r.stdout != "" {
-				t.Errorf("sluice %s -h: exit %d, stderr %q; want 0 and the usage", c.name, r.code, r.stderr)
+			if r.code != 0 || r.stdout != c.usage || r.stderr != "" {
+				t.Errorf("sluice %s -h: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", c.name, r.code, r.stdout, r.stderr)
 			}
 			r = runSluice(t, nil, "help", c.name)
 			if r.code != 0 || r.stdout != c.usage {

@@ -149,8 +149,6 @@ type simulateFlags struct {
 // reports to stderr, and the values it fills.
 func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), simulateUsage) }
 	f := &simulateFlags{keys: 1, seed: 1}
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
 	fs.Var((*intFlag)(&f.limit), "limit", "cost units per period")
@@ -169,11 +167,8 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 
 func runSimulate(ctx context.Context, s streams, args []string) error {
 	fs, f := newSimulateFlags(s.stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: fmt.Errorf("simulate: %w", err), shown: true, cmd: "simulate"}
+	if err := parseFlags(fs, "simulate", "simulate", simulateUsage, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("simulate", "simulate: unexpected argument %q (flags only)", fs.Arg(0))
@@ -535,7 +530,7 @@ func (v *durationFlag) String() string {
 func (v *durationFlag) Set(s string) error {
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return errors.New("not a duration (Go syntax: 250ms, 1s, 1m, 24h)")
+		return errors.New(durationProblem(s))
 	}
 	*v = durationFlag(d)
 	return nil

@@ -30,13 +30,8 @@ const stdinName = "<stdin>"
 
 func runValidate(_ context.Context, s streams, args []string) error {
 	fl := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fl.SetOutput(s.stderr)
-	fl.Usage = func() { fmt.Fprint(fl.Output(), validateUsage) }
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &usageError{err: fmt.Errorf("validate: %w", err), shown: true, cmd: "validate"}
+	if err := parseFlags(fl, "validate", "validate", validateUsage, args); err != nil {
+		return err
 	}
 	if fl.NArg() == 0 {
 		return usageErrorf("validate", "validate: name a configuration file")
