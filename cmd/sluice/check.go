@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 const checkUsage = `Usage: sluice check [--server URL] --limit NAME --key KEY [--cost N] [--json]
@@ -151,6 +153,13 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 	}{f.limit, f.key, f.cost})
 	if err != nil {
 		return failf("%v", err)
+	}
+	if len(body) > server.MaxCheckBody {
+		// The service would refuse the body as too large; the key is what
+		// made it so.
+		keyJSON, _ := json.Marshal(f.key)
+		room := server.MaxCheckBody - (len(body) - len(keyJSON)) - 2
+		return &exitError{code: 2, err: fmt.Errorf("check: --key is too long: %d bytes (the service takes keys of at most %d bytes here: its request body is limited to %d bytes)", len(f.key), room, server.MaxCheckBody)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()

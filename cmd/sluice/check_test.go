@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +24,9 @@ func TestCheckCommand(t *testing.T) {
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), checkConfig)
 	in := startServe(t, "--config", path)
 	server := "http://" + in.http
+	// The longest key of limit tb at cost 1 fills the service's 64 KiB
+	// body exactly.
+	longest := 64<<10 - len(`{"limit":"tb","key":"","cost":1}`)
 
 	tests := []struct {
 		name   string
@@ -58,6 +62,10 @@ func TestCheckCommand(t *testing.T) {
 		{"zero cost", []string{"--limit", "tb", "--key", "k", "--cost", "0"}, 2, "", "check: --cost must be at least 1, got 0"},
 		{"argument", []string{"--limit", "tb", "--key", "k", "extra"}, 2, "", `check: unexpected argument "extra"`},
 		{"bad scheme", []string{"--server", "ftp://x", "--limit", "tb", "--key", "k"}, 2, "", `the scheme must be http or https`},
+		{"longest key", []string{"--limit", "tb", "--key", strings.Repeat("k", longest), "--json"}, 0, `{"allowed":true,"limit":2,"remaining":1,...`, ""},
+		{"key one byte too long", []string{"--limit", "tb", "--key", strings.Repeat("k", longest+1)}, 2, "",
+			fmt.Sprintf("sluice: check: --key is too long: %d bytes (the service takes keys of at most %d bytes here: its request body is limited to 65536 bytes)\n", longest+1, longest)},
+		{"70 KB key", []string{"--limit", "tb", "--key", strings.Repeat("k", 70_000)}, 2, "", "sluice: check: --key is too long: 70000 bytes"},
 	}
 	for _, tt := range tests {
 		// In order: the cases spend the same keys.

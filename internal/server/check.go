@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,7 +216,8 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state)
 		buf.Reset()
 		bodyBufs.Put(buf)
 	}()
-	if _, err := buf.ReadFrom(body); err == nil {
+	_, readErr := buf.ReadFrom(body)
+	if readErr == nil {
 		if limit, key, cost, hasCost, ok := fastCheck(buf.Bytes()); ok {
 			var costp *int64
 			if hasCost {
@@ -241,6 +244,9 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state)
 		return nil, false, "", bodyError(err)
 	default:
 		return nil, false, "", badRequest("the body holds more than one JSON value")
+	}
+	if f := duplicateField(buf.Bytes()); readErr == nil && f != "" {
+		return nil, false, "", badRequest("%s is given twice; each field may appear only once", f)
 	}
 	if cb.Plan != nil || cb.PlanTable != nil {
 		return h.planCheck(r, st, &cb)
@@ -322,6 +328,9 @@ func bodyError(err error) *requestError {
 		if typ.Field == "" {
 			return badRequest("the body must be a JSON object, not %s", typ.Value)
 		}
+		if msg := numberRange(typ); msg != "" {
+			return badRequest("%s", msg)
+		}
 		return badRequest("%s must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
 	}
 	msg := err.Error()
@@ -329,6 +338,23 @@ func bodyError(err error) *requestError {
 		return badRequest("unknown field %s (want limit, key, cost, checks, plan or plan_table)", f)
 	}
 	return badRequest("the body is not valid: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// numberRange describes an integer too large or too small for its field
+// (encoding/json reports it as of the wrong type), or returns "".
+func numberRange(typ *json.UnmarshalTypeError) string {
+	digits, ok := strings.CutPrefix(typ.Value, "number ")
+	if !ok || typ.Type.Kind() != reflect.Int64 {
+		return ""
+	}
+	neg := strings.HasPrefix(digits, "-")
+	if strings.Trim(strings.TrimPrefix(digits, "-"), "0123456789") != "" {
+		return "" // a fraction or an exponent: not a whole number
+	}
+	if neg {
+		return fmt.Sprintf("%s %s is negative", typ.Field, digits)
+	}
+	return fmt.Sprintf("%s %s is too large (at most %d)", typ.Field, digits, int64(math.MaxInt64))
 }
 
 func jsonKind(goKind string) string {

@@ -32,6 +32,8 @@ var fastCheckSeeds = []struct {
 	{"{\"limit\":\"a\",\"key\":\"a\tb\"}", false},
 	{`{"Limit":"a","key":"k"}`, false},
 	{`{"limit":"a","limit":"b","key":"k"}`, false},
+	{`{"limit":"a","key":"a","key":"b"}`, false},
+	{`{"limit":"a","key":"a","KEY":"b"}`, false},
 	{`{"limit":"a","key":"k","cost":1,"cost":2}`, false},
 	{`{"limit":"a","key":"k","extra":1}`, false},
 	{`{"limit":"a","key":null}`, false},
@@ -59,7 +61,8 @@ func TestFastCheck(t *testing.T) {
 
 // FuzzFastCheck checks fastCheck against encoding/json: whatever body
 // fastCheck takes, encoding/json (as the handler runs it) decodes to the
-// same limit, key and cost, with nothing else in the body.
+// same limit, key and cost, with nothing else in the body, and the slow
+// path's duplicateField finds no field given twice.
 func FuzzFastCheck(f *testing.F) {
 	for _, s := range fastCheckSeeds {
 		f.Add([]byte(s.body))
@@ -83,6 +86,9 @@ func FuzzFastCheck(f *testing.F) {
 		}
 		if (cb.Cost != nil) != hasCost || (hasCost && *cb.Cost != cost) {
 			t.Fatalf("fastCheck(%q) cost = %d (%v); encoding/json: %v", body, cost, hasCost, cb.Cost)
+		}
+		if f := duplicateField(body); f != "" {
+			t.Fatalf("fastCheck took %q, which gives %s twice", body, f)
 		}
 	})
 }

@@ -137,7 +137,11 @@ type state struct {
 }
 
 // maxBody is the largest request body /v1/check reads.
-const maxBody = 64 << 10
+const maxBody = MaxCheckBody
+
+// MaxCheckBody is the largest request body POST /v1/check accepts, in
+// bytes; a key must fit in it with the rest of the request.
+const MaxCheckBody = 64 << 10
 
 // maxChecks is the most checks one /v1/check request may hold.
 const maxChecks = 128
