@@ -184,7 +184,10 @@ type KeyOptions struct {
 	// connection's remote address with the defaults of ClientIP.
 	ClientIP *ClientIP
 	// Sources adds key sources beyond the built-in ones, by name. A name
-	// here cannot replace a built-in source.
+	// here cannot replace a built-in source. ParseKey's message for an
+	// unknown source lists them with the built-in ones, as "NAME:NAME"
+	// when the source refuses an empty argument (such as "form:NAME") and
+	// as "NAME" otherwise.
 	Sources map[string]KeySource
 }
 
@@ -292,16 +295,26 @@ func parseKeyPart(part string, opts *KeyOptions) (KeyFunc, error) {
 		}
 		return fn, nil
 	}
-	return nil, fmt.Errorf("unknown source %q (want ip, header:NAME, query:NAME, path, method, host, route or const:VALUE%s)", name, extraSources(opts))
+	forms := []string{"ip", "header:NAME", "query:NAME", "path", "method", "host", "route", "const:VALUE"}
+	forms = append(forms, extraSources(opts)...)
+	last := len(forms) - 1
+	return nil, fmt.Errorf("unknown source %q (want %s or %s)", name, strings.Join(forms[:last], ", "), forms[last])
 }
 
-func extraSources(opts *KeyOptions) string {
-	var b strings.Builder
+// extraSources returns the forms of opts.Sources, in order of name: NAME
+// for a source that takes no argument, NAME:NAME for one that needs one
+// (it refuses an empty argument).
+func extraSources(opts *KeyOptions) []string {
+	var forms []string
 	for _, name := range slices.Sorted(maps.Keys(opts.Sources)) {
-		b.WriteString(", ")
-		b.WriteString(name)
+		if src := opts.Sources[name]; src != nil {
+			if _, err := src(""); err != nil {
+				name += ":NAME"
+			}
+		}
+		forms = append(forms, name)
 	}
-	return b.String()
+	return forms
 }
 
 // validHeaderName reports whether s is an HTTP field name (an RFC 9110

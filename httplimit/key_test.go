@@ -78,14 +78,15 @@ func TestParseKey(t *testing.T) {
 
 func TestParseKeyErrors(t *testing.T) {
 	opts := &KeyOptions{Sources: map[string]KeySource{
-		"json": func(arg string) (KeyFunc, error) { return nil, errors.New("json needs a field") },
+		"json":   func(arg string) (KeyFunc, error) { return nil, errors.New("json needs a field") },
+		"tenant": func(arg string) (KeyFunc, error) { return Constant("t"), nil },
 	}}
 	tests := []struct {
 		spec string
 		want string
 	}{
 		{"", "key spec is empty"},
-		{"ipp", `unknown source "ipp" (want ip, header:NAME, query:NAME, path, method, host, route or const:VALUE, json)`},
+		{"ipp", `unknown source "ipp" (want ip, header:NAME, query:NAME, path, method, host, route, const:VALUE, json:NAME or tenant)`},
 		{"ip+", `key spec "ip+": empty source`},
 		{"+ip", "empty source"},
 		{"ip++path", "empty source"},

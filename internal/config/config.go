@@ -408,6 +408,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	}
 	d := &decoder{file: name, budget: maxVisits, declared: make(map[string]bool)}
 	c := d.document(bytes.NewReader(data))
+	d.placeSyntax(data)
 	if len(d.problems) > 0 {
 		d.sort()
 		return nil, &Error{Problems: d.problems}
