@@ -42,17 +42,17 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (*rueidis.
 		t.Fatal(err)
 	}
 	if call.op == opMany {
-		keys, args, err := st.manyArgs(call.reqs, nowArg)
+		cs, keys, err := st.manyKeys(call.reqs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.many, keys, args
+		return st.many, keys, st.manyArgs(cs, call.reqs, nowArg)
 	}
 	c, err := st.check(&call.reqs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, args := st.oneArgs(c, &call.reqs[0], call.op, nowArg)
+	keys, args := st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg)
 	return st.single[call.reqs[0].Policy.Algorithm], keys, args
 }
 

@@ -68,13 +68,16 @@ func appendText(b []byte, s string) []byte {
 // escaped or hashed by appendText and never holds a brace, so no key can
 // move another key's state or slot.
 func (c *compiled) key(prefix, key string) string {
-	b := make([]byte, 0, len(prefix)+4+min(len(key)*3, 2*maxReadable)+len(c.fp))
+	return string(c.appendKey(make([]byte, 0, len(prefix)+4+min(len(key)*3, 2*maxReadable)+len(c.fp)), prefix, key))
+}
+
+// appendKey appends the Redis key of (policy, key) to b, as key returns it.
+func (c *compiled) appendKey(b []byte, prefix, key string) []byte {
 	b = append(b, prefix...)
 	b = append(b, '{', 'k', ':')
 	b = appendText(b, key)
 	b = append(b, '}')
-	b = append(b, c.fp...)
-	return string(b)
+	return append(b, c.fp...)
 }
 
 // fingerprint returns the policy part of a state key: the algorithm, the

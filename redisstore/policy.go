@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // ErrUnsupportedPolicy is wrapped by the error for a valid policy that the
@@ -34,6 +35,9 @@ type compiled struct {
 	code    string // the script's algorithm code
 	l, p, b string // L, P (µs) and B as script arguments
 	fp      string
+	// pp holds the numbers the scripts decide with (L and P divided by
+	// their gcd for the token-bucket family), for local refusals.
+	pp algo.Prepared
 }
 
 var algoCodes = [...]string{
@@ -77,6 +81,7 @@ func compile(p sluice.Policy) *compiled {
 	}
 	c.fp = fingerprint(c.code, p.Limit, p.Period.String(), p.Burst, p.Name)
 	c.l, c.p, c.b = strconv.FormatInt(l, 10), strconv.FormatInt(per, 10), strconv.FormatInt(burst, 10)
+	c.pp = algo.Prepare(algo.Params{Limit: l, Burst: burst, Period: per})
 	return c
 }
 

@@ -41,6 +41,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Errors.
@@ -116,6 +117,12 @@ type Options struct {
 	// call stays atomic and is decided exactly as alone. Calls are not
 	// batched on Redis Cluster, nor with CallerTime times.
 	MaxBatch int
+	// LocalRefusals configures local refusals, on by default: the store
+	// keeps the state of keys that Redis refused, and refuses without
+	// calling Redis the requests that this state, evolved to the present,
+	// still refuses (Redis would refuse them too). See docs/redis.md,
+	// "Refused floods".
+	LocalRefusals LocalRefusals
 	// CallerTime makes the store decide at the non-zero now passed to
 	// Allow, AllowAll and Peek instead of at Redis's TIME (a zero now still
 	// means Redis's TIME). It is for tests and simulations: the callers'
@@ -136,7 +143,8 @@ type Store struct {
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	many     *rueidis.Lua
-	batch    *batcher // nil when batching is off
+	batch    *batcher   // nil when batching is off
+	refusals *refusals // nil when local refusals are off
 	policies policyCache
 	breakers *breakers
 
@@ -192,7 +200,10 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxBatch == 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
-	single, many, batch, batchOne, err := scripts()
+	if opts.LocalRefusals.MaxEntries < 0 || opts.LocalRefusals.MaxBytes < 0 {
+		return nil, errors.New("redisstore: LocalRefusals.MaxEntries and MaxBytes must not be negative")
+	}
+	single, many, batch, batchOne, err := scripts(!opts.LocalRefusals.Off)
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +217,7 @@ func New(opts Options) (*Store, error) {
 		many:       rueidis.NewLuaScript(many),
 		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
 		users:      newUsers(),
+		refusals:   newRefusals(opts.LocalRefusals),
 	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
@@ -326,16 +338,33 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	keys, args := s.oneArgs(c, &req, op, nowArg)
+	var buf [128]byte
+	kb := c.appendKey(buf[:0], s.prefix, req.Key)
+	var e *entry
+	var sent int64
+	if rf := s.refusals; rf != nil {
+		rf.decisions.Add(1)
+		if e = rf.get(kb, &req.Policy); e != nil {
+			if d, ok := s.refuseOne(e, nowArg, &req); ok {
+				return d, nil
+			}
+			nowArg = e.timeArg(nowArg)
+		}
+		sent = rf.mono()
+	}
+	key := string(kb)
+	keys, args := s.oneArgs(c, key, &req, op, nowArg)
 	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args)
-	if err == nil && len(vals) != replyWidth {
+	if err == nil && len(vals) != replyWidth && (s.refusals == nil || len(vals) < replyWidth+2 || vals[0] != 0) {
 		err = s.malformed(vals)
 	}
 	var d sluice.Decision
 	if err == nil {
-		d, err = parseDecision(&req.Policy, vals)
+		d, err = parseDecision(&req.Policy, vals[:replyWidth])
 		if err != nil {
 			s.report(err)
+		} else if s.refusals != nil {
+			s.learn(c, key, e, d.Allowed, vals[replyWidth:], nowArg != "", sent, vals[3])
 		}
 	}
 	if err != nil {
@@ -349,6 +378,66 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		return d, capacityError(&req)
 	}
 	return d, nil
+}
+
+// refuseOne decides req on its cached state e, and reports whether that
+// refuses it (then d is the decision). nowArg is the scripts' time
+// argument: "" for Redis's clock, else the caller's time in µs.
+func (s *Store) refuseOne(e *entry, nowArg string, req *sluice.Request) (d sluice.Decision, ok bool) {
+	t, ok := s.refusals.at(e, callerMicros(nowArg), nowArg != "")
+	if !ok {
+		return d, false
+	}
+	r := e.decide(t, req.Cost, req.MaxDelay)
+	if r.Allowed || r.RetryAfter == algo.Never {
+		return d, false
+	}
+	e.seen(t)
+	e.count.Add(1)
+	s.refusals.local.Add(1)
+	return decisionOf(&req.Policy, r), true
+}
+
+// callerMicros returns the caller's time of a time argument, or 0 for
+// Redis's clock.
+func callerMicros(nowArg string) int64 {
+	if nowArg == "" {
+		return 0
+	}
+	us, _ := strconv.ParseInt(nowArg, 10, 64)
+	return us
+}
+
+// timeArg returns the time argument for a call that e could not refuse:
+// with a caller's time, the later of nowArg and the latest time e has
+// seen, as Redis would have recorded it had the local refusals gone to
+// Redis.
+func (e *entry) timeArg(nowArg string) string {
+	if nowArg == "" || !e.caller {
+		return nowArg
+	}
+	if w := e.w.Load(); w > callerMicros(nowArg) {
+		return strconv.FormatInt(w, 10)
+	}
+	return nowArg
+}
+
+// learn keeps what a script's decision under c on key says about the key:
+// after a refusal with a state (st: the script's time, then the state;
+// see STATE in lib.lua), the state; after an admission, nothing (the entry
+// old, if any, is dropped). reset is the decision's ResetAfter in µs.
+func (s *Store) learn(c *compiled, key string, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
+	rf := s.refusals
+	if !allowed && len(st) > 0 {
+		if e, ok := newEntry(c, st, caller, sent, reset); ok {
+			rf.put(key, e)
+			return
+		}
+		s.report(fmt.Errorf("redisstore: malformed state %v from the script for %q", st, key))
+	}
+	if old != nil {
+		rf.drop(key)
+	}
 }
 
 // AllowAll decides every request and charges them all, or none when one is
@@ -367,19 +456,40 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	keys, args, err := s.manyArgs(reqs, nowArg)
+	cs, keys, err := s.manyKeys(reqs)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
 	if err := s.sameSlot(keys); err != nil {
 		return sluice.Decision{}, err
 	}
+	var es []*entry
+	var sent int64
+	if rf := s.refusals; rf != nil {
+		rf.decisions.Add(1)
+		var d sluice.Decision
+		var done bool
+		es, d, done = s.refuseMany(cs, keys, reqs, out, nowArg)
+		if done {
+			return d, nil
+		}
+		sent = rf.mono()
+		for _, e := range es {
+			if e != nil {
+				nowArg = e.timeArg(nowArg)
+			}
+		}
+	}
+	args := s.manyArgs(cs, reqs, nowArg)
 	vals, err := s.eval(ctx, s.many, keys, args)
 	if err == nil {
 		var d sluice.Decision
 		var done bool
 		d, done, err = s.parseMany(vals, reqs, out)
 		if done {
+			if err == nil && s.refusals != nil {
+				s.learnMany(cs, keys, es, d.Allowed, vals, nowArg != "", sent)
+			}
 			return d, err
 		}
 		s.report(err)
@@ -390,29 +500,140 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	return s.degrade(ctx, now, reqs, out, opMany, err)
 }
 
+// refuseMany decides an AllowAll on the cached states of its requests: when
+// every request has one and at least one of them refuses, the whole is
+// refused (done), with the decisions the script would make on those
+// states. es are the entries found (nil where none).
+func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request, out []sluice.Decision, nowArg string) (es []*entry, d sluice.Decision, done bool) {
+	rf := s.refusals
+	es = make([]*entry, len(reqs))
+	complete := true
+	for i := range reqs {
+		es[i] = rf.get([]byte(keys[i]), &reqs[i].Policy)
+		complete = complete && es[i] != nil
+	}
+	if !complete {
+		return es, d, false
+	}
+	// One time for every request, as the script has: with a caller's time
+	// the latest any of the keys has seen; on Redis's clock each entry's
+	// own bound of Redis's clock (the keys share one slot, so one Redis).
+	caller, callerNow := nowArg != "", callerMicros(nowArg)
+	ts := make([]int64, len(reqs))
+	for i, e := range es {
+		t, ok := rf.at(e, callerNow, caller)
+		if !ok {
+			return es, d, false
+		}
+		ts[i], callerNow = t, max(callerNow, t)
+	}
+	var buf [8]algo.Result
+	res := buf[:0]
+	if len(reqs) > len(buf) {
+		res = make([]algo.Result, 0, len(reqs))
+	}
+	res = res[:len(reqs)]
+	refused := false
+	for i := range reqs {
+		if caller {
+			ts[i] = callerNow
+		}
+		cost := reqs[i].Cost
+		for j := range i {
+			if keys[j] == keys[i] {
+				cost += reqs[j].Cost
+			}
+		}
+		res[i] = es[i].decide(ts[i], cost, reqs[i].MaxDelay)
+		if res[i].RetryAfter == algo.Never {
+			return es, d, false // the script reports it, with its error
+		}
+		refused = refused || !res[i].Allowed
+	}
+	if !refused {
+		return es, d, false
+	}
+	var dbuf [8]sluice.Decision
+	ds := dbuf[:0]
+	if out != nil {
+		ds = out[:0]
+	}
+	for i := range reqs {
+		r := res[i]
+		if r.Allowed {
+			// Not charged: the state as it stays.
+			r = es[i].decide(ts[i], 0, 0)
+			r.Delay = 0
+		} else {
+			es[i].count.Add(1)
+		}
+		es[i].seen(ts[i])
+		ds = append(ds, decisionOf(&reqs[i].Policy, r))
+	}
+	rf.local.Add(1)
+	return es, sluice.Combine(ds), true
+}
+
+// learnMany keeps what AllowAll's reply vals says about its keys: after a
+// refusal, the state of every request (see many.lua); after an admission,
+// nothing (the entries es found before are dropped).
+func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bool, vals []int64, caller bool, sent int64) {
+	n := len(keys)
+	st := vals[min(len(vals), replyHeader+replyWidth*n):]
+	if allowed || len(st) == 0 {
+		for i, e := range es {
+			if e != nil {
+				s.refusals.drop(keys[i])
+			}
+		}
+		return
+	}
+	redisAt, st := st[0], st[1:]
+	for i := range n {
+		if len(st) == 0 || st[0] < 0 || st[0] > int64(len(st)-1) {
+			s.report(s.malformed(vals))
+			return
+		}
+		m := st[0]
+		state := append([]int64{redisAt}, st[1:1+m]...)
+		st = st[1+m:]
+		var old *entry
+		if es != nil {
+			old = es[i]
+		}
+		s.learn(cs[i], keys[i], old, m == 0, state, caller, sent, vals[replyHeader+replyWidth*i+3])
+	}
+}
+
 // oneArgs returns the keys and arguments of the single-request script for
 // req, whose compiled policy is c.
-func (s *Store) oneArgs(c *compiled, req *sluice.Request, op, nowArg string) (keys, args []string) {
-	keys = []string{c.key(s.prefix, req.Key)}
+func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string) (keys, args []string) {
+	keys = []string{key}
 	args = []string{nowArg, op, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
 	return keys, args
 }
 
-// manyArgs checks reqs and returns the keys and arguments of the AllowAll
-// script for them.
-func (s *Store) manyArgs(reqs []sluice.Request, nowArg string) (keys, args []string, err error) {
-	keys = make([]string, len(reqs))
-	args = make([]string, 1, 1+6*len(reqs))
-	args[0] = nowArg
+// manyKeys checks reqs and returns their compiled policies and keys.
+func (s *Store) manyKeys(reqs []sluice.Request) (cs []*compiled, keys []string, err error) {
+	cs, keys = make([]*compiled, len(reqs)), make([]string, len(reqs))
 	for i := range reqs {
-		c, err := s.check(&reqs[i])
-		if err != nil {
+		if cs[i], err = s.check(&reqs[i]); err != nil {
 			return nil, nil, err
 		}
-		keys[i] = c.key(s.prefix, reqs[i].Key)
+		keys[i] = cs[i].key(s.prefix, reqs[i].Key)
+	}
+	return cs, keys, nil
+}
+
+// manyArgs returns the arguments of the AllowAll script for reqs, whose
+// compiled policies are cs.
+func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string) []string {
+	args := make([]string, 1, 1+6*len(reqs))
+	args[0] = nowArg
+	for i, c := range cs {
 		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
 	}
-	return keys, args, nil
+	return args
 }
 
 // parseMany turns AllowAll's reply into decisions. done is false when the
@@ -427,7 +648,7 @@ func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Deci
 		}
 		return d, true, capacityError(r)
 	}
-	if len(vals) != replyHeader+replyWidth*len(reqs) || vals[0] != 0 {
+	if width := replyHeader + replyWidth*len(reqs); len(vals) != width && (s.refusals == nil || len(vals) < width+1) || vals[0] != 0 {
 		return sluice.Decision{}, false, s.malformed(vals)
 	}
 	var buf [8]sluice.Decision

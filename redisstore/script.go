@@ -39,8 +39,9 @@ var manyFiles = []string{
 // defines only the functions that algorithm uses (Lua creates every
 // function of a script anew on each call), and one that decides a batch of
 // such requests; one that decides any mix of algorithms for AllowAll; and
-// one that decides a batch of any calls.
-func scripts() (single [len(algorithmFiles)]string, many, batch string, batchOne [len(algorithmFiles)]string, err error) {
+// one that decides a batch of any calls. With state, every refusal also
+// returns the key's state (STATE in lib.lua), for local refusals.
+func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string, batchOne [len(algorithmFiles)]string, err error) {
 	read := func(b *strings.Builder, names ...string) {
 		for _, name := range names {
 			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
@@ -49,6 +50,9 @@ func scripts() (single [len(algorithmFiles)]string, many, batch string, batchOne
 			}
 			b.Write(src)
 			b.WriteByte('\n')
+			if state && name == "lib" {
+				b.WriteString("STATE = true\n")
+			}
 		}
 	}
 	for a, f := range algorithmFiles {

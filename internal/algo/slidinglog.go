@@ -1,5 +1,7 @@
 package algo
 
+import "slices"
+
 // LogEntry is one admitted request of a sliding log: its time and its cost.
 // Requests admitted in the same microsecond share one entry.
 type LogEntry struct {
@@ -17,6 +19,18 @@ type Log struct {
 	head  int // index of the oldest entry
 	n     int // number of entries
 	total int64
+}
+
+// LogOf returns a log holding entries, which must be in order of strictly
+// increasing At with positive costs, as a log keeps them: for a store that
+// holds a log elsewhere and decides on a copy of it. The log keeps its own
+// copy of entries.
+func LogOf(entries []LogEntry) *Log {
+	l := &Log{buf: slices.Clone(entries), n: len(entries)}
+	for _, e := range entries {
+		l.total += e.Cost
+	}
+	return l
 }
 
 // Len returns the number of entries held.

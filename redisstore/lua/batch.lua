@@ -20,12 +20,8 @@
 -- fields follow ARGV[ab].
 local function one(kb, ab, commit)
   local a = algorithms[ARGV[ab + 1]]
-  local ok, rem, retry, reset, delay = a[1](KEYS[kb + 1], a[2], tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3]),
-    tonumber(ARGV[ab + 4]), NOW, tonumber(ARGV[ab + 5]), commit, tonumber(ARGV[ab + 6]))
-  if ok then
-    return {1, rem, retry, reset, delay}
-  end
-  return {0, rem, retry, reset, delay}
+  return reply(a[1](KEYS[kb + 1], a[2], tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3]),
+    tonumber(ARGV[ab + 4]), NOW, tonumber(ARGV[ab + 5]), commit, tonumber(ARGV[ab + 6])))
 end
 
 local replies = {}

@@ -50,17 +50,15 @@ while ab <= n do
       numbers[ms] = maxdelay
     end
   end
-  local done, ok, rem, retry, reset, delay = pcall(decide, KEYS[k], algorithm, p[1], p[2], p[3], NOW, cost, p[4],
-    maxdelay)
+  local done, ok, rem, retry, reset, delay, st = pcall(decide, KEYS[k], algorithm, p[1], p[2], p[3], NOW, cost,
+    p[4], maxdelay)
   if not done then
     if type(ok) ~= 'table' then
       ok = {err = 'ERR sluice: ' .. tostring(ok)}
     end
     replies[k] = ok
-  elseif ok then
-    replies[k] = {1, rem, retry, reset, delay}
   else
-    replies[k] = {0, rem, retry, reset, delay}
+    replies[k] = reply(ok, rem, retry, reset, delay, st)
   end
   ab = ab + width
 end

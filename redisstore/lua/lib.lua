@@ -73,3 +73,27 @@ end
 -- MALFORMED starts the error a script stops with when a key holds
 -- something Sluice did not write there.
 local MALFORMED = 'ERR sluice: malformed state at key '
+
+-- STATE (set to true by the Go side after this file) makes every refusal carry
+-- the key's state, for the store's local refusals (see refusals.go): the
+-- decide functions then return, after a refusal's five numbers, a table
+-- st = {w, state...}, where w is the latest time the key has seen when
+-- times are tracked (else 0), and the state is at, frac (token-bucket
+-- family), start, prev, curr (windows) or the log's (at, cost) pairs.
+local STATE = false
+
+-- reply returns one decision as single.lua replies it: allowed, remaining,
+-- retry, reset and delay, and after a refusal with a state st, NOW and st.
+local function reply(ok, rem, retry, reset, delay, st)
+  if ok then
+    return {1, rem, retry, reset, delay}
+  end
+  local r = {0, rem, retry, reset, delay}
+  if st then
+    r[6] = NOW
+    for i = 1, #st do
+      r[6 + i] = st[i]
+    end
+  end
+  return r
+end

@@ -9,7 +9,9 @@
 -- Reply: status, index, then allowed, remaining, retry, reset and delay per
 --   request. Status 1 means that request index costs more than its capacity
 --   (retry -1): nothing was charged, and only that request's decision
---   follows.
+--   follows. With STATE (see lib.lua), a denied whole adds the time and,
+--   per request, the length of its state and the state (length 0 when it
+--   has none to send).
 
 -- algorithms maps each algorithm's code to the function that decides a
 -- request on its state, and the algorithm itself.
@@ -61,7 +63,7 @@ local function allow_all(kb, ab, n)
 
   -- Decide every request without charging, a repeated key seeing the cost of
   -- the requests before it; then charge all, or none.
-  local res, all = {}, true
+  local res, sts, all = {}, {}, true
   for i = 1, n do
     local cost = tonumber(field(i, 5))
     for j = 1, i - 1 do
@@ -69,12 +71,24 @@ local function allow_all(kb, ab, n)
         cost = cost + tonumber(field(j, 5))
       end
     end
-    local ok, rem, retry, reset, delay = decide(i, now, cost, false, tonumber(field(i, 6)))
+    local ok, rem, retry, reset, delay, st = decide(i, now, cost, false, tonumber(field(i, 6)))
+    sts[i] = st
     if retry == -1 then
       return {1, i, 0, rem, -1, reset, delay}
     end
     all = all and ok
     res[i] = {ok, rem, retry, reset, delay}
+  end
+  if STATE and not all then
+    -- The states of the requests that pass too, for the store to decide
+    -- the whole again: decide returns a state only with a refusal, which a
+    -- cost above every capacity (TWO52) always is.
+    for i = 1, n do
+      if res[i][1] then
+        local _, _, _, _, _, st = decide(i, now, TWO52, false, -1)
+        sts[i] = st
+      end
+    end
   end
   local out = {0, 0}
   for i = 1, n do
@@ -97,6 +111,16 @@ local function allow_all(kb, ab, n)
     out[#out + 1] = r[3]
     out[#out + 1] = r[4]
     out[#out + 1] = r[5]
+  end
+  if STATE and not all then
+    out[#out + 1] = NOW
+    for i = 1, n do
+      local st = sts[i] or {}
+      out[#out + 1] = #st
+      for j = 1, #st do
+        out[#out + 1] = st[j]
+      end
+    end
   end
   return out
 end

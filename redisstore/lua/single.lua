@@ -10,10 +10,7 @@
 --   common divisor. (The other scripts take the algorithm's code, tb, gcra,
 --   lb, fw, sw or sl, before L; this one is made for one algorithm.)
 -- Reply: allowed (0 or 1), remaining, retry (µs, -1 for never), reset (µs)
---   and delay (µs).
-local ok, rem, retry, reset, delay = decide(KEYS[1], algorithm, tonumber(ARGV[3]), tonumber(ARGV[4]),
-  tonumber(ARGV[5]), NOW, tonumber(ARGV[6]), ARGV[2] == 'a', tonumber(ARGV[7]))
-if ok then
-  return {1, rem, retry, reset, delay}
-end
-return {0, rem, retry, reset, delay}
+--   and delay (µs); with STATE, a refusal adds the time and the key's state
+--   (see reply in lib.lua).
+return reply(decide(KEYS[1], algorithm, tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5]), NOW, tonumber(ARGV[6]), ARGV[2] == 'a', tonumber(ARGV[7])))

@@ -11,6 +11,26 @@
 
 local LOG_CHUNK = 32
 
+-- LOG_STATE_MAX is the most entries a refusal's state carries (STATE, see
+-- lib.lua): a longer log is not worth its reply, and no state is sent.
+local LOG_STATE_MAX = 1024
+
+-- log_state returns {w, at, cost, ...} for the entries from entry first
+-- (0-based) of the n the log at key holds, or nil when they are too many.
+local function log_state(key, w, first, n)
+  if n - first > LOG_STATE_MAX then
+    return nil
+  end
+  local st = {w}
+  if n > first then
+    local es = call('LRANGE', key, 2 + 2 * first, -1)
+    for i = 1, #es do
+      st[i + 1] = tonumber(es[i])
+    end
+  end
+  return st
+end
+
 -- log_ttl returns the TTL in ms of a log whose state is back to initial dt
 -- µs from now (see PAD in lib.lua).
 local function log_ttl(dt)
@@ -28,7 +48,9 @@ end
 
 -- sliding_log decides a request on the log at key (algorithm is unused: it
 -- has the signature of tat_decide and win_decide) and returns allowed,
--- remaining, retry (µs, -1 for never), reset (µs) and delay (0). With
+-- remaining, retry (µs, -1 for never), reset (µs) and delay (0), and with
+-- STATE, after a refusal, {w, at, cost, ...}: the entries that count (see
+-- lib.lua and LOG_STATE_MAX). With
 -- commit it records an admitted request and drops the entries that no
 -- longer count; when times are tracked it records now as the latest time
 -- seen even when nothing else changes.
@@ -101,6 +123,15 @@ local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     end
     retry = last + P - now
   end
+  local st
+  if STATE and not ok then
+    -- Read before the writes below, which keep the same entries.
+    local n = 0
+    if has then
+      n = (call('LLEN', key) - 2) / 2
+    end
+    st = log_state(key, TRACK and now or 0, first, n)
+  end
 
   local push = commit and ok and cost > 0
   if push and not has then
@@ -144,5 +175,5 @@ local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
       call('PEXPIRE', key, log_ttl(newest + P - now))
     end
   end
-  return ok, rem, retry, reset, 0
+  return ok, rem, retry, reset, 0, st
 end

@@ -94,18 +94,24 @@ local function tat_load(key)
 end
 
 -- tat_decide runs algorithm (token_bucket, gcra or leaky_bucket) on the
--- state at key and returns allowed, remaining, retry, reset and delay. With
--- commit it stores an admitted request's new state, to expire when the
--- bucket is full again.
+-- state at key and returns allowed, remaining, retry, reset and delay, and
+-- with STATE, after a refusal, {w, at, frac} (see lib.lua). With commit it
+-- stores an admitted request's new state, to expire when the bucket is
+-- full again.
 local function tat_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
   local at, frac, w = tat_load(key)
   if now < w then
     now = w
   end
   local ok, nat, nfrac, rem, retry, reset, delay = algorithm(L, P, B, at, frac, now, cost, maxdelay)
+  local st
+  if STATE and not ok then
+    -- With TRACK, now is what the key's w is after this call.
+    st = {TRACK and now or 0, at, frac}
+  end
   if not (commit and ok) then
     if not TRACK or now <= w then
-      return ok, rem, retry, reset, delay
+      return ok, rem, retry, reset, delay, st
     end
     nat, nfrac = at, frac -- only w changes
   end
@@ -125,5 +131,5 @@ local function tat_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
   else
     call('SET', key, format('%d %d %d', nat, nfrac, now), 'PX', format('%d', floor((dt + 999) / 1000) + PAD))
   end
-  return ok, rem, retry, reset, delay
+  return ok, rem, retry, reset, delay, st
 end

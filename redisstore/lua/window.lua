@@ -43,7 +43,8 @@ local function win_load(key)
 end
 
 -- win_decide runs algorithm (fixed_window or sliding_window) on the state
--- at key and returns allowed, remaining, retry, reset and delay (0). With
+-- at key and returns allowed, remaining, retry, reset and delay (0), and
+-- with STATE, after a refusal, {w, start, prev, curr} (see lib.lua). With
 -- commit it stores an admitted request's new state, to expire when it is
 -- back to initial.
 local function win_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
@@ -52,9 +53,13 @@ local function win_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     now = w
   end
   local ok, ns, np, nc, expire, rem, retry, reset = algorithm(L, P, start, prev, curr, now, cost)
+  local st
+  if STATE and not ok then
+    st = {TRACK and now or 0, start, prev, curr}
+  end
   if not (commit and ok) then
     if not TRACK or now <= w then
-      return ok, rem, retry, reset, 0
+      return ok, rem, retry, reset, 0, st
     end
     ns, np, nc = start, prev, curr -- only w changes
   end
@@ -67,5 +72,5 @@ local function win_decide(key, algorithm, L, P, B, now, cost, commit, maxdelay)
   else
     call('SET', key, format('%d %d %d %d', ns, np, nc, now), 'PX', format('%d', floor((dt + 999) / 1000) + PAD))
   end
-  return ok, rem, retry, reset, 0
+  return ok, rem, retry, reset, 0, st
 end

@@ -1,0 +1,389 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Local refusals (docs/redis.md, "Refused floods").
+//
+// When Redis refuses a request, the script also returns the key's state and
+// the time it decided at. The store keeps that state in a bounded cache and,
+// for the next requests on the same policy and key, evolves it with the
+// algorithm of internal/algo (the one the scripts mirror) to the present.
+// Other instances can only add to a key's state, never take from it, and
+// every algorithm admits no more at a fuller state: so while the cached
+// state refuses a request, the state in Redis refuses it too, and the store
+// refuses it without calling Redis. As soon as the cached state would admit
+// the request, the call goes to Redis, whose answer replaces the entry (a
+// refusal) or removes it (an admission). Nothing is ever admitted locally.
+
+// Defaults of LocalRefusals.
+const (
+	DefaultLocalRefusalEntries = 65536
+	DefaultLocalRefusalBytes   = 16 << 20
+)
+
+// LocalRefusals configures the store's local refusals: the cache of the
+// states of refused keys with which the store refuses, without calling
+// Redis, the requests that Redis would refuse too. The zero value turns
+// them on with the default sizes.
+type LocalRefusals struct {
+	// Off turns local refusals off: every request goes to Redis.
+	Off bool
+	// MaxEntries bounds the number of (policy, key) states held; default
+	// DefaultLocalRefusalEntries (65,536).
+	MaxEntries int
+	// MaxBytes bounds their memory, counted as EntryBytes for each; default
+	// DefaultLocalRefusalBytes (16 MiB).
+	MaxBytes int64
+}
+
+// entryOverhead is what an entry costs besides its Redis key and its log:
+// the entry itself, the map's slot (key header, pointer, hash byte) and the
+// allocation's rounding.
+const entryOverhead = int(unsafe.Sizeof(entry{})) + 48
+
+// EntryBytes returns what one cached state counts against
+// LocalRefusals.MaxBytes: about 250 bytes, plus the length of its Redis key
+// (see docs/redis.md, "Key layout"), plus 16 bytes per entry of a sliding
+// log (a state is returned for logs of up to 1,024 entries).
+func EntryBytes(redisKeyLen, logEntries int) int {
+	return entryOverhead + redisKeyLen + 16*logEntries
+}
+
+// refusalShards is the number of independently locked parts of the cache.
+const refusalShards = 32
+
+// maxCountedNames bounds the policy names whose local refusals are counted
+// apart; the others share one count, under otherName.
+const (
+	maxCountedNames = 1024
+	otherName       = "(other)"
+)
+
+// refusals is the cache of refused states, and its counts.
+type refusals struct {
+	seed       maphash.Seed
+	shards     [refusalShards]refusalShard
+	maxEntries int // per shard
+	maxBytes   int // per shard
+	mono       func() int64
+
+	decisions atomic.Uint64 // calls decided (Allow, Peek, AllowAll)
+	local     atomic.Uint64 // of them, refused locally
+
+	namesMu sync.Mutex
+	byName  map[string]*atomic.Uint64
+}
+
+type refusalShard struct {
+	mu    sync.RWMutex
+	m     map[string]*entry
+	bytes int
+	_     [40]byte // keeps shards' locks on different cache lines
+}
+
+// entry is one key's state as Redis returned it with a refusal. Only w
+// changes after it is made.
+type entry struct {
+	policy sluice.Policy
+	pp     algo.Prepared // the scripts' numbers (see compiled.pp)
+	tat    algo.TAT
+	win    algo.Window
+	log    *algo.Log // never changed once made
+	// caller reports that the state was read at a caller's time
+	// (Options.CallerTime); then w is the latest time the key has seen,
+	// raised by every local refusal as Redis would have raised it.
+	caller bool
+	w      atomic.Int64
+	// On Redis's clock: Redis's TIME of the decision, and the local
+	// monotonic time (µs) just before the call was sent. Redis read its
+	// TIME after that, so redisAt + (now − sentAt) is never earlier than
+	// Redis's clock at local time now.
+	redisAt, sentAt int64
+	until           int64 // local monotonic µs when the state is back to initial
+	size            int
+	count           *atomic.Uint64 // local refusals under the policy's name
+}
+
+// newRefusals returns the cache for o, or nil when it is off.
+func newRefusals(o LocalRefusals) *refusals {
+	if o.Off {
+		return nil
+	}
+	if o.MaxEntries <= 0 {
+		o.MaxEntries = DefaultLocalRefusalEntries
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultLocalRefusalBytes
+	}
+	base := time.Now()
+	rf := &refusals{
+		seed:       maphash.MakeSeed(),
+		maxEntries: max(1, (o.MaxEntries+refusalShards-1)/refusalShards),
+		maxBytes:   int(min(o.MaxBytes/refusalShards+1, math.MaxInt32)),
+		mono:       func() int64 { return int64(time.Since(base) / time.Microsecond) },
+		byName:     make(map[string]*atomic.Uint64),
+	}
+	for i := range rf.shards {
+		rf.shards[i].m = make(map[string]*entry)
+	}
+	return rf
+}
+
+func (rf *refusals) shard(key []byte) *refusalShard {
+	return &rf.shards[maphash.Bytes(rf.seed, key)%refusalShards]
+}
+
+// get returns the entry of the Redis key key under policy p, or nil.
+func (rf *refusals) get(key []byte, p *sluice.Policy) *entry {
+	sh := rf.shard(key)
+	sh.mu.RLock()
+	e := sh.m[string(key)]
+	sh.mu.RUnlock()
+	if e == nil || e.policy != *p {
+		return nil
+	}
+	return e
+}
+
+// put stores e as key's entry, evicting others when the shard is full:
+// first entries whose state is back to initial, then any.
+func (rf *refusals) put(key string, e *entry) {
+	e.size = EntryBytes(len(key), 0)
+	if e.log != nil {
+		e.size += 16 * e.log.Len()
+	}
+	if e.size > rf.maxBytes {
+		rf.drop(key)
+		return
+	}
+	e.count = rf.counter(e.policy.Name)
+	now := rf.mono()
+	sh := rf.shard([]byte(key))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old := sh.m[key]; old != nil {
+		sh.bytes -= old.size
+		delete(sh.m, key)
+	}
+	for len(sh.m) > 0 && (len(sh.m) >= rf.maxEntries || sh.bytes+e.size > rf.maxBytes) {
+		sh.evictOne(now)
+	}
+	sh.m[key] = e
+	sh.bytes += e.size
+}
+
+// evictOne removes one entry: the first of a few that is back to initial,
+// else the first of them (map order is random). sh.mu is held.
+func (sh *refusalShard) evictOne(now int64) {
+	var victim string
+	seen := 0
+	for k, e := range sh.m {
+		if seen == 0 {
+			victim = k
+		}
+		if !e.caller && e.until <= now {
+			victim = k
+			break
+		}
+		if seen++; seen == 8 {
+			break
+		}
+	}
+	sh.bytes -= sh.m[victim].size
+	delete(sh.m, victim)
+}
+
+// drop removes key's entry, if any.
+func (rf *refusals) drop(key string) {
+	sh := rf.shard([]byte(key))
+	sh.mu.Lock()
+	if old := sh.m[key]; old != nil {
+		sh.bytes -= old.size
+		delete(sh.m, key)
+	}
+	sh.mu.Unlock()
+}
+
+// counter returns the count of local refusals under a policy name.
+func (rf *refusals) counter(name string) *atomic.Uint64 {
+	rf.namesMu.Lock()
+	defer rf.namesMu.Unlock()
+	if c := rf.byName[name]; c != nil {
+		return c
+	}
+	if len(rf.byName) >= maxCountedNames {
+		name = otherName
+		if c := rf.byName[name]; c != nil {
+			return c
+		}
+	}
+	c := new(atomic.Uint64)
+	rf.byName[name] = c
+	return c
+}
+
+// at returns the time (µs) at which e decides a call at now, and whether e
+// can decide it: an entry read at a caller's time decides only calls at a
+// caller's time, and one read on Redis's clock only calls on Redis's clock.
+// On Redis's clock it is an upper bound of Redis's clock now, with 1 µs
+// and 0.1% of the time since the reply added for clock rates that differ:
+// a later time admits at least as much, so a refusal there is one at
+// Redis's own time too.
+func (rf *refusals) at(e *entry, callerNow int64, caller bool) (int64, bool) {
+	if caller {
+		return max(callerNow, e.w.Load()), e.caller
+	}
+	if e.caller {
+		return 0, false
+	}
+	d := max(rf.mono()-e.sentAt, 0)
+	return e.redisAt + d + d>>10 + 1, true
+}
+
+// decide decides a request of the given cost on e's state at t, as the
+// scripts would.
+func (e *entry) decide(t, cost int64, maxDelay time.Duration) algo.Result {
+	p := e.pp.Params
+	switch e.policy.Algorithm {
+	case sluice.LeakyBucketAlgorithm:
+		// The scripts take MaxDelay in whole µs, rounded down.
+		_, r := e.pp.LeakyBucket(e.tat, t, cost, maxDelay/time.Microsecond*time.Microsecond)
+		return r
+	case sluice.FixedWindowAlgorithm:
+		_, r := algo.FixedWindow(p, e.win, t, cost)
+		return r
+	case sluice.SlidingWindowAlgorithm:
+		_, r := algo.SlidingWindow(p, e.win, t, cost)
+		return r
+	case sluice.SlidingLogAlgorithm:
+		return algo.SlidingLogPeek(p, e.log, t, cost)
+	}
+	var r algo.Result
+	e.pp.TokenBucketTo(&r, e.tat, t, cost)
+	return r
+}
+
+// seen raises an entry read at a caller's time to t, as a call at t would
+// raise the key's latest time in Redis.
+func (e *entry) seen(t int64) {
+	for {
+		w := e.w.Load()
+		if w >= t || e.w.CompareAndSwap(w, t) {
+			return
+		}
+	}
+}
+
+// decisionOf turns an algorithm's result under p into a Decision.
+func decisionOf(p *sluice.Policy, r algo.Result) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Limit:      p.Limit,
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Delay:      r.Delay,
+	}
+}
+
+// newEntry makes the entry of a state that a script returned with a
+// decision under c: st is the script's time, the key's latest time and
+// the algorithm's state (see STATE in lib.lua). reset (µs) is when the
+// state is back to initial. ok is false when st is not a state the
+// scripts write.
+func newEntry(c *compiled, st []int64, caller bool, sentAt, reset int64) (e *entry, ok bool) {
+	if len(st) < 2 || st[0] < 0 || st[1] < 0 {
+		return nil, false
+	}
+	e = &entry{policy: c.policy, pp: c.pp, caller: caller, redisAt: st[0], sentAt: sentAt, until: sentAt + reset}
+	e.w.Store(st[1])
+	s := st[2:]
+	P := c.pp.Period
+	switch c.policy.Algorithm {
+	case sluice.TokenBucketAlgorithm, sluice.GCRAAlgorithm, sluice.LeakyBucketAlgorithm:
+		if len(s) != 2 || s[0] < 0 || s[1] < 0 || s[1] >= c.pp.Limit {
+			return nil, false
+		}
+		e.tat = algo.TAT{At: s[0], Frac: s[1]}
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		if len(s) != 3 || s[0] < 0 || s[0] >= maxTime || s[1] < 0 || s[1] > math.MaxUint32 || s[2] < 0 || s[2] > math.MaxUint32 {
+			return nil, false
+		}
+		e.win = algo.Window{Start: s[0], Prev: uint32(s[1]), Curr: uint32(s[2])}
+		if s[2] > 0 {
+			e.win.Expire = s[0] + P
+			if c.policy.Algorithm == sluice.SlidingWindowAlgorithm {
+				e.win.Expire += P
+			}
+		}
+	case sluice.SlidingLogAlgorithm:
+		if len(s)%2 != 0 {
+			return nil, false
+		}
+		entries := make([]algo.LogEntry, len(s)/2)
+		for i := range entries {
+			at, cost := s[2*i], s[2*i+1]
+			if at < 0 || cost < 1 || (i > 0 && at <= entries[i-1].At) {
+				return nil, false
+			}
+			entries[i] = algo.LogEntry{At: at, Cost: cost}
+		}
+		e.log = algo.LogOf(entries)
+	default:
+		return nil, false
+	}
+	return e, true
+}
+
+// LocalRefusalStats are the counts of a store's local refusals, for
+// metrics and status pages.
+type LocalRefusalStats struct {
+	// On reports whether local refusals are on.
+	On bool
+	// Decisions counts the calls the store has decided (Allow, Peek and
+	// AllowAll), and Local those of them refused locally, which never
+	// reached Redis.
+	Decisions, Local uint64
+	// ByPolicy counts local refusals by policy name (sluice.Policy.Name; a
+	// refused AllowAll counts under each policy it was refused by). Past
+	// 1,024 names, the others count together under "(other)".
+	ByPolicy map[string]uint64
+	// Entries is the number of states held, and Bytes what they count
+	// against LocalRefusals.MaxBytes.
+	Entries int
+	Bytes   int64
+}
+
+// LocalRefusalStats returns the counts of local refusals since the store
+// was made.
+func (s *Store) LocalRefusalStats() LocalRefusalStats {
+	rf := s.refusals
+	if rf == nil {
+		return LocalRefusalStats{}
+	}
+	st := LocalRefusalStats{On: true, Decisions: rf.decisions.Load(), Local: rf.local.Load()}
+	rf.namesMu.Lock()
+	st.ByPolicy = make(map[string]uint64, len(rf.byName))
+	for name, c := range rf.byName {
+		st.ByPolicy[name] = c.Load()
+	}
+	rf.namesMu.Unlock()
+	for i := range rf.shards {
+		sh := &rf.shards[i]
+		sh.mu.RLock()
+		st.Entries += len(sh.m)
+		st.Bytes += int64(sh.bytes)
+		sh.mu.RUnlock()
+	}
+	return st
+}
