@@ -143,7 +143,7 @@ type Store struct {
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	many     *rueidis.Lua
-	batch    *batcher   // nil when batching is off
+	batch    *batcher  // nil when batching is off
 	refusals *refusals // nil when local refusals are off
 	policies policyCache
 	breakers *breakers

@@ -1,0 +1,404 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// newInstances returns n stores on addrs sharing one fresh key prefix, as
+// n instances of a service would, each with its own local refusals.
+func newInstances(t testing.TB, addrs []string, n int, opts Options) []*Store {
+	t.Helper()
+	opts.Addrs = addrs
+	opts.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	stores := make([]*Store, n)
+	for i := range stores {
+		st, err := New(opts)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores[i] = st
+	}
+	return stores
+}
+
+// localCount returns the local refusals of every store.
+func localCount(stores ...*Store) uint64 {
+	var n uint64
+	for _, st := range stores {
+		n += st.LocalRefusalStats().Local
+	}
+	return n
+}
+
+// scriptCalls returns how many scripts Redis at addr has run since its
+// statistics were last reset (INFO commandstats: EVALSHA and EVAL).
+func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, err := srv.Info("commandstats")
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	var n int64
+	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		v, ok := info[cmd]
+		if !ok {
+			continue
+		}
+		// calls=12,usec=...
+		var calls int64
+		if _, err := fmt.Sscanf(v, "calls=%d", &calls); err != nil {
+			t.Fatalf("INFO commandstats %s = %q: %v", cmd, v, err)
+		}
+		n += calls
+	}
+	return n
+}
+
+// TestLocalRefusalsDifferential replays random traces (every algorithm,
+// Allow, Peek and AllowAll with repeated policies, mixed and oversized
+// costs) over three instances sharing one Redis, each step on an instance
+// drawn at random, and the same trace on the memory store, whose decisions
+// are Redis's alone (TestSingle). Every verdict must be the same. A
+// decision refused locally must equal the reference in every field when no
+// other instance admitted anything on the key since this instance last
+// asked Redis about it; otherwise another instance's traffic can only make
+// the true state fuller: the local Remaining is at least the reference's
+// and its RetryAfter at most the reference's.
+func TestLocalRefusalsDifferential(t *testing.T) {
+	srv := redistest.Start(t)
+	var local, checked uint64
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 1500, Keys: 2, MaxGap: 5 * time.Second})
+			stores := newInstances(t, []string{srv.Addr}, 3, Options{CallerTime: true, Failure: FailError})
+			ref := memstore.New(memstore.Options{})
+			// Per instance, the step at which it last asked Redis about each
+			// (policy, key); and the step and instance of each one's last
+			// admission.
+			lastAsked := make([]map[string]int, len(stores))
+			for i := range lastAsked {
+				lastAsked[i] = make(map[string]int)
+			}
+			lastAdmit := make(map[string][2]int)
+			r := seed*2654435761 + 1
+			for i, step := range tr.Steps {
+				r = r*6364136223846793005 + 1442695040888963407
+				inst := int(r>>33) % len(stores)
+				st := stores[inst]
+				before := st.LocalRefusalStats().Local
+				got, gotOut, gotErr := applyStep(st, step)
+				want, wantOut, wantErr := applyStep(ref, step)
+				wasLocal := st.LocalRefusalStats().Local != before
+				where := fmt.Sprintf("trace seed %d, step %d on instance %d (local %t): %s\n  got  %+v %v %v\n  want %+v %v %v",
+					seed, i, inst, wasLocal, step, got, gotOut, gotErr, want, wantOut, wantErr)
+				if errClassOf(gotErr) != errClassOf(wantErr) || got.Allowed != want.Allowed {
+					t.Fatalf("verdicts differ: %s", where)
+				}
+				if wasLocal && (gotErr != nil || got.Allowed) {
+					t.Fatalf("a local decision that is not a plain refusal: %s", where)
+				}
+				fresh := true
+				for _, q := range step.Reqs {
+					pair := q.Policy.String() + "\x00" + q.Key
+					la, admitted := lastAdmit[pair]
+					if wasLocal && admitted && la[0] > lastAsked[inst][pair] {
+						if la[1] == inst {
+							t.Fatalf("local decision after this instance's own admission at step %d: %s", la[0], where)
+						}
+						fresh = false
+					}
+				}
+				switch {
+				case gotErr != nil && step.Op == sluicetest.OpAllowAll:
+					// Only the verdict of a refused AllowAll is specified.
+				case fresh:
+					if got != want || !sameDecisions(gotOut, wantOut) {
+						t.Fatalf("decisions differ: %s", where)
+					}
+					if wasLocal {
+						checked++
+					}
+				case step.Op != sluicetest.OpAllowAll && want.RetryAfter != sluice.Never:
+					if got.Remaining < want.Remaining || got.RetryAfter > want.RetryAfter {
+						t.Fatalf("a stale local refusal reports a fuller state than Redis's: %s", where)
+					}
+				}
+				for _, q := range step.Reqs {
+					pair := q.Policy.String() + "\x00" + q.Key
+					// A refused AllowAll with a request over its capacity
+					// tells the store nothing.
+					if !wasLocal && !(step.Op == sluicetest.OpAllowAll && gotErr != nil) {
+						lastAsked[inst][pair] = i
+					}
+					if want.Allowed && step.Op != sluicetest.OpPeek {
+						lastAdmit[pair] = [2]int{i, inst}
+					}
+				}
+			}
+			local += localCount(stores...)
+		})
+	}
+	t.Logf("%d decisions refused locally, %d of them checked field by field", local, checked)
+	if local < 500 || checked < 200 {
+		t.Errorf("%d local refusals, %d checked field by field: the traces do not exercise the local path", local, checked)
+	}
+}
+
+// applyStep runs one step of a trace on st.
+func applyStep(st sluice.Store, step sluicetest.Step) (d sluice.Decision, out []sluice.Decision, err error) {
+	ctx := context.Background()
+	switch step.Op {
+	case sluicetest.OpAllow:
+		d, err = st.Allow(ctx, step.At, step.Reqs[0])
+	case sluicetest.OpPeek:
+		d, err = st.Peek(ctx, step.At, step.Reqs[0])
+	default:
+		out = make([]sluice.Decision, len(step.Reqs))
+		d, err = st.AllowAll(ctx, step.At, step.Reqs, out)
+	}
+	return d, out, err
+}
+
+func errClassOf(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, sluice.ErrCostExceedsCapacity):
+		return "capacity"
+	case errors.Is(err, sluice.ErrInvalidCost):
+		return "cost"
+	case errors.Is(err, sluice.ErrInvalidPolicy):
+		return "policy"
+	}
+	return err.Error()
+}
+
+func sameDecisions(a, b []sluice.Decision) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLocalRefusalsFlood floods one key from 3 instances of 8 callers
+// each, on Redis's clock, for every algorithm and for an AllowAll over two
+// policies: exactly the limit is admitted, and most refusals are local.
+func TestLocalRefusalsFlood(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		instances = 3
+		callers   = 8
+		attempts  = 40
+		limit     = 50
+	)
+	for _, a := range sluice.Algorithms() {
+		t.Run(a.String(), func(t *testing.T) {
+			p := sluice.Policy{Algorithm: a, Limit: limit, Period: time.Hour}
+			if a.HasBurst() {
+				p.Burst = limit
+			}
+			for try := 0; ; try++ {
+				stores := newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError})
+				before := redisMicros(t, stores[0])
+				admitted, failed := hammer(t, stores, callers, attempts, sluice.Request{Policy: p, Key: "hot", Cost: 1})
+				after := redisMicros(t, stores[0])
+				if failed > 0 {
+					t.Fatalf("%d calls failed", failed)
+				}
+				period := int64(time.Hour / time.Microsecond)
+				if a == sluice.FixedWindowAlgorithm && before/period != after/period && try < 2 {
+					continue // the run crossed a window boundary
+				}
+				if admitted != limit {
+					t.Errorf("%d instances × %d callers × %d attempts admitted %d under %v, want exactly %d",
+						instances, callers, attempts, admitted, p, limit)
+				}
+				total := int64(instances * callers * attempts)
+				if n := localCount(stores...); int64(n) < (total-limit)/2 {
+					t.Errorf("%d of %d refusals were local, want most", n, total-limit)
+				}
+				return
+			}
+		})
+	}
+	t.Run("AllowAll", func(t *testing.T) {
+		stores := newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError})
+		reqs := []sluice.Request{
+			{Policy: sluice.TokenBucket(limit, time.Hour, limit).Named("tb"), Key: "hot", Cost: 1},
+			{Policy: sluice.SlidingWindow(1000, time.Hour).Named("sw"), Key: "hot", Cost: 1},
+		}
+		var ok, bad atomic.Int64
+		var wg sync.WaitGroup
+		for _, st := range stores {
+			for range callers {
+				wg.Go(func() {
+					for range attempts {
+						out := make([]sluice.Decision, len(reqs))
+						d, err := st.AllowAll(t.Context(), time.Time{}, reqs, out)
+						switch {
+						case err != nil || d.Degraded:
+							bad.Add(1)
+						case d.Allowed:
+							ok.Add(1)
+						case out[0].Allowed || !out[1].Allowed || out[0].RetryAfter <= 0:
+							bad.Add(1) // the token bucket refuses, the window would pass
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if bad.Load() > 0 || ok.Load() != limit {
+			t.Errorf("AllowAll flood: %d admitted (want %d), %d failed or malformed", ok.Load(), limit, bad.Load())
+		}
+		if n := localCount(stores...); n < (instances*callers*attempts-limit)/2 {
+			t.Errorf("%d refusals were local, want most", n)
+		}
+		// Nothing was charged to the window by the refused requests.
+		d, err := stores[0].Peek(t.Context(), time.Time{}, reqs[1])
+		if err != nil || d.Remaining != 1000-limit-1 {
+			t.Errorf("Peek of the window after the flood = %+v, %v; want %d remaining after it", d, err, 1000-limit-1)
+		}
+	})
+}
+
+// TestLocalRefusalsKeepScriptsOff counts the scripts Redis runs (INFO
+// commandstats) while 3 instances of 8 callers send 2,000 requests for one
+// key: with local refusals, Redis decides the admitted requests and about
+// one refusal per caller and refill interval; without, every request.
+func TestLocalRefusalsKeepScriptsOff(t *testing.T) {
+	srv := redistest.Start(t)
+	const (
+		instances = 3
+		callers   = 8
+		requests  = 2000
+	)
+	run := func(t *testing.T, p sluice.Policy, pause time.Duration, opts Options) (scripts int64, elapsed time.Duration) {
+		stores := newInstances(t, []string{srv.Addr}, instances, opts)
+		if _, err := srv.Do("CONFIG", "RESETSTAT"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		var sent atomic.Int64
+		for _, st := range stores {
+			for range callers {
+				wg.Go(func() {
+					for sent.Add(1) <= requests {
+						if _, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "flood", Cost: 1}); err != nil {
+							t.Errorf("Allow: %v", err)
+							return
+						}
+						time.Sleep(pause)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		return scriptCalls(t, srv), time.Since(start)
+	}
+	t.Run("SlowRefill", func(t *testing.T) {
+		p := sluice.TokenBucket(5, time.Hour, 5)
+		on, _ := run(t, p, 0, Options{})
+		off, _ := run(t, p, 0, Options{LocalRefusals: LocalRefusals{Off: true}})
+		t.Logf("scripts for %d requests: %d with local refusals, %d without", requests, on, off)
+		if max := int64(5 + instances*callers); on > max {
+			t.Errorf("%d scripts with local refusals, want at most %d (the admitted requests and one refusal per caller)", on, max)
+		}
+		// Batches make fewer scripts than requests without local refusals,
+		// but still many.
+		if off < 2*on {
+			t.Errorf("%d scripts without local refusals, want many more than %d", off, on)
+		}
+	})
+	t.Run("Refilling", func(t *testing.T) {
+		// One unit every 10 ms, callers pausing 1 ms between requests: each
+		// time a unit comes back, each caller may ask Redis once more.
+		p := sluice.TokenBucket(100, time.Second, 2)
+		on, elapsed := run(t, p, time.Millisecond, Options{})
+		intervals := int64(elapsed/(10*time.Millisecond)) + 2
+		t.Logf("scripts for %d requests over %v: %d", requests, elapsed, on)
+		if max := intervals * (instances*callers + 1); on > max {
+			t.Errorf("%d scripts over %v (%d refill intervals), want at most %d", on, elapsed, intervals, max)
+		}
+	})
+}
+
+// TestLocalRefusalsClockOffset runs the local path with a local monotonic
+// clock an hour away from Redis's, ahead and behind, against a bucket that
+// refills every 20 ms, and checks every local refusal against Redis: the
+// key's state read from Redis right after the decision must refuse the
+// request at a Redis time read right before it (admission only grows with
+// time, so a refusal later implies one then).
+func TestLocalRefusalsClockOffset(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, offset := range []time.Duration{time.Hour, -time.Hour} {
+		t.Run(offset.String(), func(t *testing.T) {
+			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+			real := st.refusals.mono
+			st.refusals.mono = func() int64 { return real() + int64(offset/time.Microsecond) }
+			p := sluice.TokenBucket(50, time.Second, 3)
+			req := sluice.Request{Policy: p, Key: "k", Cost: 2}
+			c := st.policies.get(&p)
+			key := c.key(st.prefix, req.Key)
+			var checked int
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) || checked < 50 {
+				if checked > 2000 {
+					break
+				}
+				before := redisMicros(t, st)
+				n := st.LocalRefusalStats().Local
+				d, err := st.Allow(t.Context(), time.Time{}, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.LocalRefusalStats().Local == n {
+					continue
+				}
+				checked++
+				v, err := srv.Do("GET", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v == nil {
+					continue // the bucket is full again since: nothing to check
+				}
+				s, _ := v.(string)
+				at, err := strconv.ParseInt(s, 10, 64)
+				if err != nil {
+					t.Fatalf("GET %s = %v", key, v)
+				}
+				_, want := c.pp.TokenBucket(algo.TAT{At: at}, before, req.Cost)
+				if want.Allowed {
+					t.Fatalf("refused locally (%+v), but Redis's state %q admits the request at %d, a Redis time read before the decision", d, s, before)
+				}
+			}
+			if checked < 50 {
+				t.Errorf("only %d local refusals", checked)
+			}
+		})
+	}
+}
