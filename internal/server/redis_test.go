@@ -66,8 +66,14 @@ func TestRedisDegraded(t *testing.T) {
 	}
 
 	srv.Kill()
-	// The local store starts empty: key a is allowed again, degraded.
+	// Key a's refusal is cached: still refused, as Redis refused it, and
+	// not degraded (docs/redis.md, "Refused floods").
 	rec := f.check(`{"limit":"tiny","key":"a"}`)
+	if !strings.HasPrefix(rec.Body.String(), `{"allowed":false,`) || strings.Contains(rec.Body.String(), "degraded") {
+		t.Errorf("check of a refused key without Redis = %d %s, want refused as cached", rec.Code, rec.Body)
+	}
+	// The local store starts empty: a new key is allowed, degraded.
+	rec = f.check(`{"limit":"tiny","key":"c"}`)
 	want := `{"allowed":true,"limit":2,"remaining":1,`
 	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), want) || !strings.Contains(rec.Body.String(), `"degraded":true`) {
 		t.Errorf("check without Redis = %d %s, want %s... degraded", rec.Code, rec.Body, want)
