@@ -7,6 +7,8 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v caddy >/dev/null 2>&1 || need+=(caddy)   # internal/e2e: forward_auth in front of sluice
+# internal/e2e: auth_request in front of sluice (Debian installs it in /usr/sbin)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 # internal/server: the status page in a real headless browser (chromedp)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

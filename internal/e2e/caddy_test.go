@@ -35,9 +35,14 @@ func requireCaddy(t *testing.T) string {
 	return p
 }
 
-// caddyfile puts Sluice's forward-auth in front of upstream, on a
+// caddyfile puts the Caddyfile snippet of docs/configuration.md (its
+// site example.com, Sluice's forward-auth in front of an upstream) on a
 // loopback port, with no admin endpoint, no TLS and its storage in dir.
-func caddyfile(port int, sluiceAddr, upstream, dir string) string {
+func caddyfile(t *testing.T, snippet string, port int, sluiceAddr, upstream, dir string) string {
+	t.Helper()
+	site := replace(t, "Caddyfile", snippet, "example.com {", fmt.Sprintf("http://127.0.0.1:%d {", port))
+	site = replace(t, "Caddyfile", site, docSluiceAddr, sluiceAddr)
+	site = replace(t, "Caddyfile", site, docUpstreamAddr, strings.TrimPrefix(upstream, "http://"))
 	return fmt.Sprintf(`{
 	admin off
 	auto_https off
@@ -46,24 +51,18 @@ func caddyfile(port int, sluiceAddr, upstream, dir string) string {
 	}
 }
 
-http://127.0.0.1:%d {
-	forward_auth %s {
-		uri /v1/forward-auth?rule=api
-	}
-	reverse_proxy %s
-}
-`, filepath.Join(dir, "storage"), port, sluiceAddr, strings.TrimPrefix(upstream, "http://"))
+%s`, filepath.Join(dir, "storage"), site)
 }
 
 // startCaddy runs caddy with a Caddyfile from caddyfile on a free port
 // and waits until it accepts connections; it tries a few ports, in case
 // another process takes one first. It returns the port.
-func startCaddy(t *testing.T, bin, sluiceAddr, upstream string) int {
+func startCaddy(t *testing.T, bin, snippet, sluiceAddr, upstream string) int {
 	t.Helper()
 	for attempt := range 3 {
 		dir := t.TempDir()
 		port := proctest.FreePort(t)
-		cf := proctest.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(port, sluiceAddr, upstream, dir))
+		cf := proctest.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(t, snippet, port, sluiceAddr, upstream, dir))
 		cmd := exec.Command(bin, "run", "--config", cf, "--adapter", "caddyfile")
 		// Caddy keeps files under $HOME and the XDG directories: keep
 		// them in the test's directory.
@@ -88,13 +87,19 @@ func startCaddy(t *testing.T, bin, sluiceAddr, upstream string) int {
 	return 0
 }
 
-// TestCaddyForwardAuth puts a real Caddy in front of an upstream, with
-// forward_auth asking the sluice binary: a client sees 200s while the
-// limit lasts, then 429 with Retry-After, and the refused requests never
-// reach the upstream.
+// TestCaddyForwardAuth runs the Caddyfile snippet of
+// docs/configuration.md, taken from the page, in a real Caddy in front of
+// an upstream, with forward_auth asking the sluice binary with the page's
+// configuration: two requests from one client reach the upstream and
+// their responses carry the RateLimit fields (copy_headers, header_down),
+// the third gets Sluice's 429 (Retry-After, RateLimit fields,
+// problem+json body), an X-Forwarded-For the client writes does not move
+// it to another bucket, and the refused requests never reach the
+// upstream.
 func TestCaddyForwardAuth(t *testing.T) {
 	t.Parallel()
 	bin := requireCaddy(t)
+	docs := loadGatewayDocs(t)
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -103,44 +108,27 @@ func TestCaddyForwardAuth(t *testing.T) {
 	t.Cleanup(up.Close)
 
 	dir := t.TempDir()
-	cfg := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
-limits:
-  per-ip: {algorithm: sliding_log, limit: 3, period: 1h}
-proxy:
-  trusted_proxies: [127.0.0.1/32]
-  rules:
-    - name: api
-      limits: [{limit: per-ip, key: ip}]
-`)
+	cfg := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), docConfig(t, docs))
 	s := startSluice(t, "sluice", "--config", cfg)
-	port := startCaddy(t, bin, s.http, up.URL)
+	port := startCaddy(t, bin, docs.caddy, s.http, up.URL)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 
-	client := &http.Client{Timeout: 10 * time.Second}
-	for i := range 4 {
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/items/%d", port, i))
-		if err != nil {
-			t.Fatalf("request %d through caddy: %v", i, err)
+	client := clientFrom("127.0.0.1")
+	for i := range 2 {
+		a := get(t, client, fmt.Sprintf("%s/items/%d", base, i))
+		if want := fmt.Sprintf("upstream /items/%d", i); a.status != 200 || a.body != want {
+			t.Errorf("request %d through caddy = %d %q, want 200 %q", i, a.status, a.body, want)
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if i < 3 {
-			if want := fmt.Sprintf("upstream /items/%d", i); resp.StatusCode != 200 || string(body) != want {
-				t.Errorf("request %d through caddy = %d %q, want 200 %q", i, resp.StatusCode, body, want)
-			}
-			continue
+		if got, want := a.header.Get("RateLimit"), fmt.Sprintf(`"per-client";r=%d;t=60`, 1-i); got != want {
+			t.Errorf("request %d: RateLimit = %q, want %q", i, got, want)
 		}
-		ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-		if resp.StatusCode != 429 || err != nil || ra < 1 || ra > 3600 {
-			t.Errorf("request %d through caddy = %d, Retry-After %q; want 429 with 1 to 3600 seconds", i, resp.StatusCode, resp.Header.Get("Retry-After"))
-		}
-		if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" || !strings.Contains(string(body), `"status":429`) {
-			t.Errorf("request %d: Content-Type %q, body %s; want Sluice's problem+json", i, ct, body)
-		}
-		if rl := resp.Header.Get("RateLimit"); !strings.HasPrefix(rl, `"per-ip";r=0;`) {
-			t.Errorf("request %d: RateLimit = %q, want per-ip with 0 remaining", i, rl)
+		if got, want := a.header.Get("RateLimit-Policy"), `"per-client";q=2;w=60`; got != want {
+			t.Errorf("request %d: RateLimit-Policy = %q, want %q", i, got, want)
 		}
 	}
-	if got := hits.Load(); got != 3 {
-		t.Errorf("the upstream saw %d requests, want 3", got)
+	checkLimited(t, "request 2 through caddy", get(t, client, base+"/items/2"))
+	checkLimited(t, "request 3 with a forged X-Forwarded-For", get(t, client, base+"/items/3", "X-Forwarded-For", "203.0.113.7"))
+	if got := hits.Load(); got != 2 {
+		t.Errorf("the upstream saw %d requests, want 2", got)
 	}
 }

@@ -67,14 +67,45 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 // passes only 401 and 403 on).
 type denyStatusKey struct{}
 
+// ProblemHeader is the response field that carries a forward-auth
+// denial's problem+json body when ?deny_status replaces its 429: nginx's
+// auth_request drops the body of the answer but can copy a field
+// (auth_request_set) and return it as the body of its own 429.
+const ProblemHeader = "Sluice-Problem"
+
 // deny writes the response to a refused request: the middleware's
 // problem+json answer, with the status the forward-auth caller asked for.
+// When that status replaces a 429, the 429's body is also sent in the
+// ProblemHeader field, for nginx to give to the client.
 func deny(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
-	if s, ok := r.Context().Value(denyStatusKey{}).(int); ok && d.Status == http.StatusTooManyRequests {
-		d.Status = s
+	s, ok := r.Context().Value(denyStatusKey{}).(int)
+	if !ok || d.Status != http.StatusTooManyRequests || s == http.StatusTooManyRequests {
+		httplimit.WriteProblem(w, r, d)
+		return
 	}
+	c := problemCapture{header: w.Header()}
+	httplimit.WriteProblem(&c, r, d) // sets the fields on w's header, keeps the body
+	w.Header().Set(ProblemHeader, string(c.body))
+	d.Status = s
 	httplimit.WriteProblem(w, r, d)
 }
+
+// problemCapture is the http.ResponseWriter that deny renders the 429's
+// problem body into: it shares the real response's header and keeps the
+// body.
+type problemCapture struct {
+	header http.Header
+	body   []byte
+}
+
+func (c *problemCapture) Header() http.Header { return c.header }
+
+func (c *problemCapture) Write(b []byte) (int, error) {
+	c.body = append(c.body, b...)
+	return len(b), nil
+}
+
+func (c *problemCapture) WriteHeader(int) {}
 
 // original returns the request a trusted proxy asks about, rebuilt from
 // its X-Forwarded-* headers, or r itself when the peer is not trusted.

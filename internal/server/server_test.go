@@ -423,6 +423,12 @@ func TestForwardAuthErrors(t *testing.T) {
 		if want == 403 && rec.Header().Get("Retry-After") != "40" {
 			t.Errorf("deny_status=403: Retry-After = %q, want 40", rec.Header().Get("Retry-After"))
 		}
+		// The 429's problem body travels in a field, which nginx returns
+		// as the body of its own 429 (docs/configuration.md).
+		const problem = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Too many requests; retry in 40 seconds.","retry-after":40,"violated-policies":["tiny"]}`
+		if got := rec.Header().Get(ProblemHeader); (want == 403) != (got == problem) {
+			t.Errorf("deny_status=403, request %d: %s = %s, want it only on the denial, as %s", i, ProblemHeader, got, problem)
+		}
 	}
 	if rec := f.do("GET", "/v1/forward-auth?rule=login&deny_status=500", ""); rec.Code != http.StatusBadRequest {
 		t.Errorf("deny_status=500 = %d, want 400", rec.Code)
