@@ -1,0 +1,227 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io/fs"
+	"math/big"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The markers a Markdown page puts on the line before a ```yaml block
+// that is not a whole Sluice configuration. Every other ```yaml block of
+// the docs is one, and TestValidateDocs checks it.
+const (
+	// markFragment marks a part of a Sluice configuration (one section,
+	// an entry of a list), shown to explain it.
+	markFragment = "<!-- fragment"
+	// markOther marks another program's configuration (Traefik, Envoy,
+	// Istio), as in "<!-- other: Envoy's bootstrap -->".
+	markOther = "<!-- other:"
+	// markFormat marks the description of a format, with placeholders
+	// such as <a limit's name>: it need not even be YAML.
+	markFormat = "<!-- format"
+)
+
+// docYAML is a YAML text of the docs or examples: a ```yaml block of a
+// Markdown page, or a whole examples/*.yaml file.
+type docYAML struct {
+	where  string // file:line of its first line
+	marker string // the marker on the line before the block, if any
+	text   string
+}
+
+// docYAMLs returns the ```yaml blocks of the Markdown files of the
+// repository's docs/, examples/ and README.md, and the YAML files of
+// examples/.
+func docYAMLs(t *testing.T) []docYAML {
+	t.Helper()
+	var out []docYAML
+	md := []string{"../../README.md"}
+	for _, root := range []string{"../../docs", "../../examples"} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			switch filepath.Ext(path) {
+			case ".md":
+				md = append(md, path)
+			case ".yaml", ".yml":
+				b, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				out = append(out, docYAML{where: path + ":1", text: string(b)})
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range md {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, markdownYAML(path, string(b))...)
+	}
+	return out
+}
+
+// markdownYAML returns the ```yaml (or ```yml) blocks of the Markdown
+// text md, read from path.
+func markdownYAML(path, md string) []docYAML {
+	var out []docYAML
+	lines := strings.Split(md, "\n")
+	for i := 0; i < len(lines); i++ {
+		info, ok := strings.CutPrefix(lines[i], "```")
+		if !ok {
+			continue
+		}
+		lang := strings.TrimSpace(info)
+		b := docYAML{where: path + ":" + strconv.Itoa(i+2)}
+		if i > 0 && strings.HasPrefix(lines[i-1], "<!--") {
+			b.marker = strings.TrimSpace(lines[i-1])
+		}
+		var text strings.Builder
+		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+			text.WriteString(lines[i])
+			text.WriteByte('\n')
+		}
+		if lang == "yaml" || lang == "yml" {
+			b.text = text.String()
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// fileRefRE finds the files a configuration names: NAME_file: PATH (a
+// password, token, certificate or key) and file: PATH (a plan table).
+var fileRefRE = regexp.MustCompile(`(?m)\b([a-z_]*file):\s*"?([A-Za-z0-9._/-]+)"?`)
+
+// TestValidateDocs runs every YAML configuration shown in the docs
+// (docs/, examples/, README.md) through `sluice validate`, as a reader
+// who copies it into a file would: a block marked as a fragment or as
+// another program's configuration is only checked to be YAML, and one
+// marked as a format's description is not checked. The files a
+// configuration names are made beside it: a secret for *_file keys,
+// certificates and a key for TLS, and plan tables from examples/.
+func TestValidateDocs(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	checked := 0
+	for _, y := range docYAMLs(t) {
+		if strings.HasPrefix(y.marker, markFormat) {
+			continue
+		}
+		var tree yaml.Node
+		if err := yaml.Unmarshal([]byte(y.text), &tree); err != nil {
+			t.Errorf("%s: not YAML: %v\n%s", y.where, err, y.text)
+			continue
+		}
+		switch {
+		case strings.HasPrefix(y.marker, markFragment), strings.HasPrefix(y.marker, markOther):
+			continue
+		case y.marker != "":
+			t.Errorf("%s: unknown marker %q before a YAML block (want %q, %q or %q)", y.where, y.marker, markFragment+" -->", markOther+" NAME -->", markFormat+" -->")
+			continue
+		}
+		checked++
+		dir := t.TempDir()
+		for _, m := range fileRefRE.FindAllStringSubmatch(y.text, -1) {
+			writeReferenced(t, dir, m[1], m[2], pki)
+		}
+		file := filepath.Join(dir, "sluice.yaml")
+		if err := os.WriteFile(file, []byte(y.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := runSluice(t, nil, "validate", file); r.code != 0 {
+			t.Errorf("%s: not a valid configuration (mark a fragment with %q, another program's with %q):\n%s\n%s",
+				y.where, markFragment+" -->", markOther+" NAME -->", y.text, r.stderr)
+		}
+	}
+	if checked < 10 {
+		t.Errorf("checked %d configurations in the docs, want at least 10: are the ```yaml blocks still found?", checked)
+	}
+}
+
+// writeReferenced makes the file a configuration names with key, at the
+// relative path name in dir: a plan table is copied from examples/, a
+// certificate or key comes from pki, anything else is a secret.
+func writeReferenced(t *testing.T, dir, key, name string, pki testPKI) {
+	t.Helper()
+	if filepath.IsAbs(name) || strings.Contains(name, "..") {
+		t.Fatalf("the docs name the file %q: use a path relative to the configuration", name)
+	}
+	var content []byte
+	switch key {
+	case "ca_file", "cert_file":
+		content = pki.cert
+	case "key_file":
+		content = pki.key
+	case "file":
+		b, err := os.ReadFile(filepath.Join("../../examples", name))
+		if err != nil {
+			t.Fatalf("the docs name the table %q, which examples/ does not have: %v", name, err)
+		}
+		content = b
+	default:
+		content = []byte("0123456789abcdef0123456789abcdef\n")
+	}
+	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testPKI is a self-signed certificate (usable as a CA and as a client
+// certificate) and its key, in PEM.
+type testPKI struct{ cert, key []byte }
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "sluice docs test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testPKI{
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}),
+	}
+}
