@@ -1,0 +1,167 @@
+package envoycompat
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+const (
+	// reloadBefore has two domains; alpha's descriptor detailed has
+	// detailed_metric.
+	reloadBefore = `envoy:
+  - domain: alpha
+    descriptors:
+      - key: k
+        rate_limit: {unit: hour, requests_per_unit: 2}
+      - key: detailed
+        detailed_metric: true
+        rate_limit: {unit: hour, requests_per_unit: 5}
+  - domain: beta
+    descriptors:
+      - key: k
+        rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	// reloadAfter keeps alpha as it was, removes beta, adds gamma and asks
+	// for the reference's response headers.
+	reloadAfter = `envoy:
+  response_headers: reference
+  domains:
+    - domain: alpha
+      descriptors:
+        - key: k
+          rate_limit: {unit: hour, requests_per_unit: 2}
+        - key: detailed
+          detailed_metric: true
+          rate_limit: {unit: hour, requests_per_unit: 5}
+    - domain: gamma
+      descriptors:
+        - key: k
+          rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	// reloadBroken is refused (the reference keeps its configuration when
+	// a new one fails to load, and so does Sluice).
+	reloadBroken = `envoy:
+  - domain: gamma
+    descriptors:
+      - key: k
+        rate_limit: {unit: hours, requests_per_unit: 1}
+`
+)
+
+// TestReloadDomains: a reload adds and removes domains, keeps the
+// counters of limits it does not change and turns on response headers; a
+// bad file is refused and the service keeps its configuration. Derived
+// from test/integration/integration_test.go (its runtime reload of
+// reload.yaml and existingDomainreload.yaml) and test/service's
+// TestServiceWithDefaultRatelimitHeaders; detailed_metric from
+// test/config TestBasicConfig's key7.
+func TestReloadDomains(t *testing.T) {
+	stores(t, func(t *testing.T, storeYAML string) {
+		// The counts below are of one hour's window: start with a minute
+		// of it left at least.
+		if now := time.Now(); windowEnd(now, time.Hour).Sub(now) < time.Minute {
+			time.Sleep(windowEnd(now, time.Hour).Sub(now) + 10*time.Millisecond)
+		}
+		s := startServer(t, "sluice serve", serverConfig(storeYAML, reloadBefore))
+		want := func(domain string, desc *rlscommon.RateLimitDescriptor, w status) *rlsv3.RateLimitResponse {
+			t.Helper()
+			resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds(desc)})
+			if err != nil {
+				t.Fatalf("%s: %v", domain, err)
+			}
+			c := one(desc, w)
+			for _, b := range c.check(resp, before, after) {
+				t.Errorf("%s %s: %s", domain, descString(&rlsv3.RateLimitRequest{Descriptors: ds(desc)}), b)
+			}
+			return resp
+		}
+		want("alpha", d("k", "x"), ok(2, hour, 1))
+		want("beta", d("k", "x"), ok(1, hour, 0))
+		want("gamma", d("k", "x"), none)
+		want("alpha", d("detailed", "v1"), ok(5, hour, 4))
+		metrics := s.metrics(t)
+		for _, m := range []string{`descriptor="detailed_v1",domain="alpha"`, `descriptor="k",domain="alpha"`} {
+			if !strings.Contains(metrics, m) {
+				t.Errorf("/metrics lacks %s", m)
+			}
+		}
+
+		s.reload(t, serverConfig(storeYAML, reloadAfter))
+		waitFor(t, "gamma after the reload", func() bool {
+			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "gamma", Descriptors: ds(d("probe", "x"))})
+			return err == nil && len(resp.Statuses) == 1 && s.hasDomain(t, "gamma")
+		})
+		want("alpha", d("k", "x"), ok(2, hour, 0)) // its counter is kept
+		want("beta", d("k", "x"), none)            // removed
+		resp := want("gamma", d("k", "x"), ok(1, hour, 0))
+		checkReferenceHeaders(t, resp, "1", "0", false)
+		resp = want("gamma", d("k", "x"), over(1, hour))
+		checkReferenceHeaders(t, resp, "1", "0", true)
+
+		s.reload(t, serverConfig(storeYAML, reloadBroken))
+		waitFor(t, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
+		want("gamma", d("k", "x"), over(1, hour))
+		want("alpha", d("k", "x"), over(2, hour))
+	})
+}
+
+// hasDomain reports whether domain is configured: a descriptor with an
+// override gets a limit only in a configured domain.
+func (s *server) hasDomain(t *testing.T, domain string) bool {
+	resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds(dl(1000, hour, "probe", fmt.Sprint(time.Now().UnixNano())))})
+	return err == nil && resp.Statuses[0].GetCurrentLimit() != nil
+}
+
+// checkReferenceHeaders checks the headers envoyproxy/ratelimit adds
+// with LIMIT_RESPONSE_HEADERS_ENABLED, and Retry-After when overLimit.
+func checkReferenceHeaders(t *testing.T, resp *rlsv3.RateLimitResponse, limit, remaining string, overLimit bool) {
+	t.Helper()
+	h := map[string]string{}
+	for _, hv := range resp.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if h["RateLimit-Limit"] != limit || h["RateLimit-Remaining"] != remaining {
+		t.Errorf("headers %v, want RateLimit-Limit %s and RateLimit-Remaining %s", h, limit, remaining)
+	}
+	if r, err := strconv.Atoi(h["RateLimit-Reset"]); err != nil || r < 1 || r > 3600 {
+		t.Errorf("RateLimit-Reset = %q, want the seconds to the end of the hour", h["RateLimit-Reset"])
+	}
+	if _, has := h["Retry-After"]; has != overLimit {
+		t.Errorf("headers %v: Retry-After present = %v, want %v", h, has, overLimit)
+	}
+}
+
+// metrics returns the service's Prometheus metrics.
+func (s *server) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + s.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// waitFor polls cond until it holds, failing the test after waitTimeout.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", waitTimeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
