@@ -167,14 +167,25 @@ type dial struct {
 
 var _ sluice.Store = (*Store)(nil)
 
+// CheckPrefix returns an error, which says why, when prefix cannot start
+// the store's keys (Options.Prefix): when it contains '{' or '}', which
+// would choose the Redis Cluster hash slot of every key. The empty prefix
+// passes (New reads it as the default).
+func CheckPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return errors.New("must not contain '{' or '}': they would choose the Redis Cluster hash slot of every key, which the store chooses by each key's own hash tag")
+	}
+	return nil
+}
+
 // New returns a store. It does not wait for Redis: when Redis cannot be
 // reached yet, calls are decided by the failure policy until it can.
 func New(opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(opts.Prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q must not contain '{' or '}' (they would choose the Redis Cluster slot)", opts.Prefix)
+	if err := CheckPrefix(opts.Prefix); err != nil {
+		return nil, fmt.Errorf("redisstore: prefix %q %w", opts.Prefix, err)
 	}
 	if opts.Timeout < 0 || opts.BreakerThreshold < 0 || opts.BreakerCooldown < 0 || opts.MaxBatch < 0 {
 		return nil, errors.New("redisstore: Timeout, BreakerThreshold, BreakerCooldown and MaxBatch must not be negative")

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // document decodes a whole configuration file.
@@ -260,7 +261,14 @@ func (d *decoder) store(top object) Store {
 	s.Redis.Prefix = DefaultRedisPrefix
 	if v := ro.get("prefix"); v != nil {
 		if p, ok := d.str(v, "store.redis.prefix"); ok {
-			s.Redis.Prefix = p
+			switch err := redisstore.CheckPrefix(p); {
+			case p == "":
+				d.add(deref(v), "store.redis.prefix", "must not be empty; leave it out for the default %q", DefaultRedisPrefix)
+			case err != nil:
+				d.add(deref(v), "store.redis.prefix", "%q %v", p, err)
+			default:
+				s.Redis.Prefix = p
+			}
 		}
 	}
 	av := ro.get("addrs")
