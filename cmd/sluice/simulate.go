@@ -36,6 +36,10 @@ Flags:
                        burst of their own and refuse one other than the limit.
                        With --algorithm all it applies to the bucket family only.
   --trace FILE|-       the trace to read; - or no --trace reads standard input
+                       (from a terminal, end it with Ctrl-D)
+  --allow-empty        accept a trace without requests (by default an error:
+                       a trace whose only line is taken as a header, such as
+                       1e3,a, has none)
   --format table|jsonl
                        table (default): a summary per key, or with
                        --algorithm all a comparison; jsonl: one decision per
@@ -143,6 +147,8 @@ type simulateFlags struct {
 	duration  time.Duration
 	keys      int64
 	seed      uint64
+	// allowEmpty accepts a trace without requests.
+	allowEmpty bool
 }
 
 // newSimulateFlags returns the flag set of `sluice simulate`, which
@@ -162,6 +168,7 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.Var((*durationFlag)(&f.duration), "duration", "how long the generated traffic lasts")
 	fs.Var((*intFlag)(&f.keys), "keys", "number of keys of the generated traffic")
 	fs.Var((*uintFlag)(&f.seed), "seed", "seed of the poisson pattern")
+	fs.BoolVar(&f.allowEmpty, "allow-empty", false, "accept a trace without requests")
 	return fs, f
 }
 
@@ -220,6 +227,7 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 	}
 
 	var src simulate.Source
+	var trace *simulate.TraceReader
 	var traceName string
 	traceErr := func(err error) error {
 		var pe *simulate.ParseError
@@ -262,7 +270,11 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 			}
 			in = rewound
 		}
-		src = simulate.NewTraceReader(in)
+		if name == "<stdin>" && interactive(in) {
+			fmt.Fprintln(s.stderr, "reading trace from standard input (Ctrl-D to end)")
+		}
+		trace = simulate.NewTraceReader(in)
+		src = trace
 	}
 
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
@@ -308,7 +320,9 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 		}
 	}
 	var span simulate.Span
+	var requests int64
 	err = simulate.Run(ctx, src, policies, func(req simulate.Request, ds []sluice.Decision) error {
+		requests++
 		if chart != nil {
 			span.Add(req)
 			if err := chart.Add(req, ds); err != nil {
@@ -319,6 +333,9 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 	})
 	if err != nil {
 		return traceErr(err)
+	}
+	if requests == 0 && trace != nil && !f.allowEmpty {
+		return emptyTrace(traceName, trace)
 	}
 	if chart != nil {
 		chart.Heading = chartHeading(policies, traffic, traceName, span)
@@ -534,4 +551,29 @@ func (v *durationFlag) Set(s string) error {
 	}
 	*v = durationFlag(d)
 	return nil
+}
+
+// emptyTrace is the error for a trace without requests, naming the line
+// read as a header, if any: the commonest way to get one by mistake.
+func emptyTrace(name string, tr *simulate.TraceReader) error {
+	msg := fmt.Sprintf("simulate: trace %s has no requests", name)
+	if h, line := tr.Header(); line > 0 {
+		msg += fmt.Sprintf(" (line %d, %q, was read as a header: its first field is not an integer)", line, h)
+	}
+	return errors.New(msg + "; --allow-empty accepts a trace without requests")
+}
+
+// interactive reports whether r is a terminal, by the test the standard
+// library allows: a character device other than /dev/null.
+func interactive(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
 }

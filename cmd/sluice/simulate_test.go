@@ -292,6 +292,81 @@ func TestSimulateTraceErrors(t *testing.T) {
 	}
 }
 
+// TestSimulateEmptyTrace checks that a trace without requests is an error
+// (exit 1, naming a line taken as a header) unless --allow-empty.
+func TestSimulateEmptyTrace(t *testing.T) {
+	const noRequests = "; --allow-empty accepts a trace without requests\n"
+	tests := []struct {
+		name, trace, want string
+	}{
+		{"header only", "1e3,a\n", `sluice: simulate: trace <stdin> has no requests (line 1, "1e3,a", was read as a header: its first field is not an integer)` + noRequests},
+		{"header after comments", "# x\n\n  t_ms,key \n", `sluice: simulate: trace <stdin> has no requests (line 3, "t_ms,key", was read as a header: its first field is not an integer)` + noRequests},
+		{"empty", "", "sluice: simulate: trace <stdin> has no requests" + noRequests},
+		{"comments only", "# nothing\n", "sluice: simulate: trace <stdin> has no requests" + noRequests},
+	}
+	for _, tt := range tests {
+		for _, format := range []string{"table", "jsonl"} {
+			t.Run(tt.name+"/"+format, func(t *testing.T) {
+				args := []string{"simulate", "--algorithm", "gcra", "--limit", "2", "--period", "1s", "--format", format}
+				r := runSluice(t, strings.NewReader(tt.trace), args...)
+				if r.code != 1 || r.stderr != tt.want || r.stdout != "" {
+					t.Errorf("exit %d, stderr %q, stdout %q; want 1, %q and no output", r.code, r.stderr, r.stdout, tt.want)
+				}
+				r = runSluice(t, strings.NewReader(tt.trace), append(args, "--allow-empty")...)
+				if r.code != 0 || r.stderr != "" {
+					t.Errorf("--allow-empty: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+				}
+				if format == "table" && !strings.HasPrefix(r.stdout, "Trace: no requests, 0 keys\n") {
+					t.Errorf("--allow-empty: stdout %q, want the empty table", r.stdout)
+				}
+			})
+		}
+	}
+}
+
+// TestInteractive checks which standard inputs get the "reading trace
+// from standard input" note: character devices other than /dev/null.
+func TestInteractive(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	file, err := os.Open("simulate.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for _, c := range []struct {
+		name string
+		r    io.Reader
+	}{{"pipe", pr}, {"null", null}, {"file", file}, {"reader", strings.NewReader("")}} {
+		if interactive(c.r) {
+			t.Errorf("interactive(%s) = true, want false", c.name)
+		}
+	}
+	// /dev/zero is a character device, as a terminal is: sluice simulate
+	// tells the user it reads it (and then finds a line too long).
+	zero, err := os.Open("/dev/zero")
+	if err != nil {
+		t.Skip("no /dev/zero:", err)
+	}
+	defer zero.Close()
+	if !interactive(zero) {
+		t.Errorf("interactive(/dev/zero) = false, want true")
+	}
+	r := runSluice(t, zero, "simulate", "--algorithm", "gcra", "--limit", "2", "--period", "1s")
+	if !strings.HasPrefix(r.stderr, "reading trace from standard input (Ctrl-D to end)\n") || r.code != 1 {
+		t.Errorf("simulate from a character device: exit %d, stderr %q; want the note first", r.code, r.stderr)
+	}
+}
+
 func TestSimulateTraceFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.csv")
 	if err := os.WriteFile(path, []byte("1,a\n0,a\n"), 0o644); err != nil {

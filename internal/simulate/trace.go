@@ -79,6 +79,9 @@ type TraceReader struct {
 	prevT    int64
 	prevLine int
 	err      error
+	// header is the line skipped as a header, and headerLine its number.
+	header     string
+	headerLine int
 }
 
 // NewTraceReader returns a TraceReader that reads from r.
@@ -90,6 +93,10 @@ func NewTraceReader(r io.Reader) *TraceReader {
 
 // Line returns the number of the line that the last call to Next read.
 func (tr *TraceReader) Line() int { return tr.line }
+
+// Header returns the line skipped as a header (without surrounding
+// space) and its number, or "" and 0 when none was.
+func (tr *TraceReader) Header() (string, int) { return tr.header, tr.headerLine }
 
 // Next returns the next request, io.EOF after the last one, or the error
 // that stopped the reader (a *ParseError, or the error of the underlying
@@ -119,7 +126,8 @@ func (tr *TraceReader) next() (Request, error) {
 		first := !tr.started
 		tr.started = true
 		if first && !isInteger(bytes.TrimSpace(field(b, 0))) {
-			continue // a header
+			tr.header, tr.headerLine = string(b), tr.line
+			continue
 		}
 		r, msg := parseLine(b)
 		if msg != "" {
