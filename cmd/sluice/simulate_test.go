@@ -585,6 +585,40 @@ func TestSimulateChart(t *testing.T) {
 	}
 }
 
+// TestSimulateChartAndTableAgree checks that where the chart and the table
+// count differently (all keys against one; leaky_bucket's starts against
+// its admissions) each says which it counts.
+func TestSimulateChartAndTableAgree(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "keys.svg")
+	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
+		"--pattern", "boundary", "--rate", "100/1m", "--duration", "2m", "--keys", "2", "--chart", svg)
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"fixed_window: admitted 400 of 400 requests, at most 400 in any 1m, all 2 keys together",
+		"leaky_bucket: admitted 200 of 400 requests, at most 200 started in any 1m (counted at time + delay), all 2 keys together",
+		"limit: 100 per 1m × 2 keys",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+	for _, want := range []string{
+		"fixed_window    400       0       400            200  ",
+		"MAX COST IN ANY 1m0s: the most cost admitted for one key within any interval of that length,\n" +
+			"counted when admitted (a --chart row adds up all keys, and counts leaky_bucket's requests when they start).\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
 func TestSimulateChartErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir", "chart.svg")
 	r := runSluice(t, nil, "simulate", "--algorithm", "gcra", "--limit", "5", "--period", "1s", "--pattern", "steady",

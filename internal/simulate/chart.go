@@ -345,6 +345,10 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 			titles[i] = fmt.Sprintf("%v: admitted %d of %d requests, at most %d started in any %s (counted at time + delay)",
 				r.policy.Algorithm, r.admittedReqs, len(c.offered), r.peakAdmitted, period)
 		}
+		if keys > 1 {
+			// The comparison table's maximum is per key.
+			titles[i] += fmt.Sprintf(", all %d keys together", keys)
+		}
 		p.Title.Text = " "
 		setFont(&p.Title.TextStyle, 9.5)
 		p.Title.Padding = 3

@@ -166,7 +166,8 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nMAX COST IN ANY %s: the most cost admitted for one key within any interval %s.\n"+
+	_, err := fmt.Fprintf(w, "\nMAX COST IN ANY %s: the most cost admitted for one key within any interval %s,\n"+
+		"counted when admitted (a --chart row adds up all keys, and counts leaky_bucket's requests when they start).\n"+
 		"P99 DELAY: nearest-rank 99th percentile of the delay of admitted requests (the ⌈0.99·n⌉-th smallest of n);\n"+
 		"only leaky_bucket delays requests.\n", period, length)
 	return err

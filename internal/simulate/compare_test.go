@@ -144,7 +144,8 @@ func TestComparisonWriteTableMixed(t *testing.T) {
 	got := buf.String()
 	for _, want := range []string{
 		"Trace: 1 request, at 1970-01-01T00:00:00.001Z, 1 key\n\n",
-		"MAX COST IN ANY PERIOD: the most cost admitted for one key within any interval of the policy's period.\n",
+		"MAX COST IN ANY PERIOD: the most cost admitted for one key within any interval of the policy's period,\n" +
+			"counted when admitted (a --chart row adds up all keys, and counts leaky_bucket's requests when they start).\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
