@@ -402,3 +402,151 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalRefusalsRedisDown: a refusal cached before Redis went away is
+// still a refusal, not degraded, until its state would admit; degraded
+// decisions are never cached; and a Redis restarted empty is asked again
+// once the cached state would admit (at most its RetryAfter later).
+func TestLocalRefusalsRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: time.Second, BreakerThreshold: 1, BreakerCooldown: 20 * time.Millisecond})
+	// One unit back every 1.5 s.
+	p := sluice.TokenBucket(2, 3*time.Second, 2)
+	req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+	for i, want := range []bool{true, true, false} {
+		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || d.Allowed != want || d.Degraded {
+			t.Fatalf("Allow %d = %+v, %v; want allowed %t from Redis", i, d, err, want)
+		}
+	}
+	srv.Kill()
+	n := st.LocalRefusalStats().Local
+	d, err := st.Allow(t.Context(), time.Time{}, req)
+	if err != nil || d.Allowed || d.Degraded || d.RetryAfter <= 0 || d.RetryAfter > 1500*time.Millisecond {
+		t.Fatalf("Allow with Redis down = %+v, %v; want refused as cached, not degraded", d, err)
+	}
+	if st.LocalRefusalStats().Local != n+1 {
+		t.Fatalf("the refusal with Redis down was not local")
+	}
+	// Another key: the failure policy decides, and nothing is cached.
+	entries := st.LocalRefusalStats().Entries
+	other := sluice.Request{Policy: p, Key: "other", Cost: 1}
+	for range 3 {
+		if d, err := st.Allow(t.Context(), time.Time{}, other); err != nil || !d.Degraded || d.Allowed {
+			t.Fatalf("Allow of another key with Redis down = %+v, %v; want denied by the failure policy", d, err)
+		}
+	}
+	if got := st.LocalRefusalStats().Entries; got != entries {
+		t.Errorf("degraded decisions made %d entries, want none", got-entries)
+	}
+
+	// Redis comes back empty: the cached entry still refuses until its
+	// state would admit (the documented cost of a lost state), then Redis
+	// decides, afresh.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = st.Allow(t.Context(), time.Time{}, req)
+	if err != nil || d.Allowed || d.Degraded {
+		t.Fatalf("Allow after the restart = %+v, %v; want refused as cached", d, err)
+	}
+	time.Sleep(d.RetryAfter)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err = st.Allow(t.Context(), time.Time{}, req)
+		if err == nil && !d.Degraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Allow after the retry = %+v, %v; want a decision from Redis", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !d.Allowed || d.Remaining != 1 {
+		t.Errorf("Allow after the retry = %+v; want allowed by the empty Redis, 1 remaining", d)
+	}
+}
+
+// TestLocalRefusalsPolicyChange: a changed policy (numbers or name) for
+// the same key is another entry, decided by Redis.
+func TestLocalRefusalsPolicyChange(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+	p := sluice.FixedWindow(1, time.Hour).Named("plan-free")
+	for _, want := range []bool{true, false} {
+		if d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err != nil || d.Allowed != want {
+			t.Fatalf("Allow = %+v, %v; want allowed %t", d, err, want)
+		}
+	}
+	for _, q := range []sluice.Policy{sluice.FixedWindow(2, time.Hour).Named("plan-free"), sluice.FixedWindow(1, time.Hour).Named("plan-pro")} {
+		n := st.LocalRefusalStats().Local
+		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: q, Key: "k", Cost: 1})
+		if err != nil || !d.Allowed || st.LocalRefusalStats().Local != n {
+			t.Errorf("Allow under %v after %v refused = %+v, %v; want allowed by Redis", q, p, d, err)
+		}
+	}
+	if s := st.LocalRefusalStats(); s.ByPolicy["plan-free"] != 0 {
+		t.Errorf("local refusals by policy = %v", s.ByPolicy)
+	}
+	if d, _ := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); d.Allowed {
+		t.Errorf("the first policy admits again")
+	}
+	if s := st.LocalRefusalStats(); s.ByPolicy["plan-free"] != 1 || s.Local != 1 || s.Decisions != 5 {
+		t.Errorf("stats = %+v; want 1 local refusal (plan-free) of 5 decisions", s)
+	}
+}
+
+// TestLocalRefusalsBounded: the cache never holds more than its entries
+// and bytes allow; Off sends every request to Redis.
+func TestLocalRefusalsBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	p := sluice.TokenBucket(1, time.Hour, 1)
+	for _, c := range []struct {
+		name     string
+		opts     LocalRefusals
+		maxCount int
+	}{
+		{"entries", LocalRefusals{MaxEntries: 64}, 64},
+		{"bytes", LocalRefusals{MaxBytes: int64(refusalShards * EntryBytes(40, 0))}, refusalShards},
+		{"off", LocalRefusals{Off: true}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: c.opts})
+			for i := range 300 {
+				req := sluice.Request{Policy: p, Key: fmt.Sprint("key-", i), Cost: 1}
+				for range 2 {
+					if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			s := st.LocalRefusalStats()
+			if s.Entries > c.maxCount || (c.maxCount > 0 && s.Entries < c.maxCount/4) {
+				t.Errorf("%d entries held, want at most %d (and not far fewer)", s.Entries, c.maxCount)
+			}
+			if c.opts.MaxBytes > 0 && s.Bytes > c.opts.MaxBytes+refusalShards {
+				t.Errorf("%d bytes held, want at most %d", s.Bytes, c.opts.MaxBytes)
+			}
+			// The most recent refusal is cached (when on) and answered locally.
+			req := sluice.Request{Policy: p, Key: "key-299", Cost: 1}
+			st.Allow(t.Context(), time.Time{}, req)
+			if got := st.LocalRefusalStats().Local; (got == 1) != !c.opts.Off {
+				t.Errorf("local refusals after a repeated refusal = %d (off %t)", got, c.opts.Off)
+			}
+		})
+	}
+}
+
+// TestLocalRefusalsCluster floods one key of a Redis Cluster from 3
+// instances: exactly the limit passes, and most refusals are local.
+func TestLocalRefusalsCluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	stores := newInstances(t, c.Addrs[:1], 3, Options{Failure: FailError})
+	p := sluice.GCRA(20, time.Hour, 20)
+	admitted, failed := hammer(t, stores, 8, 30, sluice.Request{Policy: p, Key: "hot", Cost: 1})
+	if failed > 0 || admitted != 20 {
+		t.Errorf("%d admitted, %d failed; want exactly 20 admitted", admitted, failed)
+	}
+	if n := localCount(stores...); n < (3*8*30-20)/2 {
+		t.Errorf("%d refusals were local, want most", n)
+	}
+}
