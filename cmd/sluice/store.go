@@ -72,9 +72,14 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 		Addrs:        cfg.Redis.Addrs,
 		Prefix:       cfg.Redis.Prefix,
 		MaxBatch:     cfg.Redis.MaxBatch,
-		Timeout:      cfg.Timeout,
-		Failure:      failure,
-		OnError:      newErrorLog(logger, m).report,
+		LocalRefusals: redisstore.LocalRefusals{
+			Off:        cfg.Redis.LocalRefusals.Off,
+			MaxEntries: cfg.Redis.LocalRefusals.MaxEntries,
+			MaxBytes:   cfg.Redis.LocalRefusals.MaxBytes,
+		},
+		Timeout: cfg.Timeout,
+		Failure: failure,
+		OnError: newErrorLog(logger, m).report,
 		OnBreakerChange: func(from, to redisstore.BreakerState) {
 			lv := slog.LevelWarn
 			if to == redisstore.BreakerClosed {

@@ -131,6 +131,21 @@ type Redis struct {
 	// Sentinel, when set, makes Addrs the addresses of Redis Sentinels,
 	// which name the master of the set to use.
 	Sentinel *RedisSentinel
+	// LocalRefusals is store.redis.local_refusals.
+	LocalRefusals LocalRefusals
+}
+
+// LocalRefusals is store.redis.local_refusals: the cache of refused keys'
+// states with which the Redis store refuses, without calling Redis, what
+// Redis would refuse (redisstore.LocalRefusals). The zero value is on,
+// with the store's default sizes.
+type LocalRefusals struct {
+	// Off turns local refusals off (enabled: false).
+	Off bool
+	// MaxEntries and MaxBytes bound the cache; 0 means the store's
+	// defaults (65,536 entries, 16 MiB).
+	MaxEntries int
+	MaxBytes   int64
 }
 
 // RedisSentinel is store.redis.sentinel.
@@ -341,6 +356,9 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if o.Redis.MaxBatch != n.Redis.MaxBatch {
 		out = append(out, "store.redis.max_batch")
+	}
+	if o.Redis.LocalRefusals != n.Redis.LocalRefusals {
+		out = append(out, "store.redis.local_refusals")
 	}
 	if o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password {
 		out = append(out, "store.redis credentials")

@@ -207,9 +207,11 @@ func TestRedis(t *testing.T) {
 	}
 	s := c.Store()
 	want := Store{Backend: RedisBackend, Timeout: 20 * time.Millisecond, OnError: OnErrorLocal,
-		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:", MaxBatch: 32}}
+		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:", MaxBatch: 32,
+			LocalRefusals: LocalRefusals{MaxEntries: 10000, MaxBytes: 4 << 20}}}
 	if s.Backend != want.Backend || s.Timeout != want.Timeout || s.OnError != want.OnError ||
-		s.Redis.Prefix != want.Redis.Prefix || !slices.Equal(s.Redis.Addrs, want.Redis.Addrs) || s.Redis.MaxBatch != want.Redis.MaxBatch {
+		s.Redis.Prefix != want.Redis.Prefix || !slices.Equal(s.Redis.Addrs, want.Redis.Addrs) || s.Redis.MaxBatch != want.Redis.MaxBatch ||
+		s.Redis.LocalRefusals != want.Redis.LocalRefusals {
 		t.Errorf("Store() = %+v, want %+v", s, want)
 	}
 	if got := c.Listen().HTTP; got != ":8080" {
@@ -458,8 +460,8 @@ func TestRestartRequired(t *testing.T) {
 	}{
 		{"limits only", "limits: {a: {algorithm: gcra, limit: 2, period: 1s}}", nil},
 		{"listen", "listen: {http: ':9', grpc: ':10'}", []string{"listen.http", "listen.grpc"}},
-		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p, max_batch: 1}, timeout: 1s, on_error: deny}",
-			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis.max_batch", "store.timeout", "store.on_error"}},
+		{"store", "store: {backend: redis, redis: {addrs: ['r:1'], prefix: p, max_batch: 1, local_refusals: {enabled: false}}, timeout: 1s, on_error: deny}",
+			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis.max_batch", "store.redis.local_refusals", "store.timeout", "store.on_error"}},
 		{"redis security", "store: {backend: redis, redis: {addrs: ['r:1'], password: pw, tls: true, sentinel: {master_set: m}}}",
 			[]string{"store.backend", "store.redis.addrs", "store.redis.prefix", "store.redis credentials", "store.redis.sentinel", "store.redis.tls"}},
 	}

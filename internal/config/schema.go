@@ -248,11 +248,14 @@ func (d *decoder) store(top object) Store {
 	if s.Backend != RedisBackend {
 		d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
 	}
-	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls", "sentinel")
+	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls", "sentinel", "local_refusals")
 	if !ok {
 		return s
 	}
 	d.redisAuth(ro, &s.Redis)
+	if v := ro.get("local_refusals"); v != nil {
+		s.Redis.LocalRefusals = d.localRefusals(ro.fields["local_refusals"].key, v)
+	}
 	if v := ro.get("max_batch"); v != nil {
 		if n, ok := d.integer(v, "store.redis.max_batch", 1, 1024); ok {
 			s.Redis.MaxBatch = int(n)
@@ -283,6 +286,33 @@ func (d *decoder) store(top object) Store {
 		s.Redis.Addrs = addrs
 	}
 	return s
+}
+
+// localRefusals decodes store.redis.local_refusals: enabled (default
+// true), max_entries and max_bytes.
+func (d *decoder) localRefusals(at, v *yaml.Node) LocalRefusals {
+	const path = "store.redis.local_refusals"
+	var lr LocalRefusals
+	o, ok := d.mapping(at, v, path, "enabled", "max_entries", "max_bytes")
+	if !ok {
+		return lr
+	}
+	if v := o.get("enabled"); v != nil {
+		if on, ok := d.boolean(v, path+".enabled"); ok {
+			lr.Off = !on
+		}
+	}
+	if v := o.get("max_entries"); v != nil {
+		if n, ok := d.integer(v, path+".max_entries", 1, 100_000_000); ok {
+			lr.MaxEntries = int(n)
+		}
+	}
+	if v := o.get("max_bytes"); v != nil {
+		if n, ok := d.integer(v, path+".max_bytes", 4096, 1<<40); ok {
+			lr.MaxBytes = n
+		}
+	}
+	return lr
 }
 
 var limitKeys = []string{"algorithm", "limit", "period", "burst", "shadow"}
