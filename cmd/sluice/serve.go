@@ -300,11 +300,12 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	dyn := openDynamic(cfg.Store(), logger)
 	st.closers = append(st.closers, dyn.close)
 	h, err := server.New(cfg, st.store, dyn.options(server.Options{
-		Logger:       logger,
-		Registry:     s.reg,
-		CircuitState: st.circuit,
-		StoreHealth:  st.health,
-		ReadTimeout:  f.readTimeout,
+		Logger:        logger,
+		Registry:      s.reg,
+		CircuitState:  st.circuit,
+		LocalRefusals: st.local,
+		StoreHealth:   st.health,
+		ReadTimeout:   f.readTimeout,
 	}))
 	if err != nil {
 		st.close()

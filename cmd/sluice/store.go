@@ -37,8 +37,10 @@ type openedStore struct {
 	// circuit reports the Redis store's breaker state; nil for memory.
 	circuit func() string
 	// health checks the Redis masters, for /readyz; nil for memory.
-	health  func(ctx context.Context) server.StoreHealth
-	redis   *redisstore.Store
+	health func(ctx context.Context) server.StoreHealth
+	redis  *redisstore.Store
+	// local reports the Redis store's local refusals; nil without them.
+	local   func() server.LocalRefusals
 	closers []func() error
 }
 
@@ -103,6 +105,12 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	}
 	o.store, o.redis = rs, rs
 	o.circuit = func() string { return rs.BreakerState().String() }
+	if !cfg.Redis.LocalRefusals.Off {
+		o.local = func() server.LocalRefusals {
+			s := rs.LocalRefusalStats()
+			return server.LocalRefusals{Decisions: s.Decisions, Local: s.Local, ByLimit: s.ByPolicy, Entries: s.Entries, Bytes: s.Bytes}
+		}
+	}
 	o.health = func(ctx context.Context) server.StoreHealth {
 		h := rs.Check(ctx)
 		return server.StoreHealth{Masters: h.Masters, Down: h.Down, Err: h.Err}

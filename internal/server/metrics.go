@@ -45,7 +45,7 @@ var storeBuckets = []float64{1e-6, 5e-6, 25e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.
 // sluice_store_circuit_state.
 var circuitStates = []string{"closed", "open", "half-open"}
 
-func newMetrics(reg prometheus.Registerer, store sluice.Store, circuit func() string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store sluice.Store, circuit func() string, local func() LocalRefusals) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
@@ -102,6 +102,9 @@ func newMetrics(reg prometheus.Registerer, store sluice.Store, circuit func() st
 				return 0
 			}))
 		}
+	}
+	if local != nil {
+		cs = append(cs, newLocalRefusalCollector(local))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	_ "embed"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
@@ -33,6 +34,7 @@ type pageData struct {
 	StatusWord  string
 	StatusClass string
 	Keys        string
+	LocalShare  string
 	Counters    int
 	Ratio       string
 	Tiles       []tile
@@ -82,6 +84,9 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	d.StatusWord, d.StatusClass = health(s.Store)
 	if s.Store.Keys != nil {
 		d.Keys = groupDigits(uint64(*s.Store.Keys))
+	}
+	if l := s.Store.Local; l != nil {
+		d.LocalShare = localShare(l)
 	}
 	var last10, minute [numOutcomes]uint64
 	for _, l := range s.Limits {
@@ -209,4 +214,10 @@ func groupDigits(n uint64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// localShare describes the share of decisions that never reached Redis, as
+// the page's script does (localShare in status.js).
+func localShare(l *localJSON) string {
+	return fmt.Sprintf("%.1f%% of %s decisions", 100*l.Share, groupDigits(l.Decisions))
 }

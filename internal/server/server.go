@@ -62,6 +62,11 @@ type Options struct {
 	// one, for a backend of one master; a store with neither is in
 	// process and always ready.
 	StoreHealth func(ctx context.Context) StoreHealth
+	// LocalRefusals, when set, reports the Redis store's local refusals,
+	// for the sluice_store_local_refusal* metrics and the status page's
+	// share of decisions that never reached Redis. Nil means the store
+	// has none.
+	LocalRefusals func() LocalRefusals
 	// Now returns the current time, for reload timestamps and header
 	// fields that carry a time, and the expiry of overrides; default
 	// time.Now. Decisions use the store's clock.
@@ -101,6 +106,8 @@ type Handler struct {
 	now         func() time.Time
 	circuit     func() string
 	health      func(ctx context.Context) StoreHealth
+	// localRefusals reports the Redis store's local refusals; nil without.
+	localRefusals func() LocalRefusals
 	// mux serves every endpoint; public and admin split them for
 	// separate listeners (admin.go).
 	mux, public, admin *http.ServeMux
@@ -175,7 +182,8 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.circuit = opts.CircuitState
 	h.health = opts.StoreHealth
 	h.board = newBoard(h.now)
-	m, err := newMetrics(h.reg, store, opts.CircuitState)
+	h.localRefusals = opts.LocalRefusals
+	m, err := newMetrics(h.reg, store, opts.CircuitState, opts.LocalRefusals)
 	if err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}

@@ -211,6 +211,18 @@ type storeJSON struct {
 	OnError string `json:"on_error,omitempty"`
 	// Keys is the number of (limit, key) pairs an in-memory store tracks.
 	Keys *int `json:"keys,omitempty"`
+	// Local is the Redis store's local refusals; absent without them.
+	Local *localJSON `json:"local_refusals,omitempty"`
+}
+
+// localJSON is the status of a Redis store's local refusals.
+type localJSON struct {
+	// Share is the share of the store's decisions that never reached
+	// Redis (refused locally), from 0 to 1, since the service started.
+	Share     float64 `json:"share"`
+	Decisions uint64  `json:"decisions"`
+	Local     uint64  `json:"local"`
+	Entries   int     `json:"entries"`
 }
 
 type limitJSON struct {
@@ -301,6 +313,10 @@ func (h *Handler) storeStatus(ctx context.Context, cfg config.Store) storeJSON {
 		if sh.Masters > 1 {
 			s.Masters = sh.Masters
 		}
+	}
+	if h.localRefusals != nil {
+		l := h.localRefusals()
+		s.Local = &localJSON{Share: l.share(), Decisions: l.Decisions, Local: l.Local, Entries: l.Entries}
 	}
 	if l, ok := h.raw.(interface{ Len() int }); ok {
 		n := l.Len()

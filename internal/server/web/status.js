@@ -4,6 +4,12 @@
 // reads with JavaScript off. Paths follow page.go's, point for point.
 (function () {
   'use strict';
+  // localShare describes the share of decisions that never reached Redis,
+  // as the page renders it on the server (localShare in page.go).
+  function localShare(l) {
+    return (100 * l.share).toFixed(1) + '% of ' + l.decisions.toLocaleString('en') + ' decisions';
+  }
+
   var OUTCOMES = ['allowed', 'denied', 'shadow_denied', 'degraded'];
   var CLASS = {allowed: 'allowed', denied: 'denied', shadow_denied: 'shadow', degraded: 'degraded'};
   var main = document.getElementById('main');
@@ -116,6 +122,7 @@
     }
     if (s.store.circuit) text('[data-store="circuit"]', s.store.circuit);
     if (s.store.keys !== undefined) text('[data-store="keys"]', s.store.keys.toLocaleString('en'));
+    if (s.store.local_refusals) text('[data-store="local"]', localShare(s.store.local_refusals));
 
     var tbody = document.querySelector('#denied tbody');
     var rows = document.createDocumentFragment();
