@@ -54,6 +54,19 @@ type Params struct {
 	Limit  int64 // L: cost units admitted per period
 	Burst  int64 // B: capacity of the token-bucket family; equals Limit for windows
 	Period int64 // P in microseconds
+	// Cal, when set, places the windows of the window algorithms on a
+	// civil calendar instead of multiples of Period since the Unix epoch;
+	// Period is then Cal.Unit.Longest() and only Check reads it.
+	Cal *Calendar
+}
+
+// bounds returns the windows around now: the calendar's, or windows of
+// length Period aligned to multiples of it since the Unix epoch.
+func (p *Params) bounds(now int64) Bounds {
+	if p.Cal != nil {
+		return p.Cal.Bounds(now)
+	}
+	return periodic(now, p.Period)
 }
 
 // Check reports whether p lies within the ranges every function here

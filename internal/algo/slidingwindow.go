@@ -3,21 +3,21 @@ package algo
 import "math"
 
 // SlidingWindow decides a request under the sliding window counter (as
-// described by Cloudflare): windows aligned as FixedWindow's, and the
-// estimate
+// described by Cloudflare): windows as FixedWindow's, and the estimate
 //
-//	prev·(P − (now − windowStart))/P + curr
+//	prev·(end − now)/(end − start) + curr
 //
-// computed exactly, without rounding. A request is admitted iff
+// for the window [start, end) that holds now, computed exactly, without
+// rounding: the previous window's count weighted by the fraction of the
+// current window still to come. For windows of length P that is
+// prev·(P − (now − start))/P + curr. A request is admitted iff
 // estimate + cost ≤ L.
 func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
-	now, ws, prev, curr := s.roll(now, p.Period)
-	P := p.Period
-	x := now - ws
-	// prevPart is prev·(P−x)/P as a quotient and a remainder in 1/P units.
-	prevQ, prevR, _ := mulDivmod(prev, P-x, P)
+	now, b, prev, curr := s.roll(now, &p)
+	// prevPart is prev·(E−now)/(E−S) as a quotient and a remainder.
+	prevQ, prevR, _ := mulDivmod(prev, b.End-now, b.End-b.Start)
 	remaining := func(curr int64) int64 {
-		// floor(L − estimate) = L − curr − ceil(prev·(P−x)/P)
+		// floor(L − estimate) = L − curr − ceil(prev·(E−now)/(E−S))
 		r := p.Limit - curr - prevQ
 		if prevR > 0 {
 			r--
@@ -27,16 +27,16 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
 	resetAt := func(prev, curr int64) int64 {
 		switch {
 		case curr > 0:
-			return ws + 2*P
+			return b.After
 		case prev > 0:
-			return ws + P
+			return b.End
 		}
 		return now
 	}
 	if cost > p.Limit {
 		return s, Result{Remaining: remaining(curr), RetryAfter: Never, ResetAfter: ceilMillis(resetAt(prev, curr) - now)}
 	}
-	// estimate + cost ≤ L  ⇔  prevQ + prevR/P + curr + cost ≤ L
+	// estimate + cost ≤ L  ⇔  prevQ + prevR/(E−S) + curr + cost ≤ L
 	//                      ⇔  curr + cost + prevQ < L, or = L with prevR = 0
 	need := curr + cost + prevQ
 	if need < p.Limit || (need == p.Limit && prevR == 0) {
@@ -44,13 +44,13 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
 		expire := resetAt(prev, curr)
 		ns := Window{}
 		if expire > now {
-			ns = Window{Start: ws, Expire: expire, Prev: uint32(prev), Curr: uint32(curr)}
+			ns = Window{Start: b.Start, Expire: expire, Prev: uint32(prev), Curr: uint32(curr)}
 		}
 		return ns, Result{Allowed: true, Remaining: remaining(curr), ResetAfter: ceilMillis(expire - now)}
 	}
 	return s, Result{
 		Remaining:  remaining(curr),
-		RetryAfter: retryMillis(slidingRetryAt(p, ws, prev, curr, cost) - now),
+		RetryAfter: retryMillis(slidingRetryAt(p, b, prev, curr, cost) - now),
 		ResetAfter: ceilMillis(resetAt(prev, curr) - now),
 	}
 }
@@ -59,20 +59,23 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
 // given cost (≤ L) would be admitted if nothing else happened. The estimate
 // never rises while no request comes, so the first such instant is found by
 // solving the admission inequality in this window, then in the next one.
-func slidingRetryAt(p Params, ws, prev, curr, cost int64) int64 {
-	P := p.Period
-	// This window: prev·(P−x) ≤ (L−cost−curr)·P  ⇔  x ≥ P − floor(R·P/prev).
+func slidingRetryAt(p Params, b Bounds, prev, curr, cost int64) int64 {
+	// This window, of length W = E−S:
+	// prev·(E−t) ≤ R·W  ⇔  t ≥ E − floor(R·W/prev).
+	w := b.End - b.Start
 	if r := p.Limit - cost - curr; r >= 0 && prev > 0 {
-		if q := quotientCapped(r, P, prev); q > 0 {
-			return ws + max(P-q, 0)
+		if q := quotientCapped(r, w, prev); q > 0 {
+			return b.End - min(q, w)
 		}
 	}
-	// Next window: prev' = curr, curr' = 0: curr·(P−y) ≤ (L−cost)·P.
+	// Next window, of length W' = A−E, where prev' = curr and curr' = 0:
+	// curr·(A−t) ≤ (L−cost)·W'  ⇔  t ≥ A − floor((L−cost)·W'/curr).
 	if curr == 0 {
-		return ws + P
+		return b.End
 	}
-	q := quotientCapped(p.Limit-cost, P, curr)
-	return ws + P + max(P-q, 0)
+	next := b.After - b.End
+	q := quotientCapped(p.Limit-cost, next, curr)
+	return b.After - min(q, next)
 }
 
 // quotientCapped returns floor(a·b/d), or MaxInt64 when that does not fit.

@@ -21,10 +21,11 @@ type View struct {
 	Tokens, Queued Frac
 	Backlog        int64
 
-	// Windows: the start of the window holding Now and the counts of that
-	// window and the one before it (sliding window only), and the count a
-	// request is checked against.
+	// Windows: the start and end of the window holding Now, the counts of
+	// that window and the one before it (sliding window only), and the
+	// count a request is checked against.
 	WindowStart       int64
+	WindowEnd         int64
 	Previous, Current int64
 	Estimate          Frac
 
@@ -58,18 +59,18 @@ func (pp *Prepared) ViewTAT(s TAT, now int64) View {
 
 // ViewFixedWindow returns the fixed window's state s at now.
 func ViewFixedWindow(p Params, s Window, now int64) View {
-	now, ws, _, curr := s.roll(now, p.Period)
-	return View{Now: now, WindowStart: ws, Current: curr, Estimate: Frac{Whole: curr, Den: p.Period}}
+	now, b, _, curr := s.roll(now, &p)
+	return View{Now: now, WindowStart: b.Start, WindowEnd: b.End, Current: curr, Estimate: Frac{Whole: curr, Den: b.End - b.Start}}
 }
 
 // ViewSlidingWindow returns the sliding window's state s at now, with the
-// estimate prev·(P − (now − windowStart))/P + curr.
+// estimate prev·(end − now)/(end − start) + curr.
 func ViewSlidingWindow(p Params, s Window, now int64) View {
-	now, ws, prev, curr := s.roll(now, p.Period)
-	q, r, _ := mulDivmod(prev, p.Period-(now-ws), p.Period)
+	now, b, prev, curr := s.roll(now, &p)
+	q, r, _ := mulDivmod(prev, b.End-now, b.End-b.Start)
 	return View{
-		Now: now, WindowStart: ws, Previous: prev, Current: curr,
-		Estimate: Frac{Whole: curr + q, Num: r, Den: p.Period},
+		Now: now, WindowStart: b.Start, WindowEnd: b.End, Previous: prev, Current: curr,
+		Estimate: Frac{Whole: curr + q, Num: r, Den: b.End - b.Start},
 	}
 }
 
