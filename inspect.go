@@ -50,10 +50,11 @@ type State struct {
 	// admits.
 	Backlog time.Duration
 
-	// WindowStart, for the window algorithms (fixed_window and
-	// sliding_window), is the start of the window that holds At; windows
-	// are [k·Period, (k+1)·Period) since the Unix epoch.
-	WindowStart time.Time
+	// WindowStart and WindowEnd, for the window algorithms (fixed_window
+	// and sliding_window), are the start and end of the window that holds
+	// At: [k·Period, (k+1)·Period) since the Unix epoch, in UTC, or the
+	// calendar window in the policy's zone.
+	WindowStart, WindowEnd time.Time
 	// Current, for the window algorithms, is the cost admitted in the
 	// window that holds At.
 	Current int64
@@ -62,7 +63,9 @@ type State struct {
 	Previous int64
 	// Estimate, for the window algorithms, is the count a request is
 	// checked against: for sliding_window Previous·(Period − (At −
-	// WindowStart))/Period + Current, exactly; for fixed_window Current.
+	// WindowStart))/Period + Current, exactly (over calendar windows
+	// Previous·(WindowEnd − At)/(WindowEnd − WindowStart) + Current); for
+	// fixed_window Current.
 	Estimate Amount
 
 	// Entries, for sliding_log, is the number of log entries that still
@@ -77,8 +80,8 @@ type State struct {
 
 // Amount is an exact non-negative number of cost units: Whole + Num/Den,
 // with 0 ≤ Num < Den. The zero Amount is 0. Stores return Amounts whose Den
-// divides the policy's Period in microseconds, not necessarily in lowest
-// terms.
+// divides the policy's Period in microseconds (for calendar windows, the
+// window's length), not necessarily in lowest terms.
 type Amount struct {
 	Whole, Num, Den int64
 }

@@ -123,6 +123,11 @@ const (
 // Period must be a whole number of microseconds, the resolution at which
 // Sluice (and Redis's TIME) counts time.
 //
+// Calendar, when set, makes a window policy's windows calendar days,
+// weeks, months or years in a time zone (see Calendar); Period must then
+// be zero. Build such a policy with FixedCalendarWindow or
+// SlidingCalendarWindow.
+//
 // Name is optional: it labels the policy in headers, metrics and errors, and
 // keeps the state of two policies with equal numbers apart. The zero Policy
 // is not valid; build one with the constructors (TokenBucket, GCRA, ...) or
@@ -133,6 +138,7 @@ type Policy struct {
 	Limit     int64
 	Period    time.Duration
 	Burst     int64
+	Calendar  Calendar
 }
 
 // TokenBucket returns a token-bucket policy: limit units per period, bursts
@@ -201,7 +207,7 @@ func (p Policy) Validate() error {
 // valid policy whose Capacity·Period is below 2^60 µs (all but extreme ones)
 // with a few comparisons and one multiplication.
 func (p Policy) valid() bool {
-	if p.Algorithm >= numAlgorithms || p.Limit < 1 || p.Limit > MaxLimit ||
+	if p.Algorithm >= numAlgorithms || p.Calendar != (Calendar{}) || p.Limit < 1 || p.Limit > MaxLimit ||
 		p.Period <= 0 || p.Period > MaxPeriod || p.Period%time.Microsecond != 0 ||
 		p.Burst < 0 || p.Burst > MaxLimit {
 		return false
@@ -229,6 +235,13 @@ func (p Policy) problem() error {
 		return bad("limit must be at least 1, got %d", p.Limit)
 	case p.Limit > MaxLimit:
 		return bad("limit must be at most %d, got %d", MaxLimit, p.Limit)
+	case p.calendarProblem() != "":
+		return bad("%s", p.calendarProblem())
+	case p.Calendar.Unit != NoCalendar:
+		if p.Burst != 0 && p.Burst != p.Limit {
+			return bad("%s has no burst; remove burst (got %d)", p.Algorithm, p.Burst)
+		}
+		return nil // windows of at most 367 days: every product fits
 	case p.Period <= 0:
 		return bad("period must be positive, got %v", p.Period)
 	case p.Period%time.Microsecond != 0:
@@ -259,6 +272,9 @@ func (p Policy) problem() error {
 // "api: token_bucket 100/1m0s burst 20".
 func (p Policy) String() string {
 	s := fmt.Sprintf("%s %d/%v", p.Algorithm, p.Limit, p.Period)
+	if p.Calendar.Unit != NoCalendar {
+		s = fmt.Sprintf("%s %d/%v", p.Algorithm, p.Limit, p.Calendar)
+	}
 	if p.Algorithm.HasBurst() {
 		s += fmt.Sprintf(" burst %d", p.Capacity())
 	}

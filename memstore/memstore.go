@@ -216,7 +216,7 @@ func policySlot(p *sluice.Policy) uint64 {
 func (c *compiled) is(p *sluice.Policy) bool {
 	q := &c.policy
 	return q.Limit == p.Limit && q.Period == p.Period && q.Burst == p.Burst &&
-		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name)
+		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name) && q.Calendar == p.Calendar
 }
 
 // sameString is a == b without a call to compare the bytes in the common
@@ -236,6 +236,9 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 		f := uint64(p.Algorithm)<<56 ^ uint64(p.Limit)*0x9e3779b97f4a7c15 ^ uint64(p.Burst)*0xc2b2ae3d27d4eb4f ^ uint64(p.Period)*0x165667b19e3779f9
 		if p.Name != "" {
 			f ^= maphash.String(s.seed, p.Name)
+		}
+		if cal := p.Calendar; cal.Unit != sluice.NoCalendar {
+			f ^= maphash.String(s.seed, "\x00"+cal.String())
 		}
 		c.fp = mix(f)
 		c.tokenBucket = p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm

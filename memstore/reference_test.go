@@ -56,6 +56,10 @@ func (r *reference) clamp(now time.Time) int64 {
 // admitted, stores the new state. r.mu must be held.
 func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) sluice.Decision {
 	p := algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Capacity(), Period: int64(req.Policy.Period / time.Microsecond)}
+	if c := req.Policy.Calendar; c.Unit != sluice.NoCalendar {
+		u := algo.Unit(c.Unit)
+		p = algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Limit, Period: u.Longest(), Cal: algo.NewCalendar(u, c.Location(), c.WeekStartsSunday)}
+	}
 	k := refKey{req.Policy, req.Key}
 	var res algo.Result
 	switch req.Policy.Algorithm {

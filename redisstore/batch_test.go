@@ -46,13 +46,20 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (*rueidis.
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.many, keys, st.manyArgs(cs, call.reqs, nowArg)
+		args, err := st.manyArgs(cs, call.reqs, nowArg, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.many, keys, args
 	}
 	c, err := st.check(&call.reqs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, args := st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg)
+	keys, args, err := st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return st.single[call.reqs[0].Policy.Algorithm], keys, args
 }
 

@@ -75,8 +75,12 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	if err != nil {
 		return sluice.State{}, err
 	}
+	p, err := c.periodArg(now)
+	if err != nil {
+		return sluice.State{}, err
+	}
 	keys := []string{c.key(s.prefix, req.Key)}
-	args := []string{nowArg, opPeek, c.code, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	args := []string{nowArg, opPeek, c.code, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
 	vals, err := s.eval(ctx, scripts[req.Policy.Algorithm], keys, args)
 	if err != nil {
 		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w", err)
@@ -127,11 +131,19 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		}
 		w.Prev, w.Curr = uint32(state[1]), uint32(state[2])
 		if w.Curr > 0 {
-			// As the scripts do: a stored window lives a period (two for
-			// the sliding window) from its start.
-			w.Expire = w.Start + period
-			if p.Algorithm == sluice.SlidingWindowAlgorithm {
-				w.Expire += period
+			// As the scripts do: a stored window lives to its end (the
+			// sliding window's, to the end of the window after it).
+			if params.Cal != nil {
+				b := params.Cal.Bounds(w.Start)
+				w.Expire = b.End
+				if p.Algorithm == sluice.SlidingWindowAlgorithm {
+					w.Expire = b.After
+				}
+			} else {
+				w.Expire = w.Start + period
+				if p.Algorithm == sluice.SlidingWindowAlgorithm {
+					w.Expire += period
+				}
 			}
 		}
 		tracked = w.Expire > t

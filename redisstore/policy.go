@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/convert"
 )
 
 // ErrUnsupportedPolicy is wrapped by the error for a valid policy that the
@@ -38,6 +39,74 @@ type compiled struct {
 	// pp holds the numbers the scripts decide with (L and P divided by
 	// their gcd for the token-bucket family), for local refusals.
 	pp algo.Prepared
+	// cal is set for calendar policies, whose P argument is worked out
+	// for each call around the current time (see periodArg).
+	cal    *algo.Calendar
+	calArg atomic.Pointer[calendarArg]
+}
+
+// calendarArg is a calendar policy's P argument, valid for the times in
+// [from, to): the starts of the windows from two before the one holding
+// those times to three after it.
+type calendarArg struct {
+	from, to int64
+	arg      string
+}
+
+// periodArg returns c's P argument for a call at now (zero for the
+// store's clock, read here as the application's): the period in µs, or for
+// a calendar policy six consecutive window starts in µs around now, from
+// which the script picks the window by its own time (see window.lua).
+func (c *compiled) periodArg(now time.Time) (string, error) {
+	if c.cal == nil {
+		return c.p, nil
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	t := now.UnixMicro()
+	if a := c.calArg.Load(); a != nil && a.from <= t && t < a.to {
+		return a.arg, nil
+	}
+	b := c.cal.Bounds(t)
+	first, last := c.cal.Bounds(b.Prev).Prev, c.cal.Bounds(b.End).After
+	if first < 0 || last >= maxTime {
+		return "", fmt.Errorf("redisstore: %w: %s: the calendar windows around %v reach outside the times the Redis store accepts (1970 to 2112)",
+			ErrUnsupportedPolicy, c.policy, now)
+	}
+	buf := make([]byte, 0, 6*17)
+	for i, v := range [...]int64{first, b.Prev, b.Start, b.End, b.After, last} {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(buf, v, 10)
+	}
+	a := &calendarArg{from: b.Start, to: b.End, arg: string(buf)}
+	c.calArg.Store(a)
+	return a.arg, nil
+}
+
+// windowExpire returns when a window state of c that starts at start and
+// counts curr in its window is back to initial, as the scripts have it:
+// at the end of its window (fixed window) or of the window after it
+// (sliding window); 0 for curr 0 (no state).
+func (c *compiled) windowExpire(start, curr int64) int64 {
+	if curr == 0 {
+		return 0
+	}
+	sliding := c.policy.Algorithm == sluice.SlidingWindowAlgorithm
+	if c.cal != nil {
+		b := c.cal.Bounds(start)
+		if sliding {
+			return b.After
+		}
+		return b.End
+	}
+	P := c.pp.Period
+	if sliding {
+		return start + 2*P
+	}
+	return start + P
 }
 
 var algoCodes = [...]string{
@@ -79,10 +148,27 @@ func compile(p sluice.Policy) *compiled {
 		g := gcd(l, per)
 		l, per = l/g, per/g
 	}
-	c.fp = fingerprint(c.code, p.Limit, p.Period.String(), p.Burst, p.Name)
+	periodText := p.Period.String()
+	params := algo.Params{Limit: l, Burst: burst, Period: per}
+	if p.Calendar.Unit != sluice.NoCalendar {
+		params = convert.Params(&p)
+		c.cal = params.Cal
+		periodText = calendarText(p.Calendar)
+	}
+	c.fp = fingerprint(c.code, p.Limit, periodText, p.Burst, p.Name)
 	c.l, c.p, c.b = strconv.FormatInt(l, 10), strconv.FormatInt(per, 10), strconv.FormatInt(burst, 10)
-	c.pp = algo.Prepare(algo.Params{Limit: l, Burst: burst, Period: per})
+	c.pp = algo.Prepare(params)
 	return c
+}
+
+// calendarText is a calendar's part of a state key, such as
+// "calendar_month@Europe/Berlin" or "calendar_week-sunday@UTC".
+func calendarText(c sluice.Calendar) string {
+	s := c.Unit.String()
+	if c.WeekStartsSunday {
+		s += "-sunday"
+	}
+	return string(appendText([]byte(s+"@"), c.Location().String()))
 }
 
 // policyCache is a small direct-mapped cache of compiled policies. Entries
@@ -98,6 +184,9 @@ func (pc *policyCache) get(p *sluice.Policy) *compiled {
 		h ^= maphash.String(pc.seed, p.Name)
 	}
 	slot := &pc.slots[h>>56]
+	if p.Calendar.Zone != nil {
+		h ^= maphash.String(pc.seed, p.Calendar.Zone.String())
+	}
 	if c := slot.Load(); c != nil && c.policy == *p {
 		return c
 	}

@@ -364,7 +364,10 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		sent = rf.mono()
 	}
 	key := string(kb)
-	keys, args := s.oneArgs(c, key, &req, op, nowArg)
+	keys, args, err := s.oneArgs(c, key, &req, op, nowArg, now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args)
 	if err == nil && len(vals) != replyWidth && (s.refusals == nil || len(vals) < replyWidth+2 || vals[0] != 0) {
 		err = s.malformed(vals)
@@ -491,7 +494,10 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 			}
 		}
 	}
-	args := s.manyArgs(cs, reqs, nowArg)
+	args, err := s.manyArgs(cs, reqs, nowArg, now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	vals, err := s.eval(ctx, s.many, keys, args)
 	if err == nil {
 		var d sluice.Decision
@@ -617,11 +623,15 @@ func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bo
 }
 
 // oneArgs returns the keys and arguments of the single-request script for
-// req, whose compiled policy is c.
-func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string) (keys, args []string) {
+// req, whose compiled policy is c, at now (zero for Redis's clock).
+func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time) (keys, args []string, err error) {
+	p, err := c.periodArg(now)
+	if err != nil {
+		return nil, nil, err
+	}
 	keys = []string{key}
-	args = []string{nowArg, op, c.l, c.p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	return keys, args
+	args = []string{nowArg, op, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	return keys, args, nil
 }
 
 // manyKeys checks reqs and returns their compiled policies and keys.
@@ -637,14 +647,18 @@ func (s *Store) manyKeys(reqs []sluice.Request) (cs []*compiled, keys []string, 
 }
 
 // manyArgs returns the arguments of the AllowAll script for reqs, whose
-// compiled policies are cs.
-func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string) []string {
+// compiled policies are cs, at now (zero for Redis's clock).
+func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string, now time.Time) ([]string, error) {
 	args := make([]string, 1, 1+6*len(reqs))
 	args[0] = nowArg
 	for i, c := range cs {
-		args = append(args, c.code, c.l, c.p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
+		p, err := c.periodArg(now)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, c.code, c.l, p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
 	}
-	return args
+	return args, nil
 }
 
 // parseMany turns AllowAll's reply into decisions. done is false when the

@@ -56,6 +56,17 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 			})
 		}
 	})
+	t.Run("DifferentialCalendar", func(t *testing.T) {
+		// Calendar windows across a daylight-saving change, a month end,
+		// Feb 29 and a year end.
+		for i, start := range sluicetest.CalendarTraceStarts() {
+			t.Run(start.Format("2006-01-02"), func(t *testing.T) {
+				tr := sluicetest.RandomTrace(uint64(i), sluicetest.TraceConfig{Steps: 1500, Policies: sluicetest.CalendarTracePolicies(), Start: start})
+				rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
+				sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
+			})
+		}
+	})
 }
 
 func TestSingle(t *testing.T) {

@@ -308,7 +308,6 @@ func newEntry(c *compiled, st []int64, caller bool, sentAt, reset int64) (e *ent
 	e = &entry{policy: c.policy, pp: c.pp, caller: caller, redisAt: st[0], sentAt: sentAt, until: sentAt + reset}
 	e.w.Store(st[1])
 	s := st[2:]
-	P := c.pp.Period
 	switch c.policy.Algorithm {
 	case sluice.TokenBucketAlgorithm, sluice.GCRAAlgorithm, sluice.LeakyBucketAlgorithm:
 		if len(s) != 2 || s[0] < 0 || s[1] < 0 || s[1] >= c.pp.Limit {
@@ -319,13 +318,7 @@ func newEntry(c *compiled, st []int64, caller bool, sentAt, reset int64) (e *ent
 		if len(s) != 3 || s[0] < 0 || s[0] >= maxTime || s[1] < 0 || s[1] > math.MaxUint32 || s[2] < 0 || s[2] > math.MaxUint32 {
 			return nil, false
 		}
-		e.win = algo.Window{Start: s[0], Prev: uint32(s[1]), Curr: uint32(s[2])}
-		if s[2] > 0 {
-			e.win.Expire = s[0] + P
-			if c.policy.Algorithm == sluice.SlidingWindowAlgorithm {
-				e.win.Expire += P
-			}
-		}
+		e.win = algo.Window{Start: s[0], Prev: uint32(s[1]), Curr: uint32(s[2]), Expire: c.windowExpire(s[0], s[2])}
 	case sluice.SlidingLogAlgorithm:
 		if len(s)%2 != 0 {
 			return nil, false

@@ -136,6 +136,10 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"negative burst", sluice.TokenBucket(1, time.Second, -1)},
 		{"window with a burst", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Period: time.Second, Burst: 6}},
 		{"unknown algorithm", sluice.Policy{Algorithm: 200, Limit: 1, Period: time.Second}},
+		{"token bucket on a calendar", sluice.Policy{Algorithm: sluice.TokenBucketAlgorithm, Limit: 5, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth}}},
+		{"calendar window with a period", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Period: time.Hour, Calendar: sluice.Calendar{Unit: sluice.CalendarDay}}},
+		{"unknown calendar unit", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Calendar: sluice.Calendar{Unit: 99}}},
+		{"sunday weeks of a month", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth, WeekStartsSunday: true}}},
 	} {
 		calls = append(calls, call{p.name, sluice.Request{Policy: p.policy, Key: "k", Cost: 1}, sluice.ErrInvalidPolicy})
 	}
@@ -486,6 +490,9 @@ func (s *suite) distinctPolicies(t *testing.T) {
 		{sluice.SlidingLog(2, slow), "k"},
 		{sluice.SlidingWindow(2, slow), "k"},
 		{sluice.FixedWindow(1, slow), "k"},
+		{sluice.FixedCalendarWindow(2, sluice.Calendar{Unit: sluice.CalendarYear}), "k"},
+		{sluice.FixedCalendarWindow(2, sluice.Calendar{Unit: sluice.CalendarYear, Zone: time.FixedZone("UTC+5", 5*3600)}), "k"},
+		{sluice.SlidingCalendarWindow(2, sluice.Calendar{Unit: sluice.CalendarYear}), "k"},
 		{base.Named("a:b"), "c"},
 		{base.Named("a"), "b:c"},
 		{base.Named("a:b:c"), ""},

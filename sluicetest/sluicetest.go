@@ -91,6 +91,7 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 	t.Run("Concurrency", s.concurrency)
 	t.Run("ClockBackwards", s.clockBackwards)
 	t.Run("RetryAndReset", s.retryAndReset)
+	t.Run("Calendar", s.calendar)
 }
 
 type suite struct {

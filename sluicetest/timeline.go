@@ -154,9 +154,15 @@ func (s *suite) timeline(t *testing.T) {
 // runRows replays rows on key under p and checks each decision.
 func runRows(t *testing.T, st sluice.Store, p sluice.Policy, key string, rows []row) {
 	t.Helper()
+	runRowsFrom(t, st, p, key, t0, rows)
+}
+
+// runRowsFrom is runRows with rows timed from origin instead of t0.
+func runRowsFrom(t *testing.T, st sluice.Store, p sluice.Policy, key string, origin time.Time, rows []row) {
+	t.Helper()
 	for i, r := range rows {
 		req := sluice.Request{Policy: p, Key: key, Cost: r.cost, MaxDelay: r.maxDelay}
-		now := t0.Add(r.at)
+		now := origin.Add(r.at)
 		op := "Allow"
 		var got sluice.Decision
 		var err error

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones must load on machines without a tz database
 )
 
 func mustZone(t testing.TB, name string) *time.Location {
@@ -318,7 +319,7 @@ func TestCalendarTimelines(t *testing.T) {
 			origin: at(t, "2028-02-28T23:00:00Z"),
 			rows: []row{
 				{t: 0, cost: 1, allowed: true, remaining: 0, resetAfter: h},
-				{t: h, cost: 1, allowed: true, remaining: 0, resetAfter: 24 * h},     // Feb 29 00:00
+				{t: h, cost: 1, allowed: true, remaining: 0, resetAfter: 24 * h},           // Feb 29 00:00
 				{t: 13 * h, cost: 1, remaining: 0, retryAfter: 12 * h, resetAfter: 12 * h}, // Feb 29 12:00
 			},
 		},

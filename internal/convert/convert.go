@@ -12,6 +12,10 @@ import (
 
 // Params returns the algorithms' parameters of a valid policy.
 func Params(p *sluice.Policy) algo.Params {
+	if c := p.Calendar; c.Unit != sluice.NoCalendar {
+		u := algo.Unit(c.Unit)
+		return algo.Params{Limit: p.Limit, Burst: p.Limit, Period: u.Longest(), Cal: algo.NewCalendar(u, c.Location(), c.WeekStartsSunday)}
+	}
 	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
 }
 
@@ -23,7 +27,8 @@ func State(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluic
 	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
 	switch p.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		st.WindowStart = time.UnixMicro(v.WindowStart).UTC()
+		loc := p.Calendar.Location()
+		st.WindowStart, st.WindowEnd = time.UnixMicro(v.WindowStart).In(loc), time.UnixMicro(v.WindowEnd).In(loc)
 		st.Current, st.Estimate = v.Current, amount(v.Estimate)
 		if p.Algorithm == sluice.SlidingWindowAlgorithm {
 			st.Previous = v.Previous

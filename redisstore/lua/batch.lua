@@ -20,7 +20,7 @@
 -- fields follow ARGV[ab].
 local function one(kb, ab, commit)
   local a = algorithms[ARGV[ab + 1]]
-  return reply(a[1](KEYS[kb + 1], a[2], tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3]),
+  return reply(a[1](KEYS[kb + 1], a[2], tonumber(ARGV[ab + 2]), period(ARGV[ab + 3]),
     tonumber(ARGV[ab + 4]), NOW, tonumber(ARGV[ab + 5]), commit, tonumber(ARGV[ab + 6])))
 end
 

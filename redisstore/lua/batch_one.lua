@@ -22,7 +22,7 @@
 local policies, numbers = {}, {}
 local ab = 3
 for _ = 1, tonumber(ARGV[2]) do
-  policies[ARGV[ab]] = {tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3]), ARGV[ab + 4] == 'a'}
+  policies[ARGV[ab]] = {tonumber(ARGV[ab + 1]), period(ARGV[ab + 2]), tonumber(ARGV[ab + 3]), ARGV[ab + 4] == 'a'}
   ab = ab + 5
 end
 

@@ -1,4 +1,5 @@
--- fixed_window.lua: at most L per window [k·P, (k+1)·P) since the Unix epoch.
+-- fixed_window.lua: at most L per window [k·P, (k+1)·P) since the Unix
+-- epoch, or per calendar window.
 --
 -- Mirrors internal/algo/fixedwindow.go (state and roll in window.lua).
 
@@ -6,13 +7,13 @@
 -- always 0 and unused). It returns allowed, the new start, prev and curr,
 -- the state's expiry, remaining, retry (µs, -1 for never) and reset (µs).
 local function fixed_window(L, P, start, prev, curr, now, cost)
+  local pws, ws, e, count, _
+  now, pws, ws, e, _, _, count = window_roll(start, 0, curr, now, P)
+  -- The stored state expires at the end of its window.
   local expire = 0
-  if curr > 0 then
-    expire = start + P
+  if count > 0 then
+    expire = e
   end
-  local ws, count, _
-  now, ws, _, count = window_roll(start, 0, curr, expire, now, P)
-  local e = ws + P
   local reset = 0
   if count > 0 then
     reset = e - now

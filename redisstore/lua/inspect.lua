@@ -14,7 +14,7 @@
 -- With Redis's clock nothing is written. With the caller's time, the peek
 -- records the time as the latest seen, as Peek does.
 local key, code = KEYS[1], ARGV[3]
-local L, P, B = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local L, P, B = tonumber(ARGV[4]), period(ARGV[5]), tonumber(ARGV[6])
 local now = NOW
 local state
 if code == 'sl' then

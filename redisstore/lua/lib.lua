@@ -97,3 +97,19 @@ local function reply(ok, rem, retry, reset, delay, st)
   end
   return r
 end
+
+-- period reads the P argument of a window algorithm: a number of µs, or
+-- for calendar windows six consecutive window starts in µs joined by
+-- commas, which the Go side computes around its own clock (see
+-- window_bounds in window.lua).
+local function period(s)
+  local n = tonumber(s)
+  if n then
+    return n
+  end
+  local b = {}
+  for v in string.gmatch(s, '%d+') do
+    b[#b + 1] = tonumber(v)
+  end
+  return b
+end

@@ -33,7 +33,7 @@ local function allow_all(kb, ab, n)
   -- is set and it is admitted.
   local function decide(i, now, cost, commit, maxdelay)
     local a = algorithms[field(i, 1)]
-    return a[1](KEYS[kb + i], a[2], tonumber(field(i, 2)), tonumber(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
+    return a[1](KEYS[kb + i], a[2], tonumber(field(i, 2)), period(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
   end
 
   -- seen returns the latest time the state of request i has seen.

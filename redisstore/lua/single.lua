@@ -12,5 +12,5 @@
 -- Reply: allowed (0 or 1), remaining, retry (µs, -1 for never), reset (µs)
 --   and delay (µs); with STATE, a refusal adds the time and the key's state
 --   (see reply in lib.lua).
-return reply(decide(KEYS[1], algorithm, tonumber(ARGV[3]), tonumber(ARGV[4]),
+return reply(decide(KEYS[1], algorithm, tonumber(ARGV[3]), period(ARGV[4]),
   tonumber(ARGV[5]), NOW, tonumber(ARGV[6]), ARGV[2] == 'a', tonumber(ARGV[7])))

@@ -1,60 +1,66 @@
 -- sliding_window.lua: the sliding window counter, exact.
 --
--- Mirrors internal/algo/slidingwindow.go: windows aligned as the fixed
--- window's, and the estimate prev·(P − (now − ws))/P + curr computed as a
--- quotient and a remainder, never rounded. Admitted iff estimate + cost <= L.
+-- Mirrors internal/algo/slidingwindow.go: windows as the fixed window's,
+-- and the estimate prev·(we − now)/(we − ws) + curr for the window [ws, we)
+-- holding now, computed as a quotient and a remainder, never rounded.
+-- Admitted iff estimate + cost <= L.
 
 -- sliding_retry_at returns the first microsecond at which a request of the
 -- given cost (<= L) would be admitted if nothing else happened: solving the
--- admission inequality in this window, then in the next one.
-local function sliding_retry_at(L, P, ws, prev, curr, cost)
-  -- This window: prev·(P−x) <= R·P  <=>  x >= P − floor(R·P/prev).
+-- admission inequality in this window [ws, we), then in the next [we, wa).
+local function sliding_retry_at(L, ws, we, wa, prev, curr, cost)
+  -- This window, of length W: prev·(we−t) <= R·W  <=>  t >= we − floor(R·W/prev).
+  local W = we - ws
   local r = L - cost - curr
   if r >= 0 and prev > 0 then
-    local q = P -- floor(R·P/prev) >= P when R >= prev: no need to compute it
+    local q = W -- floor(R·W/prev) >= W when R >= prev: no need to compute it
     if r < prev then
-      q = muldivmod(r, P, prev)
+      q = muldivmod(r, W, prev)
     end
     if q > 0 then
-      if q >= P then
+      if q >= W then
         return ws
       end
-      return ws + P - q
+      return we - q
     end
   end
-  -- Next window: prev' = curr, curr' = 0: curr·(P−y) <= (L−cost)·P.
+  -- Next window, prev' = curr, curr' = 0: curr·(wa−t) <= (L−cost)·W'.
   if curr == 0 then
-    return ws + P
+    return we
   end
-  local q = P
+  local N = wa - we
+  local q = N
   if L - cost < curr then
-    q = muldivmod(L - cost, P, curr)
+    q = muldivmod(L - cost, N, curr)
   end
-  if q >= P then
-    return ws + P
+  if q >= N then
+    return we
   end
-  return ws + 2 * P - q
+  return wa - q
 end
 
 -- sliding_window decides a request and returns what fixed_window returns.
 local function sliding_window(L, P, start, prev, curr, now, cost)
+  local pws, ws, we, wa, p, c
+  now, pws, ws, we, wa, p, c = window_roll(start, prev, curr, now, P)
+  -- The stored state expires at the end of the window after its own.
   local expire = 0
-  if curr > 0 then
-    expire = start + 2 * P
+  if start == ws then
+    expire = wa
+  elseif start == pws then
+    expire = we
   end
-  local ws, p, c
-  now, ws, p, c = window_roll(start, prev, curr, expire, now, P)
-  local pq, pr = muldivmod(p, P - (now - ws), P)
-  -- remaining = floor(L − estimate) = L − c − ceil(p·(P−x)/P), never below 0
+  local pq, pr = muldivmod(p, we - now, we - ws)
+  -- remaining = floor(L − estimate) = L − c − ceil(p·(we−now)/(we−ws)), never below 0
   local rem = L - c - pq
   if pr > 0 then
     rem = rem - 1
   end
   local reset = 0
   if c > 0 then
-    reset = ws + 2 * P - now
+    reset = wa - now
   elseif p > 0 then
-    reset = ws + P - now
+    reset = we - now
   end
   if cost > L then
     if rem < 0 then
@@ -70,12 +76,12 @@ local function sliding_window(L, P, start, prev, curr, now, cost)
     end
     c = c + cost
     if c > 0 then
-      reset = ws + 2 * P - now
+      reset = wa - now
     end
-    return true, ws, p, c, ws + 2 * P, rem, 0, reset
+    return true, ws, p, c, wa, rem, 0, reset
   end
   if rem < 0 then
     rem = 0
   end
-  return false, start, prev, curr, expire, rem, sliding_retry_at(L, P, ws, p, c, cost) - now, reset
+  return false, start, prev, curr, expire, rem, sliding_retry_at(L, ws, we, wa, p, c, cost) - now, reset
 end

@@ -5,25 +5,47 @@
 -- start (the start of the window that curr counts), prev (the count of the
 -- window before it, sliding window only), curr, and w when times are
 -- tracked. A key holds "start curr" when prev and w are 0, else "start prev
--- curr w". A stored state always has curr > 0, so it expires span after
--- start: span is P for the fixed window and 2·P for the sliding window.
+-- curr w". A stored state always has curr > 0, so it expires at the end of
+-- its window (fixed window) or of the window after it (sliding window).
+
+-- window_bounds returns the starts of the window before the one holding
+-- now, of that window, and of the two after it. P is a period in µs, or for
+-- calendar windows the table of six consecutive starts b1..b6 that the Go
+-- side computed around its own clock: now must fall in [b2, b5), the
+-- window before the Go side's, its own or the next one, which tolerates a
+-- skew between the two clocks of up to a window. The window is chosen by
+-- now, Redis's clock (or the caller's time), so a skewed application clock
+-- cannot move a reset.
+local function window_bounds(now, P)
+  if type(P) == 'number' then
+    local ws = now - now % P -- exact: now + P < 2^53
+    return ws - P, ws, ws + P, ws + 2 * P
+  end
+  for i = 2, #P - 2 do
+    if P[i] <= now and now < P[i + 1] then
+      return P[i - 1], P[i], P[i + 1], P[i + 2]
+    end
+  end
+  error({err = 'ERR sluice: the time ' .. format('%d', now) ..
+    ' is outside the calendar windows sent (the application clock and Redis clock differ by more than a window)'})
+end
 
 -- window_roll clamps now so that it is never before the stored window and
--- returns it with the start of the window holding it and the counts of that
--- window and the one before it.
-local function window_roll(start, prev, curr, expire, now, P)
+-- returns it with the windows around it (as window_bounds) and the counts
+-- of the window holding it and the one before it. A stored state always
+-- has curr > 0 (or is the initial 0 0 0), so a state from an older window
+-- is expired.
+local function window_roll(start, prev, curr, now, P)
   if now < start then
     now = start
   end
-  local ws = now - now % P -- exact: now + P < 2^53
-  if expire <= now then
-    return now, ws, 0, 0
-  elseif start == ws then
-    return now, ws, prev, curr
-  elseif start == ws - P then
-    return now, ws, curr, 0
+  local pws, ws, we, wa = window_bounds(now, P)
+  if start == ws then
+    return now, pws, ws, we, wa, prev, curr
+  elseif start == pws then
+    return now, pws, ws, we, wa, curr, 0
   end
-  return now, ws, 0, 0
+  return now, pws, ws, we, wa, 0, 0
 end
 
 -- win_load returns the state at key: start, prev, curr and w, zeros for a
