@@ -3,6 +3,11 @@
 //
 // # Inbound: the middleware
 //
+// PerIP is the shortest way in: one policy per client address, counted in
+// process, as middleware ready to wrap a handler:
+//
+//	mux.Handle("/", httplimit.PerIP(sluice.SlidingWindow(100, time.Minute))(handler))
+//
 // New builds a Middleware from a sluice.Store and a list of Limits. Each
 // Limit is a policy, a KeyFunc that says what a request is counted under
 // (client IP, API key header, route, tenant from the context, or a Join of

@@ -1,0 +1,178 @@
+package sluice_test
+
+// This file holds the README's Go snippets, each between "// README {"
+// and "// README }" lines, in the README's order; TestREADMESnippets
+// checks that the README shows exactly this code, so every snippet there
+// compiles as written, and the tests below run them.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// README {
+func serve(app http.Handler) error {
+	return http.ListenAndServe(":8080", httplimit.PerIP(sluice.SlidingWindow(100, time.Minute))(app))
+}
+
+// README }
+
+// README {
+func decide(ctx context.Context) error {
+	store := memstore.New(memstore.Options{MaxKeys: 1_000_000})
+	lim, err := sluice.New(store,
+		sluice.TokenBucket(10, time.Second, 20).Named("per-second"), // 10/s, bursts of 20
+		sluice.FixedWindow(1000, time.Hour).Named("per-hour"),       // AND 1000/h
+	)
+	if err != nil {
+		return err // an invalid policy, with the field that is wrong
+	}
+
+	d, err := lim.Allow(ctx, "user:42", 1) // cost 1; all-or-nothing over both policies
+	switch {
+	case err != nil:
+		return err // the store failed, or the cost can never fit
+	case !d.Allowed:
+		fmt.Println("over the limit: try again in", d.RetryAfter)
+	}
+
+	// Or block until the request fits, honouring ctx and its deadline:
+	_, err = lim.Wait(ctx, "user:42", 1)
+	return err
+}
+
+// README }
+
+// README {
+func newRedisStore() (*redisstore.Store, error) {
+	return redisstore.New(redisstore.Options{
+		Addrs:   []string{"10.0.0.5:6379"},                          // one Redis, or some nodes of a Redis Cluster
+		Failure: redisstore.FailLocal,                               // or FailAllow, FailDeny
+		Local:   memstore.New(memstore.Options{MaxKeys: 1_000_000}), // decides while Redis is away
+	})
+}
+
+// README }
+
+// README {
+// userKey is the context key under which your authentication middleware
+// stores the user's ID (a string).
+type userKey struct{}
+
+func routes(store sluice.Store, orders http.Handler) (http.Handler, error) {
+	// The load balancers in front: X-Forwarded-For is believed from them only.
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	m, err := httplimit.New(store, []httplimit.Limit{
+		{Policy: sluice.TokenBucket(10, time.Second, 0).Named("per-ip")}, // client IP (the default key)
+		{Policy: sluice.SlidingWindow(1000, time.Hour).Named("per-user"), Key: httplimit.Context(userKey{})},
+		{Policy: sluice.GCRA(5000, time.Second, 0).Named("endpoint"), Key: httplimit.Route},
+	}, &httplimit.Options{ClientIP: &httplimit.ClientIP{TrustedProxies: trusted}})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/orders", m.Handler(orders))
+	return mux, nil
+}
+
+// README }
+
+// README {
+func newBotClient(store sluice.Store) (*http.Client, error) {
+	t, err := httplimit.NewTransport(nil, store, []httplimit.OutLimit{
+		{Policy: sluice.TokenBucket(30, time.Second, 0).Named("bot")},                           // 30/s overall
+		{Policy: sluice.GCRA(1, time.Second, 0).Named("chat"), Key: httplimit.Query("chat_id")}, // 1/s per chat
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: t}, nil
+}
+
+// README }
+
+// readmeGo finds the README's Go code blocks.
+var readmeGo = regexp.MustCompile("(?s)```go\n(.*?)```\n")
+
+// TestREADMESnippets checks that the README's Go snippets are this file's,
+// one for one and in order.
+func TestREADMESnippets(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("readme_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var here []string
+	for _, part := range strings.Split(string(self), "// README {\n")[1:] {
+		code, _, ok := strings.Cut(part, "// README }\n")
+		if !ok {
+			t.Fatal("readme_test.go: a README { without its README }")
+		}
+		here = append(here, strings.TrimRight(code, "\n")+"\n") // gofmt puts a blank line before the marker
+
+	}
+	blocks := readmeGo.FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) != len(here) {
+		t.Fatalf("README.md has %d Go snippets, readme_test.go %d", len(blocks), len(here))
+	}
+	for i, b := range blocks {
+		if b[1] != here[i] {
+			t.Errorf("README.md's Go snippet %d differs from readme_test.go's:\n%s\nwant:\n%s", i+1, b[1], here[i])
+		}
+	}
+}
+
+// TestREADMEDecide runs the Limiter snippet.
+func TestREADMEDecide(t *testing.T) {
+	if err := decide(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestREADMERoutes runs the middleware snippet: the per-user limit reads
+// the user from the context, and the route's handler is reached.
+func TestREADMERoutes(t *testing.T) {
+	orders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ordered") })
+	h, err := routes(memstore.New(memstore.Options{}), orders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/v1/orders", nil)
+	r = r.WithContext(context.WithValue(r.Context(), userKey{}, "user-1"))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 || w.Body.String() != "ordered" || !strings.Contains(w.Header().Get("RateLimit-Policy"), `"per-user";q=1000;w=3600`) {
+		t.Errorf("POST /v1/orders: %d %q, RateLimit-Policy %q", w.Code, w.Body, w.Header().Get("RateLimit-Policy"))
+	}
+}
+
+// TestREADMEClients builds the Redis store (no Redis needed until a
+// decision) and the outbound client.
+func TestREADMEClients(t *testing.T) {
+	s, err := newRedisStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	c, err := newBotClient(memstore.New(memstore.Options{}))
+	if err != nil || c.Transport == nil {
+		t.Fatalf("newBotClient() = %v, %v", c, err)
+	}
+	_ = serve // serve listens on :8080; ExamplePerIP (package httplimit) runs PerIP
+}
