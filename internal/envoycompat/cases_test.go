@@ -2,11 +2,12 @@ package envoycompat
 
 // Documented differences (entries of docs/envoy.md's list).
 const (
-	diffNotCounted   = "Refused requests are not counted."
-	diffAllOrNothing = "All-or-nothing across descriptors"
-	diffShadowCharge = "A shadow descriptor is charged only when the request is admitted."
-	diffNoReset      = "A request that can never be admitted has no `duration_until_reset`"
-	diffErrorCode    = "A request without a domain or without descriptors fails with `InvalidArgument`"
+	diffNotCounted    = "Refused requests are not counted."
+	diffAllOrNothing  = "All-or-nothing across descriptors"
+	diffShadowCharge  = "A shadow descriptor is charged only when the request is admitted."
+	diffNoReset       = "A request that can never be admitted has no `duration_until_reset`"
+	diffErrorCode     = "A request without a domain or without descriptors fails with `InvalidArgument`"
+	diffLimitCounters = "Counters belong to a limit: changing a limit's numbers, or its place in the tree, starts its counters afresh."
 )
 
 // cases are the call sequences of the suite. Every configuration and
@@ -200,6 +201,8 @@ var cases = []compatCase{
 		config: nestedBasic, calls: []call{one(dl(1, day, "free", "x"), ok(1, day, 0)), one(dl(1, day, "free", "x"), over(1, day))}},
 	{name: "override-other-values", ref: "test/config/config_test.go TestConfigLimitOverride (a different value has a different counter)",
 		config: nestedBasic, calls: []call{one(dl(1, day, "free", "y"), ok(1, day, 0)), one(dl(1, day, "free", "z"), ok(1, day, 0))}},
+	{name: "override-values-change", ref: "test/config/config_test.go TestConfigLimitOverride (\"change in override value doesn't erase stats\": the reference keeps one counter per descriptor)", diff: diffLimitCounters,
+		config: nestedBasic, calls: []call{one(dl(2, hour, "free", "w"), ok(2, hour, 1)), one(dl(5, hour, "free", "w"), ok(5, hour, 4))}},
 	{name: "override-unknown-domain", ref: "test/config/config_test.go TestConfigLimitOverride (no override without the domain)",
 		config: nestedBasic, calls: []call{{domain: "no-such-domain", descs: ds(dl(1, day, "free", "x")), overall: OK, want: []status{none}}}},
 

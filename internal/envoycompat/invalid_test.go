@@ -166,7 +166,7 @@ envoy:
 func TestInvalidConfigurations(t *testing.T) {
 	bin := proctest.Sluice(t)
 	dir := t.TempDir()
-	for _, c := range invalids {
+	for _, c := range append(invalids, stricter...) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n" + strings.TrimPrefix(c.yaml, "\n")
 			path := proctest.WriteFile(t, filepath.Join(dir, c.name+".yaml"), cfg)
@@ -185,4 +185,42 @@ func TestInvalidConfigurations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stricter are configurations that envoyproxy/ratelimit loads but that
+// Sluice refuses, because it would not treat them the same (the
+// configuration entries of docs/envoy.md's list of differences).
+var stricter = []invalid{
+	{"missing-requests-per-unit", "config_impl.go YamlRateLimit (a missing requests_per_unit is read as 0)", `
+envoy:
+  - domain: edge
+    descriptors:
+      - key: k
+        rate_limit: {unit: second}
+`, []string{"6: envoy[0].descriptors[0].rate_limit.requests_per_unit: requests_per_unit is required"}},
+	{"replaces-unknown-name", "config_impl.go loadDescriptors (replaces names are not checked)", `
+envoy:
+  - domain: edge
+    descriptors:
+      - key: k
+        rate_limit:
+          unit: second
+          requests_per_unit: 1
+          replaces: [{name: nobody}]
+`, []string{"9: envoy[0].descriptors[0].rate_limit.replaces[0].name: no rate limit in this domain is named \"nobody\""}},
+	{"fork-key", "forks' additions (quota_mode) are not the reference's keys", `
+envoy:
+  - domain: edge
+    descriptors:
+      - key: k
+        quota_mode: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+`, []string{"6: envoy[0].descriptors[0].quota_mode: unknown key \"quota_mode\""}},
+	{"period-too-long", "src/utils UnitToDivider with unit_multiplier (any multiple of a unit)", `
+envoy:
+  - domain: edge
+    descriptors:
+      - key: k
+        rate_limit: {unit: year, unit_multiplier: 11, requests_per_unit: 1}
+`, []string{"6: envoy[0].descriptors[0].rate_limit.unit_multiplier: the period, unit_multiplier 11 × year, is longer than 10 years"}},
 }

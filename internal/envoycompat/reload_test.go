@@ -24,6 +24,8 @@ const (
       - key: detailed
         detailed_metric: true
         rate_limit: {unit: hour, requests_per_unit: 5}
+      - key: m
+        rate_limit: {unit: hour, requests_per_unit: 2}
   - domain: beta
     descriptors:
       - key: k
@@ -41,6 +43,8 @@ const (
         - key: detailed
           detailed_metric: true
           rate_limit: {unit: hour, requests_per_unit: 5}
+        - key: m
+          rate_limit: {unit: hour, requests_per_unit: 3}
     - domain: gamma
       descriptors:
         - key: k
@@ -87,6 +91,7 @@ func TestReloadDomains(t *testing.T) {
 		want("beta", d("k", "x"), ok(1, hour, 0))
 		want("gamma", d("k", "x"), none)
 		want("alpha", d("detailed", "v1"), ok(5, hour, 4))
+		want("alpha", d("m", "x"), ok(2, hour, 1))
 		metrics := s.metrics(t)
 		for _, m := range []string{`descriptor="detailed_v1",domain="alpha"`, `descriptor="k",domain="alpha"`} {
 			if !strings.Contains(metrics, m) {
@@ -101,6 +106,10 @@ func TestReloadDomains(t *testing.T) {
 		})
 		want("alpha", d("k", "x"), ok(2, hour, 0)) // its counter is kept
 		want("beta", d("k", "x"), none)            // removed
+		// A limit whose numbers changed starts afresh: the listed
+		// difference "Counters belong to a limit" (the reference would
+		// answer 1, its counter holding the earlier request).
+		want("alpha", d("m", "x"), ok(3, hour, 2))
 		resp := want("gamma", d("k", "x"), ok(1, hour, 0))
 		checkReferenceHeaders(t, resp, "1", "0", false)
 		resp = want("gamma", d("k", "x"), over(1, hour))
