@@ -354,13 +354,13 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 	var e *entry
 	var sent int64
 	if rf := s.refusals; rf != nil {
-		rf.decisions.Add(1)
 		if e = rf.get(kb, &req.Policy); e != nil {
 			if d, ok := s.refuseOne(e, nowArg, &req); ok {
 				return d, nil
 			}
 			nowArg = e.timeArg(nowArg)
 		}
+		rf.remote.Add(1)
 		sent = rf.mono()
 	}
 	key := string(kb)
@@ -408,7 +408,6 @@ func (s *Store) refuseOne(e *entry, nowArg string, req *sluice.Request) (d sluic
 	}
 	e.seen(t)
 	e.count.Add(1)
-	s.refusals.local.Add(1)
 	return decisionOf(&req.Policy, r), true
 }
 
@@ -480,13 +479,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	var es []*entry
 	var sent int64
 	if rf := s.refusals; rf != nil {
-		rf.decisions.Add(1)
 		var d sluice.Decision
 		var done bool
 		es, d, done = s.refuseMany(cs, keys, reqs, out, nowArg)
 		if done {
 			return d, nil
 		}
+		rf.remote.Add(1)
 		sent = rf.mono()
 		for _, e := range es {
 			if e != nil {
@@ -575,19 +574,21 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 	if out != nil {
 		ds = out[:0]
 	}
+	counted := false
 	for i := range reqs {
 		r := res[i]
 		if r.Allowed {
 			// Not charged: the state as it stays.
 			r = es[i].decide(ts[i], 0, 0)
 			r.Delay = 0
-		} else {
+		} else if !counted {
+			// One decision, counted under the first policy that refused.
 			es[i].count.Add(1)
+			counted = true
 		}
 		es[i].seen(ts[i])
 		ds = append(ds, decisionOf(&reqs[i].Policy, r))
 	}
-	rf.local.Add(1)
 	return es, sluice.Combine(ds), true
 }
 

@@ -77,8 +77,10 @@ type refusals struct {
 	maxBytes   int // per shard
 	mono       func() int64
 
-	decisions atomic.Uint64 // calls decided (Allow, Peek, AllowAll)
-	local     atomic.Uint64 // of them, refused locally
+	// remote counts the calls that were not refused locally (the calls
+	// refused locally are counted by policy name, in byName), so that a
+	// local refusal costs one shared counter.
+	remote atomic.Uint64
 
 	namesMu sync.Mutex
 	byName  map[string]*atomic.Uint64
@@ -348,8 +350,9 @@ type LocalRefusalStats struct {
 	// reached Redis.
 	Decisions, Local uint64
 	// ByPolicy counts local refusals by policy name (sluice.Policy.Name; a
-	// refused AllowAll counts under each policy it was refused by). Past
-	// 1,024 names, the others count together under "(other)".
+	// refused AllowAll counts once, under the first of its policies, in
+	// request order, that refused it). Past 1,024 names, the others count
+	// together under "(other)".
 	ByPolicy map[string]uint64
 	// Entries is the number of states held, and Bytes what they count
 	// against LocalRefusals.MaxBytes.
@@ -364,13 +367,17 @@ func (s *Store) LocalRefusalStats() LocalRefusalStats {
 	if rf == nil {
 		return LocalRefusalStats{}
 	}
-	st := LocalRefusalStats{On: true, Decisions: rf.decisions.Load(), Local: rf.local.Load()}
+	remote := rf.remote.Load()
+	st := LocalRefusalStats{On: true}
 	rf.namesMu.Lock()
 	st.ByPolicy = make(map[string]uint64, len(rf.byName))
 	for name, c := range rf.byName {
-		st.ByPolicy[name] = c.Load()
+		n := c.Load()
+		st.ByPolicy[name] = n
+		st.Local += n
 	}
 	rf.namesMu.Unlock()
+	st.Decisions = st.Local + remote
 	for i := range rf.shards {
 		sh := &rf.shards[i]
 		sh.mu.RLock()
