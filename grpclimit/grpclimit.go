@@ -73,7 +73,9 @@ type Options struct {
 	// the decision carries none; default 1s.
 	ErrorRetryAfter time.Duration
 	// Logger, when set, receives dry-run refusals (Info), store errors
-	// (Warn) and refusals (Debug). Keys are never logged.
+	// (Warn) and refusals (Debug: "rate limit: denied", as the HTTP
+	// middleware's, with the limits that refused, the method and
+	// retry_after). Keys are never logged.
 	Logger *slog.Logger
 }
 
@@ -345,7 +347,8 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 			}
 		}
 		if l.logger != nil && l.logger.Enabled(ctx, slog.LevelDebug) {
-			l.logger.LogAttrs(ctx, slog.LevelDebug, "grpclimit: denied", slog.Any("limits", violated), slog.String("method", fullMethod))
+			l.logger.LogAttrs(ctx, slog.LevelDebug, "rate limit: denied", slog.Any("limits", violated),
+				slog.String("method", fullMethod), slog.Duration("retry_after", retry))
 		}
 	}
 	return refusal(code, retry, violated)

@@ -90,8 +90,9 @@ type Options struct {
 	// own.
 	MaxDelay time.Duration
 	// Logger, when set, receives dry-run denials (Info), store errors
-	// (Warn) and denials (Debug). Keys are never logged; use OnDecision to
-	// see them.
+	// (Warn) and denials (Debug: "rate limit: denied", with the limits that
+	// denied, the method, the path and retry_after). Keys are never
+	// logged; use OnDecision to see them.
 	Logger *slog.Logger
 	// Now returns the current time for X-RateLimit-Reset; default
 	// time.Now. Decisions use the store's clock.
@@ -625,7 +626,7 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 			writeHeaders(h, m.style, res, pf, m.now)
 		}
 		if m.logger != nil && m.logger.Enabled(ctx, slog.LevelDebug) {
-			m.logger.LogAttrs(ctx, slog.LevelDebug, "httplimit: denied", slog.Any("limits", viol),
+			m.logger.LogAttrs(ctx, slog.LevelDebug, "rate limit: denied", slog.Any("limits", viol),
 				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Duration("retry_after", retry))
 		}
 	} else {

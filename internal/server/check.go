@@ -153,8 +153,8 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 				denied = append(denied, results[i].Policy.Name)
 			}
 		}
-		h.logger.LogAttrs(ctx, slog.LevelDebug, "check: denied", slog.Any("limits", denied),
-			slog.Duration("retry_after", d.RetryAfter))
+		h.logger.LogAttrs(ctx, slog.LevelDebug, "rate limit: denied", slog.Any("limits", denied),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Duration("retry_after", d.RetryAfter))
 	}
 
 	if !d.Degraded {
