@@ -58,8 +58,15 @@ type Request struct {
 //     An error means the backend failed or the input is invalid; the
 //     Decision returned with a backend error is the zero Decision unless the
 //     store's failure policy made one (then Degraded is set and err is nil).
-//   - A request whose Cost exceeds the policy's capacity is refused with
-//     RetryAfter Never and an error wrapping ErrCostExceedsCapacity.
+//   - A request whose Cost exceeds the policy's capacity (in AllowAll,
+//     also requests for one policy and key whose summed cost does) can
+//     never be admitted: it is refused with RetryAfter Never, nothing is
+//     charged, and the error wraps ErrCostExceedsCapacity. It stays an
+//     error of this contract, like ErrInvalidCost, because it is a fault
+//     of the input that no state can change, and a caller of Allow or
+//     Limiter must not wait for it. Sluice's front doors never see it:
+//     their decision engine finds such requests before the store and
+//     answers them as plain refusals (RetryAfter Never, no error).
 //   - A zero now means the store's own clock (the memory store's clock, or
 //     Redis's TIME). A non-zero now is used by stores that accept caller
 //     time, such as the memory store; time that steps backwards is treated

@@ -6,7 +6,9 @@
 // peer's address, a metadata value (an API key) or the full method name. A
 // refused call fails with codes.ResourceExhausted; its status carries a
 // google.rpc.RetryInfo detail and its trailer a "retry-after" entry in
-// whole seconds (rounded up, at least 1). When the store fails and its
+// whole seconds (rounded up, at least 1); a call that can never be
+// admitted (its cost exceeds a limit's capacity) gets ResourceExhausted
+// without either, since no retry can pass. When the store fails and its
 // failure policy refuses the call, or the store returns an error, the call
 // fails with codes.Unavailable (with retry information) and the error is
 // never sent to the client.
@@ -28,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -236,11 +239,9 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 // interceptors.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, error) {
 	res := make([]Result, len(l.limits))
-	var buf [4]sluice.Request
-	reqs := buf[:0]
+	var cbuf [4]engine.Check
 	var ibuf [4]int
-	idx := ibuf[:0]
-	shadows, never := false, false
+	checks, idx := cbuf[:0], ibuf[:0]
 	for i := range l.limits {
 		lm := &l.limits[i]
 		res[i] = Result{Policy: lm.Policy, Shadow: lm.Shadow}
@@ -255,85 +256,30 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 			}
 		}
 		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
+		c := engine.Check{Policy: lm.Policy, Key: key, Cost: cost}
 		if lm.Shadow {
-			shadows = true
-			continue
+			c.Mode = engine.Shadow
 		}
-		if cost > lm.Policy.Capacity() {
-			never = true
-			res[i].Decision = sluice.Decision{Limit: lm.Policy.Limit, RetryAfter: sluice.Never}
-			continue
-		}
-		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
+		checks = append(checks, c)
 		idx = append(idx, i)
 	}
-	d := sluice.Decision{Allowed: true}
-	var err error
-	switch {
-	case never:
-		d = sluice.Decision{RetryAfter: sluice.Never}
-		for _, i := range idx {
-			res[i].Decision.Allowed = true
-		}
-	case len(reqs) == 1:
-		d, err = l.store.Allow(ctx, time.Time{}, reqs[0])
-		res[idx[0]].Decision, res[idx[0]].Err = d, err
-	case len(reqs) > 1:
-		out := make([]sluice.Decision, len(reqs))
-		d, err = l.store.AllowAll(ctx, time.Time{}, reqs, out)
-		for j, i := range idx {
-			if err == nil {
-				res[i].Decision = out[j]
-			} else {
-				res[i].Err = err
-			}
-		}
-	}
+	eres := make([]engine.Result, len(checks))
+	o := engine.Decide(ctx, l.store, time.Time{}, checks, eres)
 	dry := false
-	if shadows {
-		passed := err == nil && d.Allowed && !never
-		for i := range res {
-			if !res[i].Applied || !res[i].Shadow {
-				continue
-			}
-			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
-			if passed {
-				res[i].Decision, res[i].Err = l.store.Allow(ctx, time.Time{}, req)
-			} else {
-				res[i].Decision, res[i].Err = l.store.Peek(ctx, time.Time{}, req)
-			}
-			if !res[i].Decision.Allowed && (res[i].Err == nil || errors.Is(res[i].Err, sluice.ErrCostExceedsCapacity)) {
-				dry = true
-				l.limits[i].dryDenied.Add(1)
-				if l.logger != nil {
-					l.logger.LogAttrs(ctx, slog.LevelInfo, "grpclimit: dry-run limit would deny",
-						slog.String("limit", res[i].Policy.Name), slog.String("method", fullMethod))
-				}
+	for j, i := range idx {
+		res[i].Decision, res[i].Err = eres[j].Decision, eres[j].Err
+		if res[i].Shadow && eres[j].Denied {
+			dry = true
+			l.limits[i].dryDenied.Add(1)
+			if l.logger != nil {
+				l.logger.LogAttrs(ctx, slog.LevelInfo, "grpclimit: dry-run limit would deny",
+					slog.String("limit", res[i].Policy.Name), slog.String("method", fullMethod))
 			}
 		}
 	}
-
-	code, retry := codes.OK, time.Duration(0)
-	switch {
-	case never, err != nil && errors.Is(err, sluice.ErrCostExceedsCapacity):
-		code, retry = codes.ResourceExhausted, sluice.Never
-	case err != nil:
-		if l.logger != nil {
-			l.logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: store failed", slog.Any("error", err), slog.Bool("fail_open", l.failOpen))
-		}
-		if !l.failOpen {
-			code, retry = codes.Unavailable, l.errRetry
-		}
-	case !d.Allowed && d.Degraded:
-		code, retry = codes.Unavailable, d.RetryAfter
-		if retry <= 0 {
-			retry = l.errRetry
-		}
-	case !d.Allowed:
-		code, retry = codes.ResourceExhausted, d.RetryAfter
-	}
+	code, retry := l.verdict(ctx, &o)
 	if l.onDecision != nil {
-		l.onDecision(&Event{FullMethod: fullMethod, Results: res, Allowed: code == codes.OK, Code: code, Decision: d, Err: err, DryRunDenied: dry})
+		l.onDecision(&Event{FullMethod: fullMethod, Results: res, Allowed: code == codes.OK, Code: code, Decision: o.Decision, Err: o.Err, DryRunDenied: dry})
 	}
 	if code == codes.OK {
 		return nil, nil
@@ -352,6 +298,30 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 		}
 	}
 	return refusal(code, retry, violated)
+}
+
+// verdict returns the status code of a call decided as o (codes.OK when
+// it proceeds) and its retry time (sluice.Never for a call that can never
+// pass).
+func (l *Limiter) verdict(ctx context.Context, o *engine.Outcome) (codes.Code, time.Duration) {
+	d := o.Decision
+	switch {
+	case o.Err != nil:
+		if l.logger != nil {
+			l.logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: store failed", slog.Any("error", o.Err), slog.Bool("fail_open", l.failOpen))
+		}
+		if l.failOpen {
+			return codes.OK, 0
+		}
+		return codes.Unavailable, l.errRetry
+	case o.Allowed:
+		return codes.OK, 0
+	case d.Degraded && d.RetryAfter <= 0:
+		return codes.Unavailable, l.errRetry
+	case d.Degraded:
+		return codes.Unavailable, d.RetryAfter
+	}
+	return codes.ResourceExhausted, d.RetryAfter
 }
 
 // refusal builds the status error and trailer of a refused call.

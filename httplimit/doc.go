@@ -52,7 +52,11 @@
 // Retry-After in whole seconds (rounded up, at least 1), Cache-Control:
 // no-store and an RFC 9457 application/problem+json body of type
 // https://iana.org/assignments/http-problem-types#quota-exceeded; the body
-// is written by a replaceable DenyHandler.
+// is written by a replaceable DenyHandler. A request that can never be
+// admitted (its cost exceeds a limit's capacity, or limits that charge the
+// same policy and key sum above it) gets 429 without Retry-After and
+// without quota fields, which would invite a retry that cannot pass, and
+// nothing is charged.
 //
 // When the store fails, its failure policy decides (Decision.Degraded): a
 // request it refuses gets 503 Service Unavailable with Retry-After, not 429.

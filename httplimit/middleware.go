@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Limit is one rate limit the middleware applies: a policy, the key each
@@ -185,12 +186,12 @@ type limit struct {
 }
 
 type scratch struct {
-	res  []Result
-	reqs []sluice.Request
-	idx  []int
-	out  []sluice.Decision
-	viol []string
-	ev   Event
+	res    []Result
+	checks []engine.Check  // the limits that apply to the request
+	idx    []int           // the limit of each check
+	eres   []engine.Result // the engine's result of each check
+	viol   []string
+	ev     Event
 }
 
 // New returns a Middleware that applies limits, all or nothing, through
@@ -308,10 +309,10 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 	n := len(limits)
 	m.pool.New = func() any {
 		return &scratch{
-			res:  make([]Result, n),
-			reqs: make([]sluice.Request, 0, n),
-			idx:  make([]int, 0, n),
-			out:  make([]sluice.Decision, n),
+			res:    make([]Result, n),
+			checks: make([]engine.Check, 0, n),
+			idx:    make([]int, 0, n),
+			eres:   make([]engine.Result, n),
 		}
 	}
 	return m, nil
@@ -413,190 +414,29 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) bool {
 	ctx := r.Context()
 	res := sc.res
-	reqs, idx := sc.reqs[:0], sc.idx[:0]
-	static := true // every enforced limit applied with its static policy
-	shadows := false
-	post := false  // a ChargeOn limit applies: peek it first
-	never := false // a cost exceeds its policy's capacity
-	for i := range m.limits {
-		l := &m.limits[i]
-		res[i] = Result{Policy: l.policy, Shadow: l.shadow}
-		key, ok := l.key(r)
-		if !ok {
-			static = static && l.shadow
-			continue
-		}
-		cost := l.cost
-		if l.costFunc != nil {
-			if cost = l.costFunc(r); cost < 1 {
-				static = static && l.shadow
-				continue
-			}
-		}
-		if l.policyFunc != nil {
-			p, ok := l.policyFunc(r, key)
-			if !ok {
-				static = static && l.shadow
-				continue
-			}
-			if p.Name == "" {
-				p.Name = l.policy.Name
-			}
-			res[i].Policy = p
-			if p != l.policy {
-				static = static && l.shadow
-			}
-		}
-		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
-		if l.shadow {
-			shadows = true
-			continue
-		}
-		if l.chargeOn != nil {
-			post = true
-			if cost <= res[i].Policy.Capacity() {
-				continue
-			}
-		}
-		if cost > res[i].Policy.Capacity() {
-			never = true
-			res[i].Decision = sluice.Decision{Limit: res[i].Policy.Limit, RetryAfter: sluice.Never}
-			res[i].Err = fmt.Errorf("httplimit: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, cost, res[i].Policy.Capacity(), res[i].Policy)
-			continue
-		}
-		reqs = append(reqs, sluice.Request{Policy: res[i].Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay})
-		idx = append(idx, i)
+	static := m.prepare(r, sc)
+	o := engine.Decide(ctx, m.store, time.Time{}, sc.checks, sc.eres)
+	for j, i := range sc.idx {
+		res[i].Decision, res[i].Err = sc.eres[j].Decision, sc.eres[j].Err
 	}
-	sc.reqs, sc.idx = reqs, idx
-
-	d := sluice.Decision{Allowed: true}
-	var err error
-	if post && !never {
-		// Check the limits charged after the response, without charging.
-		// When one is spent (or the store fails), the request is refused
-		// and nothing is charged; the other limits are then peeked too, for
-		// the headers.
-		var pbuf [4]sluice.Decision
-		peeked := pbuf[:0]
-		for i := range m.limits {
-			if m.limits[i].chargeOn == nil || !res[i].Applied {
-				continue
-			}
-			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
-			res[i].Decision, res[i].Err = m.store.Peek(ctx, time.Time{}, req)
-			if res[i].Err != nil {
-				err = res[i].Err
-				break
-			}
-			peeked = append(peeked, res[i].Decision)
-		}
-		if err == nil {
-			d = sluice.Combine(peeked)
-		}
-		if err != nil || !d.Allowed {
-			for j, i := range idx {
-				res[i].Decision, res[i].Err = m.store.Peek(ctx, time.Time{}, reqs[j])
-				if res[i].Err == nil {
-					res[i].Decision.Allowed = true // not the reason for the refusal
-				}
-			}
-			reqs = reqs[:0] // decide nothing more
-		}
-	}
-	switch {
-	case never:
-		d = sluice.Decision{RetryAfter: sluice.Never}
-		for _, i := range idx {
-			res[i].Decision = sluice.Decision{Allowed: true} // not decided: refused before the store
-		}
-	case len(reqs) == 1:
-		var d1 sluice.Decision
-		d1, err = m.store.Allow(ctx, time.Time{}, reqs[0])
-		res[idx[0]].Decision, res[idx[0]].Err = d1, err
-		d = mergeDecision(d, d1, post)
-	case len(reqs) > 1:
-		out := sc.out[:len(reqs)]
-		var dn sluice.Decision
-		dn, err = m.store.AllowAll(ctx, time.Time{}, reqs, out)
-		for j, i := range idx {
-			if err != nil {
-				res[i].Decision, res[i].Err = sluice.Decision{}, err
-			} else {
-				res[i].Decision = out[j]
-			}
-		}
-		d = mergeDecision(d, dn, post)
-	}
-
-	dryDenied := false
-	if shadows {
-		passed := err == nil && d.Allowed && !never
-		for i := range res {
-			if !res[i].Applied || !res[i].Shadow {
-				continue
-			}
-			req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost, MaxDelay: m.maxDelay}
-			var sd sluice.Decision
-			var serr error
-			if passed {
-				sd, serr = m.store.Allow(ctx, time.Time{}, req)
-			} else {
-				sd, serr = m.store.Peek(ctx, time.Time{}, req)
-			}
-			res[i].Decision, res[i].Err = sd, serr
-			if !sd.Allowed && (serr == nil || errors.Is(serr, sluice.ErrCostExceedsCapacity)) {
-				dryDenied = true
-				m.limits[i].dryDenied.Add(1)
-				if m.logger != nil {
-					m.logger.LogAttrs(ctx, slog.LevelInfo, "httplimit: dry-run limit would deny",
-						slog.String("limit", res[i].Policy.Name), slog.String("method", r.Method),
-						slog.String("path", r.URL.Path), slog.Duration("retry_after", sd.RetryAfter))
-				}
-			}
-		}
-	}
-
-	status := 0
-	retry := time.Duration(0)
-	switch {
-	case never:
-		status, retry = http.StatusTooManyRequests, sluice.Never
-	case err != nil && errors.Is(err, sluice.ErrCostExceedsCapacity):
-		status, retry = http.StatusTooManyRequests, sluice.Never
-	case err != nil:
-		if m.logger != nil {
-			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: store failed", slog.Any("error", err),
-				slog.Bool("fail_open", m.failOpen))
-		}
-		if !m.failOpen {
-			status, retry = http.StatusServiceUnavailable, m.errRetry
-		}
-	case !d.Allowed && d.Degraded:
-		status, retry = http.StatusServiceUnavailable, d.RetryAfter
-		if retry <= 0 {
-			retry = m.errRetry
-		}
-	case !d.Allowed:
-		status, retry = http.StatusTooManyRequests, d.RetryAfter
-	}
-
+	dryDenied := m.dryRuns(r, sc)
+	status, retry := m.verdict(ctx, &o)
 	if m.onDecision != nil {
 		ev := &sc.ev
-		*ev = Event{Request: r, Results: res, Allowed: status == 0, Status: status, Decision: d, Err: err, DryRunDenied: dryDenied}
+		*ev = Event{Request: r, Results: res, Allowed: status == 0, Status: status, Decision: o.Decision, Err: o.Err, DryRunDenied: dryDenied}
 		m.onDecision(ev)
 	}
-
 	h := w.Header()
+	pf := m.policyField
+	if !static {
+		pf = nil
+	}
 	if status == 0 {
-		if err == nil && !d.Degraded {
-			pf := m.policyField
-			if !static {
-				pf = nil
-			}
+		if o.Err == nil && !o.Decision.Degraded {
 			writeHeaders(h, m.style, res, pf, m.now)
 		}
-		if d.Delay > 0 {
-			t := time.NewTimer(d.Delay)
+		if o.Decision.Delay > 0 {
+			t := time.NewTimer(o.Decision.Delay)
 			defer t.Stop()
 			select {
 			case <-t.C:
@@ -606,7 +446,110 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		}
 		return true
 	}
+	return m.refuse(w, r, sc, status, retry, pf, o.Never())
+}
 
+// prepare fills sc with the limits that apply to r: sc.res for every
+// limit, sc.checks (and sc.idx, their limits) for those that apply. It
+// reports whether every enforced limit applies with its static policy.
+func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
+	res := sc.res
+	checks, idx := sc.checks[:0], sc.idx[:0]
+	static = true
+	for i := range m.limits {
+		l := &m.limits[i]
+		res[i] = Result{Policy: l.policy, Shadow: l.shadow}
+		key, ok := l.key(r)
+		cost := l.cost
+		if ok && l.costFunc != nil {
+			cost = l.costFunc(r)
+			ok = cost >= 1
+		}
+		if ok && l.policyFunc != nil {
+			var p sluice.Policy
+			if p, ok = l.policyFunc(r, key); ok {
+				if p.Name == "" {
+					p.Name = l.policy.Name
+				}
+				res[i].Policy = p
+				static = static && (p == l.policy || l.shadow)
+			}
+		}
+		if !ok {
+			static = static && l.shadow
+			continue
+		}
+		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
+		c := engine.Check{Policy: res[i].Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
+		switch {
+		case l.shadow:
+			c.Mode = engine.Shadow
+		case l.chargeOn != nil:
+			c.Mode, c.MaxDelay = engine.Deferred, 0
+		}
+		checks = append(checks, c)
+		idx = append(idx, i)
+	}
+	sc.checks, sc.idx = checks, idx
+	if cap(sc.eres) < len(checks) {
+		sc.eres = make([]engine.Result, len(checks))
+	}
+	sc.eres = sc.eres[:len(checks)]
+	return static
+}
+
+// dryRuns counts and logs the dry-run limits that would have refused r,
+// and reports whether one did.
+func (m *Middleware) dryRuns(r *http.Request, sc *scratch) bool {
+	denied := false
+	for j, i := range sc.idx {
+		if !m.limits[i].shadow || !sc.eres[j].Denied {
+			continue
+		}
+		denied = true
+		m.limits[i].dryDenied.Add(1)
+		if m.logger != nil {
+			m.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: dry-run limit would deny",
+				slog.String("limit", sc.res[i].Policy.Name), slog.String("method", r.Method),
+				slog.String("path", r.URL.Path), slog.Duration("retry_after", sc.eres[j].Decision.RetryAfter))
+		}
+	}
+	return denied
+}
+
+// verdict returns the status of the response to a request decided as o
+// (0 when it proceeds) and its retry time (sluice.Never for a request
+// that can never pass).
+func (m *Middleware) verdict(ctx context.Context, o *engine.Outcome) (status int, retry time.Duration) {
+	d := o.Decision
+	switch {
+	case o.Err != nil:
+		if m.logger != nil {
+			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: store failed", slog.Any("error", o.Err),
+				slog.Bool("fail_open", m.failOpen))
+		}
+		if !m.failOpen {
+			return http.StatusServiceUnavailable, m.errRetry
+		}
+		return 0, 0
+	case o.Allowed:
+		return 0, 0
+	case d.Degraded:
+		if d.RetryAfter <= 0 {
+			return http.StatusServiceUnavailable, m.errRetry
+		}
+		return http.StatusServiceUnavailable, d.RetryAfter
+	}
+	return http.StatusTooManyRequests, d.RetryAfter
+}
+
+// refuse writes the response to a refused request. A request that can
+// never pass (never) gets no quota fields and no Retry-After, which would
+// invite a retry that cannot succeed.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, sc *scratch, status int, retry time.Duration, pf []string, never bool) bool {
+	ctx := r.Context()
+	res := sc.res
+	h := w.Header()
 	viol := sc.viol[:0]
 	for i := range res {
 		if res[i].counts() && !res[i].Decision.Allowed {
@@ -619,10 +562,6 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	sc.viol = viol
 	if status == http.StatusTooManyRequests {
 		if !never {
-			pf := m.policyField
-			if !static {
-				pf = nil
-			}
 			writeHeaders(h, m.style, res, pf, m.now)
 		}
 		if m.logger != nil && m.logger.Enabled(ctx, slog.LevelDebug) {
@@ -640,18 +579,10 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	return false
 }
 
-// mergeDecision combines the peeked decision of the ChargeOn limits (when
-// post is set) with that of the other limits.
-func mergeDecision(peeked, d sluice.Decision, post bool) sluice.Decision {
-	if !post {
-		return d
-	}
-	return sluice.Combine([]sluice.Decision{peeked, d})
-}
-
 func (m *Middleware) release(sc *scratch) {
 	clear(sc.res) // drop keys and errors
-	clear(sc.reqs[:cap(sc.reqs)])
+	clear(sc.checks[:cap(sc.checks)])
+	clear(sc.eres[:cap(sc.eres)])
 	clear(sc.viol)
 	sc.ev = Event{}
 	m.pool.Put(sc)

@@ -352,9 +352,10 @@ func TestDryRunNotChargedWhenRefused(t *testing.T) {
 	if resp := serve(h, request("192.0.2.1:1")); resp.StatusCode != 429 {
 		t.Fatalf("status %d, want 429", resp.StatusCode)
 	}
-	// trial saw 1 admitted request: 4 remain after a peek of cost 1 → 3.
-	if got := last.Results[1].Decision.Remaining; got != 3 {
-		t.Errorf("trial Remaining = %d, want 3 (the refused request is not charged)", got)
+	// trial saw 1 admitted request: 4 remain, reported without the charge
+	// of the refused request (engine.State).
+	if got := last.Results[1].Decision.Remaining; got != 4 {
+		t.Errorf("trial Remaining = %d, want 4 (the refused request is not charged)", got)
 	}
 }
 

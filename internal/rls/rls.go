@@ -35,6 +35,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Outcome is what happened to one descriptor of a request.
@@ -141,16 +142,15 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 
 // item is one descriptor of a request being decided.
 type item struct {
-	limits     []limit
-	key        string // the store key
-	metricKey  string
-	cost       int64 // 0: charges nothing (hits_addend 0, or negative hits)
-	shadow     bool
-	unlimited  bool
-	replaces   []string // of an unlimited limit
-	matched    bool
-	ds         []sluice.Decision // one per limit
-	impossible bool              // a limit can never admit cost
+	limits    []limit
+	key       string // the store key
+	metricKey string
+	cost      int64 // 0: charges nothing (hits_addend 0, or negative hits)
+	shadow    bool
+	unlimited bool
+	replaces  []string // of an unlimited limit
+	matched   bool
+	ds        []sluice.Decision // one per limit
 }
 
 // ShouldRateLimit decides a request: it matches each descriptor to its
@@ -217,11 +217,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.now != nil {
 		now = s.now()
 	}
-	denied, degraded, err := s.decideEnforced(ctx, now, items)
+	denied, degraded, err := s.decide(ctx, now, items)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.decideOthers(ctx, now, items, denied); err != nil {
 		return nil, err
 	}
 	if denied {
@@ -322,155 +319,53 @@ func (it *item) enforced() bool {
 	return it.matched && !it.unlimited && !it.shadow && it.cost > 0
 }
 
-// possible reports whether l can ever admit cost.
-func possible(l limit, cost int64) bool {
-	return l.rpu > 0 && cost <= l.policy.Capacity()
-}
-
-// decideEnforced decides the enforced descriptors with one AllowAll call
-// and reports whether the request is denied, and whether the store's
-// failure policy decided. A descriptor whose cost no limit could ever
-// admit (a limit of 0, or a cost above the capacity) denies the request
-// without charging anything; the others then report their state.
-func (s *Service) decideEnforced(ctx context.Context, now time.Time, items []item) (denied, degraded bool, err error) {
-	var reqs []sluice.Request
+// decide decides the request's descriptors with the engine: the limits of
+// the enforced descriptors all or nothing, each shadow descriptor's limits
+// apart (all or nothing among themselves, charged only when the request
+// is admitted), and the state of those that charge nothing. It reports
+// whether the request is denied and whether the store's failure policy
+// decided. A request whose cost a limit can never admit (a limit of 0, a
+// cost above the capacity, or the summed cost of descriptors that charge
+// the same counter) is denied and charges nothing.
+func (s *Service) decide(ctx context.Context, now time.Time, items []item) (denied, degraded bool, err error) {
+	var checks []engine.Check
 	for i := range items {
 		it := &items[i]
-		if !it.enforced() {
+		if !it.matched || it.unlimited {
 			continue
 		}
 		it.ds = make([]sluice.Decision, len(it.limits))
 		for _, l := range it.limits {
-			if !possible(l, it.cost) {
-				it.impossible = true
+			c := engine.Check{Policy: l.policy, Key: it.key, Cost: it.cost}
+			if it.shadow {
+				c.Mode, c.Group = engine.Shadow, i+1
 			}
-			reqs = append(reqs, sluice.Request{Policy: l.policy, Key: it.key, Cost: it.cost})
+			checks = append(checks, c)
 		}
 	}
-	if len(reqs) == 0 {
+	if len(checks) == 0 {
 		return false, false, nil
 	}
-	for i := range items {
-		if items[i].impossible {
-			denied = true
-		}
-	}
-	if denied {
-		// Nothing is charged; report each limit's state.
-		for i := range items {
-			it := &items[i]
-			if !it.enforced() {
-				continue
-			}
-			for j, l := range it.limits {
-				if it.ds[j], err = s.peek(ctx, now, l, it.key, it.cost); err != nil {
-					return false, false, err
-				}
-			}
-		}
-		return true, false, nil
-	}
-	out := make([]sluice.Decision, len(reqs))
-	all, err := s.store.AllowAll(ctx, now, reqs, out)
-	if err != nil {
-		return false, false, storeError(err)
+	res := make([]engine.Result, len(checks))
+	o := engine.Decide(ctx, s.store, now, checks, res)
+	if o.Err != nil {
+		return false, false, storeError(o.Err)
 	}
 	k := 0
 	for i := range items {
 		it := &items[i]
-		if !it.enforced() {
+		if !it.matched || it.unlimited {
 			continue
 		}
 		for j := range it.limits {
-			it.ds[j] = out[k]
-			if all.Degraded {
-				// The failure policy decided the whole; its verdict is
-				// every descriptor's.
-				it.ds[j].Allowed = all.Allowed
-				it.ds[j].Degraded = true
+			if res[k].Err != nil {
+				return false, false, storeError(res[k].Err)
 			}
+			it.ds[j] = res[k].Decision
 			k++
 		}
 	}
-	return !all.Allowed, all.Degraded, nil
-}
-
-// decideOthers decides the descriptors in shadow mode, charging them when
-// the request is admitted (each descriptor's limits all-or-nothing, apart
-// from the rest of the request), and reports the state of the descriptors
-// that charge nothing.
-func (s *Service) decideOthers(ctx context.Context, now time.Time, items []item, denied bool) error {
-	for i := range items {
-		it := &items[i]
-		if !it.matched || it.unlimited || it.enforced() {
-			continue
-		}
-		it.ds = make([]sluice.Decision, len(it.limits))
-		for _, l := range it.limits {
-			if it.cost > 0 && !possible(l, it.cost) {
-				it.impossible = true
-			}
-		}
-		if it.cost > 0 && !denied && !it.impossible {
-			var err error
-			if len(it.limits) == 1 {
-				it.ds[0], err = s.store.Allow(ctx, now, sluice.Request{Policy: it.limits[0].policy, Key: it.key, Cost: it.cost})
-			} else {
-				reqs := make([]sluice.Request, len(it.limits))
-				for j, l := range it.limits {
-					reqs[j] = sluice.Request{Policy: l.policy, Key: it.key, Cost: it.cost}
-				}
-				_, err = s.store.AllowAll(ctx, now, reqs, it.ds)
-			}
-			if err != nil {
-				return storeError(err)
-			}
-			continue
-		}
-		for j, l := range it.limits {
-			var err error
-			if it.ds[j], err = s.peek(ctx, now, l, it.key, it.cost); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// peek returns the decision on cost units under l without charging them,
-// for a descriptor that is not charged: Allowed and RetryAfter say whether
-// cost would fit, Remaining is what is left as the state stands, and
-// ResetAfter is as if cost had been charged (the end of the window, for a
-// fixed window). A cost of 0 is always allowed. A limit that can never
-// admit cost is denied with RetryAfter Never.
-func (s *Service) peek(ctx context.Context, now time.Time, l limit, key string, cost int64) (sluice.Decision, error) {
-	if l.rpu == 0 {
-		return sluice.Decision{Allowed: cost == 0, RetryAfter: retryNever(cost)}, nil
-	}
-	ask := cost
-	if ask < 1 || ask > l.policy.Capacity() {
-		ask = 1
-	}
-	d, err := s.store.Peek(ctx, now, sluice.Request{Policy: l.policy, Key: key, Cost: ask})
-	if err != nil {
-		return d, storeError(err)
-	}
-	if d.Allowed {
-		// Peek's Remaining is after the units it was asked about.
-		d.Remaining += ask
-	}
-	if ask != cost {
-		d.Allowed = cost == 0
-		d.RetryAfter = retryNever(cost)
-	}
-	return d, nil
-}
-
-func retryNever(cost int64) time.Duration {
-	if cost == 0 {
-		return 0
-	}
-	return sluice.Never
+	return !o.Allowed, o.Decision.Degraded, nil
 }
 
 // storeError turns a store's error into the gRPC status of the call.
@@ -494,19 +389,7 @@ func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv
 	}
 	// The deciding limit: a denying one with the longest wait, else the
 	// one with the fewest units left.
-	k := 0
-	for j, d := range it.ds {
-		dk := it.ds[k]
-		switch {
-		case !d.Allowed && dk.Allowed:
-			k = j
-		case d.Allowed != dk.Allowed:
-		case !d.Allowed && (d.RetryAfter == sluice.Never || (dk.RetryAfter != sluice.Never && d.RetryAfter > dk.RetryAfter)):
-			k = j
-		case d.Allowed && d.Remaining < dk.Remaining:
-			k = j
-		}
-	}
+	k := engine.Decider(it.ds)
 	d, l := it.ds[k], it.limits[k]
 	own := d.Allowed
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{

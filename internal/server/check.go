@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // bodyBufs hold the bodies of POST /v1/check while they are parsed.
@@ -74,46 +76,8 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-
-	// The enforced checks are decided together, all or nothing; the
-	// dry-run ones apart, so that they never change what the enforced ones
-	// charge, and charged only when the enforced ones passed (as the
-	// middleware does).
 	results := make([]httplimit.Result, len(items))
-	var reqBuf [8]sluice.Request
-	var idxBuf [8]int
-	reqs, idx := reqBuf[:0], idxBuf[:0]
-	for i, it := range items {
-		results[i] = httplimit.Result{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true}
-		if !it.limit.Shadow {
-			reqs = append(reqs, sluice.Request{Policy: it.limit.Policy, Key: it.key, Cost: it.cost})
-			idx = append(idx, i)
-		}
-	}
-	d := sluice.Decision{Allowed: true}
-	var err error
-	switch len(reqs) {
-	case 0:
-	case 1:
-		d, err = h.store.Allow(ctx, time.Time{}, reqs[0])
-		results[idx[0]].Decision = d
-	default:
-		var outBuf [8]sluice.Decision
-		var out []sluice.Decision
-		if len(reqs) <= len(outBuf) {
-			out = outBuf[:len(reqs)]
-		} else {
-			out = make([]sluice.Decision, len(reqs))
-		}
-		// The store gets a copy: passing reqs itself would move reqBuf to
-		// the heap on every request, the one-check ones too.
-		all := make([]sluice.Request, len(reqs))
-		copy(all, reqs)
-		d, err = h.store.AllowAll(ctx, time.Time{}, all, out)
-		for j, i := range idx {
-			results[i].Decision = out[j]
-		}
-	}
+	d, err := h.decideChecks(ctx, items, results)
 	if err != nil {
 		if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
 			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err), slog.Int("failures_not_logged", n))
@@ -121,25 +85,6 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the store failed to decide; see the server's log")
 		return
 	}
-	for i := range results {
-		res := &results[i]
-		if !res.Shadow {
-			continue
-		}
-		req := sluice.Request{Policy: res.Policy, Key: res.Key, Cost: res.Cost}
-		if d.Allowed {
-			res.Decision, res.Err = h.store.Allow(ctx, time.Time{}, req)
-		} else {
-			res.Decision, res.Err = h.store.Peek(ctx, time.Time{}, req)
-		}
-		if res.Err != nil {
-			if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
-				h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed on a dry-run limit",
-					slog.String("limit", res.Policy.Name), slog.Any("error", res.Err), slog.Int("failures_not_logged", n))
-			}
-		}
-	}
-
 	for i := range results {
 		res := &results[i]
 		if res.Err == nil {
@@ -175,6 +120,41 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
+// decideChecks decides items with the engine (the enforced checks all or
+// nothing, the dry-run ones apart) and fills results. It returns the
+// combined decision, or the store's error on the enforced checks.
+func (h *Handler) decideChecks(ctx context.Context, items []item, results []httplimit.Result) (sluice.Decision, error) {
+	var cbuf [8]engine.Check
+	var rbuf [8]engine.Result
+	checks, eres := cbuf[:0], rbuf[:0]
+	if len(items) > len(cbuf) {
+		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.Result, 0, len(items))
+	}
+	for _, it := range items {
+		c := engine.Check{Policy: it.limit.Policy, Key: it.key, Cost: it.cost}
+		if it.limit.Shadow {
+			c.Mode = engine.Shadow
+		}
+		checks = append(checks, c)
+	}
+	eres = eres[:len(checks)]
+	o := engine.Decide(ctx, h.store, time.Time{}, checks, eres)
+	if o.Err != nil {
+		return sluice.Decision{}, o.Err
+	}
+	for i, it := range items {
+		results[i] = httplimit.Result{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true,
+			Decision: eres[i].Decision, Err: eres[i].Err}
+		if eres[i].Err != nil {
+			if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
+				h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed on one check",
+					slog.String("limit", it.limit.Policy.Name), slog.Any("error", eres[i].Err), slog.Int("failures_not_logged", n))
+			}
+		}
+	}
+	return o.Decision, nil
+}
+
 // Header values shared by every response: slices of capacity 1, so that
 // an Add to a response's header copies them rather than writing into them.
 var (
@@ -182,27 +162,15 @@ var (
 	noStore         = []string{"no-store"}[:1:1]
 )
 
-// parseCheck reads and validates a /v1/check body. multi reports the
-// "checks" form (or a plan's, which plan names).
+// parseCheck reads and validates a /v1/check body and applies the runtime
+// overrides. multi reports the "checks" form (or a plan's, which plan
+// names). A cost above a limit's capacity is not an error: the engine
+// refuses it (retry_after_ms -1).
 func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
 	items, multi, plan, rerr = h.decodeCheck(w, r, st)
 	for i := range items {
 		it := &items[i]
 		it.limit.Policy, it.override = h.policyFor(it.limit.Policy, it.key)
-		c := it.limit.Policy.Capacity()
-		if it.cost <= c {
-			continue
-		}
-		where := ""
-		if multi && plan == "" {
-			where = fmt.Sprintf("checks[%d].", i)
-		}
-		switch {
-		case it.override:
-			return nil, multi, plan, badRequest("%scost %d exceeds the capacity of the override of limit %q for this key (%d): it could never be allowed", where, it.cost, it.limit.Name(), c)
-		default:
-			return nil, multi, plan, badRequest("%scost %d exceeds the capacity of limit %q (%d): it could never be allowed", where, it.cost, it.limit.Name(), c)
-		}
 	}
 	return items, multi, plan, rerr
 }
@@ -435,9 +403,13 @@ func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items 
 	return append(b, "]}"...)
 }
 
-// millis returns d in whole milliseconds, rounded up; 0 for d ≤ 0.
-// Decisions carry whole milliseconds already.
+// millis returns d in whole milliseconds, rounded up; 0 for d ≤ 0 but
+// -1 for sluice.Never (a request that can never be admitted, as `sluice
+// simulate` writes "never"). Decisions carry whole milliseconds already.
 func millis(d time.Duration) int64 {
+	if d == sluice.Never {
+		return -1
+	}
 	if d <= 0 {
 		return 0
 	}

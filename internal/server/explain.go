@@ -146,9 +146,6 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 		Cost:    cost, Allowed: d.Allowed, Remaining: d.Remaining,
 		RetryAfterMS: millis(d.RetryAfter), ResetAfterMS: millis(d.ResetAfter), DelayMS: millis(d.Delay),
 	}
-	if d.RetryAfter == sluice.Never {
-		e.RetryAfterMS = -1
-	}
 	var b strings.Builder
 	switch p.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:

@@ -242,7 +242,10 @@ func TestCheckPlan(t *testing.T) {
 		{"both", `{"plan":"pro","plan_table":"customers","key":"a"}`, 400, `{"error":"\"plan\" and \"plan_table\" cannot be combined; give one"}`},
 		{"with limit", `{"plan":"pro","limit":"per-ip","key":"a"}`, 400, `{"error":"\"plan\" and \"plan_table\" cannot be combined with \"limit\" or \"checks\""}`},
 		{"no key", `{"plan":"pro"}`, 400, `{"error":"key is missing: the client whose plan's limits are checked"}`},
-		{"cost too high", `{"plan":"pro","key":"a","cost":4}`, 400, `{"error":"cost 4 exceeds the capacity of limit \"pro-second\" (3): it could never be allowed"}`},
+		// A cost no limit of the plan can ever admit is refused, and
+		// nothing is charged (pro-hourly keeps its 4).
+		{"cost too high", `{"plan":"pro","key":"a","cost":4}`, 200,
+			`{"allowed":false,"plan":"pro","retry_after_ms":-1,"results":[{"allowed":true,"policy":"pro-hourly","limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":2800000},{"allowed":false,"policy":"pro-second","limit":3,"remaining":0,"retry_after_ms":-1,"reset_after_ms":0}]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,475 @@
+// Package engine decides one request under several checks. It is the one
+// implementation behind Sluice's four front doors (the net/http
+// middleware, the gRPC interceptors, the decision API and Envoy's rate
+// limit service): each door parses its protocol into Checks, calls Decide
+// and renders the Outcome, so that the meaning of shadow limits, of limits
+// charged after the response and of costs that can never pass is written
+// here once.
+//
+// The rules, for one request:
+//   - The enforced checks are decided together, all or nothing, with one
+//     Store.AllowAll call (Store.Allow for one): when one refuses, none is
+//     charged.
+//   - A request that can never be admitted is refused with RetryAfter
+//     sluice.Never and nothing is charged, without asking the store to
+//     charge anything: one check whose cost exceeds its policy's capacity,
+//     or several checks of the request that charge the same (policy, key)
+//     and whose summed cost exceeds it. It is a refusal, never an error.
+//   - Deferred checks (charged by the door after the response, such as
+//     httplimit's ChargeOn) are only peeked; when one refuses, the request
+//     is refused and nothing is charged.
+//   - Shadow checks are dry runs, decided after the enforced ones and apart
+//     from them: charged when the request was admitted, peeked when it was
+//     refused, never refusing it. Shadow checks that share a Group are
+//     decided together, all or nothing.
+//   - Checks that are not charged report the state without the charge
+//     (State).
+package engine
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Mode says how a check takes part in the decision.
+type Mode uint8
+
+// The modes.
+const (
+	// Enforced checks are charged all or nothing and refuse the request.
+	Enforced Mode = iota
+	// Shadow checks are dry runs: decided and charged apart, they never
+	// refuse the request.
+	Shadow
+	// Deferred checks refuse the request as enforced ones do but are only
+	// peeked: the caller charges them later (after the response).
+	Deferred
+)
+
+// Check is one limit applied to a request.
+type Check struct {
+	// Policy and Key name the counter; Cost is what the request charges to
+	// it. A Cost below 1 charges nothing: the check is reported with
+	// State and takes no part in the verdict.
+	Policy sluice.Policy
+	Key    string
+	Cost   int64
+	Mode   Mode
+	// MaxDelay bounds a leaky bucket's Delay (sluice.Request.MaxDelay).
+	MaxDelay time.Duration
+	// Group, when not zero, decides the shadow checks that share it
+	// together, all or nothing (an Envoy descriptor's limits). Shadow
+	// checks of group 0 are decided one by one.
+	Group int
+}
+
+// Result is one check's part of an Outcome.
+type Result struct {
+	// Decision is the check's own decision: for a charged check, the
+	// store's; for one that was not charged, its state without the charge
+	// (see State). A check that can never pass has RetryAfter Never.
+	Decision sluice.Decision
+	// Err is the store's error for this check, if any.
+	Err error
+	// Charged reports that the check's cost was counted.
+	Charged bool
+	// Denied reports that this check refuses the request (for a shadow
+	// check: would have refused it).
+	Denied bool
+}
+
+// Outcome is the decision on a request.
+type Outcome struct {
+	// Allowed reports that every enforced and deferred check admitted the
+	// request; the enforced ones are then charged. A request with no such
+	// check is allowed.
+	Allowed bool
+	// Decision combines the decisions of the enforced and deferred checks
+	// as sluice.Combine does; its RetryAfter is sluice.Never for a request
+	// that can never be admitted, and Degraded reports that the store's
+	// failure policy decided.
+	Decision sluice.Decision
+	// Decider is the index of the deciding check among the enforced and
+	// deferred ones (the one that refused with the longest wait, else the
+	// one with the fewest units left), or -1 when there is none.
+	Decider int
+	// Err is the store's error on the enforced or deferred checks: the
+	// request was not decided, Allowed is false and nothing was charged.
+	Err error
+	// DryRunDenied reports that a shadow check would have refused.
+	DryRunDenied bool
+}
+
+// Never reports whether the request can never be admitted: a check or the
+// sum of its checks on one (policy, key) exceeds that policy's capacity.
+func (o *Outcome) Never() bool {
+	return o.Err == nil && !o.Allowed && o.Decision.RetryAfter == sluice.Never
+}
+
+// scratch holds the buffers of one Decide call, pooled so that a decision
+// allocates nothing of its own (a slice handed to Store.AllowAll, an
+// interface method, would escape to the heap).
+type scratch struct {
+	idx  []int             // the enforced and deferred checks that charge
+	reqs []sluice.Request  // the store requests of the enforced ones
+	at   []int             // the check of each request
+	out  []sluice.Decision // the store's decision on each request
+	ds   []sluice.Decision // the decisions combined into the outcome
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func (sc *scratch) release() {
+	clear(sc.reqs) // keep no key alive in the pool
+	sc.idx, sc.reqs, sc.at, sc.out, sc.ds = sc.idx[:0], sc.reqs[:0], sc.at[:0], sc.out[:0], sc.ds[:0]
+	scratchPool.Put(sc)
+}
+
+// Decide decides a request under checks through store at now (a zero now
+// means the store's clock) and writes each check's result to res, which
+// must have len(checks). It keeps neither slice after it returns.
+func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result) Outcome {
+	clear(res)
+	o := Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	refused, peeked := false, false // refused before the store charged anything
+	for i := range checks {
+		c := &checks[i]
+		if c.Mode == Shadow || c.Cost < 1 {
+			continue
+		}
+		sc.idx = append(sc.idx, i)
+		if impossible(checks, i) {
+			res[i].Decision, res[i].Denied = never(c.Policy), true
+			refused = true
+		}
+	}
+	if len(sc.idx) > 0 {
+		if !refused {
+			refused, peeked = peekDeferred(ctx, store, now, checks, res, sc.idx, &o), true
+		}
+		switch {
+		case o.Err != nil:
+		case refused:
+			reportUncharged(ctx, store, now, checks, res, sc.idx, peeked)
+			o.settle(checks, res, sc, sluice.Decision{}, false)
+		default:
+			d, err := decideEnforced(ctx, store, now, checks, res, sc)
+			if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+				// A store that finds a cost it can never admit (the
+				// checks above should have found it) refuses it too.
+				d, err = sluice.Decision{RetryAfter: sluice.Never}, nil
+				for _, i := range sc.at {
+					res[i] = Result{Decision: d, Denied: true}
+				}
+			}
+			if err != nil {
+				o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err
+			} else {
+				o.settle(checks, res, sc, d, len(sc.reqs) > 0)
+			}
+		}
+	}
+	if o.Err == nil {
+		o.DryRunDenied = decideShadows(ctx, store, now, checks, res, o.Allowed)
+	}
+	for i := range checks {
+		if checks[i].Cost < 1 {
+			res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
+		}
+	}
+	return o
+}
+
+// impossible reports whether check i can never pass: its cost, summed with
+// that of the other checks decided with it (the enforced and deferred
+// checks, or its shadow group) on the same policy and key, exceeds the
+// policy's capacity.
+func impossible(checks []Check, i int) bool {
+	c := &checks[i]
+	sum := c.Cost
+	for j := range checks {
+		o := &checks[j]
+		if j == i || o.Cost < 1 || o.Key != c.Key || o.Policy != c.Policy || !together(c, o) {
+			continue
+		}
+		if sum > math.MaxInt64-o.Cost {
+			return true
+		}
+		sum += o.Cost
+	}
+	return sum > c.Policy.Capacity()
+}
+
+// together reports whether a and b are decided in one all-or-nothing call.
+func together(a, b *Check) bool {
+	if a.Mode == Shadow || b.Mode == Shadow {
+		return a.Mode == b.Mode && a.Group != 0 && a.Group == b.Group
+	}
+	return true
+}
+
+// never is the decision on a check that can never pass.
+func never(p sluice.Policy) sluice.Decision {
+	return sluice.Decision{Limit: p.Limit, RetryAfter: sluice.Never}
+}
+
+// peekDeferred peeks the deferred checks among idx and reports whether one
+// refuses the request; a store error is set in o.
+func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, idx []int, o *Outcome) bool {
+	refused := false
+	for _, i := range idx {
+		c := &checks[i]
+		if c.Mode != Deferred {
+			continue
+		}
+		d, err := store.Peek(ctx, now, request(c))
+		res[i] = Result{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
+		if err != nil {
+			o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err
+			return true
+		}
+		refused = refused || !d.Allowed
+	}
+	return refused
+}
+
+// reportUncharged fills the results of the checks of idx not decided yet,
+// for a request refused before the store charged anything: each reports
+// its state without the charge, and one that can never pass is refused
+// with RetryAfter Never. peeked reports that the deferred checks were
+// peeked already.
+func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, idx []int, peeked bool) {
+	for _, i := range idx {
+		r := &res[i]
+		impossible := r.Denied && r.Decision.RetryAfter == sluice.Never
+		if r.Denied && !impossible || checks[i].Mode == Deferred && peeked {
+			continue // decided already
+		}
+		d, err := State(ctx, store, now, checks[i])
+		*r = Result{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
+		if impossible {
+			r.Decision.Allowed, r.Decision.RetryAfter, r.Denied = false, sluice.Never, true
+		}
+	}
+}
+
+// decideEnforced charges the enforced checks among sc.idx, all or
+// nothing, in one store call, and returns the store's combined decision.
+func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, sc *scratch) (sluice.Decision, error) {
+	for _, i := range sc.idx {
+		if checks[i].Mode == Enforced {
+			sc.reqs = append(sc.reqs, request(&checks[i]))
+			sc.at = append(sc.at, i)
+		}
+	}
+	var d sluice.Decision
+	var err error
+	switch len(sc.reqs) {
+	case 0:
+		return sluice.Decision{Allowed: true}, nil
+	case 1:
+		d, err = store.Allow(ctx, now, sc.reqs[0])
+		res[sc.at[0]].Decision = d
+	default:
+		if cap(sc.out) < len(sc.reqs) {
+			sc.out = make([]sluice.Decision, len(sc.reqs))
+		}
+		sc.out = sc.out[:len(sc.reqs)]
+		d, err = store.AllowAll(ctx, now, sc.reqs, sc.out)
+		for k, i := range sc.at {
+			res[i].Decision = sc.out[k]
+		}
+	}
+	for _, i := range sc.at {
+		r := &res[i]
+		switch {
+		case err != nil:
+			*r = Result{Err: err}
+		case d.Degraded:
+			// The failure policy decided the whole: its verdict is every
+			// check's.
+			r.Decision.Allowed, r.Decision.Degraded = d.Allowed, true
+		}
+		r.Charged = err == nil && d.Allowed
+		r.Denied = err == nil && !r.Decision.Allowed
+	}
+	return d, err
+}
+
+// settle sets o's verdict, deciding check and combined decision from the
+// results of the enforced and deferred checks (sc.idx). charged is the
+// store's combined decision on the enforced checks, when they were sent
+// (sent): it is the outcome's decision when no deferred check took part,
+// and is combined with the deferred checks' decisions otherwise.
+func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged sluice.Decision, sent bool) {
+	ds := sc.ds[:0]
+	allowed := true
+	for _, i := range sc.idx {
+		ds = append(ds, res[i].Decision)
+		allowed = allowed && !res[i].Denied
+	}
+	sc.ds = ds
+	if k := Decider(ds); k >= 0 {
+		o.Decider = sc.idx[k]
+	}
+	switch {
+	case !sent:
+		o.Decision = sluice.Combine(ds)
+	case len(sc.at) == len(sc.idx):
+		o.Decision = charged
+	default:
+		ds = ds[:0]
+		for _, i := range sc.idx {
+			if checks[i].Mode == Deferred {
+				ds = append(ds, res[i].Decision)
+			}
+		}
+		o.Decision = sluice.Combine(append(ds, charged))
+	}
+	if sent && !charged.Allowed {
+		allowed = false
+	}
+	o.Allowed = allowed
+	o.Decision.Allowed = allowed
+}
+
+// decideShadows decides the shadow checks: charged when passed (the
+// request was admitted), peeked otherwise. It reports whether one would
+// have refused.
+func decideShadows(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, passed bool) bool {
+	denied := false
+	var buf [4]int
+	for i := range checks {
+		c := &checks[i]
+		if c.Mode != Shadow || c.Cost < 1 {
+			continue
+		}
+		group := append(buf[:0], i)
+		if c.Group != 0 {
+			if first(checks, i) != i {
+				continue // decided with the first of its group
+			}
+			for j := i + 1; j < len(checks); j++ {
+				if inGroup(&checks[j], c.Group) {
+					group = append(group, j)
+				}
+			}
+		}
+		decideGroup(ctx, store, now, checks, res, passed, group)
+		for _, j := range group {
+			denied = denied || res[j].Denied
+		}
+	}
+	return denied
+}
+
+// inGroup reports whether c is a shadow check of group g that charges.
+func inGroup(c *Check, g int) bool { return c.Mode == Shadow && c.Group == g && c.Cost >= 1 }
+
+// first returns the index of the first check of check i's shadow group.
+func first(checks []Check, i int) int {
+	for j := range i {
+		if inGroup(&checks[j], checks[i].Group) {
+			return j
+		}
+	}
+	return i
+}
+
+// decideGroup decides the shadow checks of group all or nothing: charged
+// when passed, else (or when one can never pass) reported without the
+// charge.
+func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, passed bool, group []int) {
+	for _, j := range group {
+		if impossible(checks, j) {
+			res[j].Decision, res[j].Denied = never(checks[j].Policy), true
+			passed = false
+		}
+	}
+	if !passed {
+		reportUncharged(ctx, store, now, checks, res, group, false)
+		return
+	}
+	if len(group) == 1 {
+		j := group[0]
+		d, err := store.Allow(ctx, now, request(&checks[j]))
+		res[j] = Result{Decision: d, Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !d.Allowed}
+		return
+	}
+	reqs := make([]sluice.Request, len(group))
+	out := make([]sluice.Decision, len(group))
+	for k, j := range group {
+		reqs[k] = request(&checks[j])
+	}
+	d, err := store.AllowAll(ctx, now, reqs, out)
+	for k, j := range group {
+		res[j] = Result{Decision: out[k], Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !out[k].Allowed}
+	}
+}
+
+// State returns the state of check c without charging it: Allowed and
+// RetryAfter say whether its cost would fit now, Remaining is what is left
+// as the state stands, and ResetAfter is as if the cost had been charged
+// (the end of the window, for a fixed window). A check whose cost is below
+// 1 is allowed; one whose cost exceeds its policy's capacity is refused
+// with RetryAfter Never.
+func State(ctx context.Context, store sluice.Store, now time.Time, c Check) (sluice.Decision, error) {
+	capacity := c.Policy.Capacity()
+	if capacity < 1 {
+		// A limit of zero (Envoy's requests_per_unit 0) admits nothing.
+		if c.Cost < 1 {
+			return sluice.Decision{Allowed: true}, nil
+		}
+		return never(c.Policy), nil
+	}
+	ask := min(max(c.Cost, 1), capacity)
+	d, err := store.Peek(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: ask})
+	if err != nil {
+		return d, err
+	}
+	if d.Allowed {
+		d.Remaining += ask // Peek's Remaining is after the units it was asked about
+		d.Delay = 0
+	}
+	switch {
+	case c.Cost < 1:
+		d.Allowed, d.RetryAfter = true, 0
+	case ask != c.Cost:
+		d.Allowed, d.RetryAfter = false, sluice.Never
+	}
+	return d, nil
+}
+
+// request returns the store request of check c.
+func request(c *Check) sluice.Request {
+	return sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay}
+}
+
+// Decider returns the index of the deciding decision of ds, as
+// sluice.Combine chooses it: a denying one with the longest wait (Never the
+// longest), else the one with the fewest units left; ties go to the
+// first. It returns -1 for no decisions.
+func Decider(ds []sluice.Decision) int {
+	k := -1
+	for i, d := range ds {
+		switch {
+		case k < 0:
+			k = i
+		case !d.Allowed && ds[k].Allowed:
+			k = i
+		case d.Allowed != ds[k].Allowed:
+		case !d.Allowed && ds[k].RetryAfter != sluice.Never && (d.RetryAfter == sluice.Never || d.RetryAfter > ds[k].RetryAfter):
+			k = i
+		case d.Allowed && d.Remaining < ds[k].Remaining:
+			k = i
+		}
+	}
+	return k
+}

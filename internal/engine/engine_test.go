@@ -1,0 +1,195 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outcome, []engine.Result) {
+	t.Helper()
+	res := make([]engine.Result, len(checks))
+	return engine.Decide(context.Background(), st, t0, checks, res), res
+}
+
+func remaining(t *testing.T, st sluice.Store, p sluice.Policy, key string) int64 {
+	t.Helper()
+	d, err := engine.State(context.Background(), st, t0, engine.Check{Policy: p, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
+func TestNever(t *testing.T) {
+	p := sluice.TokenBucket(20, time.Minute, 0).Named("small")
+	other := sluice.FixedWindow(100, time.Minute).Named("other")
+	tests := []struct {
+		name   string
+		checks []engine.Check
+		denied []bool
+	}{
+		{"single", []engine.Check{{Policy: p, Key: "a", Cost: 21}}, []bool{true}},
+		{"summed", []engine.Check{{Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 15}}, []bool{true, true}},
+		{"summed beside another", []engine.Check{{Policy: other, Key: "a", Cost: 1}, {Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 6}}, []bool{false, true, true}},
+		{"summed with a deferred check", []engine.Check{{Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 15, Mode: engine.Deferred}}, []bool{true, true}},
+		{"overflowing sum", []engine.Check{{Policy: p, Key: "a", Cost: 1 << 62}, {Policy: p, Key: "a", Cost: 1 << 62}, {Policy: p, Key: "a", Cost: 1 << 62}}, []bool{true, true, true}},
+		{"zero limit", []engine.Check{{Policy: sluice.Policy{}, Key: "a", Cost: 1}}, []bool{true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := memstore.New(memstore.Options{})
+			o, res := decide(t, st, tt.checks...)
+			if o.Allowed || o.Err != nil || !o.Never() || o.Decision.RetryAfter != sluice.Never {
+				t.Errorf("Decide = %+v, want a refusal with RetryAfter Never and no error", o)
+			}
+			for i, r := range res {
+				if r.Denied != tt.denied[i] || r.Charged || r.Err != nil {
+					t.Errorf("result %d = %+v, want Denied %v, nothing charged, no error", i, r, tt.denied[i])
+				}
+				if r.Denied && r.Decision.RetryAfter != sluice.Never {
+					t.Errorf("result %d RetryAfter = %v, want Never", i, r.Decision.RetryAfter)
+				}
+			}
+			if got := remaining(t, st, p, "a"); got != 20 {
+				t.Errorf("small remaining = %d, want 20 (nothing charged)", got)
+			}
+			if got := remaining(t, st, other, "a"); got != 100 {
+				t.Errorf("other remaining = %d, want 100 (nothing charged)", got)
+			}
+		})
+	}
+}
+
+// Checks that share a policy but not a key, or a key but not a policy,
+// charge different counters: their costs are not summed.
+func TestDifferentCountersNotSummed(t *testing.T) {
+	p := sluice.TokenBucket(20, time.Minute, 0).Named("small")
+	st := memstore.New(memstore.Options{})
+	o, _ := decide(t, st, engine.Check{Policy: p, Key: "a", Cost: 15}, engine.Check{Policy: p, Key: "b", Cost: 15},
+		engine.Check{Policy: p.Named("other"), Key: "a", Cost: 15})
+	if !o.Allowed {
+		t.Fatalf("Decide = %+v, want allowed", o)
+	}
+	if got := remaining(t, st, p, "a"); got != 5 {
+		t.Errorf("remaining = %d, want 5", got)
+	}
+}
+
+func TestShadow(t *testing.T) {
+	enforced := sluice.FixedWindow(1, time.Minute).Named("enforced")
+	trial := sluice.FixedWindow(1, time.Minute).Named("trial")
+	st := memstore.New(memstore.Options{})
+	checks := []engine.Check{{Policy: enforced, Key: "a", Cost: 1}, {Policy: trial, Key: "a", Cost: 1, Mode: engine.Shadow}}
+	o, res := decide(t, st, checks...)
+	if !o.Allowed || o.DryRunDenied || !res[1].Charged {
+		t.Fatalf("first = %+v %+v, want allowed, the trial charged", o, res)
+	}
+	o, res = decide(t, st, checks...)
+	if o.Allowed || !o.DryRunDenied || !res[1].Denied || res[1].Charged {
+		t.Errorf("second = %+v %+v, want refused, the trial would refuse", o, res)
+	}
+	// A shadow check never refuses, even when it can never pass.
+	o, res = decide(t, st, engine.Check{Policy: trial, Key: "b", Cost: 2, Mode: engine.Shadow})
+	if !o.Allowed || !o.DryRunDenied || res[0].Decision.RetryAfter != sluice.Never {
+		t.Errorf("impossible shadow = %+v %+v, want allowed, dry-run denied with Never", o, res)
+	}
+}
+
+// A shadow group is decided all or nothing, apart from the enforced
+// checks and from the other groups.
+func TestShadowGroup(t *testing.T) {
+	wide := sluice.FixedWindow(10, time.Minute).Named("wide")
+	narrow := sluice.FixedWindow(1, time.Minute).Named("narrow")
+	st := memstore.New(memstore.Options{})
+	group := []engine.Check{{Policy: wide, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}, {Policy: narrow, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}}
+	decide(t, st, group...)
+	o, res := decide(t, st, group...)
+	if !o.Allowed || !o.DryRunDenied || res[0].Charged || res[0].Denied || !res[1].Denied {
+		t.Errorf("second = %+v %+v, want allowed, narrow denying, wide not charged", o, res)
+	}
+	if got := remaining(t, st, wide, "a"); got != 9 {
+		t.Errorf("wide remaining = %d, want 9", got)
+	}
+}
+
+func TestDeferred(t *testing.T) {
+	login := sluice.FixedWindow(1, time.Minute).Named("login")
+	api := sluice.FixedWindow(10, time.Minute).Named("api")
+	st := memstore.New(memstore.Options{})
+	checks := []engine.Check{{Policy: api, Key: "a", Cost: 1}, {Policy: login, Key: "a", Cost: 1, Mode: engine.Deferred}}
+	o, res := decide(t, st, checks...)
+	if !o.Allowed || !res[0].Charged || res[1].Charged {
+		t.Fatalf("first = %+v %+v, want allowed, api charged, login only peeked", o, res)
+	}
+	if _, err := st.Allow(context.Background(), t0, sluice.Request{Policy: login, Key: "a", Cost: 1}); err != nil {
+		t.Fatal(err) // the door charges the deferred check after the response
+	}
+	o, res = decide(t, st, checks...)
+	if o.Allowed || o.Decider != 1 || res[0].Charged || !res[1].Denied {
+		t.Errorf("second = %+v %+v, want refused by login, api not charged", o, res)
+	}
+	if got := remaining(t, st, api, "a"); got != 9 {
+		t.Errorf("api remaining = %d, want 9", got)
+	}
+}
+
+func TestStoreError(t *testing.T) {
+	boom := errors.New("boom")
+	o, res := decide(t, failing{err: boom}, engine.Check{Policy: sluice.FixedWindow(1, time.Minute), Key: "a", Cost: 1},
+		engine.Check{Policy: sluice.FixedWindow(2, time.Minute), Key: "a", Cost: 1})
+	if o.Allowed || !errors.Is(o.Err, boom) || !errors.Is(res[0].Err, boom) || o.Never() {
+		t.Errorf("Decide = %+v %+v, want the store's error", o, res)
+	}
+	// A store that reports a cost it can never admit refuses: no error.
+	o, _ = decide(t, failing{err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: sluice.FixedWindow(1, time.Minute), Key: "a", Cost: 1})
+	if o.Allowed || o.Err != nil || !o.Never() {
+		t.Errorf("Decide over ErrCostExceedsCapacity = %+v, want a refusal with RetryAfter Never", o)
+	}
+}
+
+func TestDegraded(t *testing.T) {
+	d := sluice.Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}
+	o, res := decide(t, failing{degraded: &d}, engine.Check{Policy: sluice.FixedWindow(5, time.Minute), Key: "a", Cost: 1},
+		engine.Check{Policy: sluice.FixedWindow(2, time.Minute), Key: "a", Cost: 1})
+	if o.Allowed || !o.Decision.Degraded || o.Err != nil {
+		t.Errorf("Decide = %+v, want refused and degraded", o)
+	}
+	for i, r := range res {
+		if r.Decision.Allowed || !r.Decision.Degraded || !r.Denied {
+			t.Errorf("result %d = %+v, want the failure policy's refusal", i, r)
+		}
+	}
+}
+
+// failing is a store whose every call fails with err, or, when degraded
+// is set, answers with its decision.
+type failing struct {
+	err      error
+	degraded *sluice.Decision
+}
+
+func (f failing) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
+	if f.degraded != nil {
+		return *f.degraded, nil
+	}
+	return sluice.Decision{}, f.err
+}
+
+func (f failing) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	for i := range out {
+		out[i], _ = f.Allow(ctx, now, reqs[i])
+	}
+	return f.Allow(ctx, now, reqs[0])
+}
+
+func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
