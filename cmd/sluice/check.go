@@ -47,8 +47,8 @@ Flags:
 Exit status: 0 allowed (a dry-run limit that would deny counts as
 allowed), 1 denied, 2 for anything else: a wrong command line, a service
 that cannot be reached, or an answer other than a decision (an unknown
-limit, a cost above the limit's capacity, a store failure); its message
-is on standard error.
+limit, a store failure); its message is on standard error. A cost above
+the limit's capacity is denied (1), "never".
 `
 
 // checkAnswer is the answer of POST /v1/check to one check.
@@ -218,7 +218,10 @@ func formatAnswer(f *checkFlags, a *checkAnswer) string {
 	}
 	fmt.Fprintf(&b, ": limit %s, key %s, cost %d: %d of %d remaining", strconv.Quote(f.limit), strconv.Quote(f.key), f.cost, a.Remaining, a.Limit)
 	if !a.Allowed || a.ShadowDenied {
-		if a.RetryAfterMS > 0 {
+		switch {
+		case a.RetryAfterMS < 0:
+			b.WriteString(", never: the cost exceeds the limit's capacity")
+		case a.RetryAfterMS > 0:
 			fmt.Fprintf(&b, ", retry in %v", millisDuration(a.RetryAfterMS))
 		}
 	} else if a.ResetAfterMS > 0 {

@@ -245,7 +245,7 @@ func TestCheckPlan(t *testing.T) {
 		// A cost no limit of the plan can ever admit is refused, and
 		// nothing is charged (pro-hourly keeps its 4).
 		{"cost too high", `{"plan":"pro","key":"a","cost":4}`, 200,
-			`{"allowed":false,"plan":"pro","retry_after_ms":-1,"results":[{"allowed":true,"policy":"pro-hourly","limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":2800000},{"allowed":false,"policy":"pro-second","limit":3,"remaining":0,"retry_after_ms":-1,"reset_after_ms":0}]}`},
+			`{"allowed":false,"plan":"pro","retry_after_ms":-1,"results":[{"allowed":true,"policy":"pro-hourly","limit":5,"remaining":4,"retry_after_ms":0,"reset_after_ms":2800000},{"allowed":false,"policy":"pro-second","limit":3,"remaining":2,"retry_after_ms":-1,"reset_after_ms":1000}]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
