@@ -272,8 +272,8 @@ func checkOne(cfg *config.Config, where string, limit, key *string, cost *int64)
 	if !ok {
 		return item{}, &requestError{http.StatusNotFound, fmt.Sprintf("%slimit: no limit named %q", where, *limit)}
 	}
-	// parseCheck checks the cost against the capacity, once the
-	// overrides apply.
+	// A cost above the capacity is not checked here: the engine refuses
+	// it as a decision, once the overrides apply.
 	it.limit = l
 	return it, nil
 }
