@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,7 +25,9 @@ import (
 func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *redistest.Server, *bytes.Buffer) {
 	t.Helper()
 	srv := redistest.Start(t)
-	opts := redisstore.Options{Addrs: []string{srv.Addr}, Failure: failure, BreakerThreshold: 1}
+	// A timeout above the default 50ms: on a loaded machine the first call,
+	// which dials, can take longer, and one failure opens the breaker.
+	opts := redisstore.Options{Addrs: []string{srv.Addr}, Failure: failure, BreakerThreshold: 1, Timeout: time.Second}
 	if failure == redisstore.FailLocal {
 		opts.Local = memstore.New(memstore.Options{})
 	}
