@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io/fs"
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -224,4 +226,125 @@ func newTestPKI(t *testing.T) testPKI {
 		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}),
 	}
+}
+
+// docBlocks returns the text of every fenced block of language lang in
+// the Markdown file path, in order.
+func docBlocks(t *testing.T, path, lang string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		info, ok := strings.CutPrefix(lines[i], "```")
+		if !ok {
+			continue
+		}
+		var text strings.Builder
+		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
+			text.WriteString(lines[i])
+			text.WriteByte('\n')
+		}
+		if strings.TrimSpace(info) == lang {
+			out = append(out, text.String())
+		}
+	}
+	return out
+}
+
+// serveDoc runs sluice serve with a configuration of the docs, its
+// listeners moved to free ports and the files it names made beside it.
+func serveDoc(t *testing.T, y string) *instance {
+	t.Helper()
+	for _, addr := range []string{"http: 127.0.0.1:8080", "grpc: 127.0.0.1:8081"} {
+		name, _, _ := strings.Cut(addr, ":")
+		y = strings.Replace(y, addr, name+`: "127.0.0.1:0"`, 1)
+	}
+	dir := t.TempDir()
+	for _, m := range fileRefRE.FindAllStringSubmatch(y, -1) {
+		writeReferenced(t, dir, m[1], m[2], newTestPKI(t))
+	}
+	return startServe(t, "--config", writeConfig(t, filepath.Join(dir, "sluice.yaml"), y))
+}
+
+// curlCheckRE finds the body of a documented `curl ... /v1/check -d '...'`.
+var curlCheckRE = regexp.MustCompile(`curl -s (?:-X POST )?localhost:8080/v1/check -d '([^']*)'`)
+
+// TestDocsCheckExamples sends the first POST /v1/check examples of
+// docs/configuration.md and docs/plans.md to a service running the
+// configuration each page shows, and compares the answers with the ones
+// printed there.
+func TestDocsCheckExamples(t *testing.T) {
+	t.Parallel()
+	t.Run("configuration.md", func(t *testing.T) {
+		t.Parallel()
+		const doc = "../../docs/configuration.md"
+		in := serveDoc(t, docBlocks(t, doc, "yaml")[0]) // "A complete example"
+		var req, want string
+		for _, sh := range docBlocks(t, doc, "sh") {
+			if m := curlCheckRE.FindStringSubmatch(sh); m != nil && strings.Contains(m[1], `"limit":"api-key"`) {
+				req = m[1]
+				break
+			}
+		}
+		for _, js := range docBlocks(t, doc, "json") {
+			if strings.HasPrefix(js, `{"allowed":true,"limit":10,`) {
+				want = js
+				break
+			}
+		}
+		if req == "" || want == "" {
+			t.Fatalf("%s: no /v1/check example of api-key with its answer", doc)
+		}
+		if code, _, got := in.do(t, "POST", "/v1/check", req); code != 200 || got != want {
+			t.Errorf("POST /v1/check %s = %d %s, the page says %s", req, code, got, want)
+		}
+	})
+	t.Run("plans.md", func(t *testing.T) {
+		t.Parallel()
+		const doc = "../../docs/plans.md"
+		in := serveDoc(t, docBlocks(t, doc, "yaml")[0]) // "Plans"
+		var req, want string
+		for _, c := range docBlocks(t, doc, "console") {
+			if m := curlCheckRE.FindStringSubmatch(c); m != nil {
+				req = m[1]
+				_, out, _ := strings.Cut(c, "\n")
+				want = out
+				break
+			}
+		}
+		if req == "" {
+			t.Fatalf("%s: no /v1/check example", doc)
+		}
+		code, _, got := in.do(t, "POST", "/v1/check", req)
+		if code != 200 {
+			t.Fatalf("POST /v1/check %s = %d %s", req, code, got)
+		}
+		// The sliding window's reset_after depends on where in the hour the
+		// request falls (between one and two hours); the rest is exact.
+		var g, w map[string]any
+		if err := json.Unmarshal([]byte(got), &g); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(want), &w); err != nil {
+			t.Fatalf("%s: the printed answer is not JSON: %v\n%s", doc, err, want)
+		}
+		for _, m := range []map[string]any{g, w} {
+			res, _ := m["results"].([]any)
+			if len(res) == 0 {
+				t.Fatalf("no results in %v", m)
+			}
+			first := res[0].(map[string]any)
+			if ra, _ := first["reset_after_ms"].(float64); ra <= 3_600_000 || ra > 7_200_000 {
+				t.Errorf("results[0].reset_after_ms = %v, want within (1h, 2h]", first["reset_after_ms"])
+			}
+			first["reset_after_ms"] = "(1h, 2h]"
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("POST /v1/check %s = %s, the page says %s", req, got, want)
+		}
+	})
 }
