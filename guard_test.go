@@ -1,0 +1,177 @@
+package sluice_test
+
+import (
+	"bufio"
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The shape of the module, as docs/architecture.md draws it. These tests
+// read the packages with `go list` and fail when a change breaks a rule.
+
+const module = "github.com/sluicehq/sluice"
+
+// leaves are the stores and adapters: none of them imports another, only
+// the root, the engine and the internal helpers of their own kind.
+var leaves = []string{
+	"httplimit", "grpclimit", "memstore", "redisstore", "plans",
+	"internal/server", "internal/rls",
+}
+
+// knownEdges are the imports between leaves that exist today, each with
+// its reason; a new one fails TestLeavesImportNoOtherLeaf. Remove an entry
+// when its import goes.
+var knownEdges = map[string]string{
+	// The service composes the middleware (proxy, forward-auth and the
+	// decision API's key functions and quota fields) and the plan tables.
+	"internal/server -> httplimit": "the service mounts the middleware",
+	"internal/server -> plans":     "plan tables of the service",
+	// Envoy's response_headers carry the same IETF quota fields.
+	"internal/rls -> httplimit": "the IETF quota fields for response_headers",
+	// A per-IP limiter over a bounded memory store.
+	"httplimit -> memstore": "httplimit.PerIP keeps its state in a bounded memstore",
+	// plans builds httplimit.Limits (Set.Limits) and key functions.
+	"plans -> httplimit": "plans.Set.Limits returns middleware limits",
+}
+
+// knownServerImports are the packages outside cmd/ that import
+// internal/server or internal/rls today, each with its reason; a new one
+// fails TestOnlyCmdImportsServerAndRLS.
+var knownServerImports = map[string]string{
+	"internal/config -> internal/rls": "the configuration builds Envoy's descriptor trees",
+}
+
+// pkg is what `go list` says of one package.
+type pkg struct {
+	path    string // relative to the module, "" for the root
+	dir     string
+	imports []string // the module's packages it imports, relative
+	files   []string // its non-test Go files
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{join .Imports \" \"}}\t{{join .GoFiles \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var ps []pkg
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) != 4 {
+			t.Fatalf("go list: unexpected line %q", sc.Text())
+		}
+		p := pkg{path: rel(f[0]), dir: f[1], files: strings.Fields(f[3])}
+		for _, imp := range strings.Fields(f[2]) {
+			if imp == module || strings.HasPrefix(imp, module+"/") {
+				p.imports = append(p.imports, rel(imp))
+			}
+		}
+		ps = append(ps, p)
+	}
+	if len(ps) < 10 {
+		t.Fatalf("go list found %d packages; the module has more", len(ps))
+	}
+	return ps
+}
+
+func rel(importPath string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
+}
+
+// leafOf returns the leaf that p belongs to (a leaf or one of its
+// subpackages), or "".
+func leafOf(p string) string {
+	for _, l := range leaves {
+		if p == l || strings.HasPrefix(p, l+"/") {
+			return l
+		}
+	}
+	return ""
+}
+
+func TestAlgoImportsNothingOfTheModule(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.path == "internal/algo" && len(p.imports) > 0 {
+			t.Errorf("internal/algo imports %v; the algorithms must stay pure", p.imports)
+		}
+	}
+}
+
+func TestLeavesImportNoOtherLeaf(t *testing.T) {
+	for _, p := range listPackages(t) {
+		from := leafOf(p.path)
+		if from == "" {
+			continue
+		}
+		for _, imp := range p.imports {
+			to := leafOf(imp)
+			if to == "" || to == from {
+				continue
+			}
+			if _, ok := knownEdges[from+" -> "+to]; !ok {
+				t.Errorf("%s imports %s: stores and adapters meet only through the root and internal/engine", p.path, imp)
+			}
+		}
+	}
+}
+
+func TestOnlyCmdImportsServerAndRLS(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if strings.HasPrefix(p.path, "cmd/") {
+			continue
+		}
+		for _, imp := range p.imports {
+			for _, inner := range []string{"internal/server", "internal/rls"} {
+				if _, known := knownServerImports[p.path+" -> "+imp]; known {
+					continue
+				}
+				if (imp == inner || strings.HasPrefix(imp, inner+"/")) && leafOf(p.path) != inner {
+					t.Errorf("%s imports %s; only cmd/ wires the servers", p.path, imp)
+				}
+			}
+		}
+	}
+}
+
+// TestOnlyTheEngineCallsAllowAll: Store.AllowAll, the all-or-nothing
+// seam, is called by the engine (and the root's Limiter), by the stores,
+// by the conformance suite, and by store decorators that forward it from
+// their own AllowAll method; every front door decides through the engine.
+func TestOnlyTheEngineCallsAllowAll(t *testing.T) {
+	allowed := []string{"", "internal/engine", "memstore", "redisstore", "sluicetest"}
+	fset := token.NewFileSet()
+	for _, p := range listPackages(t) {
+		if slices.Contains(allowed, p.path) {
+			continue
+		}
+		for _, name := range p.files {
+			f, err := parser.ParseFile(fset, filepath.Join(p.dir, name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil || fn.Name.Name == "AllowAll" {
+					continue // a decorator's AllowAll forwards the call
+				}
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					if call, ok := n.(*ast.CallExpr); ok {
+						if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "AllowAll" {
+							t.Errorf("%s: %s calls AllowAll; decide through internal/engine", fset.Position(call.Pos()), fn.Name.Name)
+						}
+					}
+					return true
+				})
+			}
+		}
+	}
+}
