@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/url"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // explainAnswer is the answer of GET /v1/explain (package server's
@@ -153,9 +154,9 @@ func formatExplain(a *explainAnswer) string {
 	case st.Tokens != "":
 		capacity := a.Policy.Burst
 		if a.Algorithm == "leaky_bucket" {
-			row("queued", "%s of %d", approx(st.Queued), capacity)
+			row("queued", "%s", server.ReadableAmount(st.Queued, capacity, ""))
 		} else {
-			row("tokens", "%s of %d", approx(st.Tokens), capacity)
+			row("tokens", "%s", server.ReadableAmount(st.Tokens, capacity, ""))
 		}
 		if st.BacklogUS != nil && *st.BacklogUS > 0 {
 			what := "full in"
@@ -172,7 +173,7 @@ func formatExplain(a *explainAnswer) string {
 		if st.Current != nil {
 			row("current", "%d", *st.Current)
 		}
-		row("estimate", "%s of %d", approx(st.Estimate), a.Policy.Limit)
+		row("estimate", "%s", server.ReadableAmount(st.Estimate, a.Policy.Limit, ""))
 	case st.Entries != nil:
 		counted := int64(0)
 		if st.Counted != nil {
@@ -205,19 +206,4 @@ func formatExplain(a *explainAnswer) string {
 		b.WriteString("\n" + a.Summary + "\n")
 	}
 	return b.String()
-}
-
-// approx returns an exact amount as the service wrote it ("7.5", "41 2/3"),
-// followed by its value to three decimals when it is a fraction.
-func approx(s string) string {
-	whole, frac, ok := strings.Cut(s, " ")
-	if !ok {
-		return s
-	}
-	r, ok1 := new(big.Rat).SetString(frac)
-	w, ok2 := new(big.Rat).SetString(whole)
-	if !ok1 || !ok2 {
-		return s
-	}
-	return s + " (≈ " + r.Add(r, w).FloatString(3) + ")"
 }

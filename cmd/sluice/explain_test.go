@@ -51,13 +51,18 @@ limits:
 		"key        \"alice\"\n",
 		"state      tracked\n",
 		"tokens     7", // and a fraction of a token, as time passes
-		" of 10\n",
+		" of 10",
 		"a request  cost 1: allowed, 6 remaining; back to initial in ",
 		"\nThe bucket holds 7",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("explain tb: stdout lacks %q:\n%s", want, r.stdout)
 		}
+	}
+
+	// The text and the service's summary show the same digits.
+	if _, rest, _ := strings.Cut(r.stdout, "tokens     "); !strings.Contains(r.stdout, "The bucket holds "+strings.Fields(rest)[0]+" of 10 tokens") {
+		t.Errorf("explain tb: the tokens row and the summary disagree:\n%s", r.stdout)
 	}
 
 	r = explain("--server", admin, "--token-file", tokenFile, "--limit", "log", "--key", "bob")
@@ -120,7 +125,7 @@ state      tracked
 window     2026-03-14T12:01:00.000000Z to 2026-03-14T12:02:00.000000Z
 previous   50
 current    0
-estimate   33 1/3 (≈ 33.333) of 100
+estimate   33.33 of 100 (exactly 33 + 1/3)
 a request  cost 1: allowed, 66 remaining; back to initial in 1m40s
 
 The estimate is 33 1/3 of 100.

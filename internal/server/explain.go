@@ -159,8 +159,8 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 		} else {
 			e.State.Previous = &s.Previous
 			elapsed := s.At.Sub(s.WindowStart)
-			fmt.Fprintf(&b, "The estimate is %s of %d: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
-				s.Estimate, p.Limit, s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
+			fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
+				ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
 		}
 	case sluice.SlidingLogAlgorithm:
 		e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}
@@ -179,14 +179,14 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 			e.State.FullAt = s.At.Add(s.Backlog).UTC().Format(timeFormat)
 		}
 		if p.Algorithm == sluice.LeakyBucketAlgorithm {
-			fmt.Fprintf(&b, "The queue holds %s of %d units", s.Queued, p.Capacity())
+			fmt.Fprintf(&b, "The queue holds %s", ReadableAmount(s.Queued.String(), p.Capacity(), "units"))
 			if s.Backlog > 0 {
 				fmt.Fprintf(&b, " and is empty in %s.", human(s.Backlog))
 			} else {
 				b.WriteString(".")
 			}
 		} else {
-			fmt.Fprintf(&b, "The bucket holds %s of %d tokens", s.Tokens, p.Capacity())
+			fmt.Fprintf(&b, "The bucket holds %s", ReadableAmount(s.Tokens.String(), p.Capacity(), "tokens"))
 			if s.Backlog > 0 {
 				fmt.Fprintf(&b, " and is full again in %s.", human(s.Backlog))
 			} else {
