@@ -11,6 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The time zones of calendar limits (time_zone: Europe/Berlin) load
+	// from the system's database, else from this copy built into the
+	// binary, so sluice works on machines without one (docs/configuration.md
+	// says which release of the tz database it is).
+	_ "time/tzdata"
 )
 
 func main() {

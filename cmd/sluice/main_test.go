@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"go/parser"
+	"go/token"
 	"io"
 	"strings"
 	"testing"
@@ -126,4 +128,20 @@ func TestCommandsHaveUsage(t *testing.T) {
 		}
 		seen[c.name] = true
 	}
+}
+
+// TestEmbedsTZData checks that main imports time/tzdata, so that the
+// time zones of calendar limits load on machines without a system time
+// zone database.
+func TestEmbedsTZData(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		if imp.Path.Value == `"time/tzdata"` {
+			return
+		}
+	}
+	t.Error("main.go does not import time/tzdata")
 }

@@ -315,7 +315,7 @@ func (d *decoder) localRefusals(at, v *yaml.Node) LocalRefusals {
 	return lr
 }
 
-var limitKeys = []string{"algorithm", "limit", "period", "burst", "shadow"}
+var limitKeys = []string{"algorithm", "limit", "period", "time_zone", "week_starts", "burst", "shadow"}
 
 func algorithmNames() []string {
 	var names []string
@@ -356,7 +356,7 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		return Limit{}, false
 	}
 	p := sluice.Policy{Name: name}
-	good := true
+	good, algOK := true, false
 	if v := o.get("algorithm"); v == nil {
 		d.add(at, join(path, "algorithm"), "missing (want %s)", list(algorithmNames()))
 		good = false
@@ -367,6 +367,7 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		good = false
 	} else {
 		p.Algorithm = a
+		algOK = true
 	}
 	if v := o.get("limit"); v == nil {
 		d.add(at, join(path, "limit"), "missing: how many cost units each key may spend per period")
@@ -376,12 +377,7 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	} else {
 		good = false
 	}
-	if v := o.get("period"); v == nil {
-		d.add(at, join(path, "period"), "missing: a duration like 1s, 1m or 1h")
-		good = false
-	} else if x, ok := d.duration(v, join(path, "period"), sluice.MaxPeriod); ok {
-		p.Period = x
-	} else {
+	if !d.period(at, o, path, &p, algOK) {
 		good = false
 	}
 	if v := o.get("burst"); v != nil {
@@ -718,4 +714,65 @@ func sortedNames(limits map[string]Limit) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// period decodes a limit's period, time_zone and week_starts into p: a
+// duration, or a calendar period (calendar_day, calendar_week,
+// calendar_month or calendar_year) in a time zone, for the window
+// algorithms only. p.Algorithm must be decoded already; algOK says whether
+// it was (else its problem is reported already).
+func (d *decoder) period(at *yaml.Node, o object, path string, p *sluice.Policy, algOK bool) bool {
+	pp, zp, wp := join(path, "period"), join(path, "time_zone"), join(path, "week_starts")
+	v := o.get("period")
+	if v == nil {
+		d.add(at, pp, "missing: a duration like 1s, 1m or 1h, or a calendar period (%s)", list(calendarNames))
+		return false
+	}
+	s, ok := d.str(v, pp)
+	if !ok {
+		return false
+	}
+	if !IsCalendarPeriod(s) {
+		for _, k := range []string{"time_zone", "week_starts"} {
+			if kv := o.get(k); kv != nil {
+				d.add(deref(kv), join(path, k), "applies only to a calendar period (%s); period is %s", list(calendarNames), s)
+				ok = false
+			}
+		}
+		x, good := d.duration(v, pp, sluice.MaxPeriod)
+		p.Period = x
+		return ok && good
+	}
+	var zone, week string
+	if zv := o.get("time_zone"); zv != nil {
+		if zone, ok = d.nonEmpty(zv, zp); !ok {
+			return false
+		}
+	}
+	if wv := o.get("week_starts"); wv != nil {
+		if week, ok = d.str(wv, wp); !ok {
+			return false
+		}
+	}
+	c, err := ParseCalendar(s, zone, week)
+	if err != nil {
+		// Name the field at fault.
+		switch {
+		case !strings.HasPrefix(err.Error(), "unknown calendar period") && zone != "" && strings.Contains(err.Error(), "time zone"):
+			d.add(deref(o.get("time_zone")), zp, "%v", err)
+		case !strings.HasPrefix(err.Error(), "unknown calendar period") && week != "":
+			d.add(deref(o.get("week_starts")), wp, "%v", err)
+		default:
+			d.add(deref(v), pp, "%v", err)
+		}
+		return false
+	}
+	if p.Algorithm != sluice.FixedWindowAlgorithm && p.Algorithm != sluice.SlidingWindowAlgorithm {
+		if algOK {
+			d.add(deref(v), pp, "%s cannot use a calendar period: only fixed_window and sliding_window can; give it a duration such as 720h, or use fixed_window", p.Algorithm)
+		}
+		return false
+	}
+	p.Calendar = c
+	return true
 }
