@@ -73,6 +73,8 @@ var cases = []compatCase{
 			one(d("path", "/api/other"), ok(6, minute, 5)),
 			one(d("path", "/static/x"), ok(7, minute, 6)),
 		}},
+	{name: "wildcard-lone-star", ref: "README wildcards (a value of only * matches every value, the empty one too, before the key's default)",
+		config: wild, calls: []call{one(d("any", "x"), ok(3, minute, 2)), one(d("any", ""), ok(3, minute, 2)), one(d("any", "x"), ok(3, minute, 1))}},
 	{name: "wildcard-nested", ref: "fix of wildcards in nested descriptors (config_impl.go: the wildcards of each level; PR 420)",
 		config: wild, calls: countdown(d("tenant", "t1", "op", "read-users"), 2, minute)},
 	{name: "wildcard-value-literal-star", ref: "config_impl.go GetLimit (the exact key_value lookup comes first, so a request value equal to the pattern finds it)",
@@ -307,6 +309,11 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 6}
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 7}
+  - key: any
+    value: "*"
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: any
+    rate_limit: {unit: minute, requests_per_unit: 9}
   - key: tenant
     descriptors:
       - key: op

@@ -221,9 +221,9 @@ func FuzzDecode(f *testing.F) {
 		if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
 			return
 		}
-		domains, ps := Decode(doc.Content[0], "envoy")
+		section, ps := DecodeSection(doc.Content[0], "envoy")
 		if len(ps) == 0 {
-			if _, err := Compile(domains); err != nil {
+			if _, err := CompileSection(section); err != nil {
 				t.Fatalf("Decode found no problem but Compile = %v", err)
 			}
 		}
