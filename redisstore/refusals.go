@@ -52,7 +52,7 @@ type LocalRefusals struct {
 const entryOverhead = int(unsafe.Sizeof(entry{})) + 48
 
 // EntryBytes returns what one cached state counts against
-// LocalRefusals.MaxBytes: about 250 bytes, plus the length of its Redis key
+// LocalRefusals.MaxBytes: about 290 bytes, plus the length of its Redis key
 // (see docs/redis.md, "Key layout"), plus 16 bytes per entry of a sliding
 // log (a state is returned for logs of up to 1,024 entries).
 func EntryBytes(redisKeyLen, logEntries int) int {
