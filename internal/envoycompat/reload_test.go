@@ -115,6 +115,33 @@ func TestReloadDomains(t *testing.T) {
 		resp = want("gamma", d("k", "x"), over(1, hour))
 		checkReferenceHeaders(t, resp, "1", "0", true)
 
+		// The IETF fields instead (draft -10), the same limits kept.
+		s.reload(t, serverConfig(storeYAML, strings.Replace(reloadAfter, "response_headers: reference", "response_headers: ietf", 1)))
+		var ietf map[string]string
+		probes := 0
+		waitFor(t, "the IETF fields after the reload", func() bool {
+			probes++ // a value of its own each time: a fresh counter
+			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "alpha", Descriptors: ds(d("detailed", fmt.Sprint("probe-", probes)))})
+			if err != nil {
+				return false
+			}
+			ietf = map[string]string{}
+			for _, hv := range resp.ResponseHeadersToAdd {
+				ietf[hv.Key] = hv.Value
+			}
+			return ietf["RateLimit-Policy"] != ""
+		})
+		if got, want := ietf["RateLimit-Policy"], `"detailed";q=5;w=3600`; got != want {
+			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+		}
+		if got := ietf["RateLimit"]; !strings.HasPrefix(got, `"detailed";r=4;t=`) {
+			t.Errorf("RateLimit = %q, want \"detailed\";r=4;t=...", got)
+		}
+		resp = want("gamma", d("k", "x"), over(1, hour))
+		if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[0].Key != "RateLimit-Policy" || h[1].Value != `"k";r=0;t=`+h[2].Value || h[2].Key != "Retry-After" {
+			t.Errorf("OVER_LIMIT headers %v, want RateLimit-Policy, RateLimit with r=0 and t equal to Retry-After", h)
+		}
+
 		s.reload(t, serverConfig(storeYAML, reloadBroken))
 		waitFor(t, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
 		want("gamma", d("k", "x"), over(1, hour))
