@@ -101,6 +101,14 @@ var (
 	ErrInvalidCost = errors.New("cost must be at least 1")
 	// ErrNoPolicy is returned by a Limiter that has no policies.
 	ErrNoPolicy = errors.New("no policy")
+	// ErrNotAtomic is wrapped by the error of an AllowAll whose requests
+	// the store cannot decide together, all or nothing, because of where
+	// their keys live: on Redis Cluster, keys in different hash slots
+	// (redisstore.ErrCrossSlot). Nothing is charged, and the same requests
+	// fail the same way every time: retrying cannot help, the keys must
+	// change (every limit of one key can be decided together) or the
+	// requests be decided apart.
+	ErrNotAtomic = errors.New("the store cannot decide these requests all or nothing: their keys live apart")
 )
 
 // Combine merges the decisions of several policies on one request into one,

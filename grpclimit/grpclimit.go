@@ -306,6 +306,13 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 func (l *Limiter) verdict(ctx context.Context, o *engine.Outcome) (codes.Code, time.Duration) {
 	d := o.Decision
 	switch {
+	case o.NotAtomic():
+		// As in httplimit: a configuration problem, never failed open,
+		// with no retry information.
+		if l.logger != nil {
+			l.logger.LogAttrs(ctx, slog.LevelError, "grpclimit: the store cannot decide this call's limits all or nothing; give them one key", slog.Any("error", o.Err))
+		}
+		return codes.Internal, sluice.Never
 	case o.Err != nil:
 		if l.logger != nil {
 			l.logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: store failed", slog.Any("error", o.Err), slog.Bool("fail_open", l.failOpen))
@@ -330,6 +337,8 @@ func refusal(code codes.Code, retry time.Duration, violated []string) (metadata.
 	switch {
 	case code == codes.Unavailable:
 		msg = "rate limiter unavailable"
+	case code == codes.Internal:
+		msg = "the rate limiter cannot decide this call's limits all or nothing with its store; see the server's log"
 	case retry == sluice.Never:
 		msg = fmt.Sprintf("rate limit exceeded (%s): the call costs more than the quota allows at once", joinNames(violated))
 	default:

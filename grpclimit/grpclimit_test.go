@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -192,11 +193,17 @@ func TestMetadataKeyAllOrNothing(t *testing.T) {
 	}
 }
 
-type failingStore struct{ degraded bool }
+// failingStore fails every call, or decides degraded, or (apart) fails
+// with an error wrapping sluice.ErrNotAtomic, as the Redis store does on a
+// cluster for keys in different slots.
+type failingStore struct{ degraded, apart bool }
 
 func (s failingStore) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	if s.degraded {
+	switch {
+	case s.degraded:
 		return sluice.Decision{Degraded: true, RetryAfter: 1500 * time.Millisecond}, nil
+	case s.apart:
+		return sluice.Decision{}, fmt.Errorf("redis 10.0.0.9:6379: secret-detail: %w", sluice.ErrNotAtomic)
 	}
 	return sluice.Decision{}, errors.New("redis 10.0.0.9:6379: secret-detail")
 }
@@ -220,6 +227,8 @@ func TestStoreFailure(t *testing.T) {
 		{"error", failingStore{}, false, codes.Unavailable, "1"},
 		{"error fail open", failingStore{}, true, codes.OK, ""},
 		{"degraded deny", failingStore{degraded: true}, false, codes.Unavailable, "2"},
+		// Never to be decided: no retry information, and not let through.
+		{"keys apart", failingStore{apart: true}, true, codes.Internal, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var evErr error

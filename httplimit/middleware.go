@@ -523,6 +523,15 @@ func (m *Middleware) dryRuns(r *http.Request, sc *scratch) bool {
 func (m *Middleware) verdict(ctx context.Context, o *engine.Outcome) (status int, retry time.Duration) {
 	d := o.Decision
 	switch {
+	case o.NotAtomic():
+		// The limits' keys can never be decided together by this store
+		// (Redis Cluster slots): a configuration problem, not an outage.
+		// Failing open would lift the limits for good, and a 503 would
+		// invite retries that fail the same way.
+		if m.logger != nil {
+			m.logger.LogAttrs(ctx, slog.LevelError, "httplimit: the store cannot decide this request's limits all or nothing; give them one key", slog.Any("error", o.Err))
+		}
+		return http.StatusInternalServerError, sluice.Never
 	case o.Err != nil:
 		if m.logger != nil {
 			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: store failed", slog.Any("error", o.Err),

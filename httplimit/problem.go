@@ -21,7 +21,10 @@ const (
 type Denial struct {
 	// Status is the response status: 429 when a limit is exceeded, 503
 	// when the store failed and its failure policy (or Options.FailOpen
-	// false) refuses the request.
+	// false) refuses the request, 500 when the store can never decide the
+	// request's limits together (their keys live apart: an error wrapping
+	// sluice.ErrNotAtomic, such as keys in different Redis Cluster slots),
+	// whatever Options.FailOpen says.
 	Status int
 	// RetryAfter is the exact time after which the request may pass (0
 	// when it is unknown, Never when it can never pass: its cost exceeds a
@@ -49,8 +52,9 @@ type DenyHandler func(w http.ResponseWriter, r *http.Request, d Denial)
 //	 "retry-after":2,"violated-policies":["per-ip"]}
 //
 // retry-after is in whole seconds, as the Retry-After field. A 503 has the
-// temporary-reduced-capacity type and no violated-policies; no error text
-// is ever included.
+// temporary-reduced-capacity type and no violated-policies; a 500 (limits
+// the store can never decide together) has about:blank and neither; no
+// error text is ever included.
 func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 	var buf [384]byte
 	b := buf[:0]
@@ -58,7 +62,9 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 	if d.RetryAfter >= 0 {
 		secs = RetryAfterSeconds(d.RetryAfter)
 	}
-	if d.Status == http.StatusServiceUnavailable {
+	if d.Status == http.StatusInternalServerError {
+		b = append(b, `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter cannot decide this request's limits all or nothing with its store; see the server's log."}`...)
+	} else if d.Status == http.StatusServiceUnavailable {
 		b = append(b, `{"type":"`+ProblemReducedCapacity+`","title":"Temporary Reduced Capacity","status":503,"detail":"The rate limiter is unavailable; retry in `...)
 		b = strconv.AppendInt(b, secs, 10)
 		b = append(b, ` second`...)

@@ -48,9 +48,10 @@ import (
 var (
 	// ErrCrossSlot is returned, before anything is charged, for an
 	// AllowAll on Redis Cluster whose keys lie in different hash slots:
-	// one script cannot touch them atomically. sluice.Limiter never causes
-	// it (all its requests have one key).
-	ErrCrossSlot = errors.New("requests of one AllowAll map to different Redis Cluster hash slots")
+	// one script cannot touch them atomically. It wraps
+	// sluice.ErrNotAtomic. sluice.Limiter never causes it (all its
+	// requests have one key).
+	ErrCrossSlot = fmt.Errorf("requests of one AllowAll map to different Redis Cluster hash slots: %w", sluice.ErrNotAtomic)
 	// ErrCircuitOpen is the error of a call that the circuit breaker kept
 	// from Redis (returned only under FailError).
 	ErrCircuitOpen = errors.New("redis circuit breaker is open")

@@ -89,8 +89,8 @@ func TestCluster(t *testing.T) {
 		}
 		reqs := []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: p, Key: "b", Cost: 1}}
 		_, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil)
-		if !errorsIs(err, ErrCrossSlot) {
-			t.Fatalf("AllowAll over keys a and b on a cluster: error = %v, want ErrCrossSlot", err)
+		if !errorsIs(err, ErrCrossSlot) || !errorsIs(err, sluice.ErrNotAtomic) {
+			t.Fatalf("AllowAll over keys a and b on a cluster: error = %v, want ErrCrossSlot, wrapping sluice.ErrNotAtomic", err)
 		}
 		// Nothing was charged: a Peek of cost 1 leaves 9.
 		for _, r := range reqs {

@@ -111,6 +111,17 @@ func (o *Outcome) Never() bool {
 	return o.Err == nil && !o.Allowed && o.Decision.RetryAfter == sluice.Never
 }
 
+// NotAtomic reports whether the request was not decided because the store
+// can never decide its checks together, all or nothing: their keys live
+// apart (an error wrapping sluice.ErrNotAtomic, such as keys in different
+// Redis Cluster hash slots). Nothing was charged, and the same checks fail
+// the same way every time, so a door answers it as a request to change,
+// not as an outage to retry: /v1/check 422, the middleware 500 (never
+// failed open), Envoy's RLS FailedPrecondition.
+func (o *Outcome) NotAtomic() bool {
+	return o.Err != nil && errors.Is(o.Err, sluice.ErrNotAtomic)
+}
+
 // scratch holds the buffers of one Decide call, pooled so that a decision
 // allocates nothing of its own (a slice handed to Store.AllowAll, an
 // interface method, would escape to the heap).

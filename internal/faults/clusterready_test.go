@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +42,8 @@ func getReadyz(c *http.Client, addr string) (readyz, error) {
 }
 
 // clusterReadiness runs `sluice serve` with on_error: error on the cluster,
-// every node listed in store.redis.addrs, and kills a master that has a
-// replica. Until the cluster notices, /readyz answers 200 "degraded",
+// every node listed in store.redis.addrs: checks on keys in different
+// slots are a 422, and then it kills a master that has a replica. Until the cluster notices, /readyz answers 200 "degraded",
 // naming that master, and never the others; once the cluster has promoted
 // the replica, /readyz is "ready" again within clusterComeback and answers
 // 200 "ready" to the next 100 polls in a row, although dead nodes are
@@ -63,6 +64,7 @@ store:
   on_error: error
 limits:
   api: {algorithm: token_bucket, limit: 100, period: 1m}
+  hourly: {algorithm: fixed_window, limit: 1000, period: 1h}
 `, addrs))
 	svc := startService(t, "sluice", "--config", cfg)
 	client := newClient(t, 1)
@@ -80,6 +82,23 @@ limits:
 			t.Fatalf("/readyz 10s after the start = %+v, want 200 ready", r)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Checks on keys in different slots ("a" and "b" hash apart) are a
+	// 422 that says what to do; on one key, a decision.
+	for body, want := range map[string]int{
+		`{"checks":[{"limit":"api","key":"a"},{"limit":"api","key":"b"}]}`:    http.StatusUnprocessableEntity,
+		`{"checks":[{"limit":"api","key":"a"},{"limit":"hourly","key":"a"}]}`: http.StatusOK,
+	} {
+		resp, err := client.Post("http://"+svc.http+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || want != http.StatusOK && !strings.Contains(string(b), "same key") {
+			t.Errorf("POST /v1/check %s = %d %s, want %d", body, resp.StatusCode, b, want)
+		}
 	}
 
 	var victim *redistest.Server

@@ -369,9 +369,19 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 }
 
 // storeError turns a store's error into the gRPC status of the call.
+//
+// Descriptors whose keys the store can never decide together (an error
+// wrapping sluice.ErrNotAtomic: keys in different Redis Cluster hash
+// slots) are FailedPrecondition, not Unavailable: the same descriptors fail
+// the same way every time, and the message says what to change.
 func storeError(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
+	}
+	if errors.Is(err, sluice.ErrNotAtomic) {
+		return status.Errorf(codes.FailedPrecondition, "rls: the request's descriptors name keys that the store cannot decide all or nothing "+
+			"(on Redis Cluster their keys lie in different hash slots); nothing was charged, and retrying cannot help: "+
+			"send one enforced descriptor per request, or keep the counters on a single Redis or Sentinel (docs/envoy.md): %v", err)
 	}
 	return status.Errorf(codes.Unavailable, "rls: store: %v", err)
 }

@@ -78,6 +78,10 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	results := make([]httplimit.Result, len(items))
 	d, err := h.decideChecks(ctx, items, results)
+	if errors.Is(err, sluice.ErrNotAtomic) { // engine.Outcome.NotAtomic
+		writeError(w, http.StatusUnprocessableEntity, notAtomicMessage)
+		return
+	}
 	if err != nil {
 		if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
 			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err), slog.Int("failures_not_logged", n))
@@ -154,6 +158,13 @@ func (h *Handler) decideChecks(ctx context.Context, items []item, results []http
 	}
 	return o.Decision, nil
 }
+
+// notAtomicMessage answers checks that the store cannot decide all or
+// nothing (sluice.ErrNotAtomic): on Redis Cluster, keys in different hash
+// slots.
+const notAtomicMessage = "the checks name keys that the store cannot decide all or nothing: on Redis Cluster their keys lie in different hash slots. " +
+	"Nothing was charged, and retrying cannot help: give all the checks of one request the same key (every limit of one key shares a slot), " +
+	"or send checks on different keys in separate requests (docs/configuration.md, POST /v1/check)"
 
 // Header values shared by every response: slices of capacity 1, so that
 // an Add to a response's header copies them rather than writing into them.

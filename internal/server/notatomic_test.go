@@ -1,0 +1,50 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// apartStore is a memory store whose AllowAll refuses requests on
+// different keys, as the Redis store on a cluster refuses keys in
+// different hash slots.
+type apartStore struct{ *memstore.Store }
+
+func (s apartStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	for _, r := range reqs[1:] {
+		if r.Key != reqs[0].Key {
+			return sluice.Decision{}, fmt.Errorf("apart: %w", sluice.ErrNotAtomic)
+		}
+	}
+	return s.Store.AllowAll(ctx, now, reqs, out)
+}
+
+// TestCheckNotAtomic checks that /v1/check answers 422, saying why and
+// what to do, to checks whose keys the store can never decide together,
+// under on_error: allow too (a 503 would invite retries that fail the
+// same way); checks of several limits on one key are decided.
+func TestCheckNotAtomic(t *testing.T) {
+	cfg := parse(t, "store: {backend: redis, redis: {addrs: ['127.0.0.1:1']}, on_error: allow}\n"+testYAML)
+	h, err := New(cfg, apartStore{memstore.New(memstore.Options{})}, Options{Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{h: h}
+	rec := f.check(`{"checks":[{"limit":"api-key","key":"a"},{"limit":"per-ip","key":"b"}]}`)
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "retrying cannot help") ||
+		!strings.Contains(rec.Body.String(), "same key") {
+		t.Errorf("checks on keys a and b = %d %s, want 422 saying retrying cannot help and to use the same key", rec.Code, rec.Body)
+	}
+	if rec := f.check(`{"checks":[{"limit":"api-key","key":"a"},{"limit":"per-ip","key":"a"}]}`); rec.Code != http.StatusOK {
+		t.Errorf("checks on key a = %d %s, want 200", rec.Code, rec.Body)
+	}
+}
