@@ -11,6 +11,19 @@ import (
 const Never time.Duration = -1
 
 // Decision is the outcome of one request.
+//
+// For a request under several policies (a Limiter with several, or the
+// combined decision of Store.AllowAll), the fields mix the policies on
+// purpose, each answering its question for the request as a whole:
+// Allowed is true only if every policy admitted it; Limit and Remaining are
+// the deciding policy's (the one that denied with the longest wait, or, when
+// all admitted, the one with the fewest units remaining); RetryAfter,
+// ResetAfter and Delay are the largest over the policies (when every one
+// would admit the request again, when every one is back to initial, how
+// long the slowest queue holds it); Degraded is true if any policy's
+// decision was. So Limit may come from a per-second policy and ResetAfter
+// from a per-hour one. Store.AllowAll's out slice has each policy's own
+// decision.
 type Decision struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool

@@ -238,7 +238,7 @@ limits:
     algorithm: token_bucket
     limit: -3
     period: 1s
-    burst: 0
+    burst: -1
 proxy:
   rules:
     - limits:

@@ -540,3 +540,18 @@ func FuzzLoad(f *testing.F) {
 		_ = fmt.Sprint(c.Listen(), c.Store())
 	})
 }
+
+// TestBurstZero checks that burst: 0 means the limit, the rule of the Go
+// constructors (sluice.TokenBucket(10, time.Second, 0)) and the overrides
+// API.
+func TestBurstZero(t *testing.T) {
+	c, err := Load("testdata/good/burst_zero.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := c.Limit("api-key")
+	want := sluice.TokenBucket(10, time.Second, 0).Named("api-key")
+	if l.Policy != want || l.Policy.Capacity() != 10 {
+		t.Errorf("burst: 0 gives %+v (capacity %d), want %+v (capacity 10)", l.Policy, l.Policy.Capacity(), want)
+	}
+}

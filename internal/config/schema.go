@@ -387,11 +387,10 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		case good && !p.Algorithm.HasBurst():
 			d.add(vv, bp, "%s has no burst: its capacity is its limit; remove burst, or use token_bucket, gcra or leaky_bucket", p.Algorithm)
 			good = false
-		case vv.Kind == yaml.ScalarNode && vv.ShortTag() == "!!int" && vv.Value == "0":
-			d.add(vv, bp, "must be at least 1; remove burst to use the limit as the burst")
-			good = false
 		default:
-			if x, ok := d.integer(v, bp, 1, sluice.MaxLimit); ok {
+			// 0 means the limit, as in sluice.TokenBucket(limit, period, 0)
+			// and the overrides API: one rule everywhere.
+			if x, ok := d.integer(v, bp, 0, sluice.MaxLimit); ok {
 				p.Burst = x
 			} else {
 				good = false

@@ -251,8 +251,9 @@ func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBo
 		switch {
 		case !p.Algorithm.HasBurst():
 			return overrides.Override{}, badRequest("burst: %s has no burst: its capacity is its limit; remove burst, or use token_bucket, gcra or leaky_bucket", p.Algorithm)
-		case *b.Burst < 1 || *b.Burst > sluice.MaxLimit:
-			return overrides.Override{}, badRequest("burst must be from 1 to %d, got %d; leave it out to use the limit", sluice.MaxLimit, *b.Burst)
+		case *b.Burst < 0 || *b.Burst > sluice.MaxLimit:
+			// 0 means the limit, as in the configuration and the Go API.
+			return overrides.Override{}, badRequest("burst must be from 0 (the limit) to %d, got %d", sluice.MaxLimit, *b.Burst)
 		}
 		p.Burst = *b.Burst
 	}

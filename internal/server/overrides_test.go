@@ -133,7 +133,7 @@ func TestOverridesValidation(t *testing.T) {
 		{"period too long", "/v1/overrides/api-key/k", `{"limit":5,"period":"4000d"}`, 400, "period must be at most 3652d12h (10 years), got 4000d"},
 		{"unknown algorithm", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","algorithm":"bucket"}`, 400, `algorithm: unknown algorithm "bucket"`},
 		{"burst on a window", "/v1/overrides/tiny/k", `{"limit":5,"period":"1s","burst":10}`, 400, "burst: fixed_window has no burst"},
-		{"burst zero", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","burst":0}`, 400, "burst must be from 1 to 1000000000, got 0; leave it out to use the limit"},
+		{"burst negative", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","burst":-1}`, 400, "burst must be from 0 (the limit) to 1000000000, got -1"},
 		{"burst on a window by algorithm", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","algorithm":"sliding_log","burst":7}`, 400, "burst: sliding_log has no burst"},
 		{"refill too slow", "/v1/overrides/api-key/k", `{"limit":1,"period":"3652d","burst":1000000000}`, 400, "burst×period/limit exceeds 36,000 years"},
 		{"ttl and expires_at", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","ttl":"1h","expires_at":"2030-01-01T00:00:00Z"}`, 400, "ttl and expires_at cannot be combined; give one"},
@@ -162,6 +162,15 @@ func TestOverridesValidation(t *testing.T) {
 	}
 	if rec := ovDo(f.h, "GET", "/v1/overrides", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"overrides":[],"shared":false}` {
 		t.Errorf("after refused PUTs, GET /v1/overrides = %d %s, want none", rec.Code, rec.Body)
+	}
+}
+
+// TestOverrideBurstZero: burst 0 means the limit, as in the configuration
+// and the Go API.
+func TestOverrideBurstZero(t *testing.T) {
+	f, _ := ovFixture(t, "", nil)
+	if rec := ovDo(f.h, "PUT", "/v1/overrides/api-key/k0", `{"limit":7,"period":"1s","burst":0}`); rec.Code != 201 || !strings.Contains(rec.Body.String(), `"limit":7,"period":"1s","period_ms":1000,"burst":7`) {
+		t.Errorf("PUT with burst 0 = %d %s, want 201 and burst 7", rec.Code, rec.Body)
 	}
 }
 
