@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/tlsauth"
 )
 
 // Backend names where the service keeps rate-limit state.
@@ -87,6 +88,13 @@ type Listen struct {
 	// status page, /v1/status, /v1/explain) apart from HTTP, which then
 	// no longer serves them; /healthz and /readyz are served on both.
 	Admin string
+	// TLS, when set, puts every listener behind TLS (listentls.go).
+	TLS *ListenTLS
+	// TokensFile, when not empty, is listen.tokens_file, resolved against
+	// the configuration file's directory; Tokens are the tokens it held
+	// when the configuration was loaded.
+	TokensFile string
+	Tokens     *tlsauth.Tokens
 }
 
 // Admin configures the admin endpoints.
@@ -263,7 +271,7 @@ type Config struct {
 func (c *Config) Source() string { return c.source }
 
 // Listen returns the listen addresses.
-func (c *Config) Listen() Listen { return c.listen }
+func (c *Config) Listen() Listen { return cloneListen(c.listen) }
 
 // Admin returns the admin section.
 func (c *Config) Admin() Admin { return c.admin }
@@ -343,6 +351,9 @@ func RestartRequired(old, new *Config) []string {
 	}
 	if old.listen.Admin != new.listen.Admin {
 		out = append(out, "listen.admin")
+	}
+	if (old.listen.TLS == nil) != (new.listen.TLS == nil) {
+		out = append(out, "listen.tls (turning TLS on or off)")
 	}
 	o, n := old.store, new.store
 	if o.Backend != n.Backend {

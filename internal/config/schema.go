@@ -123,7 +123,7 @@ func (d *decoder) listen(top object) Listen {
 	if n == nil {
 		return l
 	}
-	o, ok := d.mapping(top.fields["listen"].key, n, "listen", "http", "grpc", "admin")
+	o, ok := d.mapping(top.fields["listen"].key, n, "listen", "http", "grpc", "admin", "tls", "tokens_file")
 	if !ok {
 		return l
 	}
@@ -143,6 +143,7 @@ func (d *decoder) listen(top object) Listen {
 	if v := o.get("admin"); v != nil {
 		d.listenAdmin(v, &l)
 	}
+	d.listenSecurity(o, &l) // listentls.go
 	return l
 }
 
