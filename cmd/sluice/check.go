@@ -30,7 +30,8 @@ An allowed request is charged, as any call of the decision API is.
 
 Flags:
   --server URL     the service's HTTP address (default http://127.0.0.1:8080;
-                   http:// is assumed when no scheme is given)
+                   http:// is assumed when no scheme is given, https:// when
+                   a TLS flag is set)
   --limit NAME     a limit of the service's configuration (required)
   --key KEY        the key to decide for (required, not empty)
   --cost N         what the request costs, at least 1 (default 1)
@@ -40,9 +41,11 @@ Flags:
                    (GET /v1/explain, an admin endpoint: with listen.admin set,
                    --server names that listener) and print the state (tokens,
                    window counts, queue) and what a request would get
-  --token-file FILE
-                   the admin token (admin.token_file of the service), for
-                   --explain when the service requires one
+
+Flags for a service with TLS or tokens (listen.tls, listen.tokens_file):
+` + clientUsage + `                   The token is a token of listen.tokens_file for a
+                   decision, and the admin token for --explain (which also
+                   reads SLUICE_ADMIN_TOKEN).
 
 Exit status: 0 allowed (a dry-run limit that would deny counts as
 allowed), 1 denied, 2 for anything else: a wrong command line, a service
@@ -73,7 +76,10 @@ type checkFlags struct {
 	json               bool
 	timeout            time.Duration
 	explain            bool
-	tokenFile          string
+	// client holds --ca, --cert, --key, --token and --token-file
+	// (client.go); http is the client they make.
+	client clientFlags
+	http   *http.Client
 }
 
 func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
@@ -86,7 +92,7 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
 	fs.BoolVar(&f.explain, "explain", false, "explain the key's state, charging nothing")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
+	f.client.register(fs, false)
 	if err := parseFlags(fs, "check", "check", checkUsage, args); err != nil {
 		return nil, nil, err
 	}
@@ -102,9 +108,13 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	case f.timeout <= 0:
 		return nil, nil, usageErrorf("check", "check: --timeout must be positive, got %v", f.timeout)
 	}
-	u, err := serverURL(f.server)
+	f.client.fromEnv()
+	u, err := f.client.serverURL(f.server)
 	if err != nil {
 		return nil, nil, usageErrorf("check", "check: --server: %v", err)
+	}
+	if f.http, err = f.client.httpClient(); err != nil {
+		return nil, nil, usageErrorf("check", "check: %v", err)
 	}
 	return f, u, nil
 }
@@ -169,7 +179,14 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 		return failf("%v", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	token, err := f.client.bearer()
+	if err != nil {
+		return failf("%v", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := f.http.Do(req)
 	if err != nil {
 		return failf("%v", err)
 	}
@@ -182,10 +199,14 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 		var e struct {
 			Error string `json:"error"`
 		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return failf("%s answered %s: %s", endpoint, resp.Status, e.Error)
+		hint := ""
+		if resp.StatusCode == http.StatusUnauthorized {
+			hint = " (pass a token of listen.tokens_file with --token-file or SLUICE_TOKEN)"
 		}
-		return failf("%s answered %s", endpoint, resp.Status)
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+			return failf("%s answered %s: %s%s", endpoint, resp.Status, e.Error, hint)
+		}
+		return failf("%s answered %s%s", endpoint, resp.Status, hint)
 	}
 	var a checkAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -62,13 +60,9 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 	failf := func(format string, args ...any) error {
 		return &exitError{code: 2, err: fmt.Errorf("check --explain: "+format, args...)}
 	}
-	var token string
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return failf("--token-file: %v", err)
-		}
-		token = string(bytes.TrimSpace(b))
+	token, err := f.client.bearer(adminTokenEnv)
+	if err != nil {
+		return failf("%v", err)
 	}
 	q := url.Values{"limit": {f.limit}, "key": {f.key}}
 	if f.cost != 1 {
@@ -85,7 +79,7 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.http.Do(req)
 	if err != nil {
 		return failf("%v", err)
 	}
@@ -96,17 +90,18 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
-			Error string `json:"error"`
+			Error  string `json:"error"`
+			Detail string `json:"detail"` // problem+json
 		}
 		hint := ""
 		switch resp.StatusCode {
 		case http.StatusUnauthorized:
-			hint = " (pass the admin token with --token-file)"
+			hint = " (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)"
 		case http.StatusNotFound:
 			hint = " (with listen.admin set, --server must name the admin listener)"
 		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return failf("%s answered %s: %s%s", u.JoinPath("/v1/explain"), resp.Status, e.Error, hint)
+		if json.Unmarshal(raw, &e) == nil && e.Error+e.Detail != "" {
+			return failf("%s answered %s: %s%s", u.JoinPath("/v1/explain"), resp.Status, e.Error+e.Detail, hint)
 		}
 		return failf("%s answered %s%s", u.JoinPath("/v1/explain"), resp.Status, hint)
 	}

@@ -93,9 +93,9 @@ limits:
 		stderr string
 	}{
 		{"no token", []string{"--server", admin, "--limit", "tb", "--key", "alice"},
-			"/v1/explain answered 401 Unauthorized: this admin endpoint needs the admin token: send Authorization: Bearer TOKEN (pass the admin token with --token-file)"},
+			"/v1/explain answered 401 Unauthorized: this admin endpoint needs the admin token: send Authorization: Bearer TOKEN (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)"},
 		{"public listener", []string{"--server", public, "--token-file", tokenFile, "--limit", "tb", "--key", "alice"},
-			"answered 404 Not Found: no such endpoint: /v1/explain (with listen.admin set, --server must name the admin listener)"},
+			"answered 404 Not Found: /v1/explain is an admin endpoint, served on listen.admin, not on listen.http. listen.http keeps /v1/ and /metrics for Sluice and never forwards them to the upstream. (with listen.admin set, --server must name the admin listener)"},
 		{"unknown limit", []string{"--server", admin, "--token-file", tokenFile, "--limit", "nope", "--key", "k"},
 			`answered 404 Not Found: no limit named "nope"`},
 		{"missing token file", []string{"--server", admin, "--token-file", filepath.Join(dir, "none"), "--limit", "tb", "--key", "k"},

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,11 +37,15 @@ Commands:
 
 Flags:
   --server URL       the service's admin address (default
-                     http://127.0.0.1:8080; http:// is assumed)
-  --token-file FILE  a file holding the admin token; the token can also come
-                     from the environment variable SLUICE_ADMIN_TOKEN
+                     http://127.0.0.1:8080; http:// is assumed, https://
+                     when a TLS flag is set)
   --json             print the service's JSON answer as it came
   --timeout DUR      give up after DUR (default 5s)
+
+Flags for a service with TLS (listen.tls) and an admin token:
+` + clientUsage + `                   The token is the admin token; without --token and
+                   --token-file it comes from SLUICE_TOKEN or
+                   SLUICE_ADMIN_TOKEN.
 
 Exit status: 0 done, 1 no such override (get, rm), 2 for anything else:
 a wrong command line, a service that cannot be reached or refuses (a
@@ -54,9 +57,10 @@ missing token, an invalid override); its message is on standard error.
 const adminTokenEnv = "SLUICE_ADMIN_TOKEN"
 
 type ovFlags struct {
-	server, tokenFile string
-	json              bool
-	timeout           time.Duration
+	server  string
+	json    bool
+	timeout time.Duration
+	client  clientFlags // --ca, --cert, --key, --token, --token-file
 }
 
 // ovAnswer is an override as the admin API reports it.
@@ -84,7 +88,7 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 	fs := flag.NewFlagSet("overrides", flag.ContinueOnError)
 	f := &ovFlags{}
 	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's admin URL")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the admin token")
+	f.client.register(fs, true)
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
 	if err := parseFlags(fs, "overrides", "overrides", overridesUsage, args); err != nil {
@@ -93,11 +97,16 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 	if f.timeout <= 0 {
 		return usageErrorf("overrides", "overrides: --timeout must be positive, got %v", f.timeout)
 	}
-	u, err := serverURL(f.server)
+	f.client.fromEnv()
+	u, err := f.client.serverURL(f.server)
 	if err != nil {
 		return usageErrorf("overrides", "overrides: --server: %v", err)
 	}
-	token, err := ovToken(f.tokenFile)
+	hc, err := f.client.httpClient()
+	if err != nil {
+		return usageErrorf("overrides", "overrides: %v", err)
+	}
+	token, err := f.client.bearer(adminTokenEnv)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
 	}
@@ -105,7 +114,7 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 	if len(rest) == 0 {
 		return usageErrorf("overrides", "overrides: name a command: list, get, set or rm")
 	}
-	c := &ovClient{base: u, token: token, timeout: f.timeout, json: f.json, out: s.stdout}
+	c := &ovClient{base: u, token: token, timeout: f.timeout, json: f.json, out: s.stdout, http: hc}
 	switch cmd, rest := rest[0], rest[1:]; cmd {
 	case "list", "ls":
 		if len(rest) > 1 {
@@ -135,18 +144,6 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 	default:
 		return usageErrorf("overrides", "overrides: unknown command %q (want list, get, set or rm)", cmd)
 	}
-}
-
-// ovToken returns the admin token from the file, or from the environment.
-func ovToken(file string) (string, error) {
-	if file == "" {
-		return strings.TrimSpace(os.Getenv(adminTokenEnv)), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // ovSetArgs parses the flags and arguments of "set" into a PUT body.
@@ -212,6 +209,7 @@ type ovClient struct {
 	timeout time.Duration
 	json    bool
 	out     io.Writer
+	http    *http.Client
 }
 
 // do sends a request and returns the answer's status and body; a
@@ -234,7 +232,7 @@ func (c *ovClient) do(ctx context.Context, method, path string, body []byte) (in
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
 	}

@@ -70,6 +70,7 @@ func (s *service) watch(ctx context.Context, src *source, hup <-chan os.Signal) 
 		case <-ctx.Done():
 			return
 		case <-hup:
+			s.tls.check()
 			if src == nil {
 				s.logger.Info("SIGHUP: nothing to reload: the service runs the built-in default configuration")
 				continue
@@ -146,11 +147,16 @@ func (s *service) apply(trigger string, data []byte) bool {
 	for _, setting := range s.restartRequired(cfg) {
 		log.Warn("a changed setting needs a restart; it keeps its running value until then", "setting", setting)
 	}
-	if err := s.handler.Reload(cfg); err != nil {
+	tlsNext, err := s.tls.prepare(cfg)
+	if err == nil {
+		err = s.handler.Reload(cfg)
+	}
+	if err != nil {
 		s.metrics.reloadFailures.Inc()
 		log.Error("reload refused; the running configuration stays", "error", err)
 		return false
 	}
+	s.tls.commit(tlsNext)
 	if s.rls != nil {
 		envoy, _ := cfg.Envoy()
 		s.rls.SetConfig(envoy)

@@ -268,6 +268,7 @@ type service struct {
 	handler *server.Handler
 	rls     *rls.Service   // nil without a gRPC listener
 	health  *health.Server // nil without a gRPC listener
+	tls     *serveTLS      // nil without listen.tls (tls.go)
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 }
@@ -312,6 +313,10 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s.handler = h
+	if s.tls, err = s.newServeTLS(cfg); err != nil {
+		st.close()
+		return nil, err
+	}
 	if s.grpcAddr != "" {
 		envoy, _ := cfg.Envoy()
 		s.rls = rls.New(st.store, envoy, rls.Options{OnDecision: m.rlsDecision})
@@ -354,6 +359,7 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 		hls = append(hls, &httpListener{name: "admin", addr: s.adminAddr, srv: s.newHTTPServer(s.handler.Admin())})
 	}
 	for _, l := range hls {
+		s.tls.httpServer(l.name, l.srv)
 		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
 			return hls, nil, fmt.Errorf("listen.%s: %w", l.name, err)
 		}
@@ -392,7 +398,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
-		gs = grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))
+		gs = grpc.NewServer(append(s.tls.grpcOptions(), grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))...)
 		s.rls.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 	}
@@ -407,7 +413,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	ready := readyInfo{PID: os.Getpid()}
 	for _, l := range hls {
 		servers++
-		go func() { errc <- fmt.Errorf("%s server: %w", l.name, l.srv.Serve(l.ln)) }()
+		go func() { errc <- fmt.Errorf("%s server: %w", l.name, serveHTTP(l)) }()
 		bound := l.ln.Addr().String()
 		s.logger.Info("listening", "protocol", l.name, "addr", bound)
 		if l.name == "admin" {
@@ -433,6 +439,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.watch(wctx, src, hup) })
+	wg.Go(func() { s.tls.watch(wctx, s.flags.watch) })
 
 	var failed error
 	select {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
 )
@@ -19,7 +20,12 @@ one it prints every problem on standard error, one per line:
 
   FILE:LINE: PATH: MESSAGE
 
-such as "sluice.yaml:16: limits.api-key.burst: must be at least 1". A
+such as "sluice.yaml:16: limits.api-key.burst: must be at least 1". The
+files a configuration names are checked too: listen.tls's certificate,
+key and CA (they exist, parse, the key is the certificate's, the
+certificate has not expired; a certificate that expires within 14 days is
+a "warning: " line on standard error, and the file is still valid),
+listen.tokens_file and the other secret files. A
 CONFIG of - reads standard input. The exit status is 0 when every file is
 valid, 1 when one is not (or cannot be read), and 2 for a wrong command
 line.
@@ -66,7 +72,8 @@ func validateOne(s streams, path string) bool {
 		fmt.Fprintf(s.stderr, "%s: %v\n", name, err)
 		return false
 	}
-	if _, err := config.Parse(name, data); err != nil {
+	cfg, err := config.Parse(name, data)
+	if err != nil {
 		var ce *config.Error
 		if !errors.As(err, &ce) {
 			fmt.Fprintf(s.stderr, "%s: %v\n", name, err)
@@ -76,6 +83,9 @@ func validateOne(s streams, path string) bool {
 			fmt.Fprintln(s.stderr, p.String())
 		}
 		return false
+	}
+	for _, w := range cfg.Warnings(time.Now()) {
+		fmt.Fprintf(s.stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(s.stdout, "ok: %s\n", name)
 	return true

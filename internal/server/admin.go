@@ -71,8 +71,8 @@ func (h *Handler) handleProbe(pattern, name string, fn http.HandlerFunc) {
 func (h *Handler) handleRoot() {
 	proxy := h.instrument("proxy", http.HandlerFunc(h.serveProxy))
 	page := h.instrument("status_page", h.needToken(h.servePage))
-	h.public.Handle("/", proxy)
-	h.mux.Handle("/", proxy)
+	h.public.Handle("/", h.reserve(true, proxy)) // guard.go
+	h.mux.Handle("/", h.reserve(false, proxy))
 	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		if h.state.Load().proxy != nil {
 			proxy.ServeHTTP(w, r)

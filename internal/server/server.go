@@ -207,7 +207,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handleProbe("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))
 	h.handleAdmin("/metrics", "metrics", onlyMethod("GET", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{}).ServeHTTP))
 	h.handleAdmin("/v1/status", "status", onlyMethod("GET", h.serveStatus))
-	h.handleAdmin("/v1/explain", "explain", onlyMethod("GET", h.serveExplain))
+	h.handleExplain(onlyMethod("GET", h.serveExplain))
 	h.registerOverrides()
 	h.handleRoot()
 	return h, nil
@@ -226,9 +226,10 @@ func onlyMethod(method string, next http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// handle registers a public endpoint.
+// handle registers a public endpoint of the decision API, behind the
+// tokens of listen.tokens_file when it is set.
 func (h *Handler) handle(pattern, name string, fn http.HandlerFunc) {
-	in := h.instrument(name, fn)
+	in := h.instrument(name, h.needClientToken(fn)) // guard.go
 	h.mux.Handle(pattern, in)
 	h.public.Handle(pattern, in)
 }

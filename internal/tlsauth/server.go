@@ -26,9 +26,10 @@ const MinVersion = tls.VersionTLS12
 // it. Connections already open keep the material they started with. A
 // Server is safe for concurrent use.
 type Server struct {
-	logger *slog.Logger
-	now    func() time.Time
-	onLoad func(*Material)
+	logger   *slog.Logger
+	now      func() time.Time
+	onLoad   func(*Material)
+	onRefuse func()
 
 	cur atomic.Pointer[current]
 
@@ -55,15 +56,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time, for expiry checks; default time.Now.
 	Now func() time.Time
-	// OnLoad, when set, is called with each material put in use,
-	// including the first, for metrics.
-	OnLoad func(*Material)
+	// OnLoad, when set, is called with each material put in use after
+	// the first (a rotation), and OnRefuse for each replacement refused,
+	// for metrics. They are called one at a time.
+	OnLoad   func(*Material)
+	OnRefuse func()
 }
 
 // NewServer loads the files and returns a Server serving them to clients
 // whose certificates, when a client CA is set, carry one of names.
 func NewServer(f Files, names *Names, opts Options) (*Server, error) {
-	s := &Server{logger: opts.Logger, now: opts.Now, onLoad: opts.OnLoad}
+	s := &Server{logger: opts.Logger, now: opts.Now, onLoad: opts.OnLoad, onRefuse: opts.OnRefuse}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -78,7 +81,7 @@ func NewServer(f Files, names *Names, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.put(c)
+	s.cur.Store(c)
 	return s, nil
 }
 
@@ -103,10 +106,10 @@ func newCurrent(m *Material, names *Names) (*current, error) {
 	return &current{mat: m, names: names, base: base}, nil
 }
 
-// put makes c current and reports it.
+// put makes c current and reports new material.
 func (s *Server) put(c *current) {
-	s.cur.Store(c)
-	if s.onLoad != nil {
+	old := s.cur.Swap(c)
+	if s.onLoad != nil && old.mat != c.mat {
 		s.onLoad(c.mat)
 	}
 }
@@ -180,6 +183,9 @@ func (s *Server) Check(force bool) bool {
 	}
 	s.refused = sum
 	s.refusals.Add(1)
+	if s.onRefuse != nil {
+		s.onRefuse()
+	}
 	s.logger.Error("new TLS files refused; the certificate in use keeps serving", "error", err.Error(),
 		"serial", cur.mat.Serial(), "not_after", cur.mat.NotAfter().UTC().Format(time.RFC3339))
 	return false

@@ -156,10 +156,10 @@ func TestTokens(t *testing.T) {
 		}
 	}
 	for data, want := range map[string]string{
-		"":                              "holds no token",
-		"# only a comment\n":            "holds no token",
-		"short\n":                       "line 1: the token is too short",
-		"aaaaaaaaaaaaaaaa1\nwith space in it x\n": "line 2: the token must hold visible ASCII",
+		"":                   "holds no token",
+		"# only a comment\n": "holds no token",
+		"short\n":            "line 1: the token is too short",
+		"aaaaaaaaaaaaaaaa1\nwith space in it x\n":  "line 2: the token must hold visible ASCII",
 		"aaaaaaaaaaaaaaaa1\n\naaaaaaaaaaaaaaaa1\n": "line 3: the same token as line 1",
 	} {
 		_, err := tlsauth.ParseTokens([]byte(data))
@@ -259,9 +259,11 @@ func TestRotation(t *testing.T) {
 	f := writeServer(t, dir, first, nil)
 	var logs bytes.Buffer
 	var loaded []string
+	refused := 0
 	s, err := tlsauth.NewServer(f, nil, tlsauth.Options{
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		OnLoad: func(m *tlsauth.Material) { loaded = append(loaded, m.Serial()) },
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		OnLoad:   func(m *tlsauth.Material) { loaded = append(loaded, m.Serial()) },
+		OnRefuse: func() { refused++ },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -321,9 +323,12 @@ func TestRotation(t *testing.T) {
 	if got := serial(); got != third.Cert.SerialNumber.Text(16) {
 		t.Fatalf("serial %s, want the third certificate's", got)
 	}
-	want := []string{first.Cert.SerialNumber.Text(16), second.Cert.SerialNumber.Text(16), third.Cert.SerialNumber.Text(16)}
+	want := []string{second.Cert.SerialNumber.Text(16), third.Cert.SerialNumber.Text(16)}
 	if strings.Join(loaded, ",") != strings.Join(want, ",") {
 		t.Errorf("OnLoad saw %q, want %q", loaded, want)
+	}
+	if refused != 2 {
+		t.Errorf("OnRefuse called %d times, want 2 (the wrong key, the expired pair)", refused)
 	}
 }
 
@@ -354,4 +359,3 @@ func TestCARotation(t *testing.T) {
 		t.Errorf("a client of the new CA: %d %v", code, err)
 	}
 }
-
