@@ -6,7 +6,6 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -334,18 +333,6 @@ func windowEnd(t time.Time, p time.Duration) time.Time {
 	us := t.UnixMicro()
 	pu := p.Microseconds()
 	return time.UnixMicro((us/pu + 1) * pu)
-}
-
-// indent indents each line of s by n spaces.
-func indent(s string, n int) string {
-	pad := strings.Repeat(" ", n)
-	lines := strings.Split(strings.Trim(s, "\n"), "\n")
-	for i, l := range lines {
-		if l != "" {
-			lines[i] = pad + l
-		}
-	}
-	return strings.Join(lines, "\n") + "\n"
 }
 
 // typeUnit converts a unit of the response to the override's type (the

@@ -115,28 +115,7 @@ func TestReloadDomains(t *testing.T) {
 		resp = want("gamma", d("k", "x"), over(1, hour))
 		checkReferenceHeaders(t, resp, "1", "0", true)
 
-		// The IETF fields instead (draft -10), the same limits kept.
-		s.reload(t, serverConfig(storeYAML, strings.Replace(reloadAfter, "response_headers: reference", "response_headers: ietf", 1)))
-		var ietf map[string]string
-		probes := 0
-		waitFor(t, "the IETF fields after the reload", func() bool {
-			probes++ // a value of its own each time: a fresh counter
-			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "alpha", Descriptors: ds(d("detailed", fmt.Sprint("probe-", probes)))})
-			if err != nil {
-				return false
-			}
-			ietf = map[string]string{}
-			for _, hv := range resp.ResponseHeadersToAdd {
-				ietf[hv.Key] = hv.Value
-			}
-			return ietf["RateLimit-Policy"] != ""
-		})
-		if got, want := ietf["RateLimit-Policy"], `"detailed";q=5;w=3600`; got != want {
-			t.Errorf("RateLimit-Policy = %q, want %q", got, want)
-		}
-		if got := ietf["RateLimit"]; !strings.HasPrefix(got, `"detailed";r=4;t=`) {
-			t.Errorf("RateLimit = %q, want \"detailed\";r=4;t=...", got)
-		}
+		checkIETFAfterReload(t, s, storeYAML)
 		resp = want("gamma", d("k", "x"), over(1, hour))
 		if h := resp.ResponseHeadersToAdd; len(h) != 3 || h[0].Key != "RateLimit-Policy" || h[1].Value != `"k";r=0;t=`+h[2].Value || h[2].Key != "Retry-After" {
 			t.Errorf("OVER_LIMIT headers %v, want RateLimit-Policy, RateLimit with r=0 and t equal to Retry-After", h)
@@ -199,5 +178,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waited %v for %s", waitTimeout, what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkIETFAfterReload reloads reloadAfter with response_headers: ietf
+// and checks the fields of a fresh alpha descriptor.
+func checkIETFAfterReload(t *testing.T, s *server, storeYAML string) {
+	t.Helper()
+	// The IETF fields instead (draft -10), the same limits kept.
+	s.reload(t, serverConfig(storeYAML, strings.Replace(reloadAfter, "response_headers: reference", "response_headers: ietf", 1)))
+	var ietf map[string]string
+	probes := 0
+	waitFor(t, "the IETF fields after the reload", func() bool {
+		probes++ // a value of its own each time: a fresh counter
+		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "alpha", Descriptors: ds(d("detailed", fmt.Sprint("probe-", probes)))})
+		if err != nil {
+			return false
+		}
+		ietf = map[string]string{}
+		for _, hv := range resp.ResponseHeadersToAdd {
+			ietf[hv.Key] = hv.Value
+		}
+		return ietf["RateLimit-Policy"] != ""
+	})
+	if got, want := ietf["RateLimit-Policy"], `"detailed";q=5;w=3600`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got := ietf["RateLimit"]; !strings.HasPrefix(got, `"detailed";r=4;t=`) {
+		t.Errorf("RateLimit = %q, want \"detailed\";r=4;t=...", got)
 	}
 }
