@@ -16,7 +16,10 @@ import (
 
 func newRedisStore(t *testing.T, addr string, failure redisstore.FailurePolicy) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: failure, Timeout: 200 * time.Millisecond})
+	// A generous timeout: on a loaded machine the first call, which dials,
+	// can take longer than 200ms, and five such failures open the breaker
+	// for every later call. A killed Redis still fails at once (refused).
+	s, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: failure, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,7 +17,9 @@ import (
 // status page shows the share of decisions that never reached Redis.
 func TestLocalRefusalsVisible(t *testing.T) {
 	srv := redistest.Start(t)
-	store, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError})
+	// A timeout above the default 50ms: on a loaded machine the first call,
+	// which dials, can take longer, and FailError would answer it 503.
+	store, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
