@@ -99,7 +99,8 @@ func AppendPolicy(dst []byte, p sluice.Policy) []byte {
 // named name and its decision d: r the units remaining and t the seconds,
 // rounded up, until more quota is available, as in `"per-ip";r=0;t=1`. For
 // a denied decision t is its RetryAfter (so Retry-After and t agree); for an
-// admitted one, its ResetAfter (when the quota is whole again). t is left
+// admitted one, its ResetAfter (when the quota is whole again: for
+// sliding_window up to twice the window, see docs/algorithms.md). t is left
 // out when the request can never be admitted.
 func AppendRateLimit(dst []byte, name string, d sluice.Decision) []byte {
 	dst = appendSFString(dst, name)
