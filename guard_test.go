@@ -53,6 +53,7 @@ type pkg struct {
 	path    string // relative to the module, "" for the root
 	dir     string
 	imports []string // the module's packages it imports, relative
+	all     []string // every package it imports, as import paths
 	files   []string // its non-test Go files
 }
 
@@ -70,7 +71,8 @@ func listPackages(t *testing.T) []pkg {
 			t.Fatalf("go list: unexpected line %q", sc.Text())
 		}
 		p := pkg{path: rel(f[0]), dir: f[1], files: strings.Fields(f[3])}
-		for _, imp := range strings.Fields(f[2]) {
+		p.all = strings.Fields(f[2])
+		for _, imp := range p.all {
 			if imp == module || strings.HasPrefix(imp, module+"/") {
 				p.imports = append(p.imports, rel(imp))
 			}
@@ -172,6 +174,22 @@ func TestOnlyTheEngineCallsAllowAll(t *testing.T) {
 					return true
 				})
 			}
+		}
+	}
+}
+
+// TestRedisClientsOnlyWhereTheyBelong: Redis clients are built in cmd/ and
+// used by the packages whose job is Redis (the store, the plan tables and
+// overrides kept in Redis, the test server); the HTTP service and the
+// front doors only see them through those.
+func TestRedisClientsOnlyWhereTheyBelong(t *testing.T) {
+	allowed := []string{"redisstore", "plans/redisplans", "internal/overrides", "internal/redistest"}
+	for _, p := range listPackages(t) {
+		if strings.HasPrefix(p.path, "cmd/") || slices.Contains(allowed, p.path) {
+			continue
+		}
+		if slices.Contains(p.all, "github.com/redis/rueidis") {
+			t.Errorf("%s imports rueidis; Redis clients are wired in cmd/", p.path)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -13,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/plans/redisplans"
 )
 
 // redisRetry is how often a Redis connection that could not be made is
@@ -88,11 +91,37 @@ func (d *dynamic) redis() rueidis.Client {
 	return nil
 }
 
-// options adds the override store and the Redis client to opts.
+// options adds the override store and the plan tables in Redis hashes to
+// opts.
 func (d *dynamic) options(opts server.Options) server.Options {
 	opts.Overrides = d.overrides
-	opts.Redis = d.redis
+	opts.RedisHash = d.redisHash
 	return opts
+}
+
+// redisHash returns the plan table in the Redis hash at key hash, read
+// over the connection of d once it is made.
+func (d *dynamic) redisHash(hash string) plans.Table {
+	return &redisTable{client: d.redis, hash: hash}
+}
+
+// redisTable is a plan table in a Redis hash read with a client that may
+// not be connected yet.
+type redisTable struct {
+	client func() rueidis.Client
+	hash   string
+}
+
+// errRedisNotConnected is the error of a lookup before the connection.
+var errRedisNotConnected = errors.New("not connected to redis yet")
+
+// Plan looks key up in the hash.
+func (t *redisTable) Plan(ctx context.Context, key string) (string, bool, error) {
+	c := t.client()
+	if c == nil {
+		return "", false, errRedisNotConnected
+	}
+	return redisplans.New(c, t.hash, 0).Plan(ctx, key)
 }
 
 // close stops the connection attempts and the override store, then closes

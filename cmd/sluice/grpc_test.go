@@ -113,6 +113,9 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 		`sluice_rls_decisions_total{descriptor="api_key",domain="edge",outcome="allowed"}`:        "2",
 		`sluice_rls_decisions_total{descriptor="api_key",domain="edge",outcome="denied"}`:         "1",
 		`sluice_rls_decisions_total{descriptor="remote_address",domain="edge",outcome="allowed"}`: "3",
+		// Envoy's decisions go through the metered store, as the HTTP
+		// API's do: one all-or-nothing call per request.
+		`sluice_store_duration_seconds_count{operation="allow_all"}`: "3",
 	} {
 		if got := in.metric(t, series); got != want {
 			t.Errorf("%s = %q, want %q", series, got, want)

@@ -319,7 +319,9 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	}
 	if s.grpcAddr != "" {
 		envoy, _ := cfg.Envoy()
-		s.rls = rls.New(st.store, envoy, rls.Options{OnDecision: m.rlsDecision})
+		// The handler's metered store: Envoy's decisions count in the
+		// sluice_store_* metrics as the HTTP API's do.
+		s.rls = rls.New(h.Store(), envoy, rls.Options{OnDecision: m.rlsDecision})
 		s.health = health.NewServer()
 	}
 	return s, nil

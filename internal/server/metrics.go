@@ -179,6 +179,12 @@ type meteredStore struct {
 
 var _ sluice.Store = (*meteredStore)(nil)
 
+// Store returns the handler's store with its metrics (the
+// sluice_store_* series): the store the service's other front doors,
+// Envoy's rate limit service among them, must decide with, so that their
+// traffic is measured with the HTTP API's.
+func (h *Handler) Store() sluice.Store { return h.store }
+
 func newMeteredStore(next sluice.Store, m *metrics) *meteredStore {
 	return &meteredStore{
 		next:        next,

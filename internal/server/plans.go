@@ -13,13 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/plans"
-	"github.com/sluicehq/sluice/plans/redisplans"
 )
 
 // This file builds the rules of a configuration: their own limits, the
@@ -237,35 +234,16 @@ func (h *Handler) buildTables(cfg *config.Config) (map[string]*planTable, error)
 			}
 			t.table = f
 		case tc.RedisHash != "":
-			if h.redis == nil {
-				return nil, fmt.Errorf("server: plan table %q reads the Redis hash %q, but the server has no Redis client (Options.Redis)", tc.Name, tc.RedisHash)
+			if h.redisHash == nil {
+				return nil, fmt.Errorf("server: plan table %q reads the Redis hash %q, but the server has no Redis (Options.RedisHash)", tc.Name, tc.RedisHash)
 			}
-			t.table = plans.NewCache(&redisTable{client: h.redis, hash: tc.RedisHash, timeout: h.redisTimeout}, plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize})
+			t.table = plans.NewCache(h.redisHash(tc.RedisHash), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize})
 		default:
 			return nil, fmt.Errorf("server: plan table %q has neither a file nor a Redis hash", tc.Name)
 		}
 		out[tc.Name] = t
 	}
 	return out, nil
-}
-
-// redisTable is a plan table in a Redis hash read with a client that may
-// not be connected yet.
-type redisTable struct {
-	client  func() rueidis.Client
-	hash    string
-	timeout time.Duration
-}
-
-// errRedisNotConnected is the error of a lookup before the connection.
-var errRedisNotConnected = errors.New("not connected to redis yet")
-
-func (t *redisTable) Plan(ctx context.Context, key string) (string, bool, error) {
-	c := t.client()
-	if c == nil {
-		return "", false, errRedisNotConnected
-	}
-	return redisplans.New(c, t.hash, t.timeout).Plan(ctx, key)
 }
 
 // throttledWarn returns a function that logs an error at Warn, at most

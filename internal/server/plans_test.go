@@ -16,6 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/plans"
+	"github.com/sluicehq/sluice/plans/redisplans"
 )
 
 // plansYAML has three plans, a rule that takes the plan from a header and
@@ -188,7 +190,7 @@ proxy:
 	var fs [2]*fixture
 	for i := range fs {
 		c := &clock{t: start}
-		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, Redis: func() rueidis.Client { return client }})
+		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, RedisHash: func(hash string) plans.Table { return redisplans.New(client, hash, 0) }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,12 +33,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/plans"
 )
 
 // Options configure a Handler. The zero value is valid: the defaults are
@@ -76,14 +76,13 @@ type Options struct {
 	// own. Give every instance an overrides.Redis on the same Redis to
 	// share them.
 	Overrides overrides.Store
-	// Redis returns the client that plan tables in a Redis hash
-	// (plan_tables.NAME.redis_hash) are read with, or nil while it is not
-	// connected (the lookups then fail, and clients get the default plan
-	// or the one last seen). The caller keeps and closes the client. A
-	// configuration with such a table needs Redis set.
-	Redis func() rueidis.Client
-	// RedisTimeout bounds each plan table lookup in Redis; default 50 ms.
-	RedisTimeout time.Duration
+	// RedisHash returns the plan table that reads a Redis hash
+	// (plan_tables.NAME.redis_hash), uncached: the server puts its cache
+	// (cache_ttl, cache_size) in front. cmd/sluice builds it over its own
+	// Redis connection (plans/redisplans); while that is not connected its
+	// lookups fail, and clients get the default plan or the one last
+	// seen. A configuration with such a table needs RedisHash set.
+	RedisHash func(hash string) plans.Table
 	// ReadTimeout is the http.Server's ReadTimeout, which the proxy gives
 	// back to the rest of a request body once a body key source has read
 	// its start under proxy.body.timeout. Zero means no limit.
@@ -121,11 +120,10 @@ type Handler struct {
 	draining atomic.Bool
 
 	// Plans and overrides (plans.go, overrides.go).
-	overrides    overrides.Store
-	redis        func() rueidis.Client
-	redisTimeout time.Duration
-	readTimeout  time.Duration
-	tableCheck   time.Duration
+	overrides   overrides.Store
+	redisHash   func(hash string) plans.Table
+	readTimeout time.Duration
+	tableCheck  time.Duration
 }
 
 // state is everything a request needs from the configuration, built once
@@ -162,7 +160,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
-		overrides: opts.Overrides, redis: opts.Redis, redisTimeout: opts.RedisTimeout, readTimeout: opts.ReadTimeout, tableCheck: opts.TableCheckEvery}
+		overrides: opts.Overrides, redisHash: opts.RedisHash, readTimeout: opts.ReadTimeout, tableCheck: opts.TableCheckEvery}
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
 	}
