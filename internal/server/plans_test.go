@@ -220,8 +220,8 @@ proxy:
 		t.Errorf("plan_table check = %s, want %s", got, want)
 	}
 	// Without a Redis client, such a configuration is refused.
-	if _, err := New(parse(t, yaml), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), "no Redis client") {
-		t.Errorf("New without Options.Redis = %v, want an error", err)
+	if _, err := New(parse(t, yaml), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), "no Redis (Options.RedisHash)") {
+		t.Errorf("New without Options.RedisHash = %v, want an error", err)
 	}
 }
 
