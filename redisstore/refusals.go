@@ -278,6 +278,9 @@ func (e *entry) decide(t, cost int64, maxDelay time.Duration) algo.Result {
 // seen raises an entry read at a caller's time to t, as a call at t would
 // raise the key's latest time in Redis.
 func (e *entry) seen(t int64) {
+	if !e.caller {
+		return // on Redis's clock w is not kept (and a write here would be shared by every caller)
+	}
 	for {
 		w := e.w.Load()
 		if w >= t || e.w.CompareAndSwap(w, t) {
