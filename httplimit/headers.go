@@ -81,10 +81,26 @@ func ceilSeconds(d time.Duration) int64 {
 // the smallest whole-second window with the same rate when one exists
 // within a year (10 per 100ms is `q=100;w=1`); otherwise w is left out.
 // Characters a String cannot hold (outside printable ASCII) are written
-// as '?'.
+// as '?'. A calendar policy's window has no fixed length: AppendPolicy
+// leaves its w out, and AppendPolicyAt gives the current window's.
 func AppendPolicy(dst []byte, p sluice.Policy) []byte {
+	return AppendPolicyAt(dst, p, time.Time{})
+}
+
+// AppendPolicyAt is AppendPolicy at the instant now, which sets a calendar
+// policy's w: the length, in seconds, of its window that holds now (a
+// Berlin calendar_month is 2674800 in March, 31 days less the hour the
+// clocks skip). For a zero now, w is left out.
+func AppendPolicyAt(dst []byte, p sluice.Policy, now time.Time) []byte {
 	dst = appendSFString(dst, p.Name)
-	q, w := quotaWindow(p.Limit, p.Period)
+	period := p.Period
+	if p.Calendar.Unit != sluice.NoCalendar {
+		period = 0
+		if start, end, ok := p.Window(now); ok && !now.IsZero() {
+			period = end.Sub(start)
+		}
+	}
+	q, w := quotaWindow(p.Limit, period)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, q, 10)
 	if w > 0 {
@@ -217,7 +233,7 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 				if len(b) > 0 {
 					b = append(b, ", "...)
 				}
-				b = AppendPolicy(b, results[i].Policy)
+				b = AppendPolicyAt(b, results[i].Policy, now())
 			}
 			h[hdrPolicy] = []string{string(b)}
 		}

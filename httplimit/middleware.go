@@ -244,6 +244,7 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 	}
 	names := make(map[string]int, len(limits))
 	var field []byte
+	var calendar bool
 	for i, l := range limits {
 		p := l.Policy
 		if p.Name == "" {
@@ -294,6 +295,8 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 			// A PolicyFunc that returns the limit's own Policy (a runtime
 			// override that is not set) keeps the shared field.
 			if l.PolicyFunc == nil || p.Validate() == nil {
+				// A calendar window's length changes (w): no shared field.
+				calendar = calendar || p.Calendar.Unit != sluice.NoCalendar
 				if len(field) > 0 {
 					field = append(field, ", "...)
 				}
@@ -301,7 +304,7 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 			}
 		}
 	}
-	if len(field) > 0 {
+	if len(field) > 0 && !calendar {
 		// Shared by every response: a slice of capacity 1, so that Add on a
 		// response's header copies it rather than writing into it.
 		m.policyField = []string{string(field)}[:1:1]

@@ -22,10 +22,12 @@ type explainAnswer struct {
 	Key       string `json:"key"`
 	Algorithm string `json:"algorithm"`
 	Policy    struct {
-		Limit  int64  `json:"limit"`
-		Period string `json:"period"`
-		Burst  int64  `json:"burst"`
-		Shadow bool   `json:"shadow"`
+		Limit      int64  `json:"limit"`
+		Period     string `json:"period"`
+		TimeZone   string `json:"time_zone"`
+		WeekStarts string `json:"week_starts"`
+		Burst      int64  `json:"burst"`
+		Shadow     bool   `json:"shadow"`
 	} `json:"policy"`
 	At      string `json:"at"`
 	Tracked bool   `json:"tracked"`
@@ -130,6 +132,12 @@ func formatExplain(a *explainAnswer) string {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	policy := fmt.Sprintf("%s, %d per %s", a.Algorithm, a.Policy.Limit, a.Policy.Period)
+	if a.Policy.TimeZone != "" {
+		policy += " in " + a.Policy.TimeZone
+	}
+	if a.Policy.WeekStarts != "" {
+		policy += fmt.Sprintf(" (weeks from %s)", a.Policy.WeekStarts)
+	}
 	if a.Policy.Burst > 0 {
 		policy += fmt.Sprintf(", burst %d", a.Policy.Burst)
 	}

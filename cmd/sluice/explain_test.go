@@ -134,3 +134,31 @@ The estimate is 33 1/3 of 100.
 		t.Errorf("formatExplain =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestFormatExplainCalendar prints a calendar limit's explanation: the
+// zone beside the period, and the window's start and end in that zone.
+func TestFormatExplainCalendar(t *testing.T) {
+	var a explainAnswer
+	err := json.Unmarshal([]byte(`{"limit":"monthly","key":"k","algorithm":"fixed_window",
+		"policy":{"limit":1000,"period":"calendar_month","period_ms":0,"time_zone":"Europe/Berlin"},"at":"2026-03-31T21:59:00.000000Z","tracked":true,
+		"state":{"window_start":"2026-03-01T00:00:00.000000+01:00","window_end":"2026-04-01T00:00:00.000000+02:00","current":998,"estimate":"998"},
+		"cost":1,"allowed":true,"remaining":1,"retry_after_ms":0,"reset_after_ms":60000,
+		"summary":"The window that ends in 1m0s has counted 998 of 1000."}`), &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `limit      monthly (fixed_window, 1000 per calendar_month in Europe/Berlin)
+key        "k"
+at         2026-03-31T21:59:00.000000Z
+state      tracked
+window     2026-03-01T00:00:00.000000+01:00 to 2026-04-01T00:00:00.000000+02:00
+current    998
+estimate   998 of 1000
+a request  cost 1: allowed, 1 remaining; back to initial in 1m
+
+The window that ends in 1m0s has counted 998 of 1000.
+`
+	if got := formatExplain(&a); got != want {
+		t.Errorf("formatExplain =\n%s\nwant\n%s", got, want)
+	}
+}

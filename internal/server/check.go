@@ -110,10 +110,11 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, results, h.now())
 	}
 	b := make([]byte, 0, 128+96*len(results))
+	now := h.now()
 	if multi {
-		b = appendMulti(b, d, results, items, plan)
+		b = appendMulti(b, d, results, items, plan, now)
 	} else {
-		b = appendResult(b, &results[0], &items[0])
+		b = appendResult(b, &results[0], &items[0], now)
 	}
 	b = append(b, '\n')
 	// net/http sets Content-Length for a body written at once.
@@ -350,8 +351,9 @@ func jsonKind(goKind string) string {
 	return goKind
 }
 
-// appendResult appends one check's result as a JSON object.
-func appendResult(b []byte, r *httplimit.Result, it *item) []byte {
+// appendResult appends one check's result as a JSON object; now is the
+// time of the decision, for a calendar limit's window.
+func appendResult(b []byte, r *httplimit.Result, it *item, now time.Time) []byte {
 	d := r.Decision
 	allowed := d.Allowed || r.Shadow
 	b = append(b, `{"allowed":`...)
@@ -372,6 +374,7 @@ func appendResult(b []byte, r *httplimit.Result, it *item) []byte {
 		b = append(b, `,"delay_ms":`...)
 		b = strconv.AppendInt(b, millis(d.Delay), 10)
 	}
+	b = appendWindow(b, &r.Policy, now)
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
@@ -392,7 +395,7 @@ func appendResult(b []byte, r *httplimit.Result, it *item) []byte {
 
 // appendMulti appends the answer to a "checks" request, or to a plan's
 // check when plan is not empty.
-func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items []item, plan string) []byte {
+func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items []item, plan string, now time.Time) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	if plan != "" {
@@ -409,9 +412,29 @@ func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items 
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendResult(b, &results[i], &items[i])
+		b = appendResult(b, &results[i], &items[i], now)
 	}
 	return append(b, "]}"...)
+}
+
+// appendWindow appends, for a calendar limit, the window_start and
+// window_end of its window that holds now, as RFC 3339 times in the
+// limit's zone. (The Redis store picks the window by Redis's clock; within
+// a clock skew of a boundary the two may differ, the decision's
+// reset_after_ms being Redis's.)
+func appendWindow(b []byte, p *sluice.Policy, now time.Time) []byte {
+	if p.Calendar.Unit == sluice.NoCalendar {
+		return b
+	}
+	start, end, ok := p.Window(now)
+	if !ok {
+		return b
+	}
+	b = append(b, `,"window_start":"`...)
+	b = start.AppendFormat(b, time.RFC3339)
+	b = append(b, `","window_end":"`...)
+	b = end.AppendFormat(b, time.RFC3339)
+	return append(b, '"')
 }
 
 // millis returns d in whole milliseconds, rounded up; 0 for d ≤ 0 but

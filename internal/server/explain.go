@@ -42,9 +42,15 @@ type explainJSON struct {
 }
 
 type policyJSON struct {
-	Limit    int64  `json:"limit"`
-	Period   string `json:"period"`
-	PeriodMS int64  `json:"period_ms"`
+	Limit int64 `json:"limit"`
+	// Period is a duration as the configuration writes it, or a calendar
+	// period (calendar_month) with its TimeZone and WeekStarts; PeriodMS is
+	// then 0 (the window's length varies: see the state's window_start
+	// and window_end).
+	Period     string `json:"period"`
+	PeriodMS   int64  `json:"period_ms"`
+	TimeZone   string `json:"time_zone,omitempty"`
+	WeekStarts string `json:"week_starts,omitempty"`
 	// Burst is the capacity of the token-bucket family.
 	Burst  int64 `json:"burst,omitempty"`
 	Shadow bool  `json:"shadow,omitempty"`
@@ -140,7 +146,7 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 	d := s.Decision
 	e := &explainJSON{
 		Limit: p.Name, Key: key, Algorithm: p.Algorithm.String(),
-		Policy:  policyJSON{Limit: p.Limit, Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), Shadow: l.Shadow},
+		Policy:  periodJSON(p, l.Shadow),
 		At:      s.At.UTC().Format(timeFormat),
 		Tracked: s.Tracked,
 		Cost:    cost, Allowed: d.Allowed, Remaining: d.Remaining,
@@ -149,18 +155,28 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 	var b strings.Builder
 	switch p.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		end := s.WindowStart.Add(p.Period)
+		loc := p.Calendar.Location()
+		start, end := s.WindowStart.In(loc), s.WindowEnd.In(loc)
+		if end.IsZero() || !end.After(start) { // a store that reports only the start
+			end = start.Add(p.Period)
+		}
 		e.State = stateJSON{
-			WindowStart: s.WindowStart.UTC().Format(timeFormat), WindowEnd: end.UTC().Format(timeFormat),
+			WindowStart: start.Format(timeFormat), WindowEnd: end.Format(timeFormat),
 			Current: &s.Current, Estimate: &s.Estimate,
 		}
 		if p.Algorithm == sluice.FixedWindowAlgorithm {
 			fmt.Fprintf(&b, "The window that ends in %s has counted %d of %d.", human(end.Sub(s.At)), s.Current, p.Limit)
 		} else {
 			e.State.Previous = &s.Previous
-			elapsed := s.At.Sub(s.WindowStart)
-			fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
-				ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
+			if p.Calendar.Unit != sluice.NoCalendar {
+				fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the fraction of this %s still to come (%s of %s), plus %d in the current one.",
+					ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, strings.TrimPrefix(p.Calendar.Unit.String(), "calendar_"),
+					formatPeriod(end.Sub(s.At)), formatPeriod(end.Sub(start)), s.Current)
+			} else {
+				elapsed := s.At.Sub(s.WindowStart)
+				fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
+					ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
+			}
 		}
 	case sluice.SlidingLogAlgorithm:
 		e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}

@@ -268,7 +268,7 @@ func (h *Handler) status(ctx context.Context) *statusJSON {
 		p := l.Policy
 		lj := limitJSON{
 			Name: p.Name, Algorithm: p.Algorithm.String(), Limit: p.Limit,
-			Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), Shadow: l.Shadow,
+			Period: policyPeriod(p), PeriodMS: p.Period.Milliseconds(), Shadow: l.Shadow,
 			Series: make(map[string][]uint64, numOutcomes), LastMinute: make(map[string]uint64, numOutcomes),
 		}
 		if p.Algorithm.HasBurst() {
@@ -323,6 +323,32 @@ func (h *Handler) storeStatus(ctx context.Context, cfg config.Store) storeJSON {
 		s.Keys = &n
 	}
 	return s
+}
+
+// periodJSON returns p's numbers for the JSON answers: its period as the
+// configuration writes it, or a calendar period with its zone and week
+// start.
+func periodJSON(p sluice.Policy, shadow bool) policyJSON {
+	j := policyJSON{Limit: p.Limit, Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), Shadow: shadow}
+	if c := p.Calendar; c.Unit != sluice.NoCalendar {
+		j.Period, j.TimeZone = c.Unit.String(), c.Location().String()
+		if c.Unit == sluice.CalendarWeek {
+			j.WeekStarts = "monday"
+			if c.WeekStartsSunday {
+				j.WeekStarts = "sunday"
+			}
+		}
+	}
+	return j
+}
+
+// policyPeriod writes p's period for people: a duration such as 1h, or
+// "calendar_month Europe/Berlin".
+func policyPeriod(p sluice.Policy) string {
+	if p.Calendar.Unit != sluice.NoCalendar {
+		return p.Calendar.String()
+	}
+	return formatPeriod(p.Period)
 }
 
 // formatPeriod writes a period as a configuration file would: "1s",
