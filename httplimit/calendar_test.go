@@ -23,7 +23,7 @@ func TestAppendPolicyCalendar(t *testing.T) {
 		want string
 	}{
 		{month, time.Date(2026, 3, 31, 23, 59, 0, 0, berlin), `"monthly";q=1000;w=2674800`}, // 31 days less an hour
-		{month, time.Date(2026, 4, 1, 0, 0, 0, 0, berlin), `"monthly";q=1000;w=2592000`},   // 30 days
+		{month, time.Date(2026, 4, 1, 0, 0, 0, 0, berlin), `"monthly";q=1000;w=2592000`},    // 30 days
 		{month, time.Date(2026, 10, 31, 12, 0, 0, 0, berlin), `"monthly";q=1000;w=2682000`}, // 31 days and an hour
 		{day, time.Date(2026, 3, 29, 12, 0, 0, 0, berlin), `"daily";q=10;w=82800`},          // 23 hours
 		{day, time.Date(2026, 3, 30, 0, 0, 0, 0, berlin), `"daily";q=10;w=86400`},

@@ -154,7 +154,7 @@ state      tracked
 window     2026-03-01T00:00:00.000000+01:00 to 2026-04-01T00:00:00.000000+02:00
 current    998
 estimate   998 of 1000
-a request  cost 1: allowed, 1 remaining; back to initial in 1m
+a request  cost 1: allowed, 1 remaining; back to initial in 1m0s
 
 The window that ends in 1m0s has counted 998 of 1000.
 `
