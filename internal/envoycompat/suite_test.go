@@ -246,6 +246,11 @@ func TestDifferencesAreDocumented(t *testing.T) {
 		t.Fatal("docs/envoy.md has no section \"Differences from envoyproxy/ratelimit\"")
 	}
 	list = strings.Join(strings.Fields(list), " ")
+	for _, name := range []string{"`TestReloadDomains`", "`missing-requests-per-unit`", "`replaces-unknown-name`", "`period-too-long`", "`fork-key`"} {
+		if !strings.Contains(list, name) {
+			t.Errorf("docs/envoy.md's list of differences does not name %s, which shows one", name)
+		}
+	}
 	if !strings.Contains(list, diffLimitCounters) {
 		t.Errorf("TestReloadDomains shows the difference %q, which docs/envoy.md does not list", diffLimitCounters)
 	}
@@ -260,6 +265,9 @@ func TestDifferencesAreDocumented(t *testing.T) {
 		}
 		if !strings.Contains(list, c.diff) {
 			t.Errorf("case %s shows the difference %q, which docs/envoy.md does not list", c.name, c.diff)
+		}
+		if !strings.Contains(list, "`"+c.name+"`") {
+			t.Errorf("case %s shows the difference %q, but docs/envoy.md's list does not name the case", c.name, c.diff)
 		}
 	}
 	t.Logf("%d sequences: %d answer as the reference, %d show a listed difference", len(cases), matching, len(cases)-matching)
