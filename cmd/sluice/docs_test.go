@@ -188,7 +188,7 @@ func writeReferenced(t *testing.T, dir, key, name string, pki testPKI) {
 	}
 	var content []byte
 	switch key {
-	case "ca_file", "cert_file":
+	case "ca_file", "cert_file", "client_ca_file":
 		content = pki.cert
 	case "key_file":
 		content = pki.key

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
 )
 
@@ -435,5 +436,92 @@ func TestValidateTLSFiles(t *testing.T) {
 	r = runSluice(t, nil, "serve", "--config", path)
 	if r.code != 1 || !strings.Contains(r.stderr, "listen.tls.key_file") {
 		t.Errorf("serve with a key of another certificate: exit %d, stderr %q; want 1", r.code, r.stderr)
+	}
+}
+
+// TestTLSEverywhereExample starts sluice serve from examples/tls.yaml, with
+// its addresses on loopback and its Redis a private redis-server that
+// accepts only TLS and a password, and files made by the test at the paths
+// the example names: a client with an allowed certificate and a token gets
+// decisions from Redis over HTTPS and gRPC, and the admin listener answers
+// with the admin token.
+func TestTLSEverywhereExample(t *testing.T) {
+	t.Parallel()
+	example, err := os.ReadFile("../../examples/tls.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	const password = "redis-0123456789abcdef"
+	srv := redistest.Start(t, redistest.Options{Password: password, TLS: redistest.NewTLSFiles(t, dir, "redis")})
+	redisCA, err := os.ReadFile(filepath.Join(dir, "redis.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := tlstest.NewCA(t, "clients and server")
+	server := ca.Issue(t, tlstest.Leaf{CommonName: "sluice"})
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"tls/server.pem": server.CertPEM, "tls/server-key.pem": server.KeyPEM, "tls/clients-ca.pem": ca.PEM, "tls/redis-ca.pem": redisCA,
+		"tokens.txt": []byte(decisionTokens), "admin-token": []byte("admin-0123456789abcdef\n"), "redis-password": []byte(password + "\n"),
+	} {
+		tlstest.WriteFile(t, filepath.Dir(filepath.Join(dir, name)), filepath.Base(name), data)
+	}
+	yaml := string(example)
+	for from, to := range map[string]string{"0.0.0.0:8443": "127.0.0.1:0", "0.0.0.0:8444": "127.0.0.1:0", "127.0.0.1:9443": "127.0.0.1:0", "redis.internal:6380": srv.Addr} {
+		if !strings.Contains(yaml, from) {
+			t.Fatalf("examples/tls.yaml no longer holds %q", from)
+		}
+		yaml = strings.Replace(yaml, from, to, 1)
+	}
+	s := &tlsService{ca: ca, dir: dir}
+	s.instance = startServe(t, "--config", writeConfig(t, filepath.Join(dir, "sluice.yaml"), yaml))
+	b, err := os.ReadFile(s.readyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri readyInfo
+	if err := json.Unmarshal(b, &ri); err != nil || ri.Admin == "" || ri.GRPC == "" {
+		t.Fatalf("ready file %s: %v", b, err)
+	}
+	s.admin = ri.Admin
+
+	client := ca.Issue(t, tlstest.Leaf{Client: true, DNS: []string{"edge.internal"}})
+	c := s.client(t, client, true)
+	post := func(token string) (int, string) {
+		req, _ := http.NewRequest("POST", "https://"+s.http+"/v1/check", strings.NewReader(`{"limit":"per-ip","key":"203.0.113.7"}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, _ := post(""); code != http.StatusUnauthorized {
+		t.Errorf("/v1/check without a token = %d, want 401", code)
+	}
+	if code, body := post("edge-0123456789abcdef"); code != http.StatusOK || strings.Contains(body, `"degraded":true`) || !strings.Contains(body, `"remaining":99`) {
+		t.Errorf("/v1/check with a token = %d %s, want 200 decided by Redis", code, body)
+	}
+	if n, err := srv.Do("DBSIZE"); err != nil || fmt.Sprint(n) == "0" {
+		t.Errorf("Redis holds %v keys (%v), want the decision's", n, err)
+	}
+	if r, err := s.rls(t, ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})); err != nil || r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+		t.Errorf("gRPC from Envoy's identity: %v %v, want OK", r, err)
+	}
+	req, _ := http.NewRequest("GET", "https://"+s.admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer admin-0123456789abcdef")
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("admin /metrics with the admin token: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 }

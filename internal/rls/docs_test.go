@@ -10,6 +10,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -76,36 +77,40 @@ func validateAll(t *testing.T, m proto.Message) {
 	walk(m.ProtoReflect())
 }
 
-// TestEnvoyBootstrapInDocs loads the envoy.yaml of docs/envoy.md into
+// TestEnvoyBootstrapInDocs loads each Envoy block of docs/envoy.md (the
+// bootstrap, and the cluster over mutual TLS) into
 // go-control-plane's Bootstrap and validates it, so the documented field
 // names and types are Envoy's; and checks that the documented Sluice
 // configuration decodes.
 func TestEnvoyBootstrapInDocs(t *testing.T) {
-	var envoyYAML, sluiceYAML string
+	var envoyYAMLs []string
+	var sluiceYAML string
 	for _, b := range yamlBlocks(t, "../../docs/envoy.md") {
 		switch {
 		case strings.HasPrefix(b, "static_resources:"):
-			envoyYAML = b
+			envoyYAMLs = append(envoyYAMLs, b)
 		case strings.HasPrefix(b, "listen:"):
 			sluiceYAML = b
 		}
 	}
-	if envoyYAML == "" || sluiceYAML == "" {
-		t.Fatal("docs/envoy.md has no envoy.yaml or no sluice.yaml block")
+	if len(envoyYAMLs) < 2 || sluiceYAML == "" {
+		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster or no sluice.yaml block")
 	}
-	var tree any
-	if err := yaml.Unmarshal([]byte(envoyYAML), &tree); err != nil {
-		t.Fatal(err)
+	for i, envoyYAML := range envoyYAMLs {
+		var tree any
+		if err := yaml.Unmarshal([]byte(envoyYAML), &tree); err != nil {
+			t.Fatal(err)
+		}
+		js, err := json.Marshal(tree)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var boot bootstrapv3.Bootstrap
+		if err := protojson.Unmarshal(js, &boot); err != nil {
+			t.Fatalf("Envoy block %d does not load as a Bootstrap: %v", i+1, err)
+		}
+		validateAll(t, &boot)
 	}
-	js, err := json.Marshal(tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var boot bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &boot); err != nil {
-		t.Fatalf("envoy.yaml does not load as a Bootstrap: %v", err)
-	}
-	validateAll(t, &boot)
 
 	if _, ps := Decode(envoyNode(t, []byte(sluiceYAML)), "envoy"); len(ps) > 0 {
 		t.Errorf("the documented envoy section has problems:\n%s", problemLines(ps))
