@@ -28,6 +28,10 @@ type Health struct {
 	Down []string
 	// Err is the first failure; nil exactly when Down is empty.
 	Err error
+	// Cluster reports that the store is on Redis Cluster, where an
+	// AllowAll over keys in different hash slots fails with ErrCrossSlot;
+	// false also while the store could not connect (it does not know yet).
+	Cluster bool
 }
 
 // Partial reports whether some masters, but not all, are down: on Redis
@@ -67,7 +71,7 @@ func (s *Store) Check(ctx context.Context) Health {
 	}
 	if s.breakers.probeKeys() == nil {
 		if err := s.loadSlots(ctx, c); err != nil {
-			return Health{Masters: 1, Down: []string{s.seeds()}, Err: err}
+			return Health{Masters: 1, Down: []string{s.seeds()}, Err: err, Cluster: true}
 		}
 	}
 	h := s.probe(ctx, c, s.breakers.probeKeys())
@@ -75,6 +79,7 @@ func (s *Store) Check(ctx context.Context) Health {
 		// The map may name a master that a failover has replaced.
 		h = s.probe(ctx, c, s.breakers.probeKeys())
 	}
+	h.Cluster = true
 	return h
 }
 

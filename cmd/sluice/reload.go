@@ -157,6 +157,7 @@ func (s *service) apply(trigger string, data []byte) bool {
 		return false
 	}
 	s.tls.commit(tlsNext)
+	s.store.reportSplit(cfg, log)
 	if s.rls != nil {
 		envoy, _ := cfg.Envoy()
 		s.rls.SetConfig(envoy)

@@ -391,7 +391,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	st := cfg.Store()
 	s.logger.Info("configuration loaded", "source", cfg.Source(), "limits", len(cfg.Limits()), "store", string(st.Backend))
 	if st.Backend == config.RedisBackend {
-		s.store.checkReachable(ctx, s.logger)
+		s.store.checkReachable(ctx, cfg, s.logger)
 	}
 
 	hls, grpcLn, err := s.listen()

@@ -177,3 +177,35 @@ func TestValidateReportsStartupErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitRules checks which proxy rules are reported as never decidable
+// on Redis Cluster: enforced limits (a plan's included) keyed by more than
+// one key source; dry runs, which are decided apart, do not count.
+func TestSplitRules(t *testing.T) {
+	cfg, err := config.Parse("sluice.yaml", []byte(`limits:
+  api: {algorithm: token_bucket, limit: 10, period: 1s}
+  daily: {algorithm: fixed_window, limit: 1000, period: 1d}
+  dry: {algorithm: token_bucket, limit: 10, period: 1s, shadow: true}
+plans:
+  free: [{limit: daily}]
+proxy:
+  rules:
+    - name: one-key
+      limits: [{limit: api, key: "header:X-User"}, {limit: daily, key: "header:X-User"}]
+    - name: dry-apart
+      limits: [{limit: api, key: ip}, {limit: dry, key: "header:X-User"}]
+    - name: split
+      limits: [{limit: api, key: ip}, {limit: daily, key: "header:X-User"}]
+    - name: plan-split
+      limits: [{limit: api, key: ip}]
+      plan: {key: "header:X-User", from: "header:X-Plan", default: free}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := splitRules(cfg)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "sluice.yaml:13: proxy.rules[2]: its limits are keyed by ip and header:X-User") ||
+		!strings.HasPrefix(got[1], "sluice.yaml:15: proxy.rules[3]: its limits are keyed by ip and header:X-User") {
+		t.Errorf("splitRules =\n%s\nwant rules 2 and 3", strings.Join(got, "\n"))
+	}
+}

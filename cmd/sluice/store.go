@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -36,6 +40,9 @@ type openedStore struct {
 	store sluice.Store
 	// circuit reports the Redis store's breaker state; nil for memory.
 	circuit func() string
+	// cluster is set once the Redis store is known to be on Redis
+	// Cluster.
+	cluster atomic.Bool
 	// health checks the Redis masters, for /readyz; nil for memory.
 	health func(ctx context.Context) server.StoreHealth
 	redis  *redisstore.Store
@@ -123,14 +130,18 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 }
 
 // checkReachable logs whether Redis answers, so that an operator sees a
-// wrong address at once rather than in degraded decisions.
-func (o *openedStore) checkReachable(ctx context.Context, logger *slog.Logger) {
+// wrong address at once rather than in degraded decisions. On Redis
+// Cluster it also logs, as errors, the proxy rules of cfg that can never
+// be decided there (splitRules), and remembers that the store is a
+// cluster for the reloads.
+func (o *openedStore) checkReachable(ctx context.Context, cfg *config.Config, logger *slog.Logger) {
 	if o.redis == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, startupPingTimeout)
 	defer cancel()
-	switch h := o.redis.Check(ctx); {
+	h := o.redis.Check(ctx)
+	switch {
 	case h.Partial():
 		logger.Warn("some redis masters do not answer; the failure policy decides their keys until they do", "masters", h.Masters, "masters_down", h.Down, "error", h.Err)
 	case h.Err != nil:
@@ -138,6 +149,57 @@ func (o *openedStore) checkReachable(ctx context.Context, logger *slog.Logger) {
 	default:
 		logger.Info("redis answers", "masters", h.Masters)
 	}
+	if h.Cluster {
+		o.cluster.Store(true)
+		o.reportSplit(cfg, logger)
+	}
+}
+
+// reportSplit logs, when the store is known to be a Redis Cluster, every
+// proxy rule of cfg whose limits can never be decided together there.
+func (o *openedStore) reportSplit(cfg *config.Config, logger *slog.Logger) {
+	if !o.cluster.Load() {
+		return
+	}
+	for _, msg := range splitRules(cfg) {
+		logger.Error("a rule can never be decided on this Redis Cluster", "problem", msg)
+	}
+}
+
+// splitRules returns a message for each proxy rule whose enforced limits
+// (dry runs are decided apart) are keyed by more than one key source, its
+// plan's included: on Redis Cluster their keys lie in different hash slots,
+// so the rule's all-or-nothing decision fails for (almost) every request.
+func splitRules(cfg *config.Config) []string {
+	p, ok := cfg.Proxy()
+	if !ok {
+		return nil
+	}
+	var out []string
+	for i, r := range p.Rules {
+		var keys []string
+		add := func(limit, key string) {
+			if l, ok := cfg.Limit(limit); ok && !l.Shadow && !slices.Contains(keys, key) {
+				keys = append(keys, key)
+			}
+		}
+		for _, rl := range r.Limits {
+			add(rl.Limit, rl.Key)
+		}
+		if r.Plan != nil {
+			for _, pl := range cfg.Plans() {
+				for _, name := range pl.Limits {
+					add(name, r.Plan.Key)
+				}
+			}
+		}
+		if len(keys) > 1 {
+			out = append(out, fmt.Sprintf("%s:%d: proxy.rules[%d]: its limits are keyed by %s, which lie in different Redis Cluster hash slots: "+
+				"they can never be decided all or nothing, and its requests are answered 500; key its enforced limits alike (one key shares one slot), "+
+				"or keep the counters on a single Redis or Sentinel", cfg.Source(), r.Line, i, strings.Join(keys, " and ")))
+		}
+	}
+	return out
 }
 
 // errorLog logs failed Redis calls, at most one line per

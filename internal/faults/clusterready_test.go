@@ -43,7 +43,8 @@ func getReadyz(c *http.Client, addr string) (readyz, error) {
 
 // clusterReadiness runs `sluice serve` with on_error: error on the cluster,
 // every node listed in store.redis.addrs: checks on keys in different
-// slots are a 422, and then it kills a master that has a replica. Until the cluster notices, /readyz answers 200 "degraded",
+// slots are a 422, a proxy rule keyed apart is reported at the start and
+// answered 500, and then it kills a master that has a replica. Until the cluster notices, /readyz answers 200 "degraded",
 // naming that master, and never the others; once the cluster has promoted
 // the replica, /readyz is "ready" again within clusterComeback and answers
 // 200 "ready" to the next 100 polls in a row, although dead nodes are
@@ -65,6 +66,10 @@ store:
 limits:
   api: {algorithm: token_bucket, limit: 100, period: 1m}
   hourly: {algorithm: fixed_window, limit: 1000, period: 1h}
+proxy:
+  rules:
+    - name: split
+      limits: [{limit: api, key: ip}, {limit: hourly, key: "header:X-User"}]
 `, addrs))
 	svc := startService(t, "sluice", "--config", cfg)
 	client := newClient(t, 1)
@@ -98,6 +103,25 @@ limits:
 		resp.Body.Close()
 		if resp.StatusCode != want || want != http.StatusOK && !strings.Contains(string(b), "same key") {
 			t.Errorf("POST /v1/check %s = %d %s, want %d", body, resp.StatusCode, b, want)
+		}
+	}
+
+	// The rule whose limits are keyed apart is reported at the start, and
+	// its requests are a 500 (never a 503 to retry, never let through).
+	if log := svc.log.String(); !strings.Contains(log, "a rule can never be decided on this Redis Cluster") || !strings.Contains(log, "proxy.rules[0]") {
+		t.Errorf("the log does not report the split rule at the start:\n%s", tail(log, 20))
+	}
+	req, err := http.NewRequest("GET", "http://"+svc.http+"/v1/forward-auth?rule=split", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-User", "u1")
+	if resp, err := client.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("forward-auth on the split rule = %d (Retry-After %q), want 500 without Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
 	}
 
