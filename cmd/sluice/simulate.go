@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/simulate"
 )
 
 const simulateUsage = `Usage: sluice simulate --algorithm ALG|all --limit N --period DUR [--burst B]
+                       [--time-zone ZONE] [--week-starts DAY]
                        [--trace FILE|- | --pattern NAME --rate R --duration DUR
                        [--keys N] [--seed S]] [--format table|jsonl] [--chart FILE]
 
@@ -30,7 +32,15 @@ Flags:
                        sliding_log, sliding_window, or all (required)
   --limit N            cost units admitted per period (required)
   --period DUR         the period, in Go duration syntax: 250ms, 1s, 1m, 24h
-                       (required; a whole number of microseconds)
+                       (required; a whole number of microseconds); or for
+                       fixed_window and sliding_window a calendar period:
+                       calendar_day, calendar_week, calendar_month or
+                       calendar_year (--algorithm all then compares those
+                       two; --chart and the burst, boundary and onoff
+                       patterns need a duration)
+  --time-zone ZONE     a calendar period's IANA time zone, such as
+                       America/New_York (default UTC)
+  --week-starts DAY    calendar_week's first day: monday (default) or sunday
   --burst B            capacity of token_bucket, gcra and leaky_bucket
                        (default: the limit); the window algorithms have no
                        burst of their own and refuse one other than the limit.
@@ -137,7 +147,9 @@ Examples:
 type simulateFlags struct {
 	algorithm string
 	limit     int64
-	period    time.Duration
+	period    periodFlag
+	timeZone  string
+	weekStart string
 	burst     int64
 	trace     string
 	format    string
@@ -158,7 +170,9 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	f := &simulateFlags{keys: 1, seed: 1}
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
 	fs.Var((*intFlag)(&f.limit), "limit", "cost units per period")
-	fs.Var((*durationFlag)(&f.period), "period", "the period")
+	fs.Var(&f.period, "period", "the period")
+	fs.StringVar(&f.timeZone, "time-zone", "", "a calendar period's time zone")
+	fs.StringVar(&f.weekStart, "week-starts", "", "a calendar week's first day: monday or sunday")
 	fs.Var((*intFlag)(&f.burst), "burst", "the token-bucket family's capacity")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
@@ -200,6 +214,9 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 		if chartFormat, err = simulate.ChartFormat(f.chart); err != nil {
 			return usageErrorf("simulate", "simulate: --chart: %w", err)
 		}
+	}
+	if policies[0].Calendar.Unit != sluice.NoCalendar && set["chart"] {
+		return usageErrorf("simulate", "simulate: --chart draws counts over a trailing period and does not take a calendar period; leave out --chart, or give --period a duration")
 	}
 	traffic, err := f.traffic(set, policies[0].Period)
 	if err != nil {
@@ -383,6 +400,9 @@ func (f *simulateFlags) traffic(set map[string]bool, period time.Duration) (*sim
 	if err != nil {
 		return nil, usageErrorf("simulate", "simulate: --rate: %w", err)
 	}
+	if p.Periodic() && f.period.calendar != "" {
+		return nil, usageErrorf("simulate", "simulate: --pattern %s repeats every period and needs a duration as --period; with a calendar period use steady, poisson or ramp, or a trace", p)
+	}
 	t := simulate.Traffic{Pattern: p, Rate: rate, Duration: f.duration, Period: period, Keys: int(f.keys), Seed: f.seed}
 	if err := t.Validate(); err != nil {
 		return nil, usageErrorf("simulate", "simulate: --pattern %s: %w", p, err)
@@ -429,14 +449,28 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 	case !set["limit"]:
 		return nil, usageErrorf("simulate", "simulate: --limit is required")
 	case !set["period"]:
-		return nil, usageErrorf("simulate", "simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h)")
+		return nil, usageErrorf("simulate", "simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h; or calendar_day, calendar_week, calendar_month, calendar_year)")
+	case f.period.calendar == "" && (set["time-zone"] || set["week-starts"]):
+		return nil, usageErrorf("simulate", "simulate: --time-zone and --week-starts apply only to a calendar --period (calendar_day, calendar_week, calendar_month or calendar_year)")
 	case set["burst"] && f.burst < 1:
 		return nil, usageErrorf("simulate", "simulate: --burst must be at least 1, got %d", f.burst)
 	}
+	var cal sluice.Calendar
+	if f.period.calendar != "" {
+		c, err := config.ParseCalendar(f.period.calendar, f.timeZone, f.weekStart)
+		if err != nil {
+			return nil, usageErrorf("simulate", "simulate: --period: %w", err)
+		}
+		cal = c
+	}
 	var algs []sluice.Algorithm
-	if f.algorithm == "all" {
+	switch {
+	case f.algorithm == "all" && cal.Unit != sluice.NoCalendar:
+		// Only the window algorithms take calendar periods.
+		algs = []sluice.Algorithm{sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm}
+	case f.algorithm == "all":
 		algs = sluice.Algorithms()
-	} else {
+	default:
 		a, err := sluice.ParseAlgorithm(f.algorithm)
 		if err != nil {
 			return nil, usageErrorf("simulate", "simulate: --algorithm: %w", err)
@@ -445,7 +479,7 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 	}
 	ps := make([]sluice.Policy, len(algs))
 	for i, a := range algs {
-		ps[i] = sluice.Policy{Algorithm: a, Limit: f.limit, Period: f.period}
+		ps[i] = sluice.Policy{Algorithm: a, Limit: f.limit, Period: f.period.d, Calendar: cal}
 		if a.HasBurst() || len(algs) == 1 {
 			ps[i].Burst = f.burst
 		}
@@ -531,6 +565,35 @@ func (v *uintFlag) Set(s string) error {
 		return errors.New("not an unsigned integer")
 	}
 	*v = uintFlag(n)
+	return nil
+}
+
+// periodFlag is --period: a duration, or a calendar period's name.
+type periodFlag struct {
+	d        time.Duration
+	calendar string
+}
+
+func (v *periodFlag) String() string {
+	if v == nil {
+		return "0s"
+	}
+	if v.calendar != "" {
+		return v.calendar
+	}
+	return v.d.String()
+}
+
+func (v *periodFlag) Set(s string) error {
+	if config.IsCalendarPeriod(s) {
+		*v = periodFlag{calendar: s}
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New(durationProblem(s) + ", or a calendar period (calendar_day, calendar_week, calendar_month, calendar_year)")
+	}
+	*v = periodFlag{d: d}
 	return nil
 }
 

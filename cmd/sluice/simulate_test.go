@@ -188,7 +188,7 @@ func TestSimulateFlagErrors(t *testing.T) {
 			`sluice: simulate: --algorithm: unknown algorithm "token-bucket" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window)` + "\n"},
 		{"no limit", []string{"simulate", "--algorithm", "gcra", "--period", "1s"}, "sluice: simulate: --limit is required\n"},
 		{"no period", []string{"simulate", "--algorithm", "gcra", "--limit", "5"},
-			"sluice: simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h)\n"},
+			"sluice: simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h; or calendar_day, calendar_week, calendar_month, calendar_year)\n"},
 		{"zero limit", []string{"simulate", "--algorithm", "gcra", "--limit", "0", "--period", "1s"},
 			"sluice: simulate: invalid policy: policy: limit must be at least 1, got 0\n"},
 		{"negative period", []string{"simulate", "--algorithm", "gcra", "--limit", "5", "--period", "-1s"},
@@ -232,8 +232,8 @@ func TestSimulateBadFlagSyntax(t *testing.T) {
 		{[]string{"simulate", "--limit", "ten"}, `--limit "ten": not an integer`},
 		{[]string{"simulate", "--burst", "1e3"}, `--burst "1e3": not an integer`},
 		{[]string{"simulate", "--limit", "99999999999999999999"}, `--limit "99999999999999999999": out of range`},
-		{[]string{"simulate", "--period", "5"}, `--period "5": a duration needs a unit, such as 5s, 5m or 5ms`},
-		{[]string{"simulate", "-period=1 minute"}, `-period "1 minute": not a duration (Go syntax: 250ms, 1s, 1m, 24h)`},
+		{[]string{"simulate", "--period", "5"}, `--period "5": a duration needs a unit, such as 5s, 5m or 5ms, or a calendar period (calendar_day, calendar_week, calendar_month, calendar_year)`},
+		{[]string{"simulate", "-period=1 minute"}, `-period "1 minute": not a duration (Go syntax: 250ms, 1s, 1m, 24h), or a calendar period (calendar_day, calendar_week, calendar_month, calendar_year)`},
 		{[]string{"simulate", "--limit"}, "--limit needs a value"},
 	}
 	for _, tt := range tests {

@@ -99,6 +99,17 @@ func (c *Comparison) Add(req Request, ds []sluice.Decision) {
 			st.MaxDelay = max(st.MaxDelay, d.Delay)
 		}
 		w := &ws[i]
+		if st.Policy.Calendar.Unit != sluice.NoCalendar {
+			// A calendar policy: the most cost admitted within one of
+			// its windows.
+			if sum := w.addCalendar(&st.Policy, req.T, req.Cost); sum > st.MaxCostInPeriod {
+				st.MaxCostInPeriod = sum
+				st.MaxCostKey = req.Key
+				st.MaxCostFrom = w.calStart
+				st.MaxCostTo = req.T
+			}
+			continue
+		}
 		if sum := w.add(req.T, req.Cost, st.periodUS); sum > st.MaxCostInPeriod {
 			st.MaxCostInPeriod = sum
 			st.MaxCostKey = req.Key
@@ -152,7 +163,10 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	if ok {
 		heading += "\nPolicy: " + shared
 		label = func(p sluice.Policy) string { return p.Algorithm.String() }
-		first, period, length = "ALGORITHM", c.Policies[0].Period.String(), "of that length"
+		first, period, length = "ALGORITHM", PeriodText(c.Policies[0]), "of that length"
+		if c.Policies[0].Calendar.Unit != sluice.NoCalendar {
+			length = "that is one of those windows"
+		}
 	}
 	if _, err := fmt.Fprintf(w, "%s\n\n", heading); err != nil {
 		return err
@@ -183,7 +197,7 @@ func sharedLimit(ps []sluice.Policy) (string, bool) {
 	var family []string
 	burst := int64(0)
 	for _, p := range ps {
-		if p.Limit != ps[0].Limit || p.Period != ps[0].Period {
+		if p.Limit != ps[0].Limit || p.Period != ps[0].Period || p.Calendar != ps[0].Calendar {
 			return "", false
 		}
 		if p.Algorithm.HasBurst() {
@@ -194,7 +208,7 @@ func sharedLimit(ps []sluice.Policy) (string, bool) {
 			family = append(family, p.Algorithm.String())
 		}
 	}
-	s := fmt.Sprintf("limit %d per %v", ps[0].Limit, ps[0].Period)
+	s := fmt.Sprintf("limit %d per %s", ps[0].Limit, PeriodText(ps[0]))
 	switch {
 	case len(family) == 0:
 	case len(family) == len(ps):
@@ -212,6 +226,9 @@ type periodWindow struct {
 	buf     []windowEntry
 	head, n int
 	sum     int64
+	// calStart and calEnd (ms) are the window of a calendar policy
+	// whose cost sum counts.
+	calStart, calEnd int64
 }
 
 type windowEntry struct {
@@ -242,6 +259,18 @@ func (w *periodWindow) add(t, cost, periodUS int64) int64 {
 		w.head = (w.head + 1) & (len(w.buf) - 1)
 		w.n--
 	}
+	return w.sum
+}
+
+// addCalendar records cost admitted at t (ms, not before the last one)
+// under calendar policy p and returns the cost admitted in p's window
+// that holds t.
+func (w *periodWindow) addCalendar(p *sluice.Policy, t, cost int64) int64 {
+	if t >= w.calEnd || t < w.calStart {
+		start, end, _ := p.Window(time.UnixMilli(t))
+		w.calStart, w.calEnd, w.sum = start.UnixMilli(), end.UnixMilli(), 0
+	}
+	w.sum += cost
 	return w.sum
 }
 

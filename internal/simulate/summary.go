@@ -124,9 +124,19 @@ func (s *KeySummary) WriteTable(w io.Writer) error {
 // describe names a policy for a table's heading, such as
 // "token_bucket, limit 100 per 1m0s, burst 20".
 func describe(p sluice.Policy) string {
-	s := fmt.Sprintf("%s, limit %d per %v", p.Algorithm, p.Limit, p.Period)
+	s := fmt.Sprintf("%s, limit %d per %s", p.Algorithm, p.Limit, PeriodText(p))
 	if p.Algorithm.HasBurst() {
 		s += fmt.Sprintf(", burst %d", p.Capacity())
 	}
 	return s
+}
+
+// PeriodText writes p's period for a heading: a duration such as 1m0s, or
+// a calendar period with its zone, such as "calendar_month
+// America/New_York".
+func PeriodText(p sluice.Policy) string {
+	if p.Calendar.Unit != sluice.NoCalendar {
+		return p.Calendar.String()
+	}
+	return p.Period.String()
 }
