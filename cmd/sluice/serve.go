@@ -57,8 +57,9 @@ Flags:
                        the format of the log on standard error (default text)
   --log-level LEVEL    debug, info, warn or error (default info); debug logs
                        one line per denial
-  --watch DUR          how often to look for a changed configuration file
-                       (default 1s; 0 reloads on SIGHUP only)
+  --watch DUR          how often to look for a changed configuration file,
+                       and for changed listen.tls files (default 1s; 0
+                       reloads on SIGHUP only)
   --shutdown-timeout DUR
                        how long requests in flight may take to finish once
                        shutdown starts (default 10s); those still running
@@ -82,7 +83,8 @@ Flags:
                        on exit
 
 Signals:
-  SIGHUP               reload the configuration file
+  SIGHUP               reload the configuration file, and read the
+                       listen.tls files again
   SIGTERM, SIGINT      shut down gracefully; a second one ends at once
 `
 

@@ -59,6 +59,9 @@ func (s *service) newServeTLS(cfg *config.Config) (*serveTLS, error) {
 	}
 	st.srv = srv
 	m := srv.Material()
+	if left := time.Until(m.NotAfter()); left < tlsauth.ExpiryWarning {
+		s.logger.Warn("the TLS certificate expires soon", "serial", m.Serial(), "left", left.Round(time.Minute).String())
+	}
 	s.logger.Info("TLS on every listener", "serial", m.Serial(), "not_after", m.NotAfter().UTC().Format("2006-01-02T15:04:05Z"),
 		"client_certificates", m.ClientCAs != nil, "client_names", t.Names().Len(), "min_version", "1.2")
 	return st, nil
