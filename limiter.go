@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
 // Limiter applies one or more policies to keys: a request is admitted only
@@ -58,16 +60,13 @@ func (l *Limiter) Policies() []Policy {
 
 // Allow decides, without blocking, whether key may spend cost units now.
 func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, error) {
-	// One policy, the common case, goes straight to the store.
-	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
-		return l.store.Allow(ctx, time.Time{}, Request{Policy: ps[0], Key: key, Cost: cost})
-	}
-	return l.decide(ctx, time.Time{}, key, cost, 0)
+	return l.AllowAt(ctx, time.Time{}, key, cost)
 }
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
+	// One policy, the common case, goes straight to the store.
 	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
 		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
 	}
@@ -195,7 +194,7 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 		}
 		if d.Allowed {
 			if d.Delay > 0 {
-				if err := sleep(ctx, d.Delay); err != nil {
+				if err := ctxsleep.Sleep(ctx, d.Delay); err != nil {
 					return d, err
 				}
 			}
@@ -223,20 +222,8 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 		if hasDeadline && time.Now().Add(wait).After(deadline) {
 			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxsleep.Sleep(ctx, wait); err != nil {
 			return d, err
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends, whichever comes first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

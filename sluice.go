@@ -10,7 +10,8 @@
 // rationals, and no floating point is involved anywhere, so a decision can
 // be predicted to the millisecond from the definitions in docs/algorithms.md.
 //
-// This package imports only the standard library.
+// This package imports only the standard library and two internal
+// packages of its own that do the same (internal/algo, internal/ctxsleep).
 package sluice
 
 import (

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/engine"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -457,7 +458,7 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 		if dl, ok := ctx.Deadline(); ok && hold.After(dl) {
 			return fmt.Errorf("grpclimit: held for %v after the server's refusal, past the deadline: %w", d, context.DeadlineExceeded)
 		}
-		if err := sleepCtx(ctx, d); err != nil {
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -534,15 +535,4 @@ func waitStatus(err error) error {
 		return status.FromContextError(err).Err()
 	}
 	return status.Error(codes.Unavailable, err.Error())
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
@@ -438,16 +439,7 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		if o.Err == nil && !o.Decision.Degraded {
 			writeHeaders(h, m.style, res, pf, m.now)
 		}
-		if o.Decision.Delay > 0 {
-			t := time.NewTimer(o.Decision.Delay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return false
-			}
-		}
-		return true
+		return o.Decision.Delay <= 0 || ctxsleep.Sleep(ctx, o.Decision.Delay) == nil
 	}
 	return m.refuse(w, r, sc, status, retry, pf, o.Never())
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
 // OutLimit is one limit on outgoing requests.
@@ -225,7 +226,7 @@ func (t *Transport) waitHold(ctx context.Context, key string) error {
 		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
 			return fmt.Errorf("httplimit: transport: %q is held for %v after a 429, past the deadline: %w", key, d, context.DeadlineExceeded)
 		}
-		if err := sleepCtx(ctx, d); err != nil {
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
 			return err
 		}
 	}
@@ -257,16 +258,4 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
-}
-
-// sleepCtx waits for d or until ctx ends, whichever comes first.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
