@@ -48,7 +48,7 @@ cat "$out/machine.txt"
 rm -f "$out"/round-*.txt "$out"/memstore-*.txt
 for i in $(seq 1 "$rounds"); do
 	echo "round $i/$rounds (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-	(cd "$here" && "$bin/bench.test" -test.run '^$' -test.bench '^Benchmark(OneKeySerial|OneKeyParallel|KeysParallel|BytesPerKey|Clock|SluiceLayers)$' -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/round-$i.txt"
+	(cd "$here" && "$bin/bench.test" -test.run '^$' -test.bench '^Benchmark(OneKeySerial|OneKeyParallel|KeysParallel|KeysPrepared|BytesPerKey|Clock|SluiceLayers)$' -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/round-$i.txt"
 	(cd "$root/memstore" && "$bin/memstore.test" -test.run '^$' -test.bench . -test.benchtime "$benchtime" -test.count 1 -test.benchmem) >"$out/memstore-$i.txt"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
