@@ -20,8 +20,19 @@ import (
 // changed one starts afresh for every key (its buckets full, its windows
 // empty).
 type Limiter struct {
-	store    Store
+	store Store
+	// fast is store when it has AllowPolicy (memstore does), else nil.
+	fast     policyAllower
 	policies atomic.Pointer[[]Policy]
+}
+
+// policyAllower is implemented by stores with a single-policy path that
+// takes the policy by pointer (memstore.Store.AllowPolicy). It must decide
+// exactly as Allow does at a zero time for Request{Policy: *p, Key: key,
+// Cost: cost}. Limiter.Allow prefers it: every argument then fits in
+// registers, where a Request is copied on its way through the interface.
+type policyAllower interface {
+	AllowPolicy(ctx context.Context, p *Policy, key string, cost int64) (Decision, error)
 }
 
 // New returns a Limiter that applies policies, in order, through store.
@@ -30,6 +41,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		return nil, errors.New("sluice: new limiter: nil store")
 	}
 	l := &Limiter{store: store}
+	l.fast, _ = store.(policyAllower)
 	if err := l.SetPolicies(policies...); err != nil {
 		return nil, err
 	}
@@ -68,6 +80,9 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, 
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
 	// One policy, the common case, goes straight to the store.
 	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
+		if l.fast != nil && now.IsZero() {
+			return l.fast.AllowPolicy(ctx, &ps[0], key, cost)
+		}
 		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
 	}
 	return l.decide(ctx, now, key, cost, 0)

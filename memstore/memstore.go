@@ -299,14 +299,31 @@ func capacityError(r *sluice.Request) error {
 // flat: one cache lookup, one hash, one lock, and for the token bucket and
 // GCRA, the algorithm and the table update in line, with the decision
 // written straight into the result.
-func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d sluice.Decision, err error) {
-	slot := &s.policies[policySlot(&req.Policy)]
+func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.allowPolicy(now, &req.Policy, req.Key, req.Cost, req.MaxDelay)
+}
+
+// AllowPolicy is Allow for one request of cost units on key under *p, at
+// the store's clock, with no MaxDelay: it decides exactly as Allow
+// decides sluice.Request{Policy: *p, Key: key, Cost: cost} at a zero time.
+// It exists for sluice.Limiter, which calls it instead of Allow when its
+// store has it: passing the policy by pointer keeps every argument in
+// registers, where Allow's Request is copied twice on the way in. p is only
+// read, and not kept.
+func (s *Store) AllowPolicy(_ context.Context, p *sluice.Policy, key string, cost int64) (sluice.Decision, error) {
+	return s.allowPolicy(time.Time{}, p, key, cost, 0)
+}
+
+// allowPolicy is Allow and AllowPolicy. maxDelay is the request's MaxDelay,
+// which only the leaky bucket reads (on the path through allow).
+func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost int64, maxDelay time.Duration) (d sluice.Decision, err error) {
+	slot := &s.policies[policySlot(p)]
 	c := slot.Load()
-	if c == nil || !c.is(&req.Policy) {
-		c = s.compileSlow(&req.Policy, slot)
+	if c == nil || !c.is(p) {
+		c = s.compileSlow(p, slot)
 	}
-	if req.Cost < 1 || c.err != nil || !c.tokenBucket {
-		return s.allow(now, &req, c)
+	if cost < 1 || c.err != nil || !c.tokenBucket {
+		return s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost, MaxDelay: maxDelay}, c)
 	}
 	var t int64
 	switch {
@@ -317,7 +334,7 @@ func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d s
 	default:
 		t = s.now().UnixMicro()
 	}
-	h := s.hash(c, req.Key)
+	h := s.hash(c, key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
@@ -327,7 +344,7 @@ func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d s
 		st = sh.tat.slots[i].v
 	}
 	var r algo.Result
-	ns := c.pp.TokenBucketTo(&r, st, t, req.Cost)
+	ns := c.pp.TokenBucketTo(&r, st, t, cost)
 	if r.Allowed {
 		if found && ns.Expiry() > t {
 			sh.tat.slots[i].v = ns
@@ -337,12 +354,12 @@ func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d s
 	}
 	sh.mu.Unlock()
 	d.Allowed = r.Allowed
-	d.Limit = req.Policy.Limit
+	d.Limit = p.Limit
 	d.Remaining = r.Remaining
 	d.RetryAfter = r.RetryAfter
 	d.ResetAfter = r.ResetAfter
 	if r.RetryAfter == sluice.Never {
-		err = capacityError(&req)
+		err = capacityError(&sluice.Request{Policy: *p, Key: key, Cost: cost, MaxDelay: maxDelay})
 	}
 	return d, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -429,5 +430,46 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if n := st.Len(); n > 500 {
 		t.Errorf("Len() = %d, want at most 500", n)
+	}
+}
+
+// TestAllowPolicyMatchesAllow checks that AllowPolicy, the path
+// sluice.Limiter takes, decides every request exactly as Allow does at the
+// store's clock: two stores on the same clock see the same requests, one
+// through each method, and must return the same decisions and errors, for
+// every algorithm, costs from invalid to over capacity, and a few keys.
+func TestAllowPolicyMatchesAllow(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	clock := func() time.Time { return now }
+	viaAllow := memstore.New(memstore.Options{Now: clock})
+	viaPolicy := memstore.New(memstore.Options{Now: clock})
+	policies := []sluice.Policy{
+		sluice.TokenBucket(5, time.Second, 8),
+		sluice.GCRA(3, time.Second, 4).Named("gcra"),
+		sluice.LeakyBucket(4, time.Second, 6),
+		sluice.FixedWindow(7, time.Second),
+		sluice.SlidingWindow(6, time.Second),
+		sluice.SlidingLog(5, time.Second),
+		sluice.FixedCalendarWindow(9, sluice.Calendar{Unit: sluice.CalendarDay}),
+		{Algorithm: sluice.TokenBucketAlgorithm, Limit: 0, Period: time.Second}, // invalid
+	}
+	rnd := uint64(1)
+	next := func(n uint64) uint64 {
+		rnd ^= rnd << 13
+		rnd ^= rnd >> 7
+		rnd ^= rnd << 17
+		return rnd % n
+	}
+	for i := range 5000 {
+		now = now.Add(time.Duration(next(200)) * time.Millisecond)
+		p := policies[next(uint64(len(policies)))]
+		key := "k" + strconv.Itoa(int(next(4)))
+		cost := int64(next(11)) - 1 // -1..9: invalid, in range and over capacity
+		want, wantErr := viaAllow.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: key, Cost: cost})
+		got, gotErr := viaPolicy.AllowPolicy(ctx, &p, key, cost)
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("request %d (%v, %q, cost %d): AllowPolicy = %+v, %v; Allow = %+v, %v", i, p, key, cost, got, gotErr, want, wantErr)
+		}
 	}
 }
