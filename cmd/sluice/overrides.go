@@ -28,7 +28,11 @@ Commands:
   get LIMIT KEY                one override
   set [flags] LIMIT KEY        set one; flags:
         --limit N              cost units per period (required)
-        --period DUR           like 1s, 1m, 1h, 1d (required)
+        --period DUR           like 1s, 1m, 1h, 1d, or calendar_day,
+                               calendar_week, calendar_month or
+                               calendar_year (required)
+        --time-zone ZONE       a calendar period's IANA zone (default UTC)
+        --week-starts DAY      calendar_week's first day: monday or sunday
         --burst N              the token-bucket family's capacity
         --algorithm NAME       default: the limit's own
         --ttl DUR              remove it after DUR, or
@@ -65,19 +69,27 @@ type ovFlags struct {
 
 // ovAnswer is an override as the admin API reports it.
 type ovAnswer struct {
-	LimitName string `json:"limit_name"`
-	Key       string `json:"key"`
-	Algorithm string `json:"algorithm"`
-	Limit     int64  `json:"limit"`
-	Period    string `json:"period"`
-	Burst     int64  `json:"burst"`
-	ExpiresAt string `json:"expires_at"`
-	SetBy     string `json:"set_by"`
-	SetAt     string `json:"set_at"`
+	LimitName  string `json:"limit_name"`
+	Key        string `json:"key"`
+	Algorithm  string `json:"algorithm"`
+	Limit      int64  `json:"limit"`
+	Period     string `json:"period"`
+	TimeZone   string `json:"time_zone"`
+	WeekStarts string `json:"week_starts"`
+	Burst      int64  `json:"burst"`
+	ExpiresAt  string `json:"expires_at"`
+	SetBy      string `json:"set_by"`
+	SetAt      string `json:"set_at"`
 }
 
 func (a *ovAnswer) policy() string {
 	s := fmt.Sprintf("%s %d/%s", a.Algorithm, a.Limit, a.Period)
+	if a.TimeZone != "" {
+		s += " " + a.TimeZone
+	}
+	if a.WeekStarts == "sunday" {
+		s += " (weeks from sunday)"
+	}
 	if a.Burst > 0 {
 		s += fmt.Sprintf(" burst %d", a.Burst)
 	}
@@ -152,9 +164,12 @@ func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) 
 	var (
 		limit, burst                      int64
 		period, algorithm, ttl, expiresAt string
+		timeZone, weekStarts              string
 	)
 	fs.Int64Var(&limit, "limit", 0, "cost units per period")
 	fs.StringVar(&period, "period", "", "the period")
+	fs.StringVar(&timeZone, "time-zone", "", "a calendar period's zone")
+	fs.StringVar(&weekStarts, "week-starts", "", "a calendar week's first day")
 	fs.Int64Var(&burst, "burst", 0, "the capacity")
 	fs.StringVar(&algorithm, "algorithm", "", "the algorithm")
 	fs.StringVar(&ttl, "ttl", "", "remove after")
@@ -182,6 +197,12 @@ func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) 
 	}
 	if set["period"] {
 		body["period"] = period
+	}
+	if set["time-zone"] {
+		body["time_zone"] = timeZone
+	}
+	if set["week-starts"] {
+		body["week_starts"] = weekStarts
 	}
 	if set["burst"] {
 		body["burst"] = burst

@@ -398,13 +398,18 @@ func field(limit, key string) string { return limit + ":" + key }
 
 // record is the JSON value of an override in Redis.
 type record struct {
-	Algorithm   string `json:"algorithm"`
-	Limit       int64  `json:"limit"`
-	PeriodUS    int64  `json:"period_us"`
-	Burst       int64  `json:"burst,omitempty"`
-	ExpiresAtMS int64  `json:"expires_at_ms,omitempty"`
-	SetBy       string `json:"set_by,omitempty"`
-	SetAtMS     int64  `json:"set_at_ms,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	PeriodUS  int64  `json:"period_us"`
+	// Calendar, TimeZone and WeekStartsSunday are a calendar policy's
+	// (then PeriodUS is 0).
+	Calendar         string `json:"calendar,omitempty"`
+	TimeZone         string `json:"time_zone,omitempty"`
+	WeekStartsSunday bool   `json:"week_starts_sunday,omitempty"`
+	Burst            int64  `json:"burst,omitempty"`
+	ExpiresAtMS      int64  `json:"expires_at_ms,omitempty"`
+	SetBy            string `json:"set_by,omitempty"`
+	SetAtMS          int64  `json:"set_at_ms,omitempty"`
 }
 
 func encode(o Override) string {
@@ -414,6 +419,9 @@ func encode(o Override) string {
 		PeriodUS:  int64(o.Policy.Period / time.Microsecond),
 		Burst:     o.Policy.Burst,
 		SetBy:     o.SetBy,
+	}
+	if c := o.Policy.Calendar; c.Unit != sluice.NoCalendar {
+		rec.Calendar, rec.TimeZone, rec.WeekStartsSunday = c.Unit.String(), c.Location().String(), c.WeekStartsSunday
 	}
 	if !o.ExpiresAt.IsZero() {
 		rec.ExpiresAtMS = o.ExpiresAt.UnixMilli()
@@ -443,6 +451,17 @@ func decode(field, value string) (Override, error) {
 		Key:    key,
 		Policy: sluice.Policy{Name: limit, Algorithm: alg, Limit: rec.Limit, Period: time.Duration(rec.PeriodUS) * time.Microsecond, Burst: rec.Burst},
 		SetBy:  rec.SetBy,
+	}
+	if rec.Calendar != "" {
+		u, ok := sluice.ParseCalendarUnit(rec.Calendar)
+		if !ok {
+			return Override{}, fmt.Errorf("field %q: unknown calendar %q", field, rec.Calendar)
+		}
+		loc, err := time.LoadLocation(rec.TimeZone)
+		if err != nil {
+			return Override{}, fmt.Errorf("field %q: %w", field, err)
+		}
+		o.Policy.Calendar = sluice.Calendar{Unit: u, Zone: loc, WeekStartsSunday: rec.WeekStartsSunday}
 	}
 	if rec.ExpiresAtMS > 0 {
 		o.ExpiresAt = time.UnixMilli(rec.ExpiresAtMS)

@@ -69,10 +69,13 @@ type overrideJSON struct {
 	Limit     int64  `json:"limit"`
 	Period    string `json:"period"`
 	PeriodMS  int64  `json:"period_ms"`
-	Burst     int64  `json:"burst,omitempty"`
-	ExpiresAt string `json:"expires_at,omitempty"`
-	SetBy     string `json:"set_by,omitempty"`
-	SetAt     string `json:"set_at,omitempty"`
+	// TimeZone and WeekStarts are a calendar period's.
+	TimeZone   string `json:"time_zone,omitempty"`
+	WeekStarts string `json:"week_starts,omitempty"`
+	Burst      int64  `json:"burst,omitempty"`
+	ExpiresAt  string `json:"expires_at,omitempty"`
+	SetBy      string `json:"set_by,omitempty"`
+	SetAt      string `json:"set_at,omitempty"`
 }
 
 func toJSON(o *overrides.Override) *overrideJSON {
@@ -87,6 +90,10 @@ func toJSON(o *overrides.Override) *overrideJSON {
 	if p.Algorithm.HasBurst() {
 		j.Burst = p.Capacity()
 	}
+	if p.Calendar.Unit != sluice.NoCalendar {
+		pj := periodJSON(p, false)
+		j.Period, j.TimeZone, j.WeekStarts = pj.Period, pj.TimeZone, pj.WeekStarts
+	}
 	if !o.ExpiresAt.IsZero() {
 		j.ExpiresAt = o.ExpiresAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -100,12 +107,15 @@ func toJSON(o *overrides.Override) *overrideJSON {
 // for the key. algorithm defaults to the limit's; burst applies to the
 // token-bucket family; ttl and expires_at, one at most, end it.
 type overrideBody struct {
-	Limit     *int64  `json:"limit"`
-	Period    *string `json:"period"`
-	Burst     *int64  `json:"burst"`
-	Algorithm *string `json:"algorithm"`
-	TTL       *string `json:"ttl"`
-	ExpiresAt *string `json:"expires_at"`
+	Limit  *int64  `json:"limit"`
+	Period *string `json:"period"`
+	// TimeZone and WeekStarts go with a calendar period.
+	TimeZone   *string `json:"time_zone"`
+	WeekStarts *string `json:"week_starts"`
+	Burst      *int64  `json:"burst"`
+	Algorithm  *string `json:"algorithm"`
+	TTL        *string `json:"ttl"`
+	ExpiresAt  *string `json:"expires_at"`
 }
 
 func (h *Handler) serveOverrideList(w http.ResponseWriter, r *http.Request) {
@@ -181,7 +191,7 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request, cfg *confi
 	if err := dec.Decode(&body); err != nil {
 		rerr := bodyError(err)
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			rerr = badRequest("unknown field %s (want limit, period, burst, algorithm, ttl or expires_at)", f)
+			rerr = badRequest("unknown field %s (want limit, period, time_zone, week_starts, burst, algorithm, ttl or expires_at)", f)
 		}
 		writeError(w, rerr.status, rerr.msg)
 		return
@@ -233,7 +243,25 @@ func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBo
 	}
 	p.Limit = *b.Limit
 	if b.Period == nil {
-		return overrides.Override{}, badRequest("period is missing: a duration like 1s, 1m or 1h")
+		return overrides.Override{}, badRequest("period is missing: a duration like 1s, 1m or 1h, or a calendar period (calendar_day, calendar_week, calendar_month, calendar_year)")
+	}
+	if config.IsCalendarPeriod(*b.Period) {
+		var zone, week string
+		if b.TimeZone != nil {
+			zone = *b.TimeZone
+		}
+		if b.WeekStarts != nil {
+			week = *b.WeekStarts
+		}
+		c, err := config.ParseCalendar(*b.Period, zone, week)
+		if err != nil {
+			return overrides.Override{}, badRequest("period: %v", err)
+		}
+		p.Calendar = c
+		return finishOverride(cfg, l, key, b, p, now)
+	}
+	if b.TimeZone != nil || b.WeekStarts != nil {
+		return overrides.Override{}, badRequest("time_zone and week_starts apply only to a calendar period (calendar_day, calendar_week, calendar_month, calendar_year)")
 	}
 	d, err := config.ParseDuration(*b.Period)
 	switch {
@@ -247,6 +275,13 @@ func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBo
 		return overrides.Override{}, badRequest("period must be at most 3652d12h (10 years), got %s", *b.Period)
 	}
 	p.Period = d
+	return finishOverride(cfg, l, key, b, p, now)
+}
+
+// finishOverride is parseOverride's second half, for a policy p whose
+// algorithm, limit and period are decided: the burst, the policy's
+// validity, the expiry, and the rules' costs.
+func finishOverride(cfg *config.Config, l config.Limit, key string, b *overrideBody, p sluice.Policy, now time.Time) (overrides.Override, *requestError) {
 	if b.Burst != nil {
 		switch {
 		case !p.Algorithm.HasBurst():

@@ -121,7 +121,7 @@ func TestOverridesValidation(t *testing.T) {
 		{"empty body", "/v1/overrides/api-key/k", ``, 400, "the body is empty; send a JSON object"},
 		{"not JSON", "/v1/overrides/api-key/k", `limit=5`, 400, "the body is not valid JSON"},
 		{"two values", "/v1/overrides/api-key/k", `{"limit":1,"period":"1s"} {}`, 400, "the body holds more than one JSON value"},
-		{"unknown field", "/v1/overrides/api-key/k", `{"limit":1,"period":"1s","rate":5}`, 400, `unknown field "rate" (want limit, period, burst, algorithm, ttl or expires_at)`},
+		{"unknown field", "/v1/overrides/api-key/k", `{"limit":1,"period":"1s","rate":5}`, 400, `unknown field "rate" (want limit, period, time_zone, week_starts, burst, algorithm, ttl or expires_at)`},
 		{"limit missing", "/v1/overrides/api-key/k", `{"period":"1s"}`, 400, "limit is missing: how many cost units the key may spend per period"},
 		{"limit zero", "/v1/overrides/api-key/k", `{"limit":0,"period":"1s"}`, 400, "limit must be from 1 to 1000000000, got 0"},
 		{"limit a string", "/v1/overrides/api-key/k", `{"limit":"5","period":"1s"}`, 400, "limit must be a whole number, not string"},
