@@ -17,8 +17,9 @@ package sluice
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Algorithm names one of Sluice's six rate-limiting algorithms. The zero
@@ -109,7 +110,7 @@ func (a Algorithm) HasBurst() bool {
 // Limits on a Policy's numbers.
 const (
 	// MaxLimit is the largest Limit or Burst.
-	MaxLimit = 1_000_000_000
+	MaxLimit = algo.MaxLimit
 	// MaxPeriod is the longest Period: ten years of 365.25 days.
 	MaxPeriod = 36525 * 24 * time.Hour / 10
 )
@@ -256,15 +257,12 @@ func (p Policy) problem() error {
 	case !p.Algorithm.HasBurst() && p.Burst != 0 && p.Burst != p.Limit:
 		return bad("%s has no burst; remove burst (got %d) or use token_bucket", p.Algorithm, p.Burst)
 	}
-	// The time an empty bucket takes to refill, Burst·Period/Limit, must stay
-	// within 2^60 µs (about 36,000 years) so that every timestamp fits.
-	periodUS := uint64(p.Period / time.Microsecond)
-	hi, lo := bits.Mul64(uint64(p.Capacity()), periodUS)
-	if hi >= uint64(p.Limit) {
-		return bad("burst×period/limit exceeds 36,000 years")
-	}
-	if q, _ := bits.Div64(hi, lo, uint64(p.Limit)); q > 1<<60 {
-		return bad("burst×period/limit exceeds 36,000 years")
+	// The rest is what the algorithms accept, said once in internal/algo:
+	// the time an empty bucket takes to refill, Burst·Period/Limit, within
+	// 2^60 µs (about 36,000 years) so that every timestamp fits.
+	ap := algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
+	if err := ap.Check(); err != nil {
+		return bad("%v", err)
 	}
 	return nil
 }

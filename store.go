@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Never is the RetryAfter of a request that can never be admitted, because
 // its cost exceeds the policy's capacity.
-const Never time.Duration = -1
+const Never time.Duration = algo.Never
 
 // Decision is the outcome of one request.
 //

@@ -87,7 +87,7 @@ func (p Params) Check() error {
 		return fmt.Errorf("period must be at most 10 years, got %v", time.Duration(p.Period)*time.Microsecond)
 	}
 	if q, _, ok := mulDivmod(p.Burst, p.Period, p.Limit); !ok || q > MaxHorizonMicros {
-		return errors.New("burst×period/limit (the time to refill an empty bucket) exceeds 36,000 years")
+		return errors.New("burst×period/limit exceeds 36,000 years")
 	}
 	return nil
 }
