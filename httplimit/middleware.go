@@ -222,60 +222,14 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 	if err := cip.check(); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	m := &Middleware{
-		store:      store,
-		limits:     make([]limit, len(limits)),
-		style:      opts.Headers,
-		deny:       opts.OnDenied,
-		onDecision: opts.OnDecision,
-		failOpen:   opts.FailOpen,
-		errRetry:   opts.ErrorRetryAfter,
-		maxDelay:   opts.MaxDelay,
-		logger:     opts.Logger,
-		now:        opts.Now,
-	}
-	if m.deny == nil {
-		m.deny = WriteProblem
-	}
-	if m.errRetry == 0 {
-		m.errRetry = time.Second
-	}
-	if m.now == nil {
-		m.now = time.Now
-	}
+	m := newMiddleware(store, len(limits), opts)
 	names := make(map[string]int, len(limits))
 	var field []byte
 	var calendar bool
 	for i, l := range limits {
-		p := l.Policy
-		if p.Name == "" {
-			if len(limits) == 1 {
-				p.Name = "default"
-			} else {
-				p.Name = fmt.Sprintf("limit-%d", i+1)
-			}
-		}
-		where := fmt.Sprintf("httplimit: limit %d (%q)", i+1, p.Name)
-		if !validPolicyName(p.Name) {
-			return nil, fmt.Errorf("%s: name must be printable ASCII", where)
-		}
-		if j, dup := names[p.Name]; dup {
-			return nil, fmt.Errorf("%s: name already used by limit %d", where, j+1)
-		}
-		names[p.Name] = i
-		if l.PolicyFunc == nil {
-			if err := p.Validate(); err != nil {
-				return nil, fmt.Errorf("%s: %w", where, err)
-			}
-		}
-		if l.Cost < 0 {
-			return nil, fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
-		}
-		if l.PolicyFunc == nil && l.CostFunc == nil && max(l.Cost, 1) > p.Capacity() {
-			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, p.Capacity())
-		}
-		if l.ChargeOn != nil && l.Shadow {
-			return nil, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
+		p, err := checkLimit(i, l, len(limits), names)
+		if err != nil {
+			return nil, err
 		}
 		key := l.Key
 		if key == nil {
@@ -311,15 +265,82 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 		m.policyField = []string{string(field)}[:1:1]
 	}
 	n := len(limits)
-	m.pool.New = func() any {
-		return &scratch{
-			res:    make([]Result, n),
-			checks: make([]engine.Check, 0, n),
-			idx:    make([]int, 0, n),
-			eres:   make([]engine.Result, n),
+	m.pool.New = func() any { return newScratch(n) }
+	return m, nil
+}
+
+// newMiddleware returns a Middleware of n limits with opts and their
+// defaults, its limits still to fill.
+func newMiddleware(store sluice.Store, n int, opts *Options) *Middleware {
+	m := &Middleware{
+		store:      store,
+		limits:     make([]limit, n),
+		style:      opts.Headers,
+		deny:       opts.OnDenied,
+		onDecision: opts.OnDecision,
+		failOpen:   opts.FailOpen,
+		errRetry:   opts.ErrorRetryAfter,
+		maxDelay:   opts.MaxDelay,
+		logger:     opts.Logger,
+		now:        opts.Now,
+	}
+	if m.deny == nil {
+		m.deny = WriteProblem
+	}
+	if m.errRetry == 0 {
+		m.errRetry = time.Second
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	return m
+}
+
+// checkLimit validates limit i of n and names its policy ("default" or
+// "limit-N" when it has no name); names holds the names of the limits
+// before it, and gets this one's.
+func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, error) {
+	p := l.Policy
+	if p.Name == "" {
+		if n == 1 {
+			p.Name = "default"
+		} else {
+			p.Name = fmt.Sprintf("limit-%d", i+1)
 		}
 	}
-	return m, nil
+	where := fmt.Sprintf("httplimit: limit %d (%q)", i+1, p.Name)
+	if !validPolicyName(p.Name) {
+		return sluice.Policy{}, fmt.Errorf("%s: name must be printable ASCII", where)
+	}
+	if j, dup := names[p.Name]; dup {
+		return sluice.Policy{}, fmt.Errorf("%s: name already used by limit %d", where, j+1)
+	}
+	names[p.Name] = i
+	if l.PolicyFunc == nil {
+		if err := p.Validate(); err != nil {
+			return sluice.Policy{}, fmt.Errorf("%s: %w", where, err)
+		}
+	}
+	if l.Cost < 0 {
+		return sluice.Policy{}, fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
+	}
+	if l.PolicyFunc == nil && l.CostFunc == nil && max(l.Cost, 1) > p.Capacity() {
+		return sluice.Policy{}, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, p.Capacity())
+	}
+	if l.ChargeOn != nil && l.Shadow {
+		return sluice.Policy{}, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
+	}
+	return p, nil
+}
+
+// newScratch returns the buffers of one request under n limits.
+func newScratch(n int) *scratch {
+	return &scratch{
+		res:    make([]Result, n),
+		checks: make([]engine.Check, 0, n),
+		idx:    make([]int, 0, n),
+		eres:   make([]engine.Result, n),
+	}
 }
 
 // Handler returns next wrapped by the middleware: requests that the limits
