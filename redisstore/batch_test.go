@@ -25,6 +25,10 @@ var batchPolicies = []sluice.Policy{
 	sluice.FixedWindow(5, time.Second),
 	sluice.SlidingLog(4, time.Second),
 	sluice.SlidingWindow(6, time.Second),
+	// Calendar windows send their window starts with each request; in this
+	// zone the test's times (from 12:00 UTC) cross midnight at 12:01 UTC.
+	sluice.FixedCalendarWindow(5, sluice.Calendar{Unit: sluice.CalendarDay, Zone: time.FixedZone("UTC-12:01", -(12*3600 + 60))}),
+	sluice.SlidingCalendarWindow(6, sluice.Calendar{Unit: sluice.CalendarDay, Zone: time.FixedZone("UTC-12:01", -(12*3600 + 60))}),
 }
 
 // batchCall is one call of a batch, made on both stores of the test.
@@ -113,6 +117,10 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 			a := rng.IntN(len(batchPolicies))
 			variants := []sluice.Policy{batchPolicies[a], batchPolicies[a], batchPolicies[a]}
 			variants[1].Period = 2 * time.Second
+			if variants[1].Calendar.Unit != sluice.NoCalendar {
+				variants[1].Period = 0
+				variants[1].Calendar.Unit = sluice.CalendarWeek
+			}
 			variants[2].Limit++
 			if variants[2].Burst != 0 {
 				variants[2].Burst++
