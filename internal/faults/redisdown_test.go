@@ -235,6 +235,12 @@ func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 		Addrs:   []string{srv.Addr},
 		Failure: fp,
 		Timeout: dieTimeout,
+		// Local refusals off: the load exhausts its 64 keys in the first
+		// half second, and their cached refusals would then answer every
+		// call without Redis, so the outage (what this test measures) would
+		// never be seen. That a cached refusal stays a refusal while Redis
+		// is down is redisstore's TestLocalRefusalsRedisDown.
+		LocalRefusals: redisstore.LocalRefusals{Off: true},
 		OnBreakerChange: func(_, to redisstore.BreakerState) {
 			if to == redisstore.BreakerOpen {
 				mu.Lock()
