@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/mdtest"
 )
 
 // The markers a Markdown page puts on the line before a ```yaml block
@@ -83,46 +85,13 @@ func docYAMLs(t *testing.T) []docYAML {
 	return out
 }
 
-// fenced is one fenced code block of a Markdown text.
-type fenced struct {
-	lang   string // the fence's info string
-	line   int    // the line of its first line of text, from 1
-	marker string // the HTML comment on the line before the fence, if any
-	text   string // the block's content, ending with a newline
-}
-
-// fencedBlocks returns the fenced code blocks of md (fences of three
-// backticks at the start of a line), in order.
-func fencedBlocks(md string) []fenced {
-	var out []fenced
-	lines := strings.Split(md, "\n")
-	for i := 0; i < len(lines); i++ {
-		info, ok := strings.CutPrefix(lines[i], "```")
-		if !ok {
-			continue
-		}
-		b := fenced{lang: strings.TrimSpace(info), line: i + 2}
-		if i > 0 && strings.HasPrefix(lines[i-1], "<!--") {
-			b.marker = strings.TrimSpace(lines[i-1])
-		}
-		var text strings.Builder
-		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
-			text.WriteString(lines[i])
-			text.WriteByte('\n')
-		}
-		b.text = text.String()
-		out = append(out, b)
-	}
-	return out
-}
-
 // markdownYAML returns the ```yaml (or ```yml) blocks of the Markdown
 // text md, read from path.
 func markdownYAML(path, md string) []docYAML {
 	var out []docYAML
-	for _, f := range fencedBlocks(md) {
-		if f.lang == "yaml" || f.lang == "yml" {
-			out = append(out, docYAML{where: path + ":" + strconv.Itoa(f.line), marker: f.marker, text: f.text})
+	for _, f := range mdtest.Blocks(md) {
+		if f.Lang == "yaml" || f.Lang == "yml" {
+			out = append(out, docYAML{where: path + ":" + strconv.Itoa(f.Line), marker: f.Marker, text: f.Text})
 		}
 	}
 	return out
@@ -254,9 +223,9 @@ func docBlocks(t *testing.T, path, lang string) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, f := range fencedBlocks(string(b)) {
-		if f.lang == lang {
-			out = append(out, f.text)
+	for _, f := range mdtest.Blocks(string(b)) {
+		if f.Lang == lang {
+			out = append(out, f.Text)
 		}
 	}
 	return out

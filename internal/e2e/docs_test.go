@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/mdtest"
 )
 
 // gatewayDocs holds what docs/configuration.md shows for gateways in its
@@ -19,38 +21,6 @@ type gatewayDocs struct {
 
 // configurationDoc is the page the gateway snippets come from.
 const configurationDoc = "../../docs/configuration.md"
-
-// fenced is one fenced code block of a Markdown text.
-type fenced struct {
-	lang   string // the fence's info string
-	marker string // the HTML comment on the line before the fence, if any
-	text   string // the block's content, ending with a newline
-}
-
-// fencedBlocks returns the fenced code blocks of md, in order. A fence
-// is a line starting with three backticks at the start of the line.
-func fencedBlocks(md string) []fenced {
-	var out []fenced
-	lines := strings.Split(md, "\n")
-	for i := 0; i < len(lines); i++ {
-		info, ok := strings.CutPrefix(lines[i], "```")
-		if !ok {
-			continue
-		}
-		b := fenced{lang: strings.TrimSpace(info)}
-		if i > 0 && strings.HasPrefix(lines[i-1], "<!--") {
-			b.marker = strings.TrimSpace(lines[i-1])
-		}
-		var body strings.Builder
-		for i++; i < len(lines) && !strings.HasPrefix(lines[i], "```"); i++ {
-			body.WriteString(lines[i])
-			body.WriteByte('\n')
-		}
-		b.text = body.String()
-		out = append(out, b)
-	}
-	return out
-}
 
 // loadGatewayDocs reads the forward-auth section of
 // docs/configuration.md and returns its blocks; it fails the test unless
@@ -76,16 +46,16 @@ func loadGatewayDocs(t *testing.T) gatewayDocs {
 		}
 		*dst = text
 	}
-	for _, f := range fencedBlocks(sec) {
+	for _, f := range mdtest.Blocks(sec) {
 		switch {
-		case f.lang == "yaml" && f.marker == "":
-			set(&d.config, "Sluice configuration", f.text)
-		case f.lang == "yaml" && strings.HasPrefix(f.marker, "<!-- other: Traefik"):
-			set(&d.traefik, "Traefik", f.text)
-		case f.lang == "caddyfile":
-			set(&d.caddy, "caddyfile", f.text)
-		case f.lang == "nginx":
-			set(&d.nginx, "nginx", f.text)
+		case f.Lang == "yaml" && f.Marker == "":
+			set(&d.config, "Sluice configuration", f.Text)
+		case f.Lang == "yaml" && strings.HasPrefix(f.Marker, "<!-- other: Traefik"):
+			set(&d.traefik, "Traefik", f.Text)
+		case f.Lang == "caddyfile":
+			set(&d.caddy, "caddyfile", f.Text)
+		case f.Lang == "nginx":
+			set(&d.nginx, "nginx", f.Text)
 		}
 	}
 	for what, s := range map[string]string{"Sluice configuration": d.config, "caddyfile": d.caddy, "nginx": d.nginx, "Traefik": d.traefik} {
