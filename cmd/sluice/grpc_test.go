@@ -145,28 +145,6 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 	}
 }
 
-// TestRLSDescriptorLabelsBounded checks that the descriptor label of the
-// gRPC metrics takes at most maxRLSDescriptors values.
-func TestRLSDescriptorLabelsBounded(t *testing.T) {
-	t.Parallel()
-	m := &serveMetrics{}
-	for i := range maxRLSDescriptors {
-		key := "d" + strings.Repeat("x", i)
-		if got := m.descriptorLabel(key); got != key {
-			t.Fatalf("descriptorLabel(%q) = %q, want the key itself", key, got)
-		}
-	}
-	if got := m.descriptorLabel("one-too-many"); got != "_other" {
-		t.Errorf("descriptorLabel past the cap = %q, want _other", got)
-	}
-	if got := m.descriptorLabel("d"); got != "d" {
-		t.Errorf("descriptorLabel of a known key past the cap = %q, want d", got)
-	}
-	if got := m.descriptorLabel("override:api_key"); got != "override" {
-		t.Errorf("descriptorLabel of an override = %q, want override", got)
-	}
-}
-
 // TestRecoverUnary checks that a panicking gRPC method becomes an Internal
 // error and a log line, not the end of the process.
 func TestRecoverUnary(t *testing.T) {

@@ -114,7 +114,7 @@ func (s *service) watch(ctx context.Context, src *source, hup <-chan os.Signal) 
 func (s *service) reload(trigger string, src *source) *source {
 	next, data, err := readSource(s.flags.config)
 	if err != nil {
-		s.metrics.reloadFailures.Inc()
+		s.metrics.ReloadFailed()
 		s.logger.Error("reload failed: cannot read the configuration file; the running configuration stays", "trigger", trigger, "error", err)
 		return nil
 	}
@@ -132,7 +132,7 @@ func (s *service) apply(trigger string, data []byte) bool {
 	log := s.logger.With("trigger", trigger, "file", s.flags.config)
 	cfg, err := config.Parse(s.flags.config, data)
 	if err != nil {
-		s.metrics.reloadFailures.Inc()
+		s.metrics.ReloadFailed()
 		var ce *config.Error
 		if !errors.As(err, &ce) {
 			log.Error("reload refused; the running configuration stays", "error", err)
@@ -152,7 +152,7 @@ func (s *service) apply(trigger string, data []byte) bool {
 		err = s.handler.Reload(cfg)
 	}
 	if err != nil {
-		s.metrics.reloadFailures.Inc()
+		s.metrics.ReloadFailed()
 		log.Error("reload refused; the running configuration stays", "error", err)
 		return false
 	}

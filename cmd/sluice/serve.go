@@ -27,7 +27,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -265,12 +267,15 @@ type service struct {
 	logger  *slog.Logger
 	started *config.Config // listen and store in use; a reload cannot change them
 	reg     *prometheus.Registry
-	metrics *serveMetrics
+	metrics *metrics.Metrics
 	store   *openedStore
-	handler *server.Handler
-	rls     *rls.Service   // nil without a gRPC listener
-	health  *health.Server // nil without a gRPC listener
-	tls     *serveTLS      // nil without listen.tls (tls.go)
+	// measured is the store with its metrics, the one every front door
+	// decides with.
+	measured sluice.Store
+	handler  *server.Handler
+	rls      *rls.Service   // nil without a gRPC listener
+	health   *health.Server // nil without a gRPC listener
+	tls      *serveTLS      // nil without listen.tls (tls.go)
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 }
@@ -289,7 +294,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		s.grpcAddr = f.grpc
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := newServeMetrics(s.reg)
+	m, err := metrics.New(s.reg)
 	if err != nil {
 		return nil, err
 	}
@@ -299,12 +304,20 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s.store = st
+	if err := m.ReadStore(st.gauges()); err != nil {
+		st.close()
+		return nil, err
+	}
+	// One measured store for every front door: the sluice_store_* series
+	// count Envoy's decisions with the HTTP API's.
+	s.measured = m.Store(st.store)
 	// Plans and overrides (dynamic.go), closed with the store.
 	dyn := openDynamic(cfg.Store(), logger)
 	st.closers = append(st.closers, dyn.close)
-	h, err := server.New(cfg, st.store, dyn.options(server.Options{
+	h, err := server.New(cfg, s.measured, dyn.options(server.Options{
 		Logger:        logger,
 		Registry:      s.reg,
+		Metrics:       m,
 		CircuitState:  st.circuit,
 		LocalRefusals: st.local,
 		StoreHealth:   st.health,
@@ -321,12 +334,20 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	}
 	if s.grpcAddr != "" {
 		envoy, _ := cfg.Envoy()
-		// The handler's metered store: Envoy's decisions count in the
-		// sluice_store_* metrics as the HTTP API's do.
-		s.rls = rls.New(h.Store(), envoy, rls.Options{OnDecision: m.rlsDecision})
+		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision})
 		s.health = health.NewServer()
 	}
 	return s, nil
+}
+
+// rlsDecision counts one decision of Envoy's rate limit service; it is
+// the rls.Service's OnDecision.
+func (s *service) rlsDecision(ev rls.Event) {
+	outcome := ev.Outcome.String()
+	if ev.Degraded {
+		outcome = metrics.OutcomeDegraded
+	}
+	s.metrics.RLSDecision(ev.Domain, ev.Key, outcome)
 }
 
 func (s *service) closeStore() {

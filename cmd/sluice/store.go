@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -47,8 +48,17 @@ type openedStore struct {
 	health func(ctx context.Context) server.StoreHealth
 	redis  *redisstore.Store
 	// local reports the Redis store's local refusals; nil without them.
-	local   func() server.LocalRefusals
+	local   func() metrics.LocalRefusals
 	closers []func() error
+}
+
+// gauges returns what the metrics read of the store at each scrape.
+func (o *openedStore) gauges() metrics.StoreGauges {
+	g := metrics.StoreGauges{CircuitState: o.circuit, LocalRefusals: o.local}
+	if l, ok := o.store.(interface{ Len() int }); ok {
+		g.Keys = l.Len
+	}
+	return g
 }
 
 // close releases the store, the Redis connection first.
@@ -66,7 +76,7 @@ func newMemStore(maxKeys int) *memstore.Store {
 
 // openStore builds the store that cfg describes. A Redis store does not
 // wait for Redis: until it answers, the failure policy decides.
-func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetrics) (*openedStore, error) {
+func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics) (*openedStore, error) {
 	if cfg.Backend != config.RedisBackend {
 		ms := newMemStore(maxKeys)
 		return &openedStore{store: ms, closers: []func() error{ms.Close}}, nil
@@ -113,9 +123,9 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *serveMetri
 	o.store, o.redis = rs, rs
 	o.circuit = func() string { return rs.BreakerState().String() }
 	if !cfg.Redis.LocalRefusals.Off {
-		o.local = func() server.LocalRefusals {
+		o.local = func() metrics.LocalRefusals {
 			s := rs.LocalRefusalStats()
-			return server.LocalRefusals{Decisions: s.Decisions, Local: s.Local, ByLimit: s.ByPolicy, Entries: s.Entries, Bytes: s.Bytes}
+			return metrics.LocalRefusals{Decisions: s.Decisions, Local: s.Local, ByLimit: s.ByPolicy, Entries: s.Entries, Bytes: s.Bytes}
 		}
 	}
 	o.health = func(ctx context.Context) server.StoreHealth {
@@ -206,19 +216,19 @@ func splitRules(cfg *config.Config) []string {
 // redisErrorLogInterval, and counts every one of them.
 type errorLog struct {
 	logger *slog.Logger
-	m      *serveMetrics
+	m      *metrics.Metrics
 
 	mu         sync.Mutex
 	last       time.Time // when the last line was logged
 	suppressed int       // failures since then
 }
 
-func newErrorLog(logger *slog.Logger, m *serveMetrics) *errorLog {
+func newErrorLog(logger *slog.Logger, m *metrics.Metrics) *errorLog {
 	return &errorLog{logger: logger, m: m}
 }
 
 func (e *errorLog) report(err error) {
-	e.m.redisErrors.Inc()
+	e.m.RedisError()
 	e.mu.Lock()
 	now := time.Now()
 	if !e.last.IsZero() && now.Sub(e.last) < redisErrorLogInterval {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -25,13 +26,12 @@ func TestLocalRefusalsVisible(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	reg := prometheus.NewRegistry()
-	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: error}\n"+testYAML), store, Options{
-		Registry: reg,
-		LocalRefusals: func() LocalRefusals {
-			s := store.LocalRefusalStats()
-			return LocalRefusals{Decisions: s.Decisions, Local: s.Local, ByLimit: s.ByPolicy, Entries: s.Entries, Bytes: s.Bytes}
-		},
-	})
+	local := func() metrics.LocalRefusals {
+		s := store.LocalRefusalStats()
+		return metrics.LocalRefusals{Decisions: s.Decisions, Local: s.Local, ByLimit: s.ByPolicy, Entries: s.Entries, Bytes: s.Bytes}
+	}
+	ms, opts := measured(t, store, Options{Registry: reg, LocalRefusals: local}, metrics.StoreGauges{LocalRefusals: local})
+	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: error}\n"+testYAML), ms, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

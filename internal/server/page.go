@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // The status page: one HTML file with its style and script inlined, so that
@@ -91,7 +93,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	var last10, minute [numOutcomes]uint64
 	for _, l := range s.Limits {
 		c := chart{limitJSON: l, Params: params(l)}
-		for o, name := range outcomes {
+		for o, name := range metrics.Outcomes {
 			vals := l.Series[name]
 			for _, v := range vals {
 				c.Max = max(c.Max, v)
@@ -104,7 +106,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 			c.Minute = append(c.Minute, count{Outcome: name, Label: outcomeClass[o], Class: outcomeClass[o], N: l.LastMinute[name]})
 		}
 		c.Max = niceMax(c.Max)
-		for o, name := range outcomes {
+		for o, name := range metrics.Outcomes {
 			p := linePath(l.Series[name], c.Max)
 			c.Lines = append(c.Lines, line{Outcome: name, Class: outcomeClass[o], D: p})
 			if o == iAllowed && p != "" {
@@ -113,7 +115,7 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 		}
 		d.Charts = append(d.Charts, c)
 	}
-	for o, name := range outcomes {
+	for o, name := range metrics.Outcomes {
 		t := tile{Outcome: name, Label: outcomeLabel[o], Class: outcomeClass[o], Rate: tenths(last10[o]), Minute: minute[o]}
 		if last10[o] == 0 {
 			t.Class += " zero"

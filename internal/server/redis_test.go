@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -39,11 +40,13 @@ func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *re
 	onError := map[redisstore.FailurePolicy]string{redisstore.FailLocal: "local", redisstore.FailError: "error"}[failure]
 	reg := prometheus.NewRegistry()
 	var logs bytes.Buffer
-	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: "+onError+"}\n"+testYAML), store, Options{
+	circuit := func() string { return store.BreakerState().String() }
+	ms, sopts := measured(t, store, Options{
 		Registry:     reg,
 		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
-		CircuitState: func() string { return store.BreakerState().String() },
-	})
+		CircuitState: circuit,
+	}, metrics.StoreGauges{CircuitState: circuit})
+	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: "+onError+"}\n"+testYAML), ms, sopts)
 	if err != nil {
 		t.Fatal(err)
 	}

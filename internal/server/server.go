@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/plans"
 )
@@ -47,10 +48,18 @@ type Options struct {
 	// Logger receives store failures (Warn), reloads (Info) and, at Debug,
 	// one line per denial. Keys are never logged. Nil discards logs.
 	Logger *slog.Logger
-	// Registry receives the service's metrics and is served at /metrics.
-	// Nil means a new registry with the Go runtime and process collectors
-	// added. A registry can serve one Handler: a second New on it fails.
+	// Registry is served at /metrics. Nil means a new registry with the
+	// Go runtime and process collectors added.
 	Registry *prometheus.Registry
+	// Metrics counts the decisions, the HTTP requests and the reloads,
+	// and must be registered on Registry (cmd/sluice builds it once for
+	// every front door). Nil means a new metrics.Metrics on Registry: a
+	// registry then serves one Handler, and a second New on it fails.
+	// The store's own series (sluice_store_duration_seconds,
+	// sluice_store_errors_total) count the calls of the store given to
+	// New when it is Metrics.Store of another: the Handler does not
+	// decorate its store.
+	Metrics *metrics.Metrics
 	// CircuitState, when set, reports the state of the store's circuit
 	// breaker: "closed", "open" or "half-open" (as redisstore's
 	// BreakerState().String() does), for the sluice_store_circuit_state
@@ -63,10 +72,10 @@ type Options struct {
 	// process and always ready.
 	StoreHealth func(ctx context.Context) StoreHealth
 	// LocalRefusals, when set, reports the Redis store's local refusals,
-	// for the sluice_store_local_refusal* metrics and the status page's
-	// share of decisions that never reached Redis. Nil means the store
-	// has none.
-	LocalRefusals func() LocalRefusals
+	// for the status page's share of decisions that never reached Redis
+	// (and the sluice_store_local_refusal* metrics when Metrics is nil).
+	// Nil means the store has none.
+	LocalRefusals func() metrics.LocalRefusals
 	// Now returns the current time, for reload timestamps and header
 	// fields that carry a time, and the expiry of overrides; default
 	// time.Now. Decisions use the store's clock.
@@ -95,18 +104,21 @@ type Options struct {
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
 // concurrent use, including Reload while it serves.
 type Handler struct {
-	store  *meteredStore
+	// store decides; raw is the store beneath its decorators (metrics),
+	// for what it offers beyond sluice.Store.
+	store  sluice.Store
 	raw    sluice.Store
 	logger *slog.Logger
 	// storeErrLog limits the log lines of store failures in /v1/check.
 	storeErrLog logLimiter
 	reg         *prometheus.Registry
-	metrics     *metrics
+	metrics     *metrics.Metrics
+	ownMetrics  bool // metrics were built by New, on reg
 	now         func() time.Time
 	circuit     func() string
 	health      func(ctx context.Context) StoreHealth
 	// localRefusals reports the Redis store's local refusals; nil without.
-	localRefusals func() LocalRefusals
+	localRefusals func() metrics.LocalRefusals
 	// mux serves every endpoint; public and admin split them for
 	// separate listeners (admin.go).
 	mux, public, admin *http.ServeMux
@@ -159,7 +171,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	if store == nil {
 		return nil, errors.New("server: store is nil")
 	}
-	h := &Handler{raw: store, logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
+	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
 		overrides: opts.Overrides, redisHash: opts.RedisHash, readTimeout: opts.ReadTimeout, tableCheck: opts.TableCheckEvery}
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
@@ -181,20 +193,19 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.health = opts.StoreHealth
 	h.board = newBoard(h.now)
 	h.localRefusals = opts.LocalRefusals
-	m, err := newMetrics(h.reg, store, opts.CircuitState, opts.LocalRefusals)
-	if err != nil {
-		return nil, fmt.Errorf("server: metrics: %w", err)
+	if err := h.initMetrics(opts); err != nil {
+		return nil, err
 	}
-	h.metrics = m
-	h.store = newMeteredStore(store, m)
 	st, err := h.build(cfg)
 	if err != nil {
-		m.unregister(h.reg)
+		if h.ownMetrics {
+			h.metrics.Unregister()
+		}
 		return nil, err
 	}
 	h.state.Store(st)
-	m.setLimits(nil, st.names)
-	m.lastReload.Set(float64(h.now().UnixNano()) / 1e9)
+	h.metrics.SetLimits(nil, st.names)
+	h.metrics.Applied(h.now(), false)
 
 	// Public endpoints with handle, admin ones (behind the admin token)
 	// with handleAdmin, probes with handleProbe; see admin.go.
@@ -209,6 +220,30 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.registerOverrides()
 	h.handleRoot()
 	return h, nil
+}
+
+// initMetrics takes the metrics of opts, or registers new ones on h.reg.
+func (h *Handler) initMetrics(opts Options) error {
+	if opts.Metrics != nil {
+		if opts.Registry == nil {
+			return errors.New("server: Options.Metrics is set without the Registry it is registered on")
+		}
+		h.metrics = opts.Metrics
+		return nil
+	}
+	g := metrics.StoreGauges{CircuitState: opts.CircuitState, LocalRefusals: opts.LocalRefusals}
+	if l, ok := h.raw.(interface{ Len() int }); ok {
+		g.Keys = l.Len
+	}
+	m, err := metrics.New(h.reg)
+	if err == nil {
+		err = m.ReadStore(g)
+	}
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	h.metrics, h.ownMetrics = m, true
+	return nil
 }
 
 // onlyMethod answers 405 with a JSON error to requests of another method
@@ -234,43 +269,8 @@ func (h *Handler) handle(pattern, name string, fn http.HandlerFunc) {
 
 // instrument counts and times the requests of one handler.
 func (h *Handler) instrument(name string, next http.Handler) http.Handler {
-	dur := h.metrics.duration.WithLabelValues(name)
-	codes := h.metrics.requests.MustCurryWith(prometheus.Labels{"handler": name})
-	var byCode sync.Map // int -> prometheus.Counter, to skip the label lookup
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(&sw, r)
-		dur.Observe(time.Since(start).Seconds())
-		c, ok := byCode.Load(sw.status)
-		if !ok {
-			c, _ = byCode.LoadOrStore(sw.status, codes.WithLabelValues(strconv.Itoa(sw.status)))
-		}
-		c.(prometheus.Counter).Inc()
-	})
+	return h.metrics.Handler(name, next)
 }
-
-// statusWriter remembers the status a handler wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.status, w.wrote = code, true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // ServeHTTP routes a request to the endpoint its path names.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -301,9 +301,8 @@ func (h *Handler) Reload(cfg *config.Config) error {
 		return err
 	}
 	old := h.state.Swap(st)
-	h.metrics.setLimits(old.names, st.names)
-	h.metrics.reloads.Inc()
-	h.metrics.lastReload.Set(float64(h.now().UnixNano()) / 1e9)
+	h.metrics.SetLimits(old.names, st.names)
+	h.metrics.Applied(h.now(), true)
 	h.logger.LogAttrs(context.Background(), slog.LevelInfo, "configuration reloaded",
 		slog.String("source", cfg.Source()), slog.Int("limits", len(st.names)), slog.Int("rules", len(st.rules)))
 	return nil

@@ -15,7 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -80,11 +82,27 @@ func newFixture(t testing.TB, yaml string) *fixture {
 	c := &clock{t: start}
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
-	h, err := New(parse(t, yaml), store, Options{Registry: reg, Now: c.Now})
+	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now}, metrics.StoreGauges{Keys: store.Len})
+	h, err := New(parse(t, yaml), measuredStore, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return &fixture{h: h, store: store, clock: c, reg: reg}
+}
+
+// measured registers the metrics on opts.Registry as cmd/sluice does, and
+// returns store decorated with them and opts with them.
+func measured(t testing.TB, store sluice.Store, opts Options, g metrics.StoreGauges) (sluice.Store, Options) {
+	t.Helper()
+	m, err := metrics.New(opts.Registry)
+	if err == nil {
+		err = m.ReadStore(g)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Metrics = m
+	return m.Store(store), opts
 }
 
 // do serves one request and returns the response.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 )
 
 // Sizes of what the status page shows.
@@ -26,7 +27,7 @@ const (
 )
 
 // The outcomes as indexes into the per-second counts, in the order of
-// outcomes.
+// metrics.Outcomes.
 const (
 	iAllowed = iota
 	iDenied
@@ -159,11 +160,11 @@ func (b *board) forget(names []string) {
 // outcomeIndex returns the index of an outcome label value.
 func outcomeIndex(o string) int {
 	switch o {
-	case outcomeDenied:
+	case metrics.OutcomeDenied:
 		return iDenied
-	case outcomeShadowDenied:
+	case metrics.OutcomeShadowDenied:
 		return iShadowDenied
-	case outcomeDegraded:
+	case metrics.OutcomeDegraded:
 		return iDegraded
 	}
 	return iAllowed
@@ -173,8 +174,8 @@ func outcomeIndex(o string) int {
 // outcome) and on the status board. Every decision the Handler makes goes
 // through it.
 func (h *Handler) record(limit, key string, d sluice.Decision, shadow bool) {
-	o := outcome(d, shadow)
-	h.metrics.decisions.WithLabelValues(limit, o).Inc()
+	o := metrics.Outcome(d, shadow)
+	h.metrics.Decision(limit, o)
 	h.board.record(limit, key, outcomeIndex(o))
 }
 
@@ -275,7 +276,7 @@ func (h *Handler) status(ctx context.Context) *statusJSON {
 			lj.Burst = p.Capacity()
 		}
 		c := h.board.counts(p.Name, out.End, statusSeconds)
-		for o, name := range outcomes {
+		for o, name := range metrics.Outcomes {
 			lj.Series[name] = c[o]
 			var sum uint64
 			for _, v := range c[o][statusSeconds-60:] {
@@ -316,7 +317,7 @@ func (h *Handler) storeStatus(ctx context.Context, cfg config.Store) storeJSON {
 	}
 	if h.localRefusals != nil {
 		l := h.localRefusals()
-		s.Local = &localJSON{Share: l.share(), Decisions: l.Decisions, Local: l.Local, Entries: l.Entries}
+		s.Local = &localJSON{Share: l.Share(), Decisions: l.Decisions, Local: l.Local, Entries: l.Entries}
 	}
 	if l, ok := h.raw.(interface{ Len() int }); ok {
 		n := l.Len()

@@ -1,4 +1,4 @@
-package server
+package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -16,8 +16,8 @@ type LocalRefusals struct {
 	Bytes   int64
 }
 
-// share returns the share of decisions that never reached Redis.
-func (l LocalRefusals) share() float64 {
+// Share returns the share of decisions that never reached Redis.
+func (l LocalRefusals) Share() float64 {
 	if l.Decisions == 0 {
 		return 0
 	}

@@ -1,0 +1,348 @@
+// Package metrics holds the Prometheus metrics of sluice serve, in one
+// place: the decisions by limit and outcome, the store calls (through
+// Store, a decorator of any sluice.Store), the HTTP requests, the
+// configuration's reloads, Redis errors and the decisions of Envoy's rate
+// limit service. cmd/sluice builds one Metrics and hands it, with the
+// store it decorates, to every front door and to the status page, so that
+// each series counts the traffic of all of them.
+//
+// Labels are limit names, handler names, store operations and configured
+// descriptors, never keys, so their number is bounded by the
+// configuration. docs/operations.md lists the series.
+package metrics
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The outcomes of one limit's part of a decision, the values of the
+// outcome label of sluice_decisions_total.
+const (
+	OutcomeAllowed      = "allowed"
+	OutcomeDenied       = "denied"
+	OutcomeShadowDenied = "shadow_denied"
+	OutcomeDegraded     = "degraded"
+)
+
+// Outcomes are the outcome label values, in this order.
+var Outcomes = [...]string{OutcomeAllowed, OutcomeDenied, OutcomeShadowDenied, OutcomeDegraded}
+
+// Outcome classifies one limit's decision: degraded when the store's
+// failure policy decided, else allowed, else shadow_denied for a dry-run
+// limit and denied for the others.
+func Outcome(d sluice.Decision, shadow bool) string {
+	switch {
+	case d.Degraded:
+		return OutcomeDegraded
+	case d.Allowed:
+		return OutcomeAllowed
+	case shadow:
+		return OutcomeShadowDenied
+	}
+	return OutcomeDenied
+}
+
+// StoreGauges say what Metrics can read of the store, at each scrape. The
+// zero value is valid: a store without a key count, a breaker or local
+// refusals.
+type StoreGauges struct {
+	// Keys, when set, returns the (policy, key) pairs the in-memory store
+	// tracks (sluice_store_keys).
+	Keys func() int
+	// CircuitState, when set, returns the state of the store's circuit
+	// breaker: "closed", "open" or "half-open"
+	// (sluice_store_circuit_state).
+	CircuitState func() string
+	// LocalRefusals, when set, returns the Redis store's local refusals
+	// (the sluice_store_local_refusal* series).
+	LocalRefusals func() LocalRefusals
+}
+
+// Metrics are the collectors of one sluice serve, registered on one
+// registry. Their methods are safe for concurrent use.
+type Metrics struct {
+	decisions      *prometheus.CounterVec   // limit, outcome
+	storeDuration  *prometheus.HistogramVec // operation
+	storeErrors    *prometheus.CounterVec   // operation
+	requests       *prometheus.CounterVec   // handler, code
+	duration       *prometheus.HistogramVec // handler
+	reloads        prometheus.Counter
+	lastReload     prometheus.Gauge
+	limits         prometheus.Gauge
+	reloadFailures prometheus.Counter
+	redisErrors    prometheus.Counter
+	rlsDecisions   *prometheus.CounterVec // domain, descriptor, outcome
+	descriptors    descriptorLabels
+
+	reg        prometheus.Registerer
+	registered []prometheus.Collector
+}
+
+// storeBuckets spans an in-memory decision (a microsecond) to a Redis call
+// at a generous timeout.
+var storeBuckets = []float64{1e-6, 5e-6, 25e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+
+// circuitStates are the values of the state label of
+// sluice_store_circuit_state.
+var circuitStates = []string{"closed", "open", "half-open"}
+
+// New registers the service's collectors on reg. It fails when reg holds
+// collectors of the same names (a registry serves one Metrics), and then
+// leaves reg as it was.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := newCollectors()
+	m.reg = reg
+	if err := m.register(m.decisions, m.storeDuration, m.storeErrors, m.requests, m.duration,
+		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions); err != nil {
+		return nil, err
+	}
+	for _, op := range []string{opAllow, opAllowAll, opPeek} {
+		m.storeDuration.WithLabelValues(op)
+		m.storeErrors.WithLabelValues(op)
+	}
+	return m, nil
+}
+
+// register registers cs, or none of them and none of m's collectors.
+func (m *Metrics) register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			m.Unregister()
+			return fmt.Errorf("metrics: %w", err)
+		}
+		m.registered = append(m.registered, c)
+	}
+	return nil
+}
+
+// ReadStore adds the gauges that g reads from the store
+// (sluice_store_keys, sluice_store_circuit_state and the
+// sluice_store_local_refusal* series). On failure it unregisters every
+// collector of m.
+func (m *Metrics) ReadStore(g StoreGauges) error {
+	return m.register(storeCollectors(g)...)
+}
+
+// Unregister removes the collectors New registered.
+func (m *Metrics) Unregister() {
+	for _, c := range m.registered {
+		m.reg.Unregister(c)
+	}
+	m.registered = nil
+}
+
+func newCollectors() *Metrics {
+	return &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Decisions by limit and outcome: allowed, denied, shadow_denied (a dry-run limit would have denied), degraded (the store's failure policy decided).",
+		}, []string{"limit", "outcome"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_store_duration_seconds",
+			Help:    "Time taken by store calls, by operation (allow, allow_all, peek).",
+			Buckets: storeBuckets,
+		}, []string{"operation"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that failed (the backend could not decide and no failure policy did), by operation.",
+		}, []string{"operation"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_http_requests_total",
+			Help: "HTTP requests served, by handler and status code.",
+		}, []string{"handler", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_http_request_duration_seconds",
+			Help:    "Time taken to answer HTTP requests, by handler.",
+			Buckets: storeBuckets,
+		}, []string{"handler"}),
+		reloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configurations applied by reloading, after the first.",
+		}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_timestamp_seconds",
+			Help: "Unix time at which the current configuration was applied.",
+		}),
+		limits: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_limits",
+			Help: "Limits in the current configuration.",
+		}),
+		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_config_reload_failures_total",
+			Help: "Reloads refused because the configuration file could not be read or was not valid; the running configuration stayed.",
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_errors_total",
+			Help: "Calls to Redis that failed or timed out, including those the failure policy then decided.",
+		}),
+		rlsDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rls_decisions_total",
+			Help: "Envoy rate limit service: descriptors that matched a limit, by domain, configured descriptor (as envoyproxy/ratelimit names its stats) and outcome: allowed, denied, shadow_denied, unlimited, degraded.",
+		}, []string{"domain", "descriptor", "outcome"}),
+	}
+}
+
+// storeCollectors are the gauges read from the store at each scrape.
+func storeCollectors(opts StoreGauges) []prometheus.Collector {
+	var cs []prometheus.Collector
+	if keys := opts.Keys; keys != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_store_keys",
+			Help: "(policy, key) pairs the in-memory store tracks.",
+		}, func() float64 { return float64(keys()) }))
+	}
+	if circuit := opts.CircuitState; circuit != nil {
+		for _, state := range circuitStates {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        "sluice_store_circuit_state",
+				Help:        "1 for the state the store's circuit breaker is in (closed, open, half-open), 0 for the others.",
+				ConstLabels: prometheus.Labels{"state": state},
+			}, func() float64 {
+				if circuit() == state {
+					return 1
+				}
+				return 0
+			}))
+		}
+	}
+	if opts.LocalRefusals != nil {
+		cs = append(cs, newLocalRefusalCollector(opts.LocalRefusals))
+	}
+	return cs
+}
+
+// SetLimits makes the decision series of exactly the limits cur exist, so
+// that every configured limit shows zeros before its first decision and
+// the series of a limit of old that cur no longer has disappear.
+func (m *Metrics) SetLimits(old, cur []string) {
+	keep := make(map[string]bool, len(cur))
+	for _, name := range cur {
+		keep[name] = true
+		for _, o := range Outcomes {
+			m.decisions.WithLabelValues(name, o)
+		}
+	}
+	for _, name := range old {
+		if !keep[name] {
+			m.decisions.DeletePartialMatch(prometheus.Labels{"limit": name})
+		}
+	}
+	m.limits.Set(float64(len(cur)))
+}
+
+// Decision counts one limit's decision under an outcome (see Outcome).
+func (m *Metrics) Decision(limit, outcome string) {
+	m.decisions.WithLabelValues(limit, outcome).Inc()
+}
+
+// Applied records that a configuration was applied at t: the first one,
+// or a reload when reload is set.
+func (m *Metrics) Applied(t time.Time, reload bool) {
+	if reload {
+		m.reloads.Inc()
+	}
+	m.lastReload.Set(float64(t.UnixNano()) / 1e9)
+}
+
+// ReloadFailed counts a reload refused because the configuration could
+// not be read or was not valid.
+func (m *Metrics) ReloadFailed() { m.reloadFailures.Inc() }
+
+// RedisError counts a failed call to Redis.
+func (m *Metrics) RedisError() { m.redisErrors.Inc() }
+
+// Handler counts and times the requests next serves under the handler
+// label name.
+func (m *Metrics) Handler(name string, next http.Handler) http.Handler {
+	dur := m.duration.WithLabelValues(name)
+	codes := m.requests.MustCurryWith(prometheus.Labels{"handler": name})
+	var byCode sync.Map // int -> prometheus.Counter, to skip the label lookup
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(&sw, r)
+		dur.Observe(time.Since(start).Seconds())
+		c, ok := byCode.Load(sw.status)
+		if !ok {
+			c, _ = byCode.LoadOrStore(sw.status, codes.WithLabelValues(strconv.Itoa(sw.status)))
+		}
+		c.(prometheus.Counter).Inc()
+	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// maxRLSDescriptors bounds the descriptor label values of
+// sluice_rls_decisions_total. Configured descriptor paths are bounded by
+// the configuration, but a descriptor with detailed_metric names its
+// series after the request's values; past this many distinct values the
+// series is labelled "_other".
+const maxRLSDescriptors = 1000
+
+// RLSDecision counts the decision of Envoy's rate limit service on one
+// descriptor: its domain, the descriptor as the service names it (see
+// rls.Event.Key) and its outcome (allowed, denied, shadow_denied,
+// unlimited or degraded).
+func (m *Metrics) RLSDecision(domain, descriptor, outcome string) {
+	m.rlsDecisions.WithLabelValues(domain, m.descriptors.label(descriptor), outcome).Inc()
+}
+
+// descriptorLabels bounds the descriptor label values in use.
+type descriptorLabels struct {
+	known sync.Map   // label values in use: string -> bool
+	mu    sync.Mutex // serialises additions to known
+	count int        // entries of known; guarded by mu
+}
+
+// label returns the label value for a descriptor key: "override" for
+// Envoy's limit overrides (named after the request's own keys), the key
+// itself for the first maxRLSDescriptors distinct keys, and "_other"
+// after them.
+func (d *descriptorLabels) label(key string) string {
+	if strings.HasPrefix(key, "override:") {
+		return "override"
+	}
+	if _, ok := d.known.Load(key); ok {
+		return key
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.known.Load(key); ok {
+		return key
+	}
+	if d.count >= maxRLSDescriptors {
+		return "_other"
+	}
+	d.known.Store(key, true)
+	d.count++
+	return key
+}
