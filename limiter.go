@@ -28,11 +28,12 @@ type Limiter struct {
 
 // policyAllower is implemented by stores with a single-policy path that
 // takes the policy by pointer (memstore.Store.AllowPolicy). It must decide
-// exactly as Allow does at a zero time for Request{Policy: *p, Key: key,
-// Cost: cost}. Limiter.Allow prefers it: every argument then fits in
-// registers, where a Request is copied on its way through the interface.
+// exactly as Allow does at now (zero: the store's clock) for
+// Request{Policy: *p, Key: key, Cost: cost}. Limiter.Allow and AllowAt
+// prefer it: every argument then fits in registers, where a Request is
+// copied on its way through the interface.
 type policyAllower interface {
-	AllowPolicy(ctx context.Context, p *Policy, key string, cost int64) (Decision, error)
+	AllowPolicy(now time.Time, p *Policy, key string, cost int64) (Decision, error)
 }
 
 // New returns a Limiter that applies policies, in order, through store.
@@ -80,8 +81,8 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, 
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
 	// One policy, the common case, goes straight to the store.
 	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
-		if l.fast != nil && now.IsZero() {
-			return l.fast.AllowPolicy(ctx, &ps[0], key, cost)
+		if l.fast != nil {
+			return l.fast.AllowPolicy(now, &ps[0], key, cost)
 		}
 		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
 	}

@@ -298,32 +298,37 @@ func capacityError(r *sluice.Request) error {
 // Allow is the path of every single-policy decision, so it is written
 // flat: one cache lookup, one hash, one lock, and for the token bucket and
 // GCRA, the algorithm and the table update in line, with the decision
-// written straight into the result.
+// written straight into the result (see AllowPolicy).
 func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.allowPolicy(now, &req.Policy, req.Key, req.Cost, req.MaxDelay)
+	if req.MaxDelay != 0 {
+		return s.allowDelayed(now, &req)
+	}
+	return s.AllowPolicy(now, &req.Policy, req.Key, req.Cost)
 }
 
-// AllowPolicy is Allow for one request of cost units on key under *p, at
-// the store's clock, with no MaxDelay: it decides exactly as Allow
-// decides sluice.Request{Policy: *p, Key: key, Cost: cost} at a zero time.
-// It exists for sluice.Limiter, which calls it instead of Allow when its
-// store has it: passing the policy by pointer keeps every argument in
-// registers, where Allow's Request is copied twice on the way in. p is only
-// read, and not kept.
-func (s *Store) AllowPolicy(_ context.Context, p *sluice.Policy, key string, cost int64) (sluice.Decision, error) {
-	return s.allowPolicy(time.Time{}, p, key, cost, 0)
+// allowDelayed is Allow for a request with a MaxDelay, which only the
+// leaky bucket reads, on the general path. It is a function of its own so
+// that Allow stays small enough to be inlined into its callers.
+func (s *Store) allowDelayed(now time.Time, req *sluice.Request) (sluice.Decision, error) {
+	return s.allow(now, req, s.compile(&req.Policy))
 }
 
-// allowPolicy is Allow and AllowPolicy. maxDelay is the request's MaxDelay,
-// which only the leaky bucket reads (on the path through allow).
-func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost int64, maxDelay time.Duration) (d sluice.Decision, err error) {
+// AllowPolicy is Allow for one request of cost units on key under *p at
+// now (zero: the store's clock), with no MaxDelay: it decides exactly as
+// Allow decides sluice.Request{Policy: *p, Key: key, Cost: cost}. It exists
+// for sluice.Limiter, which calls it instead of Allow when its store has
+// it: passing the policy by pointer keeps every argument in registers,
+// where Allow's Request is copied on the way in, and the Limiter's call
+// through an interface lands directly on this body, not on a wrapper. p is
+// only read, and not kept.
+func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (d sluice.Decision, err error) {
 	slot := &s.policies[policySlot(p)]
 	c := slot.Load()
 	if c == nil || !c.is(p) {
 		c = s.compileSlow(p, slot)
 	}
 	if cost < 1 || c.err != nil || !c.tokenBucket {
-		return s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost, MaxDelay: maxDelay}, c)
+		return s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost}, c)
 	}
 	var t int64
 	switch {
@@ -359,7 +364,7 @@ func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost in
 	d.RetryAfter = r.RetryAfter
 	d.ResetAfter = r.ResetAfter
 	if r.RetryAfter == sluice.Never {
-		err = capacityError(&sluice.Request{Policy: *p, Key: key, Cost: cost, MaxDelay: maxDelay})
+		err = capacityError(&sluice.Request{Policy: *p, Key: key, Cost: cost})
 	}
 	return d, err
 }

@@ -434,10 +434,12 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // TestAllowPolicyMatchesAllow checks that AllowPolicy, the path
-// sluice.Limiter takes, decides every request exactly as Allow does at the
-// store's clock: two stores on the same clock see the same requests, one
-// through each method, and must return the same decisions and errors, for
-// every algorithm, costs from invalid to over capacity, and a few keys.
+// sluice.Limiter and Allow take, with its token-bucket and GCRA shortcut,
+// decides every request exactly as the store's general path does (AllowAll
+// of one request, which runs every algorithm through the same code): two
+// stores on the same clock see the same requests, one through each method,
+// and must return the same decisions and errors, for every algorithm, costs
+// from invalid to over capacity, and a few keys.
 func TestAllowPolicyMatchesAllow(t *testing.T) {
 	ctx := context.Background()
 	now := t0
@@ -466,10 +468,10 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		p := policies[next(uint64(len(policies)))]
 		key := "k" + strconv.Itoa(int(next(4)))
 		cost := int64(next(11)) - 1 // -1..9: invalid, in range and over capacity
-		want, wantErr := viaAllow.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: key, Cost: cost})
-		got, gotErr := viaPolicy.AllowPolicy(ctx, &p, key, cost)
+		want, wantErr := viaAllow.AllowAll(ctx, time.Time{}, []sluice.Request{{Policy: p, Key: key, Cost: cost}}, nil)
+		got, gotErr := viaPolicy.AllowPolicy(time.Time{}, &p, key, cost)
 		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-			t.Fatalf("request %d (%v, %q, cost %d): AllowPolicy = %+v, %v; Allow = %+v, %v", i, p, key, cost, got, gotErr, want, wantErr)
+			t.Fatalf("request %d (%v, %q, cost %d): AllowPolicy = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, got, gotErr, want, wantErr)
 		}
 	}
 }
