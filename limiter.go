@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
@@ -107,7 +108,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, e
 		}
 		ds[i] = d
 	}
-	return Combine(ds), nil
+	return algo.Combine(ds), nil
 }
 
 func (l *Limiter) decide(ctx context.Context, now time.Time, key string, cost int64, maxDelay time.Duration) (Decision, error) {

@@ -143,36 +143,3 @@ func TestAlgorithmText(t *testing.T) {
 		t.Error(`json.Unmarshal("leaky") = nil error`)
 	}
 }
-
-func TestCombine(t *testing.T) {
-	ms := time.Millisecond
-	ok := func(limit, remaining int64, reset, delay time.Duration) sluice.Decision {
-		return sluice.Decision{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset, Delay: delay}
-	}
-	no := func(limit, remaining int64, retry, reset time.Duration) sluice.Decision {
-		return sluice.Decision{Limit: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
-	}
-	for _, c := range []struct {
-		name string
-		ds   []sluice.Decision
-		want sluice.Decision
-	}{
-		{"none", nil, sluice.Decision{}},
-		{"one", []sluice.Decision{ok(10, 3, 5*ms, 0)}, ok(10, 3, 5*ms, 0)},
-		{"the fewest remaining decides", []sluice.Decision{ok(10, 3, 5*ms, 0), ok(1000, 2, 9*ms, 0), ok(5, 4, ms, 0)}, ok(1000, 2, 9*ms, 0)},
-		{"a tie keeps the first", []sluice.Decision{ok(10, 2, 0, 0), ok(20, 2, 0, 0)}, ok(10, 2, 0, 0)},
-		{"the denying one decides", []sluice.Decision{ok(10, 0, 100*ms, 0), no(1000, 5, 3*ms, 7*ms)}, no(1000, 5, 3*ms, 100*ms)},
-		{"the longest wait decides", []sluice.Decision{no(10, 0, 100*ms, 100*ms), no(1000, 0, time.Hour, time.Hour), no(5, 0, ms, ms)}, no(1000, 0, time.Hour, time.Hour)},
-		{"never beats any wait", []sluice.Decision{no(10, 0, time.Hour, ms), no(3, 2, sluice.Never, 0), no(5, 0, 24*time.Hour, 0)}, no(3, 2, sluice.Never, ms)},
-		{"never after never keeps the first", []sluice.Decision{no(3, 2, sluice.Never, 0), no(4, 1, sluice.Never, 0)}, no(3, 2, sluice.Never, 0)},
-		{"equal waits keep the first", []sluice.Decision{no(3, 2, ms, 0), no(4, 1, ms, 0)}, no(3, 2, ms, 0)},
-		{"the longest delay", []sluice.Decision{ok(10, 5, 0, 20*ms), ok(10, 6, 0, 30*ms)}, ok(10, 5, 0, 30*ms)},
-		{"degraded spreads", []sluice.Decision{ok(10, 5, 0, 0), {Allowed: true, Limit: 10, Remaining: 6, Degraded: true}}, sluice.Decision{Allowed: true, Limit: 10, Remaining: 5, Degraded: true}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := sluice.Combine(c.ds); got != c.want {
-				t.Errorf("Combine(%+v) = %+v, want %+v", c.ds, got, c.want)
-			}
-		})
-	}
-}

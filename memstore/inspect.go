@@ -6,7 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/convert"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 var _ sluice.Inspector = (*Store)(nil)
@@ -62,5 +62,5 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	if d.RetryAfter == sluice.Never {
 		return sluice.State{}, capacityError(&req)
 	}
-	return convert.State(&req.Policy, v, tracked, d), nil
+	return engine.ViewState(&req.Policy, v, tracked, d), nil
 }

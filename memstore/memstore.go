@@ -35,7 +35,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/convert"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Options configure a Store. The zero value is valid: the defaults are
@@ -242,7 +242,7 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 		}
 		c.fp = mix(f)
 		c.tokenBucket = p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm
-		c.pp = algo.Prepare(convert.Params(p))
+		c.pp = algo.Prepare(engine.Params(p))
 	}
 	slot.Store(c)
 	return c
@@ -498,7 +498,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 			}
 		}
 	}
-	return sluice.Combine(ds), nil
+	return algo.Combine(ds), nil
 }
 
 // advance clamps t so that the shard's time never steps backwards.

@@ -170,5 +170,5 @@ func (r *reference) AllowAll(_ context.Context, now time.Time, reqs []sluice.Req
 		}
 	}
 	copy(out, ds)
-	return sluice.Combine(ds), nil
+	return algo.Combine(ds), nil
 }

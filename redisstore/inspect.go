@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/convert"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 var _ sluice.Inspector = (*Store)(nil)
@@ -120,7 +120,7 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 	}
 	t, state := vals[0], vals[1+replyWidth:]
 	period := int64(p.Period / time.Microsecond)
-	params := convert.Params(p)
+	params := engine.Params(p)
 	var v algo.View
 	var tracked bool
 	switch p.Algorithm {
@@ -171,5 +171,5 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		pp := algo.Prepare(params)
 		v = pp.ViewTAT(tat, t)
 	}
-	return convert.State(p, v, tracked, d), nil
+	return engine.ViewState(p, v, tracked, d), nil
 }

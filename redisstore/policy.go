@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/convert"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // ErrUnsupportedPolicy is wrapped by the error for a valid policy that the
@@ -151,7 +151,7 @@ func compile(p sluice.Policy) *compiled {
 	periodText := p.Period.String()
 	params := algo.Params{Limit: l, Burst: burst, Period: per}
 	if p.Calendar.Unit != sluice.NoCalendar {
-		params = convert.Params(&p)
+		params = engine.Params(&p)
 		c.cal = params.Cal
 		periodText = calendarText(p.Calendar)
 	}

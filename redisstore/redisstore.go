@@ -590,7 +590,7 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 		es[i].seen(ts[i])
 		ds = append(ds, decisionOf(&reqs[i].Policy, r))
 	}
-	return es, sluice.Combine(ds), true
+	return es, algo.Combine(ds), true
 }
 
 // learnMany keeps what AllowAll's reply vals says about its keys: after a
@@ -690,7 +690,7 @@ func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Deci
 		}
 		ds = append(ds, d)
 	}
-	return sluice.Combine(ds), true, nil
+	return algo.Combine(ds), true, nil
 }
 
 func (s *Store) malformed(vals []int64) error {
@@ -874,5 +874,5 @@ func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Reques
 	if out != nil {
 		copy(out, ds)
 	}
-	return sluice.Combine(ds), nil
+	return algo.Combine(ds), nil
 }

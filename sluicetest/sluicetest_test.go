@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -80,7 +81,7 @@ func (m *mutant) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Requ
 		if out != nil {
 			copy(out, ds)
 		}
-		return sluice.Combine(ds), nil
+		return algo.Combine(ds), nil
 	}
 	return m.Store.AllowAll(ctx, now, fixed, out)
 }

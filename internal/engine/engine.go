@@ -24,6 +24,12 @@
 //     decided together, all or nothing.
 //   - Checks that are not charged report the state without the charge
 //     (State).
+//
+// The package also holds what Sluice's stores share on top of the root
+// package: the translation between a sluice.Policy and internal/algo's
+// Params, and between algo's View and a sluice.State (algo.go). The
+// combining of several decisions into one (algo.Combine, algo.Decider) is
+// in internal/algo, where the root's Limiter can use it too.
 package engine
 
 import (
@@ -34,6 +40,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Mode says how a check takes part in the decision.
@@ -90,7 +97,7 @@ type Outcome struct {
 	// check is allowed.
 	Allowed bool
 	// Decision combines the decisions of the enforced and deferred checks
-	// as sluice.Combine does; its RetryAfter is sluice.Never for a request
+	// as the Store contract's AllowAll does (algo.Combine); its RetryAfter is sluice.Never for a request
 	// that can never be admitted, and Degraded reports that the store's
 	// failure policy decided.
 	Decision sluice.Decision
@@ -332,7 +339,7 @@ func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged slui
 	}
 	switch {
 	case !sent:
-		o.Decision = sluice.Combine(ds)
+		o.Decision = algo.Combine(ds)
 	case len(sc.at) == len(sc.idx):
 		o.Decision = charged
 	default:
@@ -342,7 +349,7 @@ func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged slui
 				ds = append(ds, res[i].Decision)
 			}
 		}
-		o.Decision = sluice.Combine(append(ds, charged))
+		o.Decision = algo.Combine(append(ds, charged))
 	}
 	if sent && !charged.Allowed {
 		allowed = false
@@ -463,24 +470,8 @@ func request(c *Check) sluice.Request {
 	return sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay}
 }
 
-// Decider returns the index of the deciding decision of ds, as
-// sluice.Combine chooses it: a denying one with the longest wait (Never the
-// longest), else the one with the fewest units left; ties go to the
-// first. It returns -1 for no decisions.
-func Decider(ds []sluice.Decision) int {
-	k := -1
-	for i, d := range ds {
-		switch {
-		case k < 0:
-			k = i
-		case !d.Allowed && ds[k].Allowed:
-			k = i
-		case d.Allowed != ds[k].Allowed:
-		case !d.Allowed && ds[k].RetryAfter != sluice.Never && (d.RetryAfter == sluice.Never || d.RetryAfter > ds[k].RetryAfter):
-			k = i
-		case d.Allowed && d.Remaining < ds[k].Remaining:
-			k = i
-		}
-	}
-	return k
-}
+// Decider returns the index of the deciding decision of ds, as the Store
+// contract's AllowAll chooses it (see algo.Decider): a denying one with the
+// longest wait (Never the longest), else the one with the fewest units
+// left; ties go to the first. It returns -1 for no decisions.
+func Decider(ds []sluice.Decision) int { return algo.Decider(ds) }

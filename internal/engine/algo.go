@@ -1,6 +1,4 @@
-// Package convert turns sluice's public types into internal/algo's and
-// back, for the stores that decide with internal/algo.
-package convert
+package engine
 
 import (
 	"math"
@@ -9,6 +7,9 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
+
+// The stores decide with internal/algo; these two functions are the one
+// translation between its units and sluice's types.
 
 // Params returns the algorithms' parameters of a valid policy.
 func Params(p *sluice.Policy) algo.Params {
@@ -19,10 +20,10 @@ func Params(p *sluice.Policy) algo.Params {
 	return algo.Params{Limit: p.Limit, Burst: p.Capacity(), Period: int64(p.Period / time.Microsecond)}
 }
 
-// State returns the sluice.State of a view of a key under policy p:
+// ViewState returns the sluice.State of a view of a key under policy p:
 // tracked tells whether the store holds state for the key, d is the
 // decision a request would get.
-func State(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
+func ViewState(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) sluice.State {
 	st := sluice.State{At: time.UnixMicro(v.Now).UTC(), Tracked: tracked, Decision: d}
 	amount := func(f algo.Frac) sluice.Amount { return sluice.Amount{Whole: f.Whole, Num: f.Num, Den: f.Den} }
 	switch p.Algorithm {

@@ -1,0 +1,73 @@
+package algo
+
+import "time"
+
+// decision is the struct of sluice.Decision. This package cannot import
+// the root package, which imports it, so Combine and Decider take any type
+// of this struct (a conversion between the two costs nothing); a field
+// added to sluice.Decision and not here fails to compile.
+type decision = struct {
+	Allowed    bool
+	Limit      int64
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	Delay      time.Duration
+	Degraded   bool
+}
+
+// Decision is the constraint that sluice.Decision satisfies.
+type Decision interface{ ~decision }
+
+// Combine merges the decisions of several policies on one request into
+// one, as the Store contract's AllowAll describes: Allowed only if every
+// decision is; the largest RetryAfter (Never the largest), ResetAfter and
+// Delay; Degraded if any is; and the Limit and Remaining of the deciding
+// decision (see Decider). No decisions combine to the zero decision.
+func Combine[D Decision](ds []D) D {
+	k := Decider(ds)
+	if k < 0 {
+		return D{}
+	}
+	out := decision{Allowed: true, Limit: decision(ds[k]).Limit, Remaining: decision(ds[k]).Remaining}
+	for _, d := range ds {
+		d := decision(d)
+		out.Degraded = out.Degraded || d.Degraded
+		out.Delay = max(out.Delay, d.Delay)
+		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
+		if !d.Allowed {
+			out.Allowed = false
+			if d.RetryAfter == Never || out.RetryAfter == Never {
+				out.RetryAfter = Never
+			} else {
+				out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
+			}
+		}
+	}
+	return D(out)
+}
+
+// Decider returns the index of the deciding decision of ds: a denying one
+// with the longest wait (Never the longest), else the one with the fewest
+// units remaining; ties go to the first. It returns -1 for no decisions.
+func Decider[D Decision](ds []D) int {
+	k := -1
+	for i, d := range ds {
+		d := decision(d)
+		if k < 0 {
+			k = i
+			continue
+		}
+		dk := decision(ds[k])
+		switch {
+		case !d.Allowed && dk.Allowed:
+			k = i
+		case d.Allowed != dk.Allowed:
+		case !d.Allowed && dk.RetryAfter != Never && (d.RetryAfter == Never || d.RetryAfter > dk.RetryAfter):
+			k = i
+		case d.Allowed && d.Remaining < dk.Remaining:
+			k = i
+		}
+	}
+	return k
+}
