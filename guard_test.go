@@ -37,8 +37,9 @@ var knownEdges = map[string]string{
 	"internal/rls -> httplimit": "the IETF quota fields for response_headers",
 	// A per-IP limiter over a bounded memory store.
 	"httplimit -> memstore": "httplimit.PerIP keeps its state in a bounded memstore",
-	// plans builds httplimit.Limits (Set.Limits) and key functions.
-	"plans -> httplimit": "plans.Set.Limits returns middleware limits",
+	// The middleware applies plans (an adapter using a domain idea; plans
+	// itself imports no adapter).
+	"httplimit -> plans": "httplimit.PlanLimits applies a plans.Set",
 }
 
 // knownServerImports are the packages outside cmd/ that import

@@ -26,7 +26,7 @@ func Example() {
 		return
 	}
 	m, err := httplimit.New(memstore.New(memstore.Options{}),
-		set.Limits(httplimit.Header("X-API-Key"), plans.FromHeader("X-Plan")), nil)
+		httplimit.PlanLimits(set, httplimit.Header("X-API-Key"), plans.FromHeader("X-Plan")), nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -10,8 +10,9 @@
 // re-read when it changes, or a Redis hash (package
 // github.com/sluicehq/sluice/plans/redisplans) wrapped in a Cache.
 //
-// Set.Limits turns a Set into httplimit limits whose policy is chosen per
-// request (httplimit.Limit.PolicyFunc), so the RateLimit-Policy field of a
+// Set.Policy gives the i-th policy of a request's plan. The net/http
+// middleware applies a Set with httplimit.PlanLimits, which chooses each
+// request's policies with it, so that the RateLimit-Policy field of a
 // response names the policies actually applied:
 //
 //	set, _ := plans.NewSet("free",
@@ -19,7 +20,10 @@
 //		plans.Plan{Name: "pro", Policies: []sluice.Policy{sluice.SlidingWindow(10000, time.Hour).Named("pro-hourly")}},
 //		plans.Plan{Name: "internal"}, // unlimited
 //	)
-//	m, _ := httplimit.New(store, set.Limits(httplimit.Header("X-API-Key"), plans.FromTable(table, nil)), nil)
+//	m, _ := httplimit.New(store, httplimit.PlanLimits(set, httplimit.Header("X-API-Key"), plans.FromTable(table, nil)), nil)
+//
+// The package knows requests only as *http.Request; it imports no
+// middleware.
 package plans
 
 import (
@@ -27,9 +31,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
 )
 
 // Plan is a named set of policies that apply together, all or nothing, to
@@ -122,13 +126,22 @@ type Picker func(r *http.Request, key string) (plan string, ok bool)
 // header. Use it only behind a gateway that sets the header after
 // authenticating the client and strips it from what clients send: a client
 // that can write the header chooses its own plan.
+// A request without the header (or with an empty value) names no plan.
 func FromHeader(name string) Picker {
-	return FromKey(httplimit.Header(name))
+	canon := textproto.CanonicalMIMEHeaderKey(name)
+	return func(r *http.Request, _ string) (string, bool) {
+		vs := r.Header[canon]
+		if len(vs) == 0 || vs[0] == "" {
+			return "", false
+		}
+		return vs[0], true
+	}
 }
 
-// FromKey returns a Picker that reads the plan's name with a key function
-// (httplimit.ParseKey's sources: "header:X-Plan", "query:plan", ...).
-func FromKey(fn httplimit.KeyFunc) Picker {
+// FromKey returns a Picker that reads the plan's name with a key function,
+// such as an httplimit.KeyFunc (httplimit.ParseKey's sources:
+// "header:X-Plan", "query:plan", ...).
+func FromKey(fn func(r *http.Request) (string, bool)) Picker {
 	return func(r *http.Request, _ string) (string, bool) { return fn(r) }
 }
 
@@ -159,31 +172,19 @@ func FromTable(t Table, onError func(error)) Picker {
 	}
 }
 
-// Limits returns httplimit limits that apply to each request the policies
-// of its plan, counted under the client's key: the plan is the one pick
-// names for the request and key (the default plan when it names none, or
-// an unknown one). A request without a key is not counted by them; a
-// request on an unlimited plan is not limited by them.
-//
-// The result has one limit per policy of the largest plan; the i-th
-// applies the i-th policy of the request's plan, when it has one. Give
-// httplimit.New these limits, with any others (per IP, say) after them.
-func (s *Set) Limits(key httplimit.KeyFunc, pick Picker) []httplimit.Limit {
-	out := make([]httplimit.Limit, s.slots)
-	for i := range out {
-		out[i] = httplimit.Limit{
-			// The name of the slot, shown only if a policy had none.
-			Policy: sluice.Policy{Name: fmt.Sprintf("plan-%d", i+1)},
-			Key:    key,
-			PolicyFunc: func(r *http.Request, k string) (sluice.Policy, bool) {
-				name, ok := pick(r, k)
-				p := s.Resolve(name, ok)
-				if i >= len(p.Policies) {
-					return sluice.Policy{}, false
-				}
-				return p.Policies[i], true
-			},
-		}
+// Slots returns the number of policies of the largest plan: the limits a
+// request may be charged under, whatever its plan.
+func (s *Set) Slots() int { return s.slots }
+
+// Policy returns the i-th policy (from 0) of the plan that pick names for
+// the request r of the client key: the default plan when pick names none,
+// or an unknown one. ok is false when that plan has fewer than i+1
+// policies.
+func (s *Set) Policy(i int, pick Picker, r *http.Request, key string) (p sluice.Policy, ok bool) {
+	name, named := pick(r, key)
+	plan := s.Resolve(name, named)
+	if i < 0 || i >= len(plan.Policies) {
+		return sluice.Policy{}, false
 	}
-	return out
+	return plan.Policies[i], true
 }

@@ -82,7 +82,7 @@ func TestLimitsByHeader(t *testing.T) {
 	s := testSet(t)
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	store := memstore.New(memstore.Options{Now: func() time.Time { return now }})
-	m, err := httplimit.New(store, s.Limits(httplimit.Header("X-API-Key"), plans.FromHeader("X-Plan")), nil)
+	m, err := httplimit.New(store, httplimit.PlanLimits(s, httplimit.Header("X-API-Key"), plans.FromHeader("X-Plan")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
