@@ -175,72 +175,110 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 // at once with ErrCostExceedsCapacity. A refusal made by a store's failure
 // policy without a retry time is retried after a second. WaitAll sets the
 // MaxDelay of reqs to the time left before the deadline.
+//
+// WaitAll waits on the store's clock when the store has one: a Now method
+// that tells the time the store decides by when it is passed a zero now,
+// and a Sleep(ctx, d) error method that waits on that clock
+// (memstore.Store has both, from its Options): it reads ctx's deadline on
+// that clock, the clock of Limiter.AllowAt's zero now, and sleeps with its
+// Sleep, so that a test drives it with a fake clock whose Sleep advances
+// its Now, and its waits take no real time. For other stores (Redis
+// decides by Redis's TIME) it uses the system clock: time.Now and timers.
 func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error) {
 	if len(reqs) == 0 {
 		return Decision{}, ErrNoPolicy
 	}
+	c, ok := store.(clock)
+	if !ok {
+		c = systemClock{}
+	}
 	for {
-		var maxDelay time.Duration
+		now := c.Now()
 		deadline, hasDeadline := ctx.Deadline()
+		var maxDelay time.Duration
 		if hasDeadline {
-			maxDelay = time.Until(deadline)
-			if maxDelay <= 0 {
+			if maxDelay = deadline.Sub(now); maxDelay <= 0 {
 				return Decision{}, fmt.Errorf("sluice: wait: %w", context.DeadlineExceeded)
 			}
 		}
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		for i := range reqs {
-			reqs[i].MaxDelay = maxDelay
-		}
-		var out []Decision
-		if hasDeadline && len(reqs) > 1 {
-			out = make([]Decision, len(reqs))
-		}
-		var d Decision
-		var err error
-		if len(reqs) == 1 {
-			d, err = store.Allow(ctx, time.Time{}, reqs[0])
-			out = []Decision{d}
-		} else {
-			d, err = store.AllowAll(ctx, time.Time{}, reqs, out)
-		}
+		d, out, err := tryAll(ctx, store, reqs, maxDelay)
 		if err != nil {
 			return d, err
 		}
 		if d.Allowed {
 			if d.Delay > 0 {
-				if err := ctxsleep.Sleep(ctx, d.Delay); err != nil {
-					return d, err
-				}
+				err = c.Sleep(ctx, d.Delay)
 			}
-			return d, nil
+			return d, err
 		}
-		if hasDeadline && d.Delay > 0 {
-			// A leaky bucket's queue would make the request start after
-			// the deadline; waiting does not change when it would start.
-			return d, fmt.Errorf("sluice: wait: the queue would delay the request %v, past the deadline: %w", d.Delay, context.DeadlineExceeded)
+		wait, err := retryIn(d, reqs, out, maxDelay)
+		if err != nil {
+			return d, err
 		}
-		if hasDeadline {
-			// A leaky bucket's request starts when the queue ahead of it
-			// has left, however long it waits for room: more than its
-			// ResetAfter minus the millisecond it was rounded up by.
-			for i, r := range reqs {
-				if ahead := out[i].ResetAfter - time.Millisecond; r.Policy.Algorithm == LeakyBucketAlgorithm && ahead >= maxDelay {
-					return d, fmt.Errorf("sluice: wait: the queue of %s would delay the request past the deadline: %w", r.Policy, context.DeadlineExceeded)
-				}
-			}
-		}
-		wait := d.RetryAfter
-		if wait <= 0 {
-			wait = time.Second // a failure policy's refusal has no retry time
-		}
-		if hasDeadline && time.Now().Add(wait).After(deadline) {
+		if hasDeadline && c.Now().Add(wait).After(deadline) {
 			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
 		}
-		if err := ctxsleep.Sleep(ctx, wait); err != nil {
+		if err := c.Sleep(ctx, wait); err != nil {
 			return d, err
 		}
 	}
+}
+
+// clock is a store's clock, as WaitAll uses it.
+type clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// systemClock is time.Now and timers.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time                                   { return time.Now() }
+func (systemClock) Sleep(ctx context.Context, d time.Duration) error { return ctxsleep.Sleep(ctx, d) }
+
+// tryAll asks store to admit reqs now, on its own clock, all or nothing,
+// each with maxDelay, and returns the decision and, when there is a
+// maxDelay (a deadline), each request's own.
+func tryAll(ctx context.Context, store Store, reqs []Request, maxDelay time.Duration) (Decision, []Decision, error) {
+	for i := range reqs {
+		reqs[i].MaxDelay = maxDelay
+	}
+	if len(reqs) == 1 {
+		d, err := store.Allow(ctx, time.Time{}, reqs[0])
+		return d, []Decision{d}, err
+	}
+	var out []Decision
+	if maxDelay > 0 {
+		out = make([]Decision, len(reqs))
+	}
+	d, err := store.AllowAll(ctx, time.Time{}, reqs, out)
+	return d, out, err
+}
+
+// retryIn returns how long to wait before reqs, refused with d (and out,
+// each one's decision when maxDelay is set), are tried again, or an error
+// when waiting cannot get them under maxDelay.
+func retryIn(d Decision, reqs []Request, out []Decision, maxDelay time.Duration) (time.Duration, error) {
+	if maxDelay > 0 && d.Delay > 0 {
+		// A leaky bucket's queue would make the request start after
+		// the deadline; waiting does not change when it would start.
+		return 0, fmt.Errorf("sluice: wait: the queue would delay the request %v, past the deadline: %w", d.Delay, context.DeadlineExceeded)
+	}
+	if maxDelay > 0 {
+		// A leaky bucket's request starts when the queue ahead of it
+		// has left, however long it waits for room: more than its
+		// ResetAfter minus the millisecond it was rounded up by.
+		for i, r := range reqs {
+			if ahead := out[i].ResetAfter - time.Millisecond; r.Policy.Algorithm == LeakyBucketAlgorithm && ahead >= maxDelay {
+				return 0, fmt.Errorf("sluice: wait: the queue of %s would delay the request past the deadline: %w", r.Policy, context.DeadlineExceeded)
+			}
+		}
+	}
+	if d.RetryAfter <= 0 {
+		return time.Second, nil // a failure policy's refusal has no retry time
+	}
+	return d.RetryAfter, nil
 }

@@ -397,3 +397,56 @@ func TestWait(t *testing.T) {
 		})
 	})
 }
+
+// fakeClock is a clock whose Sleep advances its Now at once.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return ctx.Err()
+}
+
+// TestWaitOnTheStoresClock: Wait decides, reads its deadline and sleeps on
+// the store's clock, so that a fake one drives it without real time and it
+// agrees with AllowAt at that clock's Now.
+func TestWaitOnTheStoresClock(t *testing.T) {
+	// An hour ahead of the system clock: a deadline read on the system
+	// clock would leave an hour to wait.
+	clk := &fakeClock{t: time.Now().Add(time.Hour).Truncate(time.Second)}
+	start := clk.Now()
+	l, err := sluice.New(memstore.New(memstore.Options{Now: clk.Now, Sleep: clk.Sleep}), sluice.TokenBucket(2, time.Second, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d, err := l.Wait(t.Context(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Wait %d = %+v, %v; want allowed", i, d, err)
+		}
+	}
+	if got := clk.Now().Sub(start); got != time.Second {
+		t.Errorf("3 Waits under 2/s burst 1 advanced the store's clock by %v, want 1s", got)
+	}
+	if d, err := l.AllowAt(t.Context(), clk.Now(), "k", 1); err != nil || d.Allowed || d.RetryAfter != 500*time.Millisecond {
+		t.Errorf("AllowAt(the clock's now) after the Waits = %+v, %v; want refused, retry in 500ms", d, err)
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), clk.Now().Add(400*time.Millisecond))
+	defer cancel()
+	before := clk.Now()
+	if d, err := l.Wait(ctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) || d.Allowed {
+		t.Errorf("Wait with 400ms left on the store's clock = %+v, %v; want an error wrapping context.DeadlineExceeded", d, err)
+	}
+	if clk.Now() != before {
+		t.Errorf("the failed Wait slept %v, want none", clk.Now().Sub(before))
+	}
+}

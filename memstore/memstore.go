@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
@@ -44,6 +45,13 @@ type Options struct {
 	// Now returns the current time. The default reads the monotonic clock
 	// from a wall-clock start, so the store's time never steps backwards.
 	Now func() time.Time
+	// Sleep waits for d on the store's clock, or until ctx ends (then it
+	// returns ctx's error). Limiter.Wait and sluice.WaitAll sleep with it,
+	// so that they wait on the clock the store decides by; a fake clock
+	// passes its Now and a Sleep that advances it, and waits then take no
+	// real time. The default is a timer, which suits the default Now (and
+	// any Now that follows the system clock).
+	Sleep func(ctx context.Context, d time.Duration) error
 	// MaxKeys caps the number of tracked (policy, key) pairs; 0 means no
 	// cap. The cap is split evenly over the shards, and each shard evicts
 	// when it holds its share, even if other shards have room; a cap below
@@ -66,6 +74,7 @@ type Store struct {
 	// now is Options.Now; when it is nil the store's time is baseUS plus
 	// the monotonic time elapsed since base.
 	now      func() time.Time
+	sleep    func(ctx context.Context, d time.Duration) error
 	base     time.Time
 	baseUS   int64
 	policies [policyCacheSize]atomic.Pointer[compiled]
@@ -120,6 +129,10 @@ func New(opts Options) *Store {
 			}
 		}
 	}
+	s.sleep = opts.Sleep
+	if s.sleep == nil {
+		s.sleep = ctxsleep.Sleep
+	}
 	if opts.Now != nil {
 		s.now = opts.Now
 	} else {
@@ -164,6 +177,20 @@ func (s *Store) micros(now time.Time) int64 {
 		return now.UnixMicro()
 	}
 	return s.clock()
+}
+
+// Now returns the time on the store's clock (Options.Now, or the system's
+// monotonic clock from a wall-clock start), to the microsecond: the time a
+// zero now means to Allow, AllowAll, Peek and Inspect.
+func (s *Store) Now() time.Time {
+	return time.UnixMicro(s.clock())
+}
+
+// Sleep waits for d on the store's clock (Options.Sleep), or until ctx
+// ends, when it returns ctx's error. sluice.WaitAll and Limiter.Wait sleep
+// with it.
+func (s *Store) Sleep(ctx context.Context, d time.Duration) error {
+	return s.sleep(ctx, d)
 }
 
 // clock reads the store's clock in µs since the Unix epoch. The default
