@@ -31,7 +31,7 @@ const benchKeys = 10_000
 
 func benchConfig(tb testing.TB) *config.Config {
 	tb.Helper()
-	cfg, err := config.Parse("bench.yaml", []byte(sluiceConfig("store:\n  backend: memory\n")))
+	cfg, err := config.Parse("bench.yaml", []byte(sluiceConfig("store:\n  backend: memory\n")), config.Formats{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,7 +92,12 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	cfg := benchConfig(b)
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	envoy, _ := cfg.Envoy()
+	section, _ := cfg.Envoy()
+	decoded, problems := rls.DecodeSection(section, "envoy")
+	envoy, err := rls.CompileSection(decoded)
+	if len(problems) > 0 || err != nil {
+		b.Fatalf("the envoy section: %v %v", problems, err)
+	}
 	svc := rls.New(st, envoy, rls.Options{OnDecision: func(rls.Event) {}})
 	reqs := make([]*rlsv3.RateLimitRequest, benchKeys)
 	for k := range reqs {

@@ -132,7 +132,7 @@ func TestSluiceConfig(t *testing.T) {
 		"store:\n  backend: memory\n",
 		"store:\n  backend: redis\n  redis:\n    addrs: [127.0.0.1:1]\n  timeout: 1s\n  on_error: deny\n",
 	} {
-		if _, err := config.Parse("bench.yaml", []byte(sluiceConfig(store))); err != nil {
+		if _, err := config.Parse("bench.yaml", []byte(sluiceConfig(store)), config.Formats{}); err != nil {
 			t.Errorf("config.Parse(sluiceConfig(%q)) error: %v", store, err)
 		}
 	}

@@ -25,7 +25,7 @@ func TestOverridesCommand(t *testing.T) {
 admin: {token: `+ovTestToken+`}
 limits:
   api-key: {algorithm: token_bucket, limit: 10, period: 1s}
-`))
+`), formats)
 	if err != nil {
 		t.Fatal(err)
 	}

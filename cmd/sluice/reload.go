@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // source is what the configuration file was when last read, for the
@@ -130,7 +131,11 @@ func (s *service) reload(trigger string, src *source) *source {
 // one in use. An invalid file changes nothing: each problem is logged.
 func (s *service) apply(trigger string, data []byte) bool {
 	log := s.logger.With("trigger", trigger, "file", s.flags.config)
-	cfg, err := config.Parse(s.flags.config, data)
+	cfg, err := config.Parse(s.flags.config, data, formats)
+	var envoy *rls.Config
+	if err == nil {
+		envoy, err = buildEnvoy(cfg)
+	}
 	if err != nil {
 		s.metrics.ReloadFailed()
 		var ce *config.Error
@@ -159,7 +164,6 @@ func (s *service) apply(trigger string, data []byte) bool {
 	s.tls.commit(tlsNext)
 	s.store.reportSplit(cfg, log)
 	if s.rls != nil {
-		envoy, _ := cfg.Envoy()
 		s.rls.SetConfig(envoy)
 	}
 	log.LogAttrs(context.Background(), slog.LevelDebug, "reload applied")

@@ -241,14 +241,14 @@ func displayName(path string) string {
 // default when path is empty (its source is then nil).
 func loadInitial(path string) (*config.Config, *source, error) {
 	if path == "" {
-		cfg, err := config.Default()
+		cfg, err := config.Default(formats)
 		return cfg, nil, err
 	}
 	src, data, err := readSource(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg, err := config.Parse(path, data)
+	cfg, err := config.Parse(path, data, formats)
 	return cfg, src, err
 }
 
@@ -281,6 +281,10 @@ type service struct {
 }
 
 func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*service, error) {
+	envoy, err := buildEnvoy(cfg)
+	if err != nil {
+		return nil, err
+	}
 	s := &service{flags: f, logger: logger, started: cfg, reg: prometheus.NewRegistry()}
 	l := cfg.Listen()
 	s.httpAddr, s.grpcAddr, s.adminAddr = l.HTTP, l.GRPC, l.Admin
@@ -333,7 +337,6 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	if s.grpcAddr != "" {
-		envoy, _ := cfg.Envoy()
 		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision})
 		s.health = health.NewServer()
 	}

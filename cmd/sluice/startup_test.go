@@ -127,7 +127,7 @@ func startupCases(dir string) []startupCase {
 		}, "limits:\n  api: {algorithm: token_bucket, limit: 10, period: 1s}\nplans:\n  free: [{limit: api}]\nplan_tables:\n  t: {file: missing.csv}\n",
 			"6: plan_tables.t.file: cannot read "},
 		{"plan table in Redis without Redis", func(t *testing.T) error {
-			cfg, err := config.Parse("sluice.yaml", []byte(redisYAML("", "")+"plans:\n  free: [{limit: api}]\nplan_tables:\n  t: {redis_hash: plans}\n"))
+			cfg, err := config.Parse("sluice.yaml", []byte(redisYAML("", "")+"plans:\n  free: [{limit: api}]\nplan_tables:\n  t: {redis_hash: plans}\n"), formats)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ proxy:
     - name: plan-split
       limits: [{limit: api, key: ip}]
       plan: {key: "header:X-User", from: "header:X-Plan", default: free}
-`))
+`), formats)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,10 @@ func validateOne(s streams, path string) bool {
 		fmt.Fprintf(s.stderr, "%s: %v\n", name, err)
 		return false
 	}
-	cfg, err := config.Parse(name, data)
+	cfg, err := config.Parse(name, data, formats)
+	if err == nil {
+		_, err = buildEnvoy(cfg) // checked by formats: builds, as serve will
+	}
 	if err != nil {
 		var ce *config.Error
 		if !errors.As(err, &ce) {

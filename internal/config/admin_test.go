@@ -8,7 +8,7 @@ import (
 )
 
 func TestAdmin(t *testing.T) {
-	c, err := Load("testdata/good/admin.yaml")
+	c, err := Load("testdata/good/admin.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +20,7 @@ func TestAdmin(t *testing.T) {
 		t.Errorf("Admin() = %+v, want %+v", got, want)
 	}
 
-	inline, err := Parse("inline.yaml", []byte("admin: {token: abcdefghijklmnopqrstuvwxyz}\n"))
+	inline, err := Parse("inline.yaml", []byte("admin: {token: abcdefghijklmnopqrstuvwxyz}\n"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestAdminTokenFile(t *testing.T) {
 		if err := os.WriteFile(tokPath, []byte(tok+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		c, err := Parse(cfgPath, data)
+		c, err := Parse(cfgPath, data, testFormats)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestAdminTokenFile(t *testing.T) {
 	if err := os.WriteFile(tokPath, []byte("  \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Parse(cfgPath, data)
+	_, err := Parse(cfgPath, data, testFormats)
 	want := []string{cfgPath + ":1: admin.token_file: " + tokPath + ": the token is empty; write a secret of at least 16 characters, like the output of `openssl rand -hex 32`"}
 	if got := problems(err); !slices.Equal(got, want) {
 		t.Errorf("Parse with an empty token file: %q, want %q", got, want)

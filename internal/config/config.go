@@ -2,12 +2,20 @@
 // service (sluice serve).
 //
 // A configuration is a YAML file with the sections listen, store, limits,
-// proxy and envoy; docs/configuration.md describes every key, and
-// docs/envoy.md the envoy section, whose format package rls owns. Decoding is strict
-// and complete: an unknown key, a wrong type, a bad number, duration,
-// address or reference is a Problem naming the file, the line, the path in
-// the document (such as limits.api-key.burst) and what is wrong, and Parse
-// reports every problem of a file at once, in an *Error.
+// plans, plan_tables, proxy, envoy and admin; docs/configuration.md
+// describes every key, and docs/envoy.md the envoy section, whose format
+// package rls owns. Decoding is strict and complete: an unknown key, a
+// wrong type, a bad number, duration, address or reference is a Problem
+// naming the file, the line, the path in the document (such as
+// limits.api-key.burst) and what is wrong, and Parse reports every problem
+// of a file at once, in an *Error.
+//
+// The package is the schema and nothing more: it produces plain data
+// (names, numbers, durations, key sources as written, the envoy section as
+// its YAML node) and builds nothing that serves requests. The values whose
+// format another package owns are checked through Formats, which cmd/sluice
+// provides; it imports the root package (policies and their bounds) and
+// none of the adapters (docs/architecture.md).
 //
 // A Config is immutable once built: its accessors return copies, so one
 // Config can be shared by every goroutine of a server, and a reload swaps
@@ -25,9 +33,9 @@ import (
 	"slices"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/tlsauth"
 )
 
@@ -235,11 +243,10 @@ type RuleLimit struct {
 	// Limit names an entry of the limits section.
 	Limit string
 	// Key is the key source, such as "ip", "header:X-API-Key" or
-	// "ip+path".
+	// "ip+path", as Formats.KeySource accepted it; package server builds
+	// its key function (httplimit.ParseKey), with the proxy's trusted
+	// proxies for "ip" and its body bounds for form: and json:.
 	Key string
-	// KeyFunc extracts the key from a request, as httplimit.ParseKey
-	// built it from Key, with the proxy's trusted proxies for "ip".
-	KeyFunc httplimit.KeyFunc
 	// Cost is what one request costs, at least 1.
 	Cost int64
 	// ChargeOn, when not empty, lists the upstream response statuses for
@@ -258,7 +265,7 @@ type Config struct {
 	limits map[string]Limit
 	names  []string // limit names, sorted
 	proxy  *Proxy
-	envoy  *rls.Config
+	envoy  *yaml.Node // the envoy section's value, as Formats.Envoy checked it
 	admin  Admin
 	// plans and planTables are the plans and plan_tables sections
 	// (plans.go).
@@ -330,11 +337,36 @@ func (c *Config) Proxy() (Proxy, bool) {
 	return p, true
 }
 
-// Envoy returns the compiled envoy section, the descriptors of Envoy's
-// rate limit service (docs/envoy.md), and false when the configuration has
-// none. An rls.Config is immutable.
-func (c *Config) Envoy() (*rls.Config, bool) {
-	return c.envoy, c.envoy != nil
+// Envoy returns the envoy section, the descriptors of Envoy's rate limit
+// service (docs/envoy.md), as the YAML node of its value, with the lines
+// and columns of the file, and false when the configuration has none.
+// Package rls owns its format: rls.DecodeSection reads it and
+// rls.CompileSection builds the descriptor trees. The node is a copy.
+func (c *Config) Envoy() (*yaml.Node, bool) {
+	if c.envoy == nil {
+		return nil, false
+	}
+	return cloneNode(c.envoy, make(map[*yaml.Node]*yaml.Node)), true
+}
+
+// cloneNode returns a deep copy of n; seen maps the nodes copied so far
+// to their copies, so that an alias points into the copy and a node
+// shared by several aliases is copied once.
+func cloneNode(n *yaml.Node, seen map[*yaml.Node]*yaml.Node) *yaml.Node {
+	if n == nil {
+		return nil
+	}
+	if c, ok := seen[n]; ok {
+		return c
+	}
+	c := *n
+	seen[n] = &c
+	c.Alias = cloneNode(n.Alias, seen)
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, e := range n.Content {
+		c.Content[i] = cloneNode(e, seen)
+	}
+	return &c
 }
 
 // RestartRequired lists the settings that differ between old and new and
@@ -408,14 +440,15 @@ const DefaultSource = "<built-in default>"
 //go:embed default.yaml
 var DefaultYAML string
 
-// Default returns the built-in configuration, DefaultYAML. Its error is
-// never non-nil in a tested build; it is returned rather than hidden.
-func Default() (*Config, error) {
-	return Parse(DefaultSource, []byte(DefaultYAML))
+// Default returns the built-in configuration, DefaultYAML, checked with
+// formats. Its error is never non-nil in a tested build; it is returned
+// rather than hidden.
+func Default(formats Formats) (*Config, error) {
+	return Parse(DefaultSource, []byte(DefaultYAML), formats)
 }
 
-// Load reads and validates the configuration file at path.
-func Load(path string) (*Config, error) {
+// Load reads and validates the configuration file at path, as Parse does.
+func Load(path string, formats Formats) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -425,17 +458,18 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: read %s: %w", path, err)
 	}
-	return Parse(path, data)
+	return Parse(path, data, formats)
 }
 
 // Parse validates the configuration in data; name is the file name used in
-// messages. A configuration with problems returns an *Error listing all of
+// messages, and formats checks the values whose format another package
+// owns. A configuration with problems returns an *Error listing all of
 // them.
-func Parse(name string, data []byte) (*Config, error) {
+func Parse(name string, data []byte, formats Formats) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, &Error{Problems: []Problem{{File: name, Message: fmt.Sprintf("file is larger than %d bytes", MaxFileSize)}}}
 	}
-	d := &decoder{file: name, budget: maxVisits, declared: make(map[string]bool)}
+	d := &decoder{file: name, formats: formats, budget: maxVisits, declared: make(map[string]bool)}
 	c := d.document(bytes.NewReader(data))
 	d.placeSyntax(data)
 	if len(d.problems) > 0 {

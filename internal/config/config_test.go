@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // wantLines returns the "# want: " lines of a fixture: the problems Parse
@@ -62,7 +62,7 @@ func TestParseBad(t *testing.T) {
 			if len(want) == 0 {
 				t.Fatalf("%s has no # want: lines", file)
 			}
-			c, err := Parse(name, data)
+			c, err := Parse(name, data, testFormats)
 			if err == nil {
 				t.Fatalf("Parse(%s) = %v, nil; want problems:\n%s", name, c, strings.Join(want, "\n"))
 			}
@@ -90,9 +90,9 @@ func TestParseGood(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
-			c, err := Load(file)
+			c, err := Load(file, testFormats)
 			if err != nil {
-				t.Fatalf("Load(%s): %v", file, err)
+				t.Fatalf("Load(%s, testFormats): %v", file, err)
 			}
 			if got := c.Source(); got != file {
 				t.Errorf("Source() = %q, want %q", got, file)
@@ -109,7 +109,7 @@ func TestParseGood(t *testing.T) {
 // TestIssueExample checks every value of the example configuration in
 // issue 5.
 func TestIssueExample(t *testing.T) {
-	c, err := Load("testdata/good/issue.yaml")
+	c, err := Load("testdata/good/issue.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,25 +159,12 @@ func TestIssueExample(t *testing.T) {
 	if len(r1.Limits) != 2 || r1.Limits[0].Key != "header:X-API-Key" || r1.Limits[1].Limit != "per-ip" {
 		t.Errorf("rule 1 limits = %+v", r1.Limits)
 	}
-
-	// The key functions are built, and "ip" believes the trusted proxy.
-	req := httptest.NewRequest("GET", "/api/x", nil)
-	req.RemoteAddr = "127.0.0.1:5000"
-	req.Header.Set("X-Forwarded-For", "203.0.113.7")
-	req.Header.Set("X-API-Key", "k1")
-	for i, want := range []string{"k1", "203.0.113.7"} {
-		if got, ok := r1.Limits[i].KeyFunc(req); !ok || got != want {
-			t.Errorf("rule 1 limit %d key = %q, %v, want %q, true", i, got, ok, want)
-		}
-	}
-	req.RemoteAddr = "198.51.100.1:5000" // not trusted: its header is ignored
-	if got, _ := r1.Limits[1].KeyFunc(req); got != "198.51.100.1" {
-		t.Errorf("ip key from an untrusted peer = %q, want 198.51.100.1", got)
-	}
+	// Package server builds the key functions from the key sources (its
+	// tests check that "ip" believes only the trusted proxies).
 }
 
 func TestAnchors(t *testing.T) {
-	c, err := Load("testdata/good/anchors.yaml")
+	c, err := Load("testdata/good/anchors.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +188,7 @@ func TestAnchors(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	c, err := Load("testdata/good/redis.yaml")
+	c, err := Load("testdata/good/redis.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,15 +213,24 @@ func TestRedis(t *testing.T) {
 }
 
 func TestEnvoy(t *testing.T) {
-	c, err := Load("testdata/good/envoy.yaml")
+	c, err := Load("testdata/good/envoy.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, ok := c.Envoy()
-	if !ok || !slices.Equal(e.Domains(), []string{"edge"}) {
-		t.Errorf("Envoy() = %v, %v, want the domain edge", e, ok)
+	if !ok {
+		t.Fatal("Envoy() = false, want the envoy section")
 	}
-	c, err = Load("testdata/good/issue.yaml")
+	s, ps := rls.DecodeSection(e, "envoy")
+	if len(ps) > 0 || len(s.Domains) != 1 || s.Domains[0].Domain != "edge" {
+		t.Errorf("the envoy section decodes to %+v, %v, want the domain edge", s, ps)
+	}
+	// Envoy returns a copy: changing it changes nothing of the Config.
+	e.Content[0].Content = nil
+	if again, _ := c.Envoy(); again.Content[0].Content == nil {
+		t.Error("changing the section Envoy returned changed the configuration")
+	}
+	c, err = Load("testdata/good/issue.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +240,7 @@ func TestEnvoy(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	c, err := Parse("min.yaml", []byte("limits: {}\n"))
+	c, err := Parse("min.yaml", []byte("limits: {}\n"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +251,7 @@ func TestDefaults(t *testing.T) {
 	if s.Backend != MemoryBackend || s.Timeout != DefaultTimeout || s.OnError != DefaultOnError {
 		t.Errorf("Store() = %+v", s)
 	}
-	c, err = Parse("r.yaml", []byte("store: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"))
+	c, err = Parse("r.yaml", []byte("store: {backend: redis, redis: {addrs: ['[::1]:6379']}}\n"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,9 +261,9 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestDefault(t *testing.T) {
-	c, err := Default()
+	c, err := Default(testFormats)
 	if err != nil {
-		t.Fatalf("Default(): %v", err)
+		t.Fatalf("Default(testFormats): %v", err)
 	}
 	if c.Source() != DefaultSource {
 		t.Errorf("Source() = %q", c.Source())
@@ -290,17 +286,17 @@ func TestDefault(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("Load(missing) = %v, want an error wrapping os.ErrNotExist", err)
+	if _, err := Load(filepath.Join(dir, "missing.yaml"), testFormats); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing, testFormats) = %v, want an error wrapping os.ErrNotExist", err)
 	}
 	big := filepath.Join(dir, "big.yaml")
 	data := append([]byte("# "), bytes.Repeat([]byte("x"), MaxFileSize)...)
 	if err := os.WriteFile(big, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(big)
+	_, err := Load(big, testFormats)
 	if got, want := problems(err), []string{big + ": file is larger than 4194304 bytes"}; !slices.Equal(got, want) {
-		t.Errorf("Load(big) = %v, want %v", got, want)
+		t.Errorf("Load(big, testFormats) = %v, want %v", got, want)
 	}
 }
 
@@ -325,7 +321,7 @@ func TestAliasBudget(t *testing.T) {
 		b.WriteString("    - *r\n")
 	}
 	start := time.Now()
-	_, err := Parse("bomb.yaml", []byte(b.String()))
+	_, err := Parse("bomb.yaml", []byte(b.String()), testFormats)
 	got := problems(err)
 	if len(got) != 1 || !strings.Contains(got[0], "the document is too complex") {
 		t.Errorf("Parse(bomb) problems = %q, want one 'too complex'", got)
@@ -342,7 +338,7 @@ func TestManyProblems(t *testing.T) {
 	for i := range 3 * maxProblems {
 		fmt.Fprintf(&b, "  l%d: {algorithm: gcra, limit: 0, period: 1s}\n", i)
 	}
-	_, err := Parse("many.yaml", []byte(b.String()))
+	_, err := Parse("many.yaml", []byte(b.String()), testFormats)
 	got := problems(err)
 	if len(got) != maxProblems+1 {
 		t.Fatalf("Parse reported %d problems, want %d and a note", len(got), maxProblems)
@@ -414,7 +410,7 @@ func TestMatch(t *testing.T) {
 // TestImmutable checks that changing what the accessors return does not
 // change the Config.
 func TestImmutable(t *testing.T) {
-	c, err := Load("testdata/good/issue.yaml")
+	c, err := Load("testdata/good/issue.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +429,7 @@ func TestImmutable(t *testing.T) {
 	if l, _ := c.Limit("api-key"); l.Policy.Limit != 10 {
 		t.Errorf("Limit changed through Limits(): %+v", l)
 	}
-	rc, err := Load("testdata/good/redis.yaml")
+	rc, err := Load("testdata/good/redis.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +442,7 @@ func TestImmutable(t *testing.T) {
 func TestRestartRequired(t *testing.T) {
 	parse := func(s string) *Config {
 		t.Helper()
-		c, err := Parse("x.yaml", []byte(s))
+		c, err := Parse("x.yaml", []byte(s), testFormats)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +502,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("limits: {a: {<<: {algorithm: gcra}, limit: 1, period: 1s}}"))
 	f.Add([]byte("a: &a [*a]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := Parse("fuzz.yaml", data)
+		c, err := Parse("fuzz.yaml", data, testFormats)
 		if (c == nil) == (err == nil) {
 			t.Fatalf("Parse = %v, %v: want exactly one of a Config and an error", c, err)
 		}
@@ -531,7 +527,7 @@ func FuzzLoad(f *testing.F) {
 			for _, r := range p.Rules {
 				for _, rl := range r.Limits {
 					l, ok := c.Limit(rl.Limit)
-					if !ok || rl.KeyFunc == nil || rl.Cost < 1 || rl.Cost > l.Policy.Capacity() {
+					if !ok || rl.Key == "" || rl.Cost < 1 || rl.Cost > l.Policy.Capacity() {
 						t.Fatalf("rule limit %+v is not valid", rl)
 					}
 				}
@@ -545,7 +541,7 @@ func FuzzLoad(f *testing.F) {
 // constructors (sluice.TokenBucket(10, time.Second, 0)) and the overrides
 // API.
 func TestBurstZero(t *testing.T) {
-	c, err := Load("testdata/good/burst_zero.yaml")
+	c, err := Load("testdata/good/burst_zero.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
 )
 
 // maxVisits bounds the nodes a decoder visits, counting each visit of an
@@ -26,6 +25,7 @@ const maxNameLen = 64
 // decoder walks a YAML document and collects every problem it finds.
 type decoder struct {
 	file     string
+	formats  Formats
 	problems []Problem
 	budget   int
 	// merging holds the mappings whose merge keys are being expanded, to
@@ -41,8 +41,6 @@ type decoder struct {
 	plans                         map[string]Plan
 	tables                        map[string]PlanTable
 	declaredPlans, declaredTables map[string]bool
-	// keyOpts parse the proxy's key sources, body sources included.
-	keyOpts *httplimit.KeyOptions
 }
 
 // field is one key and its value in a mapping.

@@ -17,7 +17,8 @@ limits:
 proxy:
   rules:
     - limits: [{limit: apikey, key: "header:X-API-Key"}]
-`))
+`), config.Formats{}) // cmd/sluice passes the checks of key sources and the like
+
 	fmt.Println(err)
 	// Output:
 	// sluice.yaml:4: limits.api-key.algorithm: unknown algorithm "token-bucket" (want token_bucket, gcra, leaky_bucket, fixed_window, sliding_log or sliding_window); did you mean "token_bucket"?
@@ -30,7 +31,7 @@ func ExampleConfig_Limit() {
 	cfg, err := config.Parse("sluice.yaml", []byte(`
 limits:
   per-ip: {algorithm: sliding_window, limit: 100, period: 1m}
-`))
+`), config.Formats{})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -46,7 +46,7 @@ func TestListenTLS(t *testing.T) {
 	notAfter := server.Cert.NotAfter
 	dir := tlsDir(t, server, ca)
 	file := filepath.Join(dir, "sluice.yaml")
-	c, err := Parse(file, []byte(tlsYAML))
+	c, err := Parse(file, []byte(tlsYAML), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestListenTLS(t *testing.T) {
 	if len(w) != 1 || !strings.HasPrefix(w[0].String(), file+":5: listen.tls.cert_file: the certificate in ") || !strings.Contains(w[0].Message, "expires in 3 hours") {
 		t.Errorf("Warnings a few hours before expiry: %v", w)
 	}
-	plain, err := Parse("plain.yaml", []byte("limits:\n  demo: {algorithm: token_bucket, limit: 10, period: 1m}\n"))
+	plain, err := Parse("plain.yaml", []byte("limits:\n  demo: {algorithm: token_bucket, limit: 10, period: 1m}\n"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestListenTLSProblems(t *testing.T) {
 				tt.setup(dir)
 			}
 			file := filepath.Join(dir, "sluice.yaml")
-			_, err := Parse(file, []byte(tt.yaml))
+			_, err := Parse(file, []byte(tt.yaml), testFormats)
 			want := file + strings.ReplaceAll(tt.want, "DIR", dir)
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("Parse: %v\nwant a problem starting %q", err, want)

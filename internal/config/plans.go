@@ -1,12 +1,7 @@
 package config
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,8 +9,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/plans"
 )
 
 // This file holds the plans, plan_tables and proxy.body sections, a
@@ -35,10 +28,12 @@ func (p Plan) Unlimited() bool { return len(p.Limits) == 0 }
 
 // Defaults of a plan table's cache.
 const (
-	// DefaultPlanCacheTTL is plan_tables.NAME.cache_ttl's default.
-	DefaultPlanCacheTTL = plans.DefaultCacheTTL
-	// DefaultPlanCacheSize is plan_tables.NAME.cache_size's default.
-	DefaultPlanCacheSize = plans.DefaultCacheSize
+	// DefaultPlanCacheTTL is plan_tables.NAME.cache_ttl's default, that
+	// of package plans (plans.DefaultCacheTTL).
+	DefaultPlanCacheTTL = 5 * time.Second
+	// DefaultPlanCacheSize is plan_tables.NAME.cache_size's default, that
+	// of package plans (plans.DefaultCacheSize).
+	DefaultPlanCacheSize = 100_000
 )
 
 // PlanTable is a table of client keys and their plans: a file, or a Redis
@@ -67,12 +62,9 @@ type RulePlan struct {
 	// Key is the key source that identifies the client, such as
 	// "header:X-API-Key"; the plan's limits count under it.
 	Key string
-	// KeyFunc extracts Key from a request.
-	KeyFunc httplimit.KeyFunc
 	// From, when set, is a key source whose value names the plan, such as
-	// "header:X-Plan"; FromFunc extracts it.
-	From     string
-	FromFunc httplimit.KeyFunc
+	// "header:X-Plan".
+	From string
 	// Table, when set, names the plan table in which the client's key is
 	// looked up.
 	Table string
@@ -96,8 +88,9 @@ type Body struct {
 
 // Defaults of the proxy.body section.
 const (
-	// DefaultBodyMaxBytes is proxy.body.max_bytes' default.
-	DefaultBodyMaxBytes = httplimit.DefaultMaxBodyBytes
+	// DefaultBodyMaxBytes is proxy.body.max_bytes' default, that of
+	// package httplimit (httplimit.DefaultMaxBodyBytes).
+	DefaultBodyMaxBytes = 64 << 10
 	// DefaultBodyTimeout is proxy.body.timeout's default.
 	DefaultBodyTimeout = 10 * time.Second
 	// maxBodyMaxBytes bounds proxy.body.max_bytes: 16 MiB.
@@ -243,11 +236,7 @@ func (d *decoder) planTables(top object, plansByName map[string]Plan, store Stor
 	if !ok {
 		return out
 	}
-	known := make([]string, 0, len(plansByName))
-	for name := range plansByName {
-		known = append(known, name)
-	}
-	slices.Sort(known)
+	known := sortedPlanNames(plansByName)
 	for _, f := range fs {
 		name := f.key.Value
 		path := join("plan_tables", name)
@@ -261,66 +250,8 @@ func (d *decoder) planTables(top object, plansByName map[string]Plan, store Stor
 			continue
 		}
 		t := PlanTable{Name: name, CacheTTL: DefaultPlanCacheTTL, CacheSize: DefaultPlanCacheSize}
-		good := true
-		fv, rv := o.get("file"), o.get("redis_hash")
-		switch {
-		case fv != nil && rv != nil:
-			d.add(o.fields["redis_hash"].key, join(path, "redis_hash"), "cannot be combined with file; a table is a file or a Redis hash")
-			good = false
-		case fv == nil && rv == nil:
-			d.add(f.key, path, "needs file (a CSV or YAML file of key,plan) or redis_hash (a Redis hash of key -> plan)")
-			good = false
-		case fv != nil:
-			fp, ok := d.nonEmpty(fv, join(path, "file"))
-			if !ok {
-				good = false
-				break
-			}
-			if !filepath.IsAbs(fp) {
-				fp = filepath.Join(filepath.Dir(d.file), fp)
-			}
-			if msg := checkTableFile(fp, known); msg != "" {
-				d.add(deref(fv), join(path, "file"), "%s", msg)
-				good = false
-			}
-			t.File = fp
-		default:
-			h, ok := d.nonEmpty(rv, join(path, "redis_hash"))
-			if !ok {
-				good = false
-				break
-			}
-			if store.Backend != RedisBackend {
-				d.add(deref(rv), join(path, "redis_hash"), "needs store.backend: redis (the table is read from store.redis)")
-				good = false
-			}
-			t.RedisHash = h
-		}
-		if v := o.get("default"); v != nil {
-			if s, ok := d.planName(v, join(path, "default"), plansByName); ok {
-				t.Default = s
-			} else {
-				good = false
-			}
-		}
-		if v := o.get("cache_ttl"); v != nil {
-			if x, ok := d.duration(v, join(path, "cache_ttl"), time.Hour); ok {
-				t.CacheTTL = x
-			} else {
-				good = false
-			}
-		}
-		if v := o.get("cache_size"); v != nil {
-			if x, ok := d.integer(v, join(path, "cache_size"), 2, 100_000_000); ok {
-				t.CacheSize = int(x)
-			} else {
-				good = false
-			}
-		}
-		if (o.get("cache_ttl") != nil || o.get("cache_size") != nil) && t.File != "" {
-			d.add(f.key, path, "cache_ttl and cache_size apply to redis_hash tables; a file is held in memory whole")
-			good = false
-		}
+		good := d.tableSource(f.key, o, path, known, store, &t)
+		good = d.tableOptions(f.key, o, path, plansByName, &t) && good
 		if good {
 			out[name] = t
 		}
@@ -328,28 +259,71 @@ func (d *decoder) planTables(top object, plansByName map[string]Plan, store Stor
 	return out
 }
 
-// checkTableFile reads and parses a plan table file, returning what is
-// wrong with it.
-func checkTableFile(path string, known []string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "cannot read " + path + ": no such file"
-		}
-		return "cannot read the table: " + err.Error()
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, plans.MaxFileSize+1))
+// tableSource decodes where a plan table is, file or redis_hash, into t;
+// at is the table's key.
+func (d *decoder) tableSource(at *yaml.Node, o object, path string, known []string, store Store, t *PlanTable) bool {
+	fv, rv := o.get("file"), o.get("redis_hash")
 	switch {
-	case err != nil:
-		return "cannot read the table: " + err.Error()
-	case len(data) > plans.MaxFileSize:
-		return fmt.Sprintf("%s is larger than %d bytes", path, plans.MaxFileSize)
+	case fv != nil && rv != nil:
+		d.add(o.fields["redis_hash"].key, join(path, "redis_hash"), "cannot be combined with file; a table is a file or a Redis hash")
+		return false
+	case fv == nil && rv == nil:
+		d.add(at, path, "needs file (a CSV or YAML file of key,plan) or redis_hash (a Redis hash of key -> plan)")
+		return false
+	case fv != nil:
+		fp, ok := d.nonEmpty(fv, join(path, "file"))
+		if !ok {
+			return false
+		}
+		t.File = d.relative(fp)
+		if msg := d.checkTableFile(t.File, known); msg != "" {
+			d.add(deref(fv), join(path, "file"), "%s", msg)
+			return false
+		}
+		return true
 	}
-	if _, err := plans.ParseTable(path, data, known); err != nil {
-		return strings.TrimPrefix(err.Error(), "plans: ")
+	h, ok := d.nonEmpty(rv, join(path, "redis_hash"))
+	if !ok {
+		return false
 	}
-	return ""
+	t.RedisHash = h
+	if store.Backend != RedisBackend {
+		d.add(deref(rv), join(path, "redis_hash"), "needs store.backend: redis (the table is read from store.redis)")
+		return false
+	}
+	return true
+}
+
+// tableOptions decodes a plan table's default, cache_ttl and cache_size
+// into t, whose source is decoded; at is the table's key.
+func (d *decoder) tableOptions(at *yaml.Node, o object, path string, plansByName map[string]Plan, t *PlanTable) bool {
+	good := true
+	if v := o.get("default"); v != nil {
+		if s, ok := d.planName(v, join(path, "default"), plansByName); ok {
+			t.Default = s
+		} else {
+			good = false
+		}
+	}
+	if v := o.get("cache_ttl"); v != nil {
+		if x, ok := d.duration(v, join(path, "cache_ttl"), time.Hour); ok {
+			t.CacheTTL = x
+		} else {
+			good = false
+		}
+	}
+	if v := o.get("cache_size"); v != nil {
+		if x, ok := d.integer(v, join(path, "cache_size"), 2, 100_000_000); ok {
+			t.CacheSize = int(x)
+		} else {
+			good = false
+		}
+	}
+	if (o.get("cache_ttl") != nil || o.get("cache_size") != nil) && t.File != "" {
+		d.add(at, path, "cache_ttl and cache_size apply to redis_hash tables; a file is held in memory whole")
+		good = false
+	}
+	return good
 }
 
 // planName decodes the name of a plan of the plans section.
@@ -377,7 +351,7 @@ func sortedPlanNames(m map[string]Plan) []string {
 }
 
 // rulePlan decodes a rule's plan: {key, from | table, default, cost}.
-func (d *decoder) rulePlan(at, n *yaml.Node, path string, keyOpts *httplimit.KeyOptions) (*RulePlan, bool) {
+func (d *decoder) rulePlan(at, n *yaml.Node, path string) (*RulePlan, bool) {
 	o, ok := d.mapping(at, n, path, "key", "from", "table", "default", "cost")
 	if !ok {
 		return nil, false
@@ -391,51 +365,12 @@ func (d *decoder) rulePlan(at, n *yaml.Node, path string, keyOpts *httplimit.Key
 	if v := o.get("key"); v == nil {
 		d.add(at, join(path, "key"), "missing: the key source that identifies the client, like header:X-API-Key; the plan's limits count under it")
 		good = false
-	} else if s, ok := d.nonEmpty(v, join(path, "key")); !ok {
-		good = false
-	} else if fn, err := httplimit.ParseKey(s, keyOpts); err != nil {
-		d.add(deref(v), join(path, "key"), "%v", err)
-		good = false
+	} else if s, ok := d.keyField(v, join(path, "key")); ok {
+		p.Key = s
 	} else {
-		p.Key, p.KeyFunc = s, fn
-	}
-	fv, tv := o.get("from"), o.get("table")
-	switch {
-	case fv != nil && tv != nil:
-		d.add(o.fields["table"].key, join(path, "table"), "cannot be combined with from; the plan comes from a key source or a table")
 		good = false
-	case fv == nil && tv == nil:
-		d.add(at, path, "needs from (a key source naming the plan, like header:X-Plan) or table (a plan table to look the key up in)")
-		good = false
-	case fv != nil:
-		if s, ok := d.nonEmpty(fv, join(path, "from")); !ok {
-			good = false
-		} else if fn, err := httplimit.ParseKey(s, keyOpts); err != nil {
-			d.add(deref(fv), join(path, "from"), "%v", err)
-			good = false
-		} else {
-			p.From, p.FromFunc = s, fn
-		}
-	default:
-		s, ok := d.nonEmpty(tv, join(path, "table"))
-		if !ok {
-			good = false
-			break
-		}
-		if t, known := d.tables[s]; known {
-			p.Table, p.Default = s, t.Default
-		} else {
-			if !d.declaredTables[s] {
-				var names []string
-				for name := range d.tables {
-					names = append(names, name)
-				}
-				slices.Sort(names)
-				d.add(deref(tv), join(path, "table"), "no table named %q in the plan_tables section%s", s, suggest(s, names))
-			}
-			good = false
-		}
 	}
+	good = d.planSource(at, o, path, p) && good
 	if v := o.get("default"); v != nil {
 		if s, ok := d.planName(v, join(path, "default"), d.plans); ok {
 			p.Default = s
@@ -453,18 +388,54 @@ func (d *decoder) rulePlan(at, n *yaml.Node, path string, keyOpts *httplimit.Key
 		}
 		good = good && ok
 	}
-	if good {
-		// The cost must fit every plan's limits.
-		for _, name := range sortedPlanNames(d.plans) {
-			for _, ln := range d.plans[name].Limits {
-				if l := d.limitsByName[ln]; p.Cost > l.Policy.Capacity() {
-					d.add(at, join(path, "cost"), "%d exceeds the capacity of limit %q (%d) of plan %q: no request on that plan could pass", p.Cost, ln, l.Policy.Capacity(), name)
-					good = false
-				}
+	return p, good && d.planCostFits(at, path, p.Cost)
+}
+
+// planSource decodes where a rule's plan comes from, a key source (from)
+// or a plan table (table), into p; a table brings its default.
+func (d *decoder) planSource(at *yaml.Node, o object, path string, p *RulePlan) bool {
+	fv, tv := o.get("from"), o.get("table")
+	switch {
+	case fv != nil && tv != nil:
+		d.add(o.fields["table"].key, join(path, "table"), "cannot be combined with from; the plan comes from a key source or a table")
+		return false
+	case fv == nil && tv == nil:
+		d.add(at, path, "needs from (a key source naming the plan, like header:X-Plan) or table (a plan table to look the key up in)")
+		return false
+	case fv != nil:
+		s, ok := d.keyField(fv, join(path, "from"))
+		p.From = s
+		return ok
+	}
+	s, ok := d.nonEmpty(tv, join(path, "table"))
+	if !ok {
+		return false
+	}
+	t, known := d.tables[s]
+	if !known {
+		if !d.declaredTables[s] {
+			names := slices.Sorted(maps.Keys(d.tables))
+			d.add(deref(tv), join(path, "table"), "no table named %q in the plan_tables section%s", s, suggest(s, names))
+		}
+		return false
+	}
+	p.Table, p.Default = s, t.Default
+	return true
+}
+
+// planCostFits reports whether a rule's plan cost fits every plan's
+// limits, recording a problem for each limit it exceeds.
+func (d *decoder) planCostFits(at *yaml.Node, path string, cost int64) bool {
+	good := true
+	for _, name := range sortedPlanNames(d.plans) {
+		for _, ln := range d.plans[name].Limits {
+			if l := d.limitsByName[ln]; cost > l.Policy.Capacity() {
+				d.add(at, join(path, "cost"), "%d exceeds the capacity of limit %q (%d) of plan %q: no request on that plan could pass", cost, ln, l.Policy.Capacity(), name)
+				good = false
 			}
 		}
 	}
-	return p, good
+	return good
 }
 
 // chargeOn decodes a rule limit's charge_on: a list of HTTP statuses.

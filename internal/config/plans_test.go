@@ -1,7 +1,6 @@
 package config
 
 import (
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,7 @@ import (
 )
 
 func TestPlans(t *testing.T) {
-	c, err := Load("testdata/good/plans.yaml")
+	c, err := Load("testdata/good/plans.yaml", testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +40,8 @@ func TestPlans(t *testing.T) {
 	if login.Plan != nil || !slices.Equal(login.Limits[0].ChargeOn, []int{401, 403}) {
 		t.Errorf("login rule = %+v", login)
 	}
-	// The body key reads the form.
-	r := httptest.NewRequest("POST", "/login", strings.NewReader("username=alice"))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if k, ok := login.Limits[0].KeyFunc(r); k != "alice" || !ok {
-		t.Errorf("form:username = %q, %v", k, ok)
+	if got := login.Limits[0].Key; got != "form:username" {
+		t.Errorf("login key = %q, want form:username", got)
 	}
 	for i, w := range []RulePlan{
 		{Key: "header:X-API-Key", Table: "customers", Default: "free", Cost: 1},
@@ -55,9 +51,6 @@ func TestPlans(t *testing.T) {
 		p := px.Rules[i+1].Plan
 		if p == nil {
 			t.Fatalf("rule %d has no plan", i+1)
-		}
-		if p.KeyFunc == nil || (p.From != "") != (p.FromFunc != nil) {
-			t.Errorf("rule %d: key functions missing", i+1)
 		}
 		if p.Key != w.Key || p.From != w.From || p.Table != w.Table || p.Default != w.Default || p.Cost != w.Cost {
 			t.Errorf("rule %d plan = %+v, want %+v", i+1, *p, w)
@@ -75,7 +68,7 @@ func TestPlans(t *testing.T) {
 // TestBodyDefaults: a proxy without a body section reads at most 64 KiB
 // for 10 s.
 func TestBodyDefaults(t *testing.T) {
-	c, err := Parse("x.yaml", []byte("limits: {a: {algorithm: gcra, limit: 1, period: 1s}}\nproxy:\n  rules: [{limits: [{limit: a, key: \"json:user\"}]}]\n"))
+	c, err := Parse("x.yaml", []byte("limits: {a: {algorithm: gcra, limit: 1, period: 1s}}\nproxy:\n  rules: [{limits: [{limit: a, key: \"json:user\"}]}]\n"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,14 +97,14 @@ func TestPlansDocs(t *testing.T) {
 			continue // a fragment
 		}
 		checked++
-		if _, err := Parse("../../examples/plans-doc.yaml", []byte(y)); err != nil {
+		if _, err := Parse("../../examples/plans-doc.yaml", []byte(y), testFormats); err != nil {
 			t.Errorf("docs/plans.md: YAML block %d is not a valid configuration:\n%s\n%v", checked, y, err)
 		}
 	}
 	if checked < 2 {
 		t.Errorf("checked %d configurations in docs/plans.md, want at least 2", checked)
 	}
-	if _, err := Load("../../examples/login.yaml"); err != nil {
+	if _, err := Load("../../examples/login.yaml", testFormats); err != nil {
 		t.Errorf("examples/login.yaml: %v", err)
 	}
 }

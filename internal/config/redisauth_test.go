@@ -16,7 +16,7 @@ func loadRedis(t *testing.T, dir, doc string) Redis {
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(path)
+	c, err := Load(path, testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +57,14 @@ limits:
 		t.Errorf("TLS config: server name %q, roots %v, %d certificates, CA file %q", tc.ServerName, tc.RootCAs != nil, len(tc.Certificates), r.TLS.CAFile)
 	}
 
-	plain, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: true}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"))
+	plain, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: true}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tl := plain.Store().Redis.TLS; tl == nil || tl.Config == nil || tl.Config.RootCAs != nil {
 		t.Errorf("tls: true = %+v, want TLS with the system's roots", tl)
 	}
-	off, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: false}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"))
+	off, err := Parse("x.yaml", []byte("store: {backend: redis, redis: {addrs: ['r:1'], tls: false}}\nlimits: {a: {algorithm: gcra, limit: 1, period: 1s}}"), testFormats)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/rls"
-	"github.com/sluicehq/sluice/redisstore"
 )
 
 // document decodes a whole configuration file.
@@ -79,25 +76,17 @@ func (d *decoder) document(r io.Reader) *Config {
 	return c
 }
 
-// envoy decodes the envoy section with package rls, which owns its format
-// (envoyproxy/ratelimit's domain documents), and compiles it.
-func (d *decoder) envoy(at, n *yaml.Node, listen Listen) *rls.Config {
+// envoy checks the envoy section with Formats.Envoy (package rls owns its
+// format, envoyproxy/ratelimit's domain documents) and returns its value,
+// or nil when it has problems.
+func (d *decoder) envoy(at, n *yaml.Node, listen Listen) *yaml.Node {
 	if listen.GRPC == "" {
 		d.add(at, "envoy", "is set but listen.grpc is not, so Envoy's rate limit service would be off; set listen.grpc, like 127.0.0.1:8081")
 	}
-	section, problems := rls.DecodeSection(n, "envoy")
-	for _, p := range problems {
-		d.add(&yaml.Node{Line: p.Line, Column: p.Column}, p.Path, "%s", p.Message)
-	}
-	if len(problems) > 0 {
+	if !d.envoySection(at, n) {
 		return nil
 	}
-	cfg, err := rls.CompileSection(section)
-	if err != nil {
-		d.add(at, "envoy", "%v", err)
-		return nil
-	}
-	return cfg
+	return n
 }
 
 // syntax records a YAML syntax error, with its line when the message has
@@ -217,12 +206,8 @@ func (d *decoder) store(top object) Store {
 		return s
 	}
 	if v := o.get("backend"); v != nil {
-		if b, ok := d.str(v, "store.backend"); ok {
-			if slices.Contains(backends, b) {
-				s.Backend = Backend(b)
-			} else {
-				d.add(deref(v), "store.backend", "unknown backend %q (want %s)", b, list(backends))
-			}
+		if b, ok := d.oneOf(v, "store.backend", "backend", backends); ok {
+			s.Backend = Backend(b)
 		}
 	}
 	if v := o.get("timeout"); v != nil {
@@ -231,62 +216,77 @@ func (d *decoder) store(top object) Store {
 		}
 	}
 	if v := o.get("on_error"); v != nil {
-		if e, ok := d.str(v, "store.on_error"); ok {
-			if slices.Contains(onErrors, e) {
-				s.OnError = OnError(e)
-			} else {
-				d.add(deref(v), "store.on_error", "unknown failure policy %q (want %s)", e, list(onErrors))
-			}
+		if e, ok := d.oneOf(v, "store.on_error", "failure policy", onErrors); ok {
+			s.OnError = OnError(e)
 		}
 	}
 	rv := o.get("redis")
-	if rv == nil {
-		if s.Backend == RedisBackend {
-			d.add(o.fields["backend"].key, "store.redis", "missing: the redis backend needs store.redis.addrs")
+	switch {
+	case rv == nil && s.Backend == RedisBackend:
+		d.add(o.fields["backend"].key, "store.redis", "missing: the redis backend needs store.redis.addrs")
+	case rv == nil:
+	default:
+		if s.Backend != RedisBackend {
+			d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
 		}
-		return s
+		d.redis(o.fields["redis"].key, rv, &s.Redis)
 	}
-	if s.Backend != RedisBackend {
-		d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
-	}
-	ro, ok := d.mapping(o.fields["redis"].key, rv, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls", "sentinel", "local_refusals")
+	return s
+}
+
+// oneOf decodes a string that must be one of known; what names the kind
+// of value in the message.
+func (d *decoder) oneOf(n *yaml.Node, path, what string, known []string) (string, bool) {
+	s, ok := d.str(n, path)
 	if !ok {
-		return s
+		return "", false
 	}
-	d.redisAuth(ro, &s.Redis)
+	if !slices.Contains(known, s) {
+		d.add(deref(n), path, "unknown %s %q (want %s)", what, s, list(known))
+		return "", false
+	}
+	return s, true
+}
+
+// redis decodes store.redis, the value n of the key at, into r.
+func (d *decoder) redis(at, n *yaml.Node, r *Redis) {
+	ro, ok := d.mapping(at, n, "store.redis", "addrs", "prefix", "max_batch", "username", "password", "password_file", "tls", "sentinel", "local_refusals")
+	if !ok {
+		return
+	}
+	d.redisAuth(ro, r)
 	if v := ro.get("local_refusals"); v != nil {
-		s.Redis.LocalRefusals = d.localRefusals(ro.fields["local_refusals"].key, v)
+		r.LocalRefusals = d.localRefusals(ro.fields["local_refusals"].key, v)
 	}
 	if v := ro.get("max_batch"); v != nil {
 		if n, ok := d.integer(v, "store.redis.max_batch", 1, 1024); ok {
-			s.Redis.MaxBatch = int(n)
+			r.MaxBatch = int(n)
 		}
 	}
-	s.Redis.Prefix = DefaultRedisPrefix
+	r.Prefix = DefaultRedisPrefix
 	if v := ro.get("prefix"); v != nil {
 		if p, ok := d.str(v, "store.redis.prefix"); ok {
-			switch err := redisstore.CheckPrefix(p); {
+			switch err := d.redisPrefix(p); {
 			case p == "":
 				d.add(deref(v), "store.redis.prefix", "must not be empty; leave it out for the default %q", DefaultRedisPrefix)
 			case err != nil:
 				d.add(deref(v), "store.redis.prefix", "%q %v", p, err)
 			default:
-				s.Redis.Prefix = p
+				r.Prefix = p
 			}
 		}
 	}
 	av := ro.get("addrs")
 	if av == nil {
 		d.add(ro.at, "store.redis.addrs", "missing: list the Redis addresses, like [127.0.0.1:6379]")
-		return s
+		return
 	}
 	if addrs, ok := d.strs(av, "store.redis.addrs", "[127.0.0.1:6379]", checkAddr); ok {
 		if len(addrs) == 0 {
 			d.add(deref(av), "store.redis.addrs", "must list at least one address")
 		}
-		s.Redis.Addrs = addrs
+		r.Addrs = addrs
 	}
-	return s
 }
 
 // localRefusals decodes store.redis.local_refusals: enabled (default
@@ -434,20 +434,41 @@ func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
 	}
 	if v := o.get("trusted_proxies"); v != nil {
 		d.strs(v, "proxy.trusted_proxies", "[127.0.0.1/32, 10.0.0.0/8]", func(s string) string {
-			pfx, err := httplimit.ParseTrustedProxies([]string{s})
-			if err != nil {
+			pfx, ok := parsePrefix(s)
+			if !ok {
 				return fmt.Sprintf("%q is not an IP address or a CIDR prefix, like 10.0.0.0/8 or 127.0.0.1", s)
 			}
-			p.TrustedProxies = append(p.TrustedProxies, pfx...)
+			p.TrustedProxies = append(p.TrustedProxies, pfx)
 			return ""
 		})
 	}
-	clientIP := &httplimit.ClientIP{TrustedProxies: p.TrustedProxies}
-	d.keyOpts = &httplimit.KeyOptions{ClientIP: clientIP, Sources: httplimit.BodySources(&httplimit.BodyOptions{MaxBytes: p.Body.MaxBytes})}
 	if v := o.get("rules"); v != nil {
-		p.Rules = d.rules(v, limits, clientIP)
+		p.Rules = d.rules(v, limits)
 	}
 	return p
+}
+
+// parsePrefix parses a CIDR prefix ("10.0.0.0/8") or a single address
+// ("127.0.0.1", meaning /32 or /128) of proxy.trusted_proxies, as
+// httplimit.ParseTrustedProxies does: an IPv4-mapped IPv6 address or
+// prefix becomes IPv4, and the prefix is masked.
+func parsePrefix(s string) (netip.Prefix, bool) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		return p.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap().WithZone("")
+	return netip.PrefixFrom(a, a.BitLen()), true
 }
 
 // parseUpstream parses an upstream URL, returning what is wrong with it.
@@ -487,7 +508,7 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-func (d *decoder) rules(n *yaml.Node, limits map[string]Limit, clientIP *httplimit.ClientIP) []Rule {
+func (d *decoder) rules(n *yaml.Node, limits map[string]Limit) []Rule {
 	n = deref(n)
 	if n.Kind != yaml.SequenceNode {
 		d.add(n, "proxy.rules", "must be a list of rules, got %s", describe(n))
@@ -500,7 +521,7 @@ func (d *decoder) rules(n *yaml.Node, limits map[string]Limit, clientIP *httplim
 			return nil
 		}
 		path := index("proxy.rules", i)
-		r, ok := d.rule(deref(e), path, limits, clientIP)
+		r, ok := d.rule(deref(e), path, limits)
 		if r.Name != "" {
 			if line, dup := names[r.Name]; dup {
 				d.add(deref(e), join(path, "name"), "duplicate rule name %q (first used on line %d)", r.Name, line)
@@ -516,7 +537,7 @@ func (d *decoder) rules(n *yaml.Node, limits map[string]Limit, clientIP *httplim
 	return out
 }
 
-func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (Rule, bool) {
+func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit) (Rule, bool) {
 	o, ok := d.mapping(n, n, path, "name", "match", "limits", "plan")
 	if !ok {
 		return Rule{}, false
@@ -540,7 +561,7 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clien
 		good = good && ok
 	}
 	if v := o.get("plan"); v != nil {
-		rp, ok := d.rulePlan(o.fields["plan"].key, v, join(path, "plan"), d.keyOpts)
+		rp, ok := d.rulePlan(o.fields["plan"].key, v, join(path, "plan"))
 		r.Plan = rp
 		good = good && ok
 	}
@@ -569,7 +590,7 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit, clien
 		if !d.visit(e) {
 			return r, false
 		}
-		rl, ok := d.ruleLimit(deref(e), index(lp, i), limits, clientIP)
+		rl, ok := d.ruleLimit(deref(e), index(lp, i), limits)
 		if ok {
 			if j, dup := used[rl.Limit]; dup {
 				// One limit is one policy: its name labels the RateLimit
@@ -649,7 +670,7 @@ func httpToken(s string) bool {
 	return true
 }
 
-func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, clientIP *httplimit.ClientIP) (RuleLimit, bool) {
+func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) (RuleLimit, bool) {
 	o, ok := d.mapping(n, n, path, "limit", "key", "cost", "charge_on")
 	if !ok {
 		return RuleLimit{}, false
@@ -674,13 +695,10 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit, 
 	if v := o.get("key"); v == nil {
 		d.add(n, join(path, "key"), "missing: where the key comes from, like ip, header:X-API-Key or ip+path")
 		good = false
-	} else if s, ok := d.nonEmpty(v, join(path, "key")); !ok {
-		good = false
-	} else if fn, err := httplimit.ParseKey(s, d.keyOpts); err != nil {
-		d.add(deref(v), join(path, "key"), "%v", err)
+	} else if s, ok := d.keyField(v, join(path, "key")); !ok {
 		good = false
 	} else {
-		rl.Key, rl.KeyFunc = s, fn
+		rl.Key = s
 	}
 	if v := o.get("cost"); v != nil {
 		cp := join(path, "cost")

@@ -159,7 +159,7 @@ func newPageServer(t *testing.T) *pageServer {
 	t.Helper()
 	c := &liveClock{}
 	store := memstore.New(memstore.Options{Now: c.Now})
-	cfg, err := config.Parse("/etc/sluice/sluice.yaml", []byte(pageYAML))
+	cfg, err := config.Parse("/etc/sluice/sluice.yaml", []byte(pageYAML), config.Formats{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ func Example() {
 	cfg, err := config.Parse("sluice.yaml", []byte(`
 limits:
   api-key: {algorithm: token_bucket, limit: 10, period: 1s}
-`))
+`), config.Formats{})
 	if err != nil {
 		fmt.Println(err)
 		return

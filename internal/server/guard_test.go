@@ -20,7 +20,7 @@ func tokensConfig(t *testing.T, dir, yaml, tokens string) *config.Config {
 	if err := os.WriteFile(filepath.Join(dir, "tokens.txt"), []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse(filepath.Join(dir, "sluice.yaml"), []byte(yaml))
+	cfg, err := config.Parse(filepath.Join(dir, "sluice.yaml"), []byte(yaml), config.Formats{})
 	if err != nil {
 		t.Fatal(err)
 	}

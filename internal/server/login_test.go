@@ -84,7 +84,7 @@ func loginFixture(t *testing.T, edit func(string) string) (*loginUpstream, *http
 	if edit != nil {
 		yaml = edit(yaml)
 	}
-	cfg, err := config.Parse("login.yaml", []byte(yaml))
+	cfg, err := config.Parse("login.yaml", []byte(yaml), config.Formats{})
 	if err != nil {
 		t.Fatalf("examples/login.yaml: %v", err)
 	}

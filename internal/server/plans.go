@@ -77,6 +77,7 @@ func (ru *rule) choose(r *http.Request) *applied {
 // buildRule compiles rule i of the configuration.
 func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule, opts *httplimit.Options, body config.Body) (*rule, error) {
 	ru := &rule{cfg: rc}
+	keys := keyOptions(opts.ClientIP, body)
 	own := make([]httplimit.Limit, 0, len(rc.Limits))
 	readsBody := false
 	for _, rl := range rc.Limits {
@@ -84,7 +85,11 @@ func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule
 		if !ok {
 			return nil, fmt.Errorf("server: rule %d: no limit named %q", i, rl.Limit)
 		}
-		own = append(own, h.limit(l, rl.KeyFunc, rl.Cost, rl.ChargeOn))
+		key, err := httplimit.ParseKey(rl.Key, keys)
+		if err != nil {
+			return nil, fmt.Errorf("server: rule %d: %w", i, err)
+		}
+		own = append(own, h.limit(l, key, rl.Cost, rl.ChargeOn))
 		readsBody = readsBody || keyReadsBody(rl.Key)
 	}
 	var err error
@@ -93,7 +98,7 @@ func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule
 	}
 	if rp := rc.Plan; rp != nil {
 		readsBody = readsBody || keyReadsBody(rp.Key) || keyReadsBody(rp.From)
-		if ru.plan, err = h.buildPlan(st, cfg, rp, own, opts); err != nil {
+		if ru.plan, err = h.buildPlan(st, cfg, rp, keys, own, opts); err != nil {
 			return nil, fmt.Errorf("server: rule %d: %w", i, err)
 		}
 	}
@@ -103,11 +108,22 @@ func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule
 	return ru, nil
 }
 
+// keyOptions returns how the key sources of a rule are built: "ip" with
+// the proxy's client IP (its trusted proxies), form: and json: within the
+// proxy's body bounds.
+func keyOptions(clientIP *httplimit.ClientIP, body config.Body) *httplimit.KeyOptions {
+	return &httplimit.KeyOptions{ClientIP: clientIP, Sources: httplimit.BodySources(&httplimit.BodyOptions{MaxBytes: body.MaxBytes})}
+}
+
 // buildPlan compiles a rule's plan: one middleware per plan, each with
-// the rule's own limits and the plan's.
-func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, own []httplimit.Limit, opts *httplimit.Options) (*rulePlan, error) {
+// the rule's own limits and the plan's, counted under the plan's key.
+func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, keys *httplimit.KeyOptions, own []httplimit.Limit, opts *httplimit.Options) (*rulePlan, error) {
+	key, err := httplimit.ParseKey(rp.Key, keys)
+	if err != nil {
+		return nil, fmt.Errorf("plan key: %w", err)
+	}
 	var ps []plans.Plan
-	out := &rulePlan{key: rp.KeyFunc, byPlan: make(map[string]*applied)}
+	out := &rulePlan{key: key, byPlan: make(map[string]*applied)}
 	for _, cp := range cfg.Plans() {
 		p := plans.Plan{Name: cp.Name}
 		limits := slices.Clone(own)
@@ -117,7 +133,7 @@ func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, 
 				return nil, fmt.Errorf("plan %q: no limit named %q", cp.Name, name)
 			}
 			p.Policies = append(p.Policies, l.Policy)
-			limits = append(limits, h.limit(l, rp.KeyFunc, rp.Cost, nil))
+			limits = append(limits, h.limit(l, key, rp.Cost, nil))
 		}
 		ps = append(ps, p)
 		a, err := h.apply(st, limits, opts)
@@ -132,8 +148,12 @@ func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, 
 	}
 	out.set = set
 	switch {
-	case rp.FromFunc != nil:
-		out.pick = plans.FromKey(rp.FromFunc)
+	case rp.From != "":
+		from, err := httplimit.ParseKey(rp.From, keys)
+		if err != nil {
+			return nil, fmt.Errorf("plan from: %w", err)
+		}
+		out.pick = plans.FromKey(from)
 	case rp.Table != "":
 		t, ok := st.tables[rp.Table]
 		if !ok {

@@ -63,7 +63,7 @@ func (c *clock) Advance(d time.Duration) {
 
 func parse(t testing.TB, yaml string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	cfg, err := config.Parse("test.yaml", []byte(yaml), config.Formats{})
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -674,7 +674,7 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	cfg, err := config.Default()
+	cfg, err := config.Default(config.Formats{})
 	if err != nil {
 		t.Fatal(err)
 	}
