@@ -9,9 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // testNever sends a call whose cost exceeds its limit's capacity: it is
@@ -54,14 +52,4 @@ func testNever(t *testing.T, store sluice.Store) {
 	}
 }
 
-func TestNever(t *testing.T) { testNever(t, memstore.New(memstore.Options{})) }
-
-func TestNeverRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	testNever(t, s)
-}
+func TestNever(t *testing.T) { teststore.Each(t, testNever) }

@@ -6,9 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // testNever sends requests that can never be admitted: one whose cost
@@ -60,14 +58,4 @@ func testNever(t *testing.T, store sluice.Store) {
 	}
 }
 
-func TestNever(t *testing.T) { testNever(t, memstore.New(memstore.Options{})) }
-
-func TestNeverRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	s, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	testNever(t, s)
-}
+func TestNever(t *testing.T) { teststore.Each(t, testNever) }

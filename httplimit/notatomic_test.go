@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,29 +8,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
-
-// apartStore is a memory store whose AllowAll refuses requests on
-// different keys, as the Redis store on a cluster refuses keys in
-// different hash slots.
-type apartStore struct{ *memstore.Store }
-
-func (s apartStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	for _, r := range reqs[1:] {
-		if r.Key != reqs[0].Key {
-			return sluice.Decision{}, fmt.Errorf("apart: %w", sluice.ErrNotAtomic)
-		}
-	}
-	return s.Store.AllowAll(ctx, now, reqs, out)
-}
 
 // TestNotAtomic checks that limits the store can never decide together
 // answer 500 without Retry-After, even with FailOpen: not a 503 that
 // invites retries failing the same way, nor a pass that lifts the limits
 // for good. Limits on one key are still decided.
 func TestNotAtomic(t *testing.T) {
-	store := apartStore{memstore.New(memstore.Options{})}
+	store := teststore.NewApart()
 	apart := mustNew(t, store, []Limit{
 		{Policy: sluice.FixedWindow(3, time.Hour).Named("per-ip")},
 		{Policy: sluice.FixedWindow(3, time.Hour).Named("per-user"), Key: Header("X-User")},

@@ -2,16 +2,13 @@ package rls
 
 import (
 	"testing"
-	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 const neverYAML = `
@@ -58,14 +55,4 @@ func testNever(t *testing.T, store sluice.Store) {
 	}
 }
 
-func TestNever(t *testing.T) { testNever(t, memstore.New(memstore.Options{})) }
-
-func TestNeverRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	store, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	testNever(t, store)
-}
+func TestNever(t *testing.T) { teststore.Each(t, testNever) }

@@ -4,12 +4,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // testNever sends the requests that can never be admitted to /v1/check:
@@ -49,15 +47,7 @@ func testNever(t *testing.T, f *fixture) {
 func TestCheckNever(t *testing.T) { testNever(t, newFixture(t, testYAML)) }
 
 func TestCheckNeverRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	// A timeout generous enough for a loaded machine: the test is about
-	// decisions, not failures.
-	store, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	h, err := New(parse(t, testYAML), store, Options{Registry: prometheus.NewRegistry()})
+	h, err := New(parse(t, testYAML), teststore.Redis(t), Options{Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

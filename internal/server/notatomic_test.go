@@ -1,32 +1,14 @@
 package server
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
-
-// apartStore is a memory store whose AllowAll refuses requests on
-// different keys, as the Redis store on a cluster refuses keys in
-// different hash slots.
-type apartStore struct{ *memstore.Store }
-
-func (s apartStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	for _, r := range reqs[1:] {
-		if r.Key != reqs[0].Key {
-			return sluice.Decision{}, fmt.Errorf("apart: %w", sluice.ErrNotAtomic)
-		}
-	}
-	return s.Store.AllowAll(ctx, now, reqs, out)
-}
 
 // TestCheckNotAtomic checks that /v1/check answers 422, saying why and
 // what to do, to checks whose keys the store can never decide together,
@@ -34,7 +16,7 @@ func (s apartStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.R
 // same way); checks of several limits on one key are decided.
 func TestCheckNotAtomic(t *testing.T) {
 	cfg := parse(t, "store: {backend: redis, redis: {addrs: ['127.0.0.1:1']}, on_error: allow}\n"+testYAML)
-	h, err := New(cfg, apartStore{memstore.New(memstore.Options{})}, Options{Registry: prometheus.NewRegistry()})
+	h, err := New(cfg, teststore.NewApart(), Options{Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,65 @@
+// Package teststore holds the stores that the tests of several packages
+// share: a Redis store on a private redis-server, and a memory store that,
+// like the Redis store on a cluster, cannot decide some requests together.
+package teststore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Redis returns a Redis store on a private redis-server that internal/redistest
+// starts (skipping t when redis-server is missing, as redistest.Start
+// does); both end with t. Its timeout is generous enough for a loaded
+// machine: the tests that use it are about decisions, not failures.
+func Redis(t testing.TB, opts ...redisstore.Options) *redisstore.Store {
+	t.Helper()
+	srv := redistest.Start(t)
+	var o redisstore.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.Addrs = []string{srv.Addr}
+	if o.Timeout == 0 {
+		o.Timeout = 10 * time.Second
+	}
+	s, err := redisstore.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Each runs f as two subtests, "memory" on a new memory store and "redis"
+// on Redis(t).
+func Each(t *testing.T, f func(t *testing.T, store sluice.Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, memstore.New(memstore.Options{})) })
+	t.Run("redis", func(t *testing.T) { f(t, Redis(t)) })
+}
+
+// Apart is a memory store whose AllowAll refuses requests on different
+// keys with an error wrapping sluice.ErrNotAtomic, as the Redis store on a
+// cluster refuses keys in different hash slots.
+type Apart struct{ *memstore.Store }
+
+// NewApart returns an Apart over a new memory store.
+func NewApart() Apart { return Apart{memstore.New(memstore.Options{})} }
+
+// AllowAll refuses reqs on more than one key, and otherwise decides them
+// as the memory store does.
+func (s Apart) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	for _, r := range reqs[1:] {
+		if r.Key != reqs[0].Key {
+			return sluice.Decision{}, fmt.Errorf("apart: %w", sluice.ErrNotAtomic)
+		}
+	}
+	return s.Store.AllowAll(ctx, now, reqs, out)
+}
