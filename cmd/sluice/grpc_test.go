@@ -134,6 +134,26 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 		t.Errorf("ShouldRateLimit after raising the limit = %v, %v; want OK", resp, err)
 	}
 
+	// A file whose only problems are in formats that other packages own
+	// (an envoy unit, a key source) is refused whole, each problem at its
+	// line, and the running descriptors stay.
+	bad := strings.Replace(envoyConfig("7"), "unit: minute", "unit: minutes", 1) +
+		"limits: {x: {algorithm: gcra, limit: 1, period: 1s}}\nproxy: {rules: [{limits: [{limit: x, key: \"cookie:s\"}]}]}\n"
+	writeConfig(t, path, bad)
+	waitFor(t, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
+	for _, want := range []string{
+		`problem="` + path + `:12: envoy[0].descriptors[1].rate_limit.unit: unknown unit \"minutes\"`,
+		`problem="` + path + `:14: proxy.rules[0].limits[0].key: key spec \"cookie:s\": unknown source \"cookie\"`,
+	} {
+		if !strings.Contains(in.stderr.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, in.stderr)
+		}
+	}
+	resp, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "probe")}})
+	if err != nil || resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != 5 {
+		t.Errorf("ShouldRateLimit after the refused file = %v, %v; want the day limit of 5 still", resp, err)
+	}
+
 	// An unknown domain is let through; a request without a domain is an
 	// error.
 	resp, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "other", Descriptors: req.Descriptors})
