@@ -186,41 +186,60 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := f.http.Do(req)
+	raw, err := askService(f, req, endpoint, map[int]string{
+		http.StatusUnauthorized: " (pass a token of listen.tokens_file with --token-file or SLUICE_TOKEN)",
+	})
 	if err != nil {
 		return failf("%v", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return failf("reading the answer of %s: %v", endpoint, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		hint := ""
-		if resp.StatusCode == http.StatusUnauthorized {
-			hint = " (pass a token of listen.tokens_file with --token-file or SLUICE_TOKEN)"
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			return failf("%s answered %s: %s%s", endpoint, resp.Status, e.Error, hint)
-		}
-		return failf("%s answered %s%s", endpoint, resp.Status, hint)
 	}
 	var a checkAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return failf("%s answered 200 with a body that is not a decision: %v", endpoint, err)
 	}
+	return printAnswer(s, f, raw, formatAnswer(f, &a)+"\n", a.Allowed, failf)
+}
+
+// askService sends req with the client of f and returns the body of a 200
+// answer. Any other answer is an error that names the endpoint (name), the
+// status, the service's message (its error, or a problem's detail) and the
+// hint for that status.
+func askService(f *checkFlags, req *http.Request, name string, hints map[int]string) ([]byte, error) {
+	resp, err := f.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s: %v", name, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return raw, nil
+	}
+	var e struct {
+		Error  string `json:"error"`
+		Detail string `json:"detail"` // problem+json
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error+e.Detail != "" {
+		return nil, fmt.Errorf("%s answered %s: %s%s", name, resp.Status, e.Error+e.Detail, hints[resp.StatusCode])
+	}
+	return nil, fmt.Errorf("%s answered %s%s", name, resp.Status, hints[resp.StatusCode])
+}
+
+// printAnswer writes the service's answer, raw with --json and as text
+// otherwise, and returns the exit status of a decision that is not
+// allowed (1); failf says a failure to write.
+func printAnswer(s streams, f *checkFlags, raw []byte, text string, allowed bool, failf func(string, ...any) error) error {
+	var err error
 	if f.json {
 		_, err = s.stdout.Write(raw)
 	} else {
-		_, err = io.WriteString(s.stdout, formatAnswer(f, &a)+"\n")
+		_, err = io.WriteString(s.stdout, text)
 	}
 	if err != nil {
 		return failf("%v", err)
 	}
-	if !a.Allowed {
+	if !allowed {
 		return &exitError{code: 1}
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -81,48 +80,19 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := f.http.Do(req)
+	name := u.JoinPath("/v1/explain").String()
+	raw, err := askService(f, req, name, map[int]string{
+		http.StatusUnauthorized: " (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)",
+		http.StatusNotFound:     " (with listen.admin set, --server must name the admin listener)",
+	})
 	if err != nil {
 		return failf("%v", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return failf("reading the answer of %s: %v", u.JoinPath("/v1/explain"), err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error  string `json:"error"`
-			Detail string `json:"detail"` // problem+json
-		}
-		hint := ""
-		switch resp.StatusCode {
-		case http.StatusUnauthorized:
-			hint = " (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)"
-		case http.StatusNotFound:
-			hint = " (with listen.admin set, --server must name the admin listener)"
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error+e.Detail != "" {
-			return failf("%s answered %s: %s%s", u.JoinPath("/v1/explain"), resp.Status, e.Error+e.Detail, hint)
-		}
-		return failf("%s answered %s%s", u.JoinPath("/v1/explain"), resp.Status, hint)
 	}
 	var a explainAnswer
 	if err := json.Unmarshal(raw, &a); err != nil {
-		return failf("%s answered 200 with a body that is not an explanation: %v", u.JoinPath("/v1/explain"), err)
+		return failf("%s answered 200 with a body that is not an explanation: %v", name, err)
 	}
-	if f.json {
-		_, err = s.stdout.Write(raw)
-	} else {
-		_, err = io.WriteString(s.stdout, formatExplain(&a))
-	}
-	if err != nil {
-		return failf("%v", err)
-	}
-	if !a.Allowed {
-		return &exitError{code: 1}
-	}
-	return nil
+	return printAnswer(s, f, raw, formatExplain(&a), a.Allowed, failf)
 }
 
 // formatExplain lays an explanation out for people: one line per fact,

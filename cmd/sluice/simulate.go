@@ -187,176 +187,42 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 }
 
 func runSimulate(ctx context.Context, s streams, args []string) error {
-	fs, f := newSimulateFlags(s.stderr)
-	if err := parseFlags(fs, "simulate", "simulate", simulateUsage, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usageErrorf("simulate", "simulate: unexpected argument %q (flags only)", fs.Arg(0))
-	}
-	set := make(map[string]bool)
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	policies, err := f.policies(set)
+	r, err := parseSimulate(s, args)
 	if err != nil {
 		return err
 	}
-	switch f.format {
-	case "table":
-	case "jsonl":
-		if len(policies) > 1 {
-			return usageErrorf("simulate", "simulate: --format jsonl needs one algorithm; --algorithm all prints a comparison table")
-		}
-	default:
-		return usageErrorf("simulate", "simulate: --format must be table or jsonl, got %q", f.format)
-	}
-	var chartFormat string
-	if set["chart"] {
-		if chartFormat, err = simulate.ChartFormat(f.chart); err != nil {
-			return usageErrorf("simulate", "simulate: --chart: %w", err)
+	defer r.close()
+	if r.chartFormat != "" {
+		if err := r.openChart(); err != nil {
+			return err
 		}
 	}
-	if policies[0].Calendar.Unit != sluice.NoCalendar && set["chart"] {
-		return usageErrorf("simulate", "simulate: --chart draws counts over a trailing period and does not take a calendar period; leave out --chart, or give --period a duration")
-	}
-	traffic, err := f.traffic(set, policies[0].Period)
-	if err != nil {
+	if err := r.openSource(s); err != nil {
 		return err
 	}
-
-	// The chart goes to a temporary file beside FILE, renamed to FILE
-	// when complete, so that a failed run leaves FILE as it was.
-	var chart *simulate.Chart
-	var chartFile *os.File
-	if chartFormat != "" {
-		dir, base := filepath.Split(f.chart)
-		if dir == "" {
-			dir = "."
-		}
-		chartFile, err = os.CreateTemp(dir, "."+base+".*")
-		if err != nil {
-			return fmt.Errorf("simulate: --chart: %w", err)
-		}
-		defer func() {
-			chartFile.Close()
-			os.Remove(chartFile.Name()) // fails harmlessly once renamed
-		}()
-		chart = simulate.NewChart(policies)
-	}
-
-	var src simulate.Source
-	var trace *simulate.TraceReader
-	var traceName string
-	traceErr := func(err error) error {
-		var pe *simulate.ParseError
-		if errors.As(err, &pe) {
-			return fmt.Errorf("simulate: trace %s: %w", traceName, err)
-		}
-		if errors.Is(err, simulate.ErrChartTooLarge) {
-			return fmt.Errorf("simulate: --chart: %w", err)
-		}
-		return fmt.Errorf("simulate: %w", err)
-	}
-	if traffic != nil {
-		gen, err := simulate.NewGenerator(*traffic)
-		if err != nil {
-			return usageErrorf("simulate", "simulate: %w", err)
-		}
-		src = gen
-		if chart != nil {
-			chart.From = gen.Start()
-			chart.To = gen.Start() + traffic.Duration.Milliseconds()
-		}
-	} else {
-		in, name := s.stdin, "<stdin>"
-		if f.trace != "-" && f.trace != "" {
-			file, err := os.Open(f.trace)
-			if err != nil {
-				return fmt.Errorf("simulate: %w", err)
-			}
-			defer file.Close()
-			in, name = file, f.trace
-		}
-		traceName = name
-		if f.format == "jsonl" {
-			// Check the whole trace first, so that a bad line stops the
-			// run before any decision is printed.
-			rewound, cleanup, err := checkAndRewind(in)
-			defer cleanup()
-			if err != nil {
-				return traceErr(err)
-			}
-			in = rewound
-		}
-		if name == "<stdin>" && interactive(in) {
-			fmt.Fprintln(s.stderr, "reading trace from standard input (Ctrl-D to end)")
-		}
-		trace = simulate.NewTraceReader(in)
-		src = trace
-	}
-
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
-	var (
-		observe  func(req simulate.Request, ds []sluice.Decision) error
-		finish   func() error
-		jsonl    *simulate.JSONLWriter
-		cmp      *simulate.Comparison
-		summary  *simulate.KeySummary
-		prologue string
-	)
-	if traffic != nil {
-		prologue = "Pattern: " + traffic.String() + "\n"
-	}
-	switch {
-	case f.format == "jsonl":
-		jsonl = simulate.NewJSONLWriter(out)
-		observe = func(req simulate.Request, ds []sluice.Decision) error { return jsonl.Write(req, ds[0]) }
-		finish = jsonl.Flush
-	case len(policies) > 1:
-		cmp = simulate.NewComparison(policies)
-		observe = func(req simulate.Request, ds []sluice.Decision) error {
-			cmp.Add(req, ds)
-			return nil
-		}
-		finish = func() error {
-			if _, err := io.WriteString(out, prologue); err != nil {
-				return err
-			}
-			return cmp.WriteTable(out)
-		}
-	default:
-		summary = simulate.NewKeySummary(policies[0])
-		observe = func(req simulate.Request, ds []sluice.Decision) error {
-			summary.Add(req, ds[0])
-			return nil
-		}
-		finish = func() error {
-			if _, err := io.WriteString(out, prologue); err != nil {
-				return err
-			}
-			return summary.WriteTable(out)
-		}
-	}
+	observe, finish := r.report(out)
 	var span simulate.Span
 	var requests int64
-	err = simulate.Run(ctx, src, policies, func(req simulate.Request, ds []sluice.Decision) error {
+	err = simulate.Run(ctx, r.src, r.policies, func(req simulate.Request, ds []sluice.Decision) error {
 		requests++
-		if chart != nil {
+		if r.chart != nil {
 			span.Add(req)
-			if err := chart.Add(req, ds); err != nil {
+			if err := r.chart.Add(req, ds); err != nil {
 				return err
 			}
 		}
 		return observe(req, ds)
 	})
 	if err != nil {
-		return traceErr(err)
+		return r.traceErr(err)
 	}
-	if requests == 0 && trace != nil && !f.allowEmpty {
-		return emptyTrace(traceName, trace)
+	if requests == 0 && r.trace != nil && !r.f.allowEmpty {
+		return emptyTrace(r.traceName, r.trace)
 	}
-	if chart != nil {
-		chart.Heading = chartHeading(policies, traffic, traceName, span)
-		if err := writeChart(chart, chartFile, chartFormat, f.chart); err != nil {
+	if r.chart != nil {
+		r.chart.Heading = chartHeading(r.policies, r.traffic, r.traceName, span)
+		if err := writeChart(r.chart, r.chartFile, r.chartFormat, r.f.chart); err != nil {
 			return fmt.Errorf("simulate: --chart: %w", err)
 		}
 	}
@@ -367,6 +233,177 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 		return fmt.Errorf("simulate: %w", err)
 	}
 	return nil
+}
+
+// simulation is one run of `sluice simulate`: what its flags ask for and
+// what it has opened.
+type simulation struct {
+	f           *simulateFlags
+	policies    []sluice.Policy
+	traffic     *simulate.Traffic // nil when a trace is read
+	chartFormat string            // "" for no chart
+
+	chart     *simulate.Chart
+	chartFile *os.File
+	src       simulate.Source
+	trace     *simulate.TraceReader // the trace read, when there is one
+	traceName string
+	cleanups  []func()
+}
+
+// parseSimulate reads and checks the flags of `sluice simulate`.
+func parseSimulate(s streams, args []string) (*simulation, error) {
+	fs, f := newSimulateFlags(s.stderr)
+	if err := parseFlags(fs, "simulate", "simulate", simulateUsage, args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageErrorf("simulate", "simulate: unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	r := &simulation{f: f}
+	var err error
+	if r.policies, err = f.policies(set); err != nil {
+		return nil, err
+	}
+	switch f.format {
+	case "table":
+	case "jsonl":
+		if len(r.policies) > 1 {
+			return nil, usageErrorf("simulate", "simulate: --format jsonl needs one algorithm; --algorithm all prints a comparison table")
+		}
+	default:
+		return nil, usageErrorf("simulate", "simulate: --format must be table or jsonl, got %q", f.format)
+	}
+	if set["chart"] {
+		if r.chartFormat, err = simulate.ChartFormat(f.chart); err != nil {
+			return nil, usageErrorf("simulate", "simulate: --chart: %w", err)
+		}
+		if r.policies[0].Calendar.Unit != sluice.NoCalendar {
+			return nil, usageErrorf("simulate", "simulate: --chart draws counts over a trailing period and does not take a calendar period; leave out --chart, or give --period a duration")
+		}
+	}
+	if r.traffic, err = f.traffic(set, r.policies[0].Period); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// close releases what the run opened.
+func (r *simulation) close() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// openChart opens the chart's temporary file beside FILE, renamed to FILE
+// when complete, so that a failed run leaves FILE as it was.
+func (r *simulation) openChart() error {
+	dir, base := filepath.Split(r.f.chart)
+	if dir == "" {
+		dir = "."
+	}
+	file, err := os.CreateTemp(dir, "."+base+".*")
+	if err != nil {
+		return fmt.Errorf("simulate: --chart: %w", err)
+	}
+	r.chartFile = file
+	r.cleanups = append(r.cleanups, func() {
+		file.Close()
+		os.Remove(file.Name()) // fails harmlessly once renamed
+	})
+	r.chart = simulate.NewChart(r.policies)
+	return nil
+}
+
+// openSource opens the requests of the run: the generated traffic, or the
+// trace from --trace or standard input.
+func (r *simulation) openSource(s streams) error {
+	if r.traffic != nil {
+		gen, err := simulate.NewGenerator(*r.traffic)
+		if err != nil {
+			return usageErrorf("simulate", "simulate: %w", err)
+		}
+		r.src = gen
+		if r.chart != nil {
+			r.chart.From = gen.Start()
+			r.chart.To = gen.Start() + r.traffic.Duration.Milliseconds()
+		}
+		return nil
+	}
+	in, name := s.stdin, "<stdin>"
+	if r.f.trace != "-" && r.f.trace != "" {
+		file, err := os.Open(r.f.trace)
+		if err != nil {
+			return fmt.Errorf("simulate: %w", err)
+		}
+		r.cleanups = append(r.cleanups, func() { file.Close() })
+		in, name = file, r.f.trace
+	}
+	r.traceName = name
+	if r.f.format == "jsonl" {
+		// Check the whole trace first, so that a bad line stops the
+		// run before any decision is printed.
+		rewound, cleanup, err := checkAndRewind(in)
+		r.cleanups = append(r.cleanups, cleanup)
+		if err != nil {
+			return r.traceErr(err)
+		}
+		in = rewound
+	}
+	if name == "<stdin>" && interactive(in) {
+		fmt.Fprintln(s.stderr, "reading trace from standard input (Ctrl-D to end)")
+	}
+	r.trace = simulate.NewTraceReader(in)
+	r.src = r.trace
+	return nil
+}
+
+// traceErr is err of the run, said with what it is about.
+func (r *simulation) traceErr(err error) error {
+	var pe *simulate.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("simulate: trace %s: %w", r.traceName, err)
+	}
+	if errors.Is(err, simulate.ErrChartTooLarge) {
+		return fmt.Errorf("simulate: --chart: %w", err)
+	}
+	return fmt.Errorf("simulate: %w", err)
+}
+
+// report returns what observes each decision of the run and what writes
+// the result to out at the end: the JSON lines, the comparison table of
+// several algorithms, or one algorithm's summary by key.
+func (r *simulation) report(out io.Writer) (observe func(simulate.Request, []sluice.Decision) error, finish func() error) {
+	if r.f.format == "jsonl" {
+		jsonl := simulate.NewJSONLWriter(out)
+		return func(req simulate.Request, ds []sluice.Decision) error { return jsonl.Write(req, ds[0]) }, jsonl.Flush
+	}
+	var table interface{ WriteTable(io.Writer) error }
+	if len(r.policies) > 1 {
+		cmp := simulate.NewComparison(r.policies)
+		table = cmp
+		observe = func(req simulate.Request, ds []sluice.Decision) error {
+			cmp.Add(req, ds)
+			return nil
+		}
+	} else {
+		summary := simulate.NewKeySummary(r.policies[0])
+		table = summary
+		observe = func(req simulate.Request, ds []sluice.Decision) error {
+			summary.Add(req, ds[0])
+			return nil
+		}
+	}
+	return observe, func() error {
+		if r.traffic != nil {
+			if _, err := io.WriteString(out, "Pattern: "+r.traffic.String()+"\n"); err != nil {
+				return err
+			}
+		}
+		return table.WriteTable(out)
+	}
 }
 
 // traffic returns the generated traffic the flags ask for, or nil when
