@@ -42,11 +42,6 @@ var knownEdges = map[string]string{
 	"httplimit -> plans": "httplimit.PlanLimits applies a plans.Set",
 }
 
-// knownServerImports are the packages outside cmd/ that import
-// internal/server or internal/rls today, each with its reason; a new one
-// fails TestOnlyCmdImportsServerAndRLS.
-var knownServerImports = map[string]string{}
-
 // pkg is what `go list` says of one package.
 type pkg struct {
 	path    string // relative to the module, "" for the root
@@ -132,9 +127,6 @@ func TestOnlyCmdImportsServerAndRLS(t *testing.T) {
 		}
 		for _, imp := range p.imports {
 			for _, inner := range []string{"internal/server", "internal/rls"} {
-				if _, known := knownServerImports[p.path+" -> "+imp]; known {
-					continue
-				}
 				if (imp == inner || strings.HasPrefix(imp, inner+"/")) && leafOf(p.path) != inner {
 					t.Errorf("%s imports %s; only cmd/ wires the servers", p.path, imp)
 				}

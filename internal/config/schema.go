@@ -575,20 +575,30 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit) (Rule
 		}
 		return r, false
 	}
-	lp := join(path, "limits")
-	ln := deref(lv)
+	rl, ok := d.ruleLimits(lv, join(path, "limits"), limits, r.Plan != nil)
+	r.Limits = rl
+	return r, good && ok
+}
+
+// ruleLimits decodes a rule's limits, the list n at path lp; withPlan
+// says whether the rule applies a plan, whose limits it may not charge
+// again.
+func (d *decoder) ruleLimits(n *yaml.Node, lp string, limits map[string]Limit, withPlan bool) ([]RuleLimit, bool) {
+	ln := deref(n)
 	if ln.Kind != yaml.SequenceNode {
 		d.add(ln, lp, "must be a list, like [{limit: per-ip, key: ip}], got %s", describe(ln))
-		return r, false
+		return nil, false
 	}
 	if len(ln.Content) == 0 {
 		d.add(ln, lp, "must list at least one limit")
-		return r, false
+		return nil, false
 	}
+	var out []RuleLimit
+	good := true
 	used := make(map[string]int) // limit name -> index in this rule
 	for i, e := range ln.Content {
 		if !d.visit(e) {
-			return r, false
+			return out, false
 		}
 		rl, ok := d.ruleLimit(deref(e), index(lp, i), limits)
 		if ok {
@@ -601,7 +611,7 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit) (Rule
 				used[rl.Limit] = i
 			}
 		}
-		if ok && r.Plan != nil {
+		if ok && withPlan {
 			for _, pn := range sortedPlanNames(d.plans) {
 				if slices.Contains(d.plans[pn].Limits, rl.Limit) {
 					d.add(deref(e), join(index(lp, i), "limit"), "limit %q is also a limit of plan %q, which this rule applies; define another limit with the same numbers", rl.Limit, pn)
@@ -611,9 +621,9 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit) (Rule
 			}
 		}
 		good = good && ok
-		r.Limits = append(r.Limits, rl)
+		out = append(out, rl)
 	}
-	return r, good
+	return out, good
 }
 
 func (d *decoder) match(at, n *yaml.Node, path string) (Match, bool) {
