@@ -39,20 +39,46 @@ type client interface {
 // keyName is the name of key number k: user:0 to user:9999.
 func keyName(k int) string { return "user:" + strconv.Itoa(k) }
 
+// floodKey is the key of the flood workload that every flood worker asks
+// for (key number 0 of that workload), and that its limit refuses.
+const floodKey = "attacker"
+
 // limitSpec is one limit, as each contender is told it.
 type limitSpec struct {
 	name   string // the Sluice limit, the Envoy domain, the gubernator name
 	limit  int64  // per second
 	burst  int64
 	denies bool // whether the workload is meant to be denied sometimes
+	// flood, for the flood workload, is the Sluice limit of key number 0,
+	// floodKey, which is then the only key that may be denied; in the
+	// Envoy domain name, floodKey is the descriptor (user, attacker).
+	flood string
 }
 
-// The two workloads: every decision on the normal allowed path, and about
-// half denied.
+// The workloads: every decision on the normal allowed path (with a token
+// bucket, and with the fixed window of envoyproxy/ratelimit's
+// configuration), about half denied, and one key flooded and refused
+// while well-behaved keys are allowed.
 var (
 	allowedLimit = limitSpec{name: "bench", limit: 1_000_000, burst: 1_000_000}
 	mixedLimit   = limitSpec{name: "mixed", limit: 1, burst: 1, denies: true}
+	windowLimit  = limitSpec{name: "rls", limit: 1_000_000}
+	floodLimit   = limitSpec{name: "flood", limit: 1_000_000, denies: true, flood: "flood_key"}
 )
+
+// request returns the limit (or Envoy domain) and the key of key number k.
+func (l limitSpec) request(k int) (limit, key string) {
+	if l.flood != "" && k == 0 {
+		return l.flood, floodKey
+	}
+	return l.name, keyName(k)
+}
+
+// mayDeny reports whether a denial of key number k is a decision the
+// workload expects rather than an error.
+func (l limitSpec) mayDeny(k int) bool {
+	return l.denies && (l.flood == "" || k == 0)
+}
 
 // httpClient is a raw HTTP/1.1 client: one keep-alive connection per
 // worker, requests prepared beforehand (one per key), responses parsed
@@ -152,7 +178,8 @@ func (w *httpWorker) Close() error { return w.conn.Close() }
 // sluiceHTTP asks POST /v1/check of a sluice serve at addr.
 func sluiceHTTP(addr string, keys int, l limitSpec) *httpClient {
 	return newHTTPClient(addr, "/v1/check", keys, func(k int) string {
-		return `{"limit":"` + l.name + `","key":"` + keyName(k) + `"}`
+		limit, key := l.request(k)
+		return `{"limit":"` + limit + `","key":"` + key + `"}`
 	}, checkSluiceBody)
 }
 
@@ -236,7 +263,8 @@ func (cs grpcConns) close() error {
 }
 
 // envoyClient calls ShouldRateLimit, Envoy's rate limit service, of a
-// sluice serve: one descriptor (user, user:N) in the limit's domain.
+// sluice serve or of envoyproxy/ratelimit: one descriptor (user, user:N),
+// or (user, attacker) for the flood key, in the limit's domain.
 type envoyClient struct {
 	conns grpcConns
 	reqs  []*rlsv3.RateLimitRequest
@@ -249,10 +277,11 @@ func newEnvoyClient(addr string, conns, keys int, l limitSpec) (*envoyClient, er
 	}
 	c := &envoyClient{conns: cs, reqs: make([]*rlsv3.RateLimitRequest, keys)}
 	for k := range keys {
+		_, key := l.request(k)
 		c.reqs[k] = &rlsv3.RateLimitRequest{
 			Domain: l.name,
 			Descriptors: []*rlscommon.RateLimitDescriptor{{
-				Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: keyName(k)}},
+				Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: key}},
 			}},
 		}
 	}

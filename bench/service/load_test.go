@@ -2,23 +2,31 @@ package main
 
 import (
 	"context"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/rls"
 	sluiceserver "github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 )
 
 // TestSluiceHTTPWorker drives the raw HTTP client against Sluice's real
 // /v1/check handler on a loopback server: an allowed workload is allowed,
-// and the mixed limit (1 per second) denies a key's second request.
+// the mixed limit (1 per second) denies a key's second request, and the
+// flood workload's limits refuse the flood key after floodPerMinute
+// requests and never a well-behaved key.
 func TestSluiceHTTPWorker(t *testing.T) {
+	awayFromMinuteEnd()
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
 	h, err := sluiceserver.New(benchConfig(t), st, sluiceserver.Options{Registry: prometheus.NewRegistry()})
@@ -38,6 +46,8 @@ func TestSluiceHTTPWorker(t *testing.T) {
 	}{
 		{"allowed", allowedLimit, 7, []bool{true, true, true}},
 		{"mixed", mixedLimit, 8, []bool{true, false}},
+		{"flood key", floodLimit, 0, floodAnswers()},
+		{"well-behaved key", floodLimit, 5, []bool{true, true, true, true, true, true, true, true, true, true, true, true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +66,121 @@ func TestSluiceHTTPWorker(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// awayFromMinuteEnd waits for the next minute when the flood key's fixed
+// window (a calendar minute) could restart during a test, that is in the
+// last 5 seconds of a minute.
+func awayFromMinuteEnd() {
+	if s := time.Now().Second(); s >= 55 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+}
+
+// floodAnswers are the decisions of the flood key's first requests in a
+// fresh minute: floodPerMinute allowed, then refused.
+func floodAnswers() []bool {
+	want := make([]bool, floodPerMinute+3)
+	for i := range floodPerMinute {
+		want[i] = true
+	}
+	return want
+}
+
+// TestEnvoyWorker drives the gRPC client against Sluice's real
+// ShouldRateLimit on a loopback gRPC server, configured with the Envoy
+// domains envoyproxy/ratelimit reads in the comparison: the flood key is
+// refused after floodPerMinute requests, a well-behaved key of the same
+// domain never, and every key of the allowed-window domain is allowed.
+func TestEnvoyWorker(t *testing.T) {
+	awayFromMinuteEnd()
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	envoy, ok := benchConfig(t).Envoy()
+	if !ok {
+		t.Fatal("the benchmark's configuration has no envoy section")
+	}
+	gs := grpc.NewServer()
+	rls.New(st, envoy, rls.Options{}).Register(gs)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	defer gs.Stop()
+	ctx := context.Background()
+
+	tests := []struct {
+		name  string
+		limit limitSpec
+		key   int
+		want  []bool
+	}{
+		{"window", windowLimit, 3, []bool{true, true, true}},
+		{"flood key", floodLimit, 0, floodAnswers()},
+		{"well-behaved key", floodLimit, 4, []bool{true, true, true, true, true, true, true, true, true, true, true, true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := newEnvoyClient(ln.Addr().String(), 1, 10, tt.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.close()
+			w, err := c.worker(0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range tt.want {
+				got, err := w.decide(ctx, tt.key)
+				if err != nil {
+					t.Fatalf("request %d: decide(%d) error: %v", i, tt.key, err)
+				}
+				if got != want {
+					t.Errorf("request %d: decide(%d) = %v, want %v", i, tt.key, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestMayDeny(t *testing.T) {
+	tests := []struct {
+		l    limitSpec
+		k    int
+		want bool
+	}{
+		{allowedLimit, 0, false},
+		{windowLimit, 0, false},
+		{mixedLimit, 3, true},
+		{floodLimit, 0, true},
+		{floodLimit, 1, false},
+	}
+	for _, tt := range tests {
+		if got := tt.l.mayDeny(tt.k); got != tt.want {
+			t.Errorf("%s.mayDeny(%d) = %v, want %v", tt.l.name, tt.k, got, tt.want)
+		}
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=12,usec=30,usec_per_call=2.50,rejected_calls=0,failed_calls=0\r\ncmdstat_incrby:calls=7,usec=1\r\n"
+	got, err := parseCommandStats(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{"evalsha": 12, "incrby": 7}; !maps.Equal(got, want) {
+		t.Errorf("parseCommandStats = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"cmdstat_get\r\n", "cmdstat_get:usec=1\r\n", "cmdstat_get:calls=x,usec=1\r\n", "cmdstat_get:calls=-1\r\n"} {
+		if _, err := parseCommandStats(bad); err == nil {
+			t.Errorf("parseCommandStats(%q) = nil error, want one", bad)
+		}
+	}
+	d, sum := commandsBetween(map[string]int64{"evalsha": 10, "info": 3}, map[string]int64{"evalsha": 15, "info": 5, "ping": 2})
+	if want := map[string]int64{"evalsha": 5, "ping": 2}; !maps.Equal(d, want) || sum != 7 {
+		t.Errorf("commandsBetween = %v, %d, want %v, 7", d, sum, want)
 	}
 }
 

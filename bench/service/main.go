@@ -5,7 +5,13 @@
 // side by side with gubernator v2.13.0 (gubernatord, in its own process)
 // on the same workload, with Sluice's Redis store called as a library
 // from this process, and with bared, a server that decides nothing over
-// the same net/http and grpc-go servers (the transport's floor).
+// the same net/http and grpc-go servers (the transport's floor). On Redis,
+// through Envoy's gRPC API, it sets Sluice beside envoyproxy/ratelimit
+// (its own process on the same redis-server, configured by environment
+// variables and the same Envoy domain files): every decision allowed
+// (allowed-window), and a flood of one refused key with well-behaved keys
+// beside it against envoyproxy/ratelimit with its local cache (flood,
+// flood-alone, calm), counting Redis's commands (INFO commandstats).
 //
 // This process is the load generator. It starts every server itself: a
 // redis-server on a free loopback port (no persistence), two `sluice serve`
@@ -21,7 +27,7 @@
 // bench/service/run.sh builds the binaries and runs it as
 // docs/BENCHMARKS.md reports; see there for what the numbers mean.
 //
-//	service --sluice BIN --gubernatord BIN [--bared BIN] --out DIR [--rounds 3] [--duration 10s] ...
+//	service --sluice BIN --gubernatord BIN [--bared BIN] [--ratelimit BIN] --out DIR [--rounds 3] [--duration 10s] ...
 package main
 
 import (
@@ -31,7 +37,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -40,8 +45,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -62,11 +65,15 @@ func main() {
 
 type options struct {
 	sluice, gubernatord, bared string
+	ratelimit                  string
 	redis                      string
 	out                        string
 	rounds                     int
 	duration, warmup           time.Duration
 	conc, mixedConc            []int
+	floodConc                  []int
+	floodCalm, floodKeys       int
+	calmPause                  time.Duration
 	keys, grpcConns            int
 	only                       *regexp.Regexp
 	between                    string
@@ -78,6 +85,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.sluice, "sluice", "", "the sluice binary (go build ./cmd/sluice)")
 	fs.StringVar(&o.gubernatord, "gubernatord", "", "the gubernatord binary (go build ./service/gubernatord)")
 	fs.StringVar(&o.bared, "bared", "", "the bared binary (go build ./service/bared): the transport floor; empty to leave it out")
+	fs.StringVar(&o.ratelimit, "ratelimit", "", "the envoyproxy/ratelimit binary (built in ./service/ratelimitd); empty to leave it, and the flood and allowed-window workloads, out")
 	fs.StringVar(&o.redis, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.out, "out", "", "the directory for raw results, logs and the table")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds")
@@ -85,6 +93,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each run, not measured")
 	conc := fs.String("conc", "16,64", "concurrency levels (workers) of the allowed workload")
 	mixed := fs.String("mixed-conc", "64", "concurrency levels of the mixed (about half denied) workload; empty for none")
+	flood := fs.String("flood-conc", "64", "concurrency levels (flood workers) of the flood workload (one key refused, on Redis; needs --ratelimit); empty for none")
+	fs.IntVar(&o.floodCalm, "flood-calm", 8, "well-behaved workers beside the flood workers of the flood workload; 0 for none")
+	fs.IntVar(&o.floodKeys, "flood-keys", 1000, "well-behaved keys of the flood workload")
+	fs.DurationVar(&o.calmPause, "calm-pause", 2*time.Millisecond, "the pause of a well-behaved worker after each of its decisions")
 	fs.IntVar(&o.keys, "keys", 10_000, "keys the decisions are spread over")
 	fs.IntVar(&o.grpcConns, "grpc-conns", 4, "gRPC connections the workers of a gRPC run share")
 	only := fs.String("only", "", "run only the runs whose name (workload/api/cN/contender) matches this regexp")
@@ -102,11 +114,14 @@ func parseFlags(args []string) (*options, error) {
 	if o.mixedConc, err = parseInts(*mixed); err != nil {
 		return nil, fmt.Errorf("--mixed-conc: %w", err)
 	}
+	if o.floodConc, err = parseInts(*flood); err != nil {
+		return nil, fmt.Errorf("--flood-conc: %w", err)
+	}
 	if o.only, err = regexp.Compile(*only); err != nil {
 		return nil, fmt.Errorf("--only: %w", err)
 	}
-	if o.rounds < 1 || o.keys < 1 || o.grpcConns < 1 || o.duration <= 0 || o.warmup < 0 {
-		return nil, errors.New("--rounds, --keys and --grpc-conns must be at least 1, --duration positive, --warmup not negative")
+	if o.rounds < 1 || o.keys < 1 || o.floodKeys < 1 || o.grpcConns < 1 || o.duration <= 0 || o.warmup < 0 || o.floodCalm < 0 || o.calmPause < 0 {
+		return nil, errors.New("--rounds, --keys, --flood-keys and --grpc-conns must be at least 1, --duration positive, --warmup, --flood-calm and --calm-pause not negative")
 	}
 	return o, nil
 }
@@ -126,20 +141,33 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// sluiceConfig is the configuration of both sluice serve: the two
-// workloads' limits for /v1/check and the same as Envoy domains, and the
-// store.
+// sluiceConfig is the configuration of both sluice serve: the workloads'
+// limits for /v1/check and the same as Envoy domains (those of the
+// comparison with envoyproxy/ratelimit as its own configuration files
+// are), and the store.
 func sluiceConfig(store string) string {
 	limit := func(l limitSpec) string {
 		return fmt.Sprintf("  %s:\n    algorithm: token_bucket\n    limit: %d\n    period: 1s\n    burst: %d\n", l.name, l.limit, l.burst)
 	}
+	window := func(name string, limit int64, period string) string {
+		return fmt.Sprintf("  %s:\n    algorithm: fixed_window\n    limit: %d\n    period: %s\n", name, limit, period)
+	}
 	domain := func(l limitSpec) string {
 		return fmt.Sprintf("  - domain: %s\n    descriptors:\n      - key: user\n        rate_limit: {unit: second, requests_per_unit: %d, algorithm: token_bucket, burst: %d}\n", l.name, l.limit, l.burst)
 	}
-	return "listen:\n  http: 127.0.0.1:0\n  grpc: 127.0.0.1:0\n" + store +
+	cfg := "listen:\n  http: 127.0.0.1:0\n  grpc: 127.0.0.1:0\n" + store +
 		"limits:\n" + limit(allowedLimit) + limit(mixedLimit) +
+		window(floodLimit.name, floodLimit.limit, "1s") + window(floodLimit.flood, floodPerMinute, "1m") +
 		"envoy:\n" + domain(allowedLimit) + domain(mixedLimit)
+	for _, d := range envoyDomains() {
+		cfg += asListItem(d.yaml, "  ")
+	}
+	return cfg
 }
+
+// ratelimitCacheBytes is envoyproxy/ratelimit's LOCAL_CACHE_SIZE_IN_BYTES
+// in the flood workload: 100 MiB.
+const ratelimitCacheBytes = 100 << 20
 
 // env is the running servers.
 type env struct {
@@ -147,11 +175,14 @@ type env struct {
 	sluiceMem, sluiceR *server
 	guber              *server
 	bare               *server // nil without --bared
+	// rl is envoyproxy/ratelimit with its defaults, rlCache with its local
+	// cache of over-limit keys; both nil without --ratelimit.
+	rl, rlCache *server
 }
 
 func (e *env) stop() error {
 	var errs []error
-	for _, s := range []*server{e.sluiceMem, e.sluiceR, e.guber, e.bare} {
+	for _, s := range []*server{e.sluiceMem, e.sluiceR, e.guber, e.bare, e.rl, e.rlCache} {
 		if s != nil {
 			errs = append(errs, s.stop())
 		}
@@ -195,60 +226,67 @@ func startEnv(o *options) (_ *env, err error) {
 			return nil, err
 		}
 	}
+	if o.ratelimit != "" {
+		if e.rl, err = startRatelimit("ratelimit", o.out, o.ratelimit, e.redis.addr, 0); err != nil {
+			return nil, err
+		}
+		if e.rlCache, err = startRatelimit("ratelimit-cache", o.out, o.ratelimit, e.redis.addr, ratelimitCacheBytes); err != nil {
+			return nil, err
+		}
+	}
 	return e, nil
 }
 
 // contender is one server and API under load.
 type contender struct {
-	name   string  // sluice-memory, gubernator, sluice-redis, redisstore, bare
+	name   string  // sluice-memory, gubernator, sluice-redis, redisstore, bare, ratelimit, ratelimit-cache
 	api    string  // http, grpc, library
 	server *server // nil for the library
 	redis  bool    // whether the decisions go to Redis
-	client func(l limitSpec) (client, error)
+	client func(l limitSpec, keys int) (client, error)
 }
 
 func contenders(o *options, e *env) []contender {
-	var bare []contender
-	if e.bare != nil {
-		bare = []contender{
-			{"bare", "http", e.bare, false, func(l limitSpec) (client, error) {
-				return sluiceHTTP(e.bare.ready.HTTP, o.keys, l), nil
-			}},
-			{"bare", "grpc", e.bare, false, func(l limitSpec) (client, error) {
-				return newEnvoyClient(e.bare.ready.GRPC, o.grpcConns, o.keys, l)
-			}},
-		}
+	httpTo := func(s *server) func(limitSpec, int) (client, error) {
+		return func(l limitSpec, keys int) (client, error) { return sluiceHTTP(s.ready.HTTP, keys, l), nil }
 	}
-	return append(bare, []contender{
-		{"sluice-memory", "http", e.sluiceMem, false, func(l limitSpec) (client, error) {
-			return sluiceHTTP(e.sluiceMem.ready.HTTP, o.keys, l), nil
+	envoyTo := func(s *server) func(limitSpec, int) (client, error) {
+		return func(l limitSpec, keys int) (client, error) { return newEnvoyClient(s.ready.GRPC, o.grpcConns, keys, l) }
+	}
+	var cs []contender
+	if e.bare != nil {
+		cs = append(cs, contender{"bare", "http", e.bare, false, httpTo(e.bare)},
+			contender{"bare", "grpc", e.bare, false, envoyTo(e.bare)})
+	}
+	cs = append(cs, []contender{
+		{"sluice-memory", "http", e.sluiceMem, false, httpTo(e.sluiceMem)},
+		{"gubernator", "http", e.guber, false, func(l limitSpec, keys int) (client, error) {
+			return gubernatorHTTP(e.guber.ready.HTTP, keys, l), nil
 		}},
-		{"gubernator", "http", e.guber, false, func(l limitSpec) (client, error) {
-			return gubernatorHTTP(e.guber.ready.HTTP, o.keys, l), nil
+		{"sluice-memory", "grpc", e.sluiceMem, false, envoyTo(e.sluiceMem)},
+		{"gubernator", "grpc", e.guber, false, func(l limitSpec, keys int) (client, error) {
+			return newGuberClient(e.guber.ready.GRPC, o.grpcConns, keys, l)
 		}},
-		{"sluice-memory", "grpc", e.sluiceMem, false, func(l limitSpec) (client, error) {
-			return newEnvoyClient(e.sluiceMem.ready.GRPC, o.grpcConns, o.keys, l)
-		}},
-		{"gubernator", "grpc", e.guber, false, func(l limitSpec) (client, error) {
-			return newGuberClient(e.guber.ready.GRPC, o.grpcConns, o.keys, l)
-		}},
-		{"sluice-redis", "http", e.sluiceR, true, func(l limitSpec) (client, error) {
-			return sluiceHTTP(e.sluiceR.ready.HTTP, o.keys, l), nil
-		}},
-		{"sluice-redis", "grpc", e.sluiceR, true, func(l limitSpec) (client, error) {
-			return newEnvoyClient(e.sluiceR.ready.GRPC, o.grpcConns, o.keys, l)
-		}},
-		{"redisstore", "library", nil, true, func(l limitSpec) (client, error) {
-			return newLibClient(e.redis.addr, o.keys, l)
+		{"sluice-redis", "http", e.sluiceR, true, httpTo(e.sluiceR)},
+		{"sluice-redis", "grpc", e.sluiceR, true, envoyTo(e.sluiceR)},
+		{"redisstore", "library", nil, true, func(l limitSpec, keys int) (client, error) {
+			return newLibClient(e.redis.addr, keys, l)
 		}},
 	}...)
+	if e.rl != nil {
+		cs = append(cs, contender{"ratelimit", "grpc", e.rl, true, envoyTo(e.rl)},
+			contender{"ratelimit-cache", "grpc", e.rlCache, true, envoyTo(e.rlCache)})
+	}
+	return cs
 }
 
 // plan is one run: a contender under a workload at a concurrency.
 type plan struct {
 	workload string
 	limit    limitSpec
-	conc     int
+	conc     int // workers; in the flood workload, the flood's
+	calm     int // well-behaved workers beside the flood's (flood workload)
+	keys     int // keys the workers draw from; in the flood workload key 0 is the flood's
 	c        contender
 }
 
@@ -256,207 +294,72 @@ func (p plan) name() string {
 	return fmt.Sprintf("%s/%s/c%d/%s", p.workload, p.c.api, p.conc, p.c.name)
 }
 
+// The workloads and the contenders that run each.
+var workloads = []struct {
+	name  string
+	limit limitSpec
+	keep  func(contender) bool
+}{
+	// allowed: every contender but envoyproxy/ratelimit, which cannot
+	// express a token bucket (it runs allowed-window).
+	{"allowed", allowedLimit, func(c contender) bool { return !strings.HasPrefix(c.name, "ratelimit") }},
+	// mixed: the memory store and gubernator.
+	{"mixed", mixedLimit, func(c contender) bool { return !c.redis && c.name != "bare" }},
+	// allowed-window: Sluice on Redis against envoyproxy/ratelimit (its
+	// defaults) through Envoy's gRPC API, on the same configuration file.
+	{"allowed-window", windowLimit, func(c contender) bool {
+		return c.api == "grpc" && (c.name == "sluice-redis" || c.name == "ratelimit")
+	}},
+	// flood: Sluice on Redis over both APIs against envoyproxy/ratelimit
+	// with its local cache: the flood with well-behaved keys beside it,
+	// the flood alone (what Redis does for it) and the well-behaved keys
+	// alone (their latency without the flood).
+	{"flood", floodLimit, floodContender},
+	{"flood-alone", floodLimit, floodContender},
+	{"calm", floodLimit, floodContender},
+}
+
+func floodContender(c contender) bool {
+	return c.name == "sluice-redis" && c.api != "library" || c.name == "ratelimit-cache"
+}
+
 // roundPlan returns the runs of one round in their order.
 func roundPlan(o *options, cs []contender) []plan {
 	var ps []plan
-	add := func(workload string, l limitSpec, concs []int, keep func(contender) bool) {
+	withRatelimit := slices.ContainsFunc(cs, func(c contender) bool { return c.name == "ratelimit" })
+	for _, w := range workloads {
+		concs, calm, keys := o.conc, 0, o.keys
+		switch w.name {
+		case "mixed":
+			concs = o.mixedConc
+		case "allowed-window":
+			if !withRatelimit {
+				continue
+			}
+		case "flood", "flood-alone", "calm":
+			if !withRatelimit || len(o.floodConc) == 0 {
+				continue
+			}
+			concs, calm, keys = o.floodConc, o.floodCalm, 1+o.floodKeys
+			switch {
+			case w.name == "flood-alone":
+				calm = 0
+			case w.name == "calm" && calm == 0:
+				continue
+			case w.name == "calm":
+				concs = []int{0}
+			}
+		}
 		for _, n := range concs {
 			for _, c := range cs {
-				p := plan{workload, l, n, c}
-				if keep(c) && o.only.MatchString(p.name()) {
+				p := plan{w.name, w.limit, n, calm, keys, c}
+				if w.keep(c) && o.only.MatchString(p.name()) {
 					ps = append(ps, p)
 				}
 			}
 		}
 	}
-	add("allowed", allowedLimit, o.conc, func(contender) bool { return true })
-	add("mixed", mixedLimit, o.mixedConc, func(c contender) bool { return !c.redis && c.name != "bare" })
 	return ps
-}
-
-// result is what one run measured; the raw output has one per line.
-type result struct {
-	Round     int     `json:"round"`
-	Workload  string  `json:"workload"`
-	API       string  `json:"api"`
-	Conc      int     `json:"conc"`
-	Contender string  `json:"contender"`
-	Seconds   float64 `json:"seconds"`
-	Decisions int64   `json:"decisions"`
-	Allowed   int64   `json:"allowed"`
-	Denied    int64   `json:"denied"`
-	PerSec    float64 `json:"decisions_per_s"`
-	P50us     float64 `json:"p50_us"`
-	P90us     float64 `json:"p90_us"`
-	P99us     float64 `json:"p99_us"`
-	P999us    float64 `json:"p999_us"`
-	MaxUs     float64 `json:"max_us"`
-	// CPU time per decision, µs: the server process's (for the library,
-	// this process's, which decides), the load generator's (0 for the
-	// library: it is in ServerCPU), and redis-server's.
-	ServerCPUus float64 `json:"server_cpu_us"`
-	ClientCPUus float64 `json:"client_cpu_us"`
-	RedisCPUus  float64 `json:"redis_cpu_us"`
-	// OthersCores is the CPU the rest of the machine (other engineers'
-	// builds and tests) used during the run, in cores.
-	OthersCores float64 `json:"others_cores"`
-	Load1Start  float64 `json:"load1_start"`
-	Load1End    float64 `json:"load1_end"`
-	Error       string  `json:"error,omitempty"`
-}
-
-// counters are the CPU times read before and after a run.
-type counters struct {
-	server, self, redis, machine time.Duration
-	at                           time.Time
-}
-
-func readCounters(ctx context.Context, p plan, e *env) (counters, error) {
-	c := counters{self: selfCPU()}
-	var err error
-	if p.c.server != nil {
-		if c.server, err = procCPU(p.c.server.pid()); err != nil {
-			return c, err
-		}
-	}
-	if p.c.redis {
-		if c.redis, err = e.redis.cpu(ctx); err != nil {
-			return c, err
-		}
-	}
-	if c.machine, err = machineBusy(); err != nil {
-		return c, err
-	}
-	c.at = time.Now()
-	return c, nil
-}
-
-// The phases of a run.
-const (
-	warming int32 = iota
-	measuring
-	stopping
-)
-
-// measure runs p once.
-func measure(ctx context.Context, o *options, e *env, round int, p plan) (result, error) {
-	r := result{Round: round, Workload: p.workload, API: p.c.api, Conc: p.conc, Contender: p.c.name, Load1Start: loadAvg()}
-	cl, err := p.c.client(p.limit)
-	if err != nil {
-		return r, err
-	}
-	defer cl.close()
-	workers := make([]worker, p.conc)
-	for i := range workers {
-		if workers[i], err = cl.worker(i); err != nil {
-			return r, err
-		}
-		if c, ok := workers[i].(io.Closer); ok {
-			defer c.Close()
-		}
-	}
-
-	var phase atomic.Int32
-	type tally struct {
-		lat             []time.Duration
-		allowed, denied int64
-		err             error
-	}
-	tallies := make([]tally, p.conc)
-	var wg sync.WaitGroup
-	for i, w := range workers {
-		wg.Go(func() {
-			t := &tallies[i]
-			t.lat = make([]time.Duration, 0, 1<<15)
-			rng := rand.New(rand.NewPCG(uint64(round), uint64(i)))
-			for {
-				ph := phase.Load()
-				if ph == stopping {
-					return
-				}
-				k := rng.IntN(o.keys)
-				start := time.Now()
-				allowed, err := w.decide(ctx, k)
-				took := time.Since(start)
-				if err == nil && !allowed && !p.limit.denies {
-					err = fmt.Errorf("key %s denied under a limit that should allow everything", keyName(k))
-				}
-				if err != nil {
-					t.err = err
-					return
-				}
-				if ph == measuring && phase.Load() == measuring {
-					t.lat = append(t.lat, took)
-					if allowed {
-						t.allowed++
-					} else {
-						t.denied++
-					}
-				}
-			}
-		})
-	}
-	sleep(ctx, o.warmup)
-	c0, err0 := readCounters(ctx, p, e)
-	phase.Store(measuring)
-	sleep(ctx, o.duration)
-	phase.Store(stopping)
-	c1, err1 := readCounters(ctx, p, e)
-	wg.Wait()
-	r.Load1End = loadAvg()
-	if err := errors.Join(err0, err1, ctx.Err()); err != nil {
-		return r, err
-	}
-
-	var all []time.Duration
-	var errs []error
-	for i := range tallies {
-		t := &tallies[i]
-		all = append(all, t.lat...)
-		r.Allowed += t.allowed
-		r.Denied += t.denied
-		if t.err != nil {
-			errs = append(errs, fmt.Errorf("worker %d: %w", i, t.err))
-		}
-	}
-	if len(errs) > 0 {
-		r.Error = errors.Join(errs...).Error()
-	}
-	r.Decisions = r.Allowed + r.Denied
-	r.Seconds = c1.at.Sub(c0.at).Seconds()
-	if r.Decisions == 0 {
-		if r.Error == "" {
-			r.Error = "no decision was measured"
-		}
-		return r, nil
-	}
-	slices.Sort(all)
-	pct := func(q float64) float64 {
-		return float64(all[min(len(all)-1, int(q*float64(len(all))))]) / 1e3
-	}
-	r.PerSec = float64(r.Decisions) / r.Seconds
-	r.P50us, r.P90us, r.P99us, r.P999us = pct(0.50), pct(0.90), pct(0.99), pct(0.999)
-	r.MaxUs = float64(all[len(all)-1]) / 1e3
-	per := func(d time.Duration) float64 { return float64(d) / 1e3 / float64(r.Decisions) }
-	if p.c.server != nil {
-		r.ServerCPUus = per(c1.server - c0.server)
-		r.ClientCPUus = per(c1.self - c0.self)
-	} else {
-		r.ServerCPUus = per(c1.self - c0.self)
-	}
-	r.RedisCPUus = per(c1.redis - c0.redis)
-	ours := (c1.server - c0.server) + (c1.self - c0.self) + (c1.redis - c0.redis)
-	r.OthersCores = max(0, (c1.machine-c0.machine-ours).Seconds()/r.Seconds)
-	return r, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
@@ -491,6 +394,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	if e.bare != nil {
 		fmt.Fprintf(stdout, "bare pid %d\n", e.bare.pid())
 	}
+	if e.rl != nil {
+		fmt.Fprintf(stdout, "ratelimit pid %d, ratelimit-cache pid %d\n", e.rl.pid(), e.rlCache.pid())
+	}
 	fmt.Fprintf(stdout, "%d runs per round, %d rounds, %v + %v warm-up each\n", len(ps), o.rounds, o.duration, o.warmup)
 
 	var results []result
@@ -513,9 +419,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 				failed++
 			}
 			results = append(results, r)
-			fmt.Fprintf(stdout, "round %d %-38s %9.0f/s p50 %7.0fµs p99 %7.0fµs cpu/dec server %5.1fµs client %5.1fµs redis %5.1fµs denied %4.1f%% others %.2f cores load %.1f%s\n",
+			fmt.Fprintf(stdout, "round %d %-44s %9.0f/s p50 %7.0fµs p99 %7.0fµs cpu/dec server %5.1fµs client %5.1fµs redis %5.1fµs denied %4.1f%% others %.2f cores load %.1f%s%s\n",
 				round, p.name(), r.PerSec, r.P50us, r.P99us, r.ServerCPUus, r.ClientCPUus, r.RedisCPUus,
-				100*float64(r.Denied)/float64(max(1, r.Decisions)), r.OthersCores, r.Load1End, errSuffix(r.Error))
+				100*float64(r.Denied)/float64(max(1, r.Decisions)), r.OthersCores, r.Load1End, floodSuffix(r), errSuffix(r.Error))
 		}
 		if o.between != "" {
 			if err := runBetween(ctx, o, round); err != nil {
@@ -532,6 +438,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) (err error) {
 		return fmt.Errorf("%d runs had errors; see %s", failed, raw.Name())
 	}
 	return nil
+}
+
+// floodSuffix returns what the console line of a run adds for the flood
+// workload's well-behaved keys and for Redis's commands.
+func floodSuffix(r result) string {
+	s := ""
+	if r.CalmDecisions > 0 {
+		s += fmt.Sprintf(" well-behaved %.0f/s p99 %.0fµs", r.CalmPerSec, r.CalmP99us)
+	}
+	if r.RedisCommands != nil {
+		s += fmt.Sprintf(" redis commands/1k %.1f", r.RedisPer1k)
+	}
+	return s
 }
 
 func errSuffix(s string) string {

@@ -36,11 +36,18 @@ type proc struct {
 
 // start starts name as a child process with its output in logPath.
 func start(name, logPath string, argv ...string) (*proc, error) {
+	return startWith(name, logPath, nil, argv...)
+}
+
+// startWith starts name as a child process with the environment env (nil:
+// this process's) and its output in logPath.
+func startWith(name, logPath string, env []string, argv ...string) (*proc, error) {
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -196,6 +203,44 @@ func (r *redisServer) cpu(ctx context.Context) (time.Duration, error) {
 		total += x
 	}
 	return time.Duration(total * float64(time.Second)), nil
+}
+
+// commands returns how many times redis-server has run each command
+// (INFO commandstats), by command name in lower case.
+func (r *redisServer) commands(ctx context.Context) (map[string]int64, error) {
+	s, err := r.client.Do(ctx, r.client.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		return nil, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	return parseCommandStats(s)
+}
+
+// parseCommandStats reads the calls of each command in the text of INFO
+// commandstats: lines "cmdstat_NAME:calls=N,usec=...".
+func parseCommandStats(info string) (map[string]int64, error) {
+	calls := map[string]int64{}
+	for line := range strings.Lines(info) {
+		line = strings.TrimRight(line, "\r\n")
+		rest, ok := strings.CutPrefix(line, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			return nil, fmt.Errorf("INFO commandstats: line %q has no ':'", line)
+		}
+		v, ok := strings.CutPrefix(fields, "calls=")
+		if !ok {
+			return nil, fmt.Errorf("INFO commandstats: line %q does not start with calls=", line)
+		}
+		v, _, _ = strings.Cut(v, ",")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("INFO commandstats: line %q: calls=%q is not a count", line, v)
+		}
+		calls[name] = n
+	}
+	return calls, nil
 }
 
 func (r *redisServer) stop() error {

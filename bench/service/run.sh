@@ -2,10 +2,14 @@
 # run.sh reproduces the "Service" numbers in docs/BENCHMARKS.md.
 #
 # It builds sluice (the main module's cmd/sluice), gubernatord (gubernator
-# v2.13.0 in its own process), bared (the transport's floor), the load generator (this directory) and the
-# Redis store's library benchmark (bench/redis), then runs the load
-# generator: it starts a private redis-server, two `sluice serve` (memory
-# store, Redis store), gubernatord and bared, and runs ROUNDS rounds of every
+# v2.13.0 in its own process), bared (the transport's floor),
+# envoyproxy/ratelimit (from its Go module, in the nested module
+# ratelimitd/, which pins its version and its own dependencies), the load
+# generator (this directory) and the Redis store's library benchmark
+# (bench/redis), then runs the load generator: it starts a private
+# redis-server, two `sluice serve` (memory store, Redis store),
+# gubernatord, bared and two envoyproxy/ratelimit (its defaults; with its
+# local cache) on the same redis-server, and runs ROUNDS rounds of every
 # contender in turn. After each round it runs the library benchmark of
 # bench/redis once (Sluice's Redis store at 16 and 64 callers), so that the
 # service's Redis numbers can be set beside it from the same session.
@@ -13,7 +17,11 @@
 # Usage: bench/service/run.sh [OUT_DIR] [-- extra load generator flags]
 #        (default OUT_DIR: bench/service/results)
 # Environment: ROUNDS (default 3), DURATION (default 10s), WARMUP (2s),
-# CONC (16,64), MIXED_CONC (64), REDIS_SERVER (redis-server).
+# CONC (16,64: the allowed and allowed-window workloads), MIXED_CONC (64),
+# FLOOD_CONC (64: flood workers of the flood workload), FLOOD_CALM (8:
+# well-behaved workers beside them), REDIS_SERVER (redis-server),
+# RATELIMIT (1; 0 leaves envoyproxy/ratelimit, and with it the
+# allowed-window and flood workloads, out and skips its build).
 # Needs redis-server on PATH (Debian: apt-get install redis-server).
 set -euo pipefail
 
@@ -44,21 +52,27 @@ command -v "$redis" >/dev/null || { echo "run.sh: $redis not found (apt-get inst
 	echo "nproc: $(nproc)"
 	echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 	echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "rounds: ${ROUNDS:-3}, duration: ${DURATION:-10s}, warm-up: ${WARMUP:-2s}, conc: ${CONC:-16,64}, mixed conc: ${MIXED_CONC-64}"
+	echo "rounds: ${ROUNDS:-3}, duration: ${DURATION:-10s}, warm-up: ${WARMUP:-2s}, conc: ${CONC:-16,64}, mixed conc: ${MIXED_CONC-64}, flood conc: ${FLOOD_CONC-64}, flood calm: ${FLOOD_CALM:-8}"
 } >"$out/machine.txt"
 cat "$out/machine.txt"
 
 (cd "$root" && go build -o "$bin/sluice" ./cmd/sluice)
 (cd "$bench" && go build -o "$bin/gubernatord" ./service/gubernatord)
 (cd "$bench" && go build -o "$bin/bared" ./service/bared)
+ratelimit=()
+if [ "${RATELIMIT:-1}" != 0 ]; then
+	(cd "$here/ratelimitd" && go build -o "$bin/ratelimit" github.com/envoyproxy/ratelimit/src/service_cmd)
+	echo "ratelimit: github.com/envoyproxy/ratelimit $(cd "$here/ratelimitd" && go list -m -f '{{.Version}}' github.com/envoyproxy/ratelimit)" >>"$out/machine.txt"
+	ratelimit=(--ratelimit "$bin/ratelimit")
+fi
 (cd "$bench" && go build -o "$bin/service" ./service)
 (cd "$bench" && go test -c -o "$bin/redis.test" ./redis)
 (cd "$bench" && go build -o "$bin/benchstat" golang.org/x/perf/cmd/benchstat)
 
 rm -f "$out/between.txt"
-"$bin/service" --sluice "$bin/sluice" --gubernatord "$bin/gubernatord" --bared "$bin/bared" --redis-server "$redis" \
+"$bin/service" --sluice "$bin/sluice" --gubernatord "$bin/gubernatord" --bared "$bin/bared" "${ratelimit[@]}" --redis-server "$redis" \
 	--out "$out" --rounds "${ROUNDS:-3}" --duration "${DURATION:-10s}" --warmup "${WARMUP:-2s}" \
-	--conc "${CONC:-16,64}" --mixed-conc "${MIXED_CONC-64}" \
+	--conc "${CONC:-16,64}" --mixed-conc "${MIXED_CONC-64}" --flood-conc "${FLOOD_CONC-64}" --flood-calm "${FLOOD_CALM:-8}" \
 	--between "cd '$bench/redis' && '$bin/redis.test' -test.run '^\$' -test.bench '^BenchmarkRedis\$/^callers=(16|64)\$/^lib=sluice\$' -test.benchtime 2s -test.count 1" \
 	"$@" | tee "$out/run.txt"
 
