@@ -38,6 +38,22 @@ func benchConfig(tb testing.TB) *config.Config {
 	return cfg
 }
 
+// benchEnvoy returns the envoy section of the benchmark's configuration,
+// decoded and compiled.
+func benchEnvoy(tb testing.TB, cfg *config.Config) *rls.Config {
+	tb.Helper()
+	section, ok := cfg.Envoy()
+	if !ok {
+		tb.Fatal("the benchmark's configuration has no envoy section")
+	}
+	decoded, problems := rls.DecodeSection(section, "envoy")
+	envoy, err := rls.CompileSection(decoded)
+	if len(problems) > 0 || err != nil {
+		tb.Fatalf("the envoy section: %v %v", problems, err)
+	}
+	return envoy
+}
+
 // recorder is a ResponseWriter that keeps only the status and reuses its
 // header map, so that the benchmark counts the handler's allocations only.
 type recorder struct {
@@ -92,13 +108,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	cfg := benchConfig(b)
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	section, _ := cfg.Envoy()
-	decoded, problems := rls.DecodeSection(section, "envoy")
-	envoy, err := rls.CompileSection(decoded)
-	if len(problems) > 0 || err != nil {
-		b.Fatalf("the envoy section: %v %v", problems, err)
-	}
-	svc := rls.New(st, envoy, rls.Options{OnDecision: func(rls.Event) {}})
+	svc := rls.New(st, benchEnvoy(b, cfg), rls.Options{OnDecision: func(rls.Event) {}})
 	reqs := make([]*rlsv3.RateLimitRequest, benchKeys)
 	for k := range reqs {
 		reqs[k] = &rlsv3.RateLimitRequest{Domain: allowedLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{

@@ -97,12 +97,8 @@ func TestEnvoyWorker(t *testing.T) {
 	awayFromMinuteEnd()
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	envoy, ok := benchConfig(t).Envoy()
-	if !ok {
-		t.Fatal("the benchmark's configuration has no envoy section")
-	}
 	gs := grpc.NewServer()
-	rls.New(st, envoy, rls.Options{}).Register(gs)
+	rls.New(st, benchEnvoy(t, benchConfig(t)), rls.Options{}).Register(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -259,6 +255,12 @@ func TestSluiceConfig(t *testing.T) {
 	} {
 		if _, err := config.Parse("bench.yaml", []byte(sluiceConfig(store)), config.Formats{}); err != nil {
 			t.Errorf("config.Parse(sluiceConfig(%q)) error: %v", store, err)
+		}
+	}
+	// The files envoyproxy/ratelimit reads are Sluice's envoy format too.
+	for _, d := range envoyDomains() {
+		if _, problems := rls.Parse([]byte(d.yaml), d.file); len(problems) > 0 {
+			t.Errorf("rls.Parse(%s) problems: %v", d.file, problems)
 		}
 	}
 }
