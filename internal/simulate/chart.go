@@ -269,28 +269,74 @@ type row struct {
 	offered, admitted []int64 // the slices' maxima
 	peakAdmitted      int64
 	admittedReqs      int
+	offeredReqs       int
 }
 
 func (c *Chart) draw(dc draw.Canvas, heading []string) {
 	from, to := c.span()
 	width := max(1, (to-from+chartSlices-1)/chartSlices) // µs per slice
-	unit := unitFor(width * chartSlices)
+	f := frame{from: from, width: width, unit: unitFor(width * chartSlices), keys: int64(max(1, len(c.keys)))}
+	rows := c.rows(&f)
+	top := c.drawLegend(dc, heading, f.keys)
+	f.ticks = plot.DefaultTicks{}
+	if p := int64(c.policies[0].Period / time.Microsecond); from%p == 0 && (to-from)/p >= 2 && (to-from)/p <= 16 {
+		f.ticks = stepTicks{step: float64(p) / float64(f.unit.us)}
+	}
+	plots := make([][]*plot.Plot, len(rows))
+	titles := make([]string, len(rows))
+	for i, r := range rows {
+		titles[i] = c.rowTitle(r, f.keys)
+		plots[i] = []*plot.Plot{f.plot(r, i == len(rows)-1)}
+	}
+	body := draw.Crop(dc, 0, 0, 0, top-dc.Max.Y)
+	tiles := draw.Tiles{
+		Rows: len(rows), Cols: 1,
+		PadTop: 0, PadBottom: 6, PadLeft: 8, PadRight: 16, PadY: 8,
+	}
+	canvases := plot.Align(plots, tiles, body)
+	for i, ps := range plots {
+		tile := canvases[i][0]
+		ps[0].Draw(tile)
+		data := ps[0].DataCanvas(tile)
+		sty := ps[0].Title.TextStyle
+		sty.XAlign, sty.YAlign = draw.XLeft, draw.YTop
+		tile.FillText(sty, vg.Point{X: data.Min.X, Y: tile.Max.Y}, titles[i])
+	}
+}
 
-	keys := int64(max(1, len(c.keys)))
+// frame is what every row of a chart shares: its time axis, and the
+// height of its value axis.
+type frame struct {
+	from, width int64 // the first instant and the µs per slice
+	unit        axisUnit
+	keys        int64
+	yMax        int64
+	ticks       plot.Ticker
+}
+
+// x is instant t on the time axis.
+func (f *frame) x(t int64) float64 { return float64(t-f.from) / float64(f.unit.us) }
+
+// rows returns the rows of the chart, one per policy, and sets f.yMax to
+// the highest value any of them draws.
+func (c *Chart) rows(f *frame) []row {
 	rows := make([]row, len(c.policies))
-	var yMax int64
 	for i, p := range c.policies {
 		period := int64(p.Period / time.Microsecond)
 		admitted := slices.Clone(c.admitted[i])
 		slices.SortFunc(admitted, func(a, b event) int { return cmpInt(a.t, b.t) })
-		r := row{policy: p, admittedReqs: len(admitted)}
-		r.offered, _ = trailingMaxima(c.offered, period, from, width, chartSlices)
-		r.admitted, r.peakAdmitted = trailingMaxima(admitted, period, from, width, chartSlices)
+		r := row{policy: p, admittedReqs: len(admitted), offeredReqs: len(c.offered)}
+		r.offered, _ = trailingMaxima(c.offered, period, f.from, f.width, chartSlices)
+		r.admitted, r.peakAdmitted = trailingMaxima(admitted, period, f.from, f.width, chartSlices)
 		rows[i] = r
-		yMax = max(yMax, slices.Max(r.offered), r.peakAdmitted, p.Limit*keys)
+		f.yMax = max(f.yMax, slices.Max(r.offered), r.peakAdmitted, p.Limit*f.keys)
 	}
+	return rows
+}
 
-	// The heading, then a legend that holds for every row.
+// drawLegend draws the heading, then a legend that holds for every row,
+// and returns the height below them.
+func (c *Chart) drawLegend(dc draw.Canvas, heading []string, keys int64) vg.Length {
 	top := dc.Max.Y - 8
 	for i, line := range heading {
 		sty := textStyle(10)
@@ -324,81 +370,67 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 	swatch(func(x vg.Length) {
 		dc.StrokeLine2(limitStyle, x, y+3, x+16, y+3)
 	}, limitText)
-	top = y - 8
+	return y - 8
+}
 
-	x := func(t int64) float64 { return float64(t-from) / float64(unit.us) }
-	var timeTicks plot.Ticker = plot.DefaultTicks{}
-	if p := int64(c.policies[0].Period / time.Microsecond); from%p == 0 && (to-from)/p >= 2 && (to-from)/p <= 16 {
-		timeTicks = stepTicks{step: float64(p) / float64(unit.us)}
+// rowTitle is the title of row r, drawn left-aligned over its data.
+func (c *Chart) rowTitle(r row, keys int64) string {
+	period := shortDuration(r.policy.Period)
+	title := fmt.Sprintf("%v: admitted %d of %d requests, at most %d in any %s",
+		r.policy.Algorithm, r.admittedReqs, r.offeredReqs, r.peakAdmitted, period)
+	if r.policy.Algorithm == sluice.LeakyBucketAlgorithm {
+		title = fmt.Sprintf("%v: admitted %d of %d requests, at most %d started in any %s (counted at time + delay)",
+			r.policy.Algorithm, r.admittedReqs, r.offeredReqs, r.peakAdmitted, period)
 	}
-	plots := make([][]*plot.Plot, len(rows))
-	titles := make([]string, len(rows))
-	for i, r := range rows {
-		p := plot.New()
-		p.BackgroundColor = nil
-		period := shortDuration(r.policy.Period)
-		// The title is drawn left-aligned over the data below; the
-		// plot's own (centred) title only reserves its height.
-		titles[i] = fmt.Sprintf("%v: admitted %d of %d requests, at most %d in any %s",
-			r.policy.Algorithm, r.admittedReqs, len(c.offered), r.peakAdmitted, period)
-		if r.policy.Algorithm == sluice.LeakyBucketAlgorithm {
-			titles[i] = fmt.Sprintf("%v: admitted %d of %d requests, at most %d started in any %s (counted at time + delay)",
-				r.policy.Algorithm, r.admittedReqs, len(c.offered), r.peakAdmitted, period)
-		}
-		if keys > 1 {
-			// The comparison table's maximum is per key.
-			titles[i] += fmt.Sprintf(", all %d keys together", keys)
-		}
-		p.Title.Text = " "
-		setFont(&p.Title.TextStyle, 9.5)
-		p.Title.Padding = 3
-		p.X.Min, p.X.Max = 0, x(from+width*chartSlices)
-		p.Y.Min, p.Y.Max = 0, float64(yMax)*1.1+1
-		p.Y.Label.Text = "in last " + period
-		setFont(&p.Y.Label.TextStyle, 9)
-		setFont(&p.Y.Tick.Label, 8)
-		p.Y.Tick.Marker = intTicks{}
-		p.Y.Padding, p.X.Padding = 2, 2
-		setFont(&p.X.Tick.Label, 8.5)
-		p.X.Tick.Marker = timeTicks
-		if i == len(rows)-1 {
-			p.X.Label.Text = fmt.Sprintf("time since %s, in %s", formatTime(from/1000), unit.long)
-			setFont(&p.X.Label.TextStyle, 9)
-		} else {
-			p.X.Tick.Marker = unlabelled{timeTicks}
-		}
-		grid := plotter.NewGrid()
-		grid.Vertical.Color = color.RGBA{0xE4, 0xE4, 0xE4, 0xFF}
-		grid.Horizontal.Color = grid.Vertical.Color
-		p.Add(grid)
+	if keys > 1 {
+		// The comparison table's maximum is per key.
+		title += fmt.Sprintf(", all %d keys together", keys)
+	}
+	return title
+}
 
-		offered := stepLine(r.offered, x(from), x(from+width)-x(from))
-		offered.FillColor = offeredFill
-		offered.LineStyle = draw.LineStyle{Color: offeredLine, Width: 0.6}
-		admitted := stepLine(r.admitted, x(from), x(from+width)-x(from))
-		admitted.LineStyle = draw.LineStyle{Color: algorithmColors[r.policy.Algorithm], Width: 1.8}
-		limitY := float64(r.policy.Limit * keys)
-		limit := &plotter.Line{
-			XYs:       plotter.XYs{{X: p.X.Min, Y: limitY}, {X: p.X.Max, Y: limitY}},
-			LineStyle: limitStyle,
-		}
-		p.Add(offered, limit, admitted)
-		plots[i] = []*plot.Plot{p}
+// plot returns the plot of row r; the last row labels the time axis.
+func (f *frame) plot(r row, last bool) *plot.Plot {
+	p := plot.New()
+	p.BackgroundColor = nil
+	// The title is drawn left-aligned over the data (rowTitle); the plot's
+	// own (centred) title only reserves its height.
+	p.Title.Text = " "
+	setFont(&p.Title.TextStyle, 9.5)
+	p.Title.Padding = 3
+	p.X.Min, p.X.Max = 0, f.x(f.from+f.width*chartSlices)
+	p.Y.Min, p.Y.Max = 0, float64(f.yMax)*1.1+1
+	p.Y.Label.Text = "in last " + shortDuration(r.policy.Period)
+	setFont(&p.Y.Label.TextStyle, 9)
+	setFont(&p.Y.Tick.Label, 8)
+	p.Y.Tick.Marker = intTicks{}
+	p.Y.Padding, p.X.Padding = 2, 2
+	setFont(&p.X.Tick.Label, 8.5)
+	p.X.Tick.Marker = f.ticks
+	if last {
+		p.X.Label.Text = fmt.Sprintf("time since %s, in %s", formatTime(f.from/1000), f.unit.long)
+		setFont(&p.X.Label.TextStyle, 9)
+	} else {
+		p.X.Tick.Marker = unlabelled{f.ticks}
 	}
-	body := draw.Crop(dc, 0, 0, 0, top-dc.Max.Y)
-	tiles := draw.Tiles{
-		Rows: len(rows), Cols: 1,
-		PadTop: 0, PadBottom: 6, PadLeft: 8, PadRight: 16, PadY: 8,
+	grid := plotter.NewGrid()
+	grid.Vertical.Color = color.RGBA{0xE4, 0xE4, 0xE4, 0xFF}
+	grid.Horizontal.Color = grid.Vertical.Color
+	p.Add(grid)
+
+	x0, w := f.x(f.from), f.x(f.from+f.width)-f.x(f.from)
+	offered := stepLine(r.offered, x0, w)
+	offered.FillColor = offeredFill
+	offered.LineStyle = draw.LineStyle{Color: offeredLine, Width: 0.6}
+	admitted := stepLine(r.admitted, x0, w)
+	admitted.LineStyle = draw.LineStyle{Color: algorithmColors[r.policy.Algorithm], Width: 1.8}
+	limitY := float64(r.policy.Limit * f.keys)
+	limit := &plotter.Line{
+		XYs:       plotter.XYs{{X: p.X.Min, Y: limitY}, {X: p.X.Max, Y: limitY}},
+		LineStyle: limitStyle,
 	}
-	canvases := plot.Align(plots, tiles, body)
-	for i, ps := range plots {
-		tile := canvases[i][0]
-		ps[0].Draw(tile)
-		data := ps[0].DataCanvas(tile)
-		sty := ps[0].Title.TextStyle
-		sty.XAlign, sty.YAlign = draw.XLeft, draw.YTop
-		tile.FillText(sty, vg.Point{X: data.Min.X, Y: tile.Max.Y}, titles[i])
-	}
+	p.Add(offered, limit, admitted)
+	return p
 }
 
 var limitStyle = draw.LineStyle{Color: limitColor, Width: 1.1, Dashes: []vg.Length{5, 3}}
