@@ -470,24 +470,8 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		idx = append(idx, int(h&s.mask))
 	}
 	var lbuf [8]int
-	locked := append(lbuf[:0], idx...)
-	slices.Sort(locked)
-	locked = slices.Compact(locked)
-	for _, i := range locked {
-		s.shards[i].mu.Lock()
-	}
-	defer func() {
-		for _, i := range locked {
-			s.shards[i].mu.Unlock()
-		}
-	}()
-	t := s.micros(now)
-	for _, i := range locked {
-		t = max(t, s.shards[i].hw)
-	}
-	for _, i := range locked {
-		s.shards[i].hw = t
-	}
+	locked, t := s.lockAll(now, idx, lbuf[:0])
+	defer s.unlockAll(locked)
 	// Decide without charging; a repeated (policy, key) sees the cost of
 	// the requests before it.
 	allowed := true
@@ -505,27 +489,57 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		allowed = allowed && d.Allowed
 		ds = append(ds, d)
 	}
-	if allowed {
-		for i := range reqs {
-			// MaxDelay was checked above, against the summed cost of
-			// a repeated (policy, key); charging the second of two
-			// must not check it again against the first's delay.
-			r := reqs[i]
-			r.MaxDelay = 0
+	s.settleAll(reqs, cs, hs, idx, ds, t, allowed)
+	return algo.Combine(ds), nil
+}
+
+// lockAll locks the shards of idx, each once and in index order, and
+// returns them (appended to locked) with the time of a decision at now: the
+// latest time any of them has seen, if later, which they all see from then
+// on.
+func (s *Store) lockAll(now time.Time, idx, locked []int) ([]int, int64) {
+	locked = append(locked, idx...)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	t := s.micros(now)
+	for _, i := range locked {
+		t = max(t, s.shards[i].hw)
+	}
+	for _, i := range locked {
+		s.shards[i].hw = t
+	}
+	return locked, t
+}
+
+// unlockAll unlocks the shards that lockAll locked.
+func (s *Store) unlockAll(locked []int) {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
+}
+
+// settleAll ends an AllowAll whose requests were decided, uncharged, into
+// ds: when all were allowed it charges them; otherwise the allowed ones
+// report their state as it stays, without the charge. The shards of idx
+// must be locked.
+func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64, allowed bool) {
+	for i := range reqs {
+		// MaxDelay was checked already, against the summed cost of a
+		// repeated (policy, key); charging the second of two must not
+		// check it again against the first's delay.
+		r := reqs[i]
+		r.MaxDelay = 0
+		switch {
+		case allowed:
 			s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, r.Cost, true)
-		}
-	} else {
-		for i := range ds {
-			if ds[i].Allowed {
-				// Not charged: report the state as it stays.
-				r := reqs[i]
-				r.MaxDelay = 0
-				ds[i] = s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, 0, false)
-				ds[i].Allowed, ds[i].Delay = true, 0
-			}
+		case ds[i].Allowed:
+			ds[i] = s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, 0, false)
+			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
-	return algo.Combine(ds), nil
 }
 
 // advance clamps t so that the shard's time never steps backwards.
