@@ -114,6 +114,22 @@ func storeContract(t *testing.T, s Store) {
 	if p, ok := s.Lookup("api", odd, t0); !ok || p.Limit != 9 {
 		t.Errorf("Lookup(%q) = %v, %v", odd, p, ok)
 	}
+	// Limit names with colons and percent signs (Envoy's descriptors),
+	// apart from a name that would read the same if they were not kept
+	// apart.
+	for i, name := range []string{"envoy:edge.a", "envoy%3Aedge.a", "envoy"} {
+		if _, err := s.Put(ctx, ov(name, "edge.a:k", int64(11+i), time.Time{}), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range []string{"envoy:edge.a", "envoy%3Aedge.a", "envoy"} {
+		if p, ok := s.Lookup(name, "edge.a:k", t0); !ok || p.Limit != int64(11+i) || p.Name != name {
+			t.Errorf("Lookup(%q, edge.a:k) = %v, %v, want the override of %d", name, p, ok, 11+i)
+		}
+		if list, err := s.List(ctx, name, t0); err != nil || len(list) != 1 || list[0].Limit != name || list[0].Policy.Limit != int64(11+i) {
+			t.Errorf("List(%q) = %v, %v", name, list, err)
+		}
+	}
 	// Invalid overrides are refused.
 	for _, bad := range []Override{
 		{Limit: "", Key: "k", Policy: sluice.FixedWindow(1, time.Second)},

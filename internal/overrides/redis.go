@@ -392,9 +392,16 @@ func previous(field, value string, err error, now time.Time) *Override {
 	return &o
 }
 
-// field is the hash field of an override: the limit's name (which has no
-// ':'), a colon, and the key.
-func field(limit, key string) string { return limit + ":" + key }
+// field is the hash field of an override: the limit's name, a colon, and
+// the key. A '%' or ':' in the name is written %25 or %3A, so that the
+// first colon ends the name: the limits of the configuration have
+// neither, Envoy's descriptors ("envoy:edge.api_key") may.
+func field(limit, key string) string { return limitEscaper.Replace(limit) + ":" + key }
+
+var (
+	limitEscaper   = strings.NewReplacer("%", "%25", ":", "%3A")
+	limitUnescaper = strings.NewReplacer("%3A", ":", "%25", "%")
+)
 
 // record is the JSON value of an override in Redis.
 type record struct {
@@ -438,6 +445,7 @@ func decode(field, value string) (Override, error) {
 	if !ok || limit == "" || key == "" {
 		return Override{}, fmt.Errorf("field %q is not limit:key", field)
 	}
+	limit = limitUnescaper.Replace(limit)
 	var rec record
 	if err := json.Unmarshal([]byte(value), &rec); err != nil {
 		return Override{}, fmt.Errorf("field %q: %w", field, err)
