@@ -29,6 +29,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/server"
@@ -318,10 +319,15 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	// Plans and overrides (dynamic.go), closed with the store.
 	dyn := openDynamic(cfg.Store(), logger)
 	st.closers = append(st.closers, dyn.close)
+	// One resolver of (limit, key) to policy for every door: an override
+	// in force, else the limit's own.
+	resolver := engine.NewResolver(dyn.overrides, time.Now)
 	h, err := server.New(cfg, s.measured, dyn.options(server.Options{
 		Logger:        logger,
 		Registry:      s.reg,
 		Metrics:       m,
+		Resolver:      resolver,
+		OtherLimits:   s.envoyLimit,
 		CircuitState:  st.circuit,
 		LocalRefusals: st.local,
 		StoreHealth:   st.health,
@@ -337,10 +343,20 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	if s.grpcAddr != "" {
-		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision})
+		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision, Resolver: resolver})
 		s.health = health.NewServer()
 	}
 	return s, nil
+}
+
+// envoyLimit returns the policy of the limit of Envoy's rate limit service
+// that admin overrides name name (rls.Config.Limit); false without the
+// service.
+func (s *service) envoyLimit(name string) (sluice.Policy, bool) {
+	if s.rls == nil {
+		return sluice.Policy{}, false
+	}
+	return s.rls.Config().Limit(name)
 }
 
 // rlsDecision counts one decision of Envoy's rate limit service; it is

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,9 @@ import (
 type Config struct {
 	domains map[string]*node
 	headers headerStyle
+	// policies are the policies of the configured limits, by name: the
+	// limits that admin overrides may name (Limit).
+	policies map[string]sluice.Policy
 }
 
 // node is a compiled Descriptor.
@@ -109,13 +113,43 @@ func CompileSection(s Section) (*Config, error) {
 	if len(ps) > 0 {
 		return nil, &ProblemsError{Problems: ps}
 	}
-	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style}
+	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style, policies: map[string]sluice.Policy{}}
 	for _, d := range s.Domains {
 		root := &node{}
 		compileChildren(root, d.Domain, "", d.Descriptors)
 		c.domains[d.Domain] = root
+		root.addPolicies(c.policies)
 	}
 	return c, nil
+}
+
+// addPolicies adds the policies of the limits of n and of the nodes below
+// it to m.
+func (n *node) addPolicies(m map[string]sluice.Policy) {
+	for _, l := range n.limits {
+		if l.policy.Name != "" {
+			m[l.policy.Name] = l.policy
+		}
+	}
+	for _, c := range n.exact {
+		c.addPolicies(m)
+	}
+	for _, c := range n.fallback {
+		c.addPolicies(m)
+	}
+}
+
+// Limit returns the policy of the configured limit named name, the name
+// that admin overrides give it (docs/envoy.md, "Admin overrides"):
+// "envoy:" and the domain and descriptor path, "envoy:edge.api_key", with
+// "#0", "#1"... after it for each of a descriptor's rate_limits. Limits
+// of zero requests_per_unit have none.
+func (c *Config) Limit(name string) (sluice.Policy, bool) {
+	if c == nil {
+		return sluice.Policy{}, false
+	}
+	p, ok := c.policies[name]
+	return p, ok
 }
 
 // Domains returns the names of the configured domains.
@@ -298,6 +332,66 @@ func storeKey(domain string, entries []entry, patterns []string) string {
 		b.WriteString(v)
 	}
 	return b.String()
+}
+
+// overrideKey returns the key under which admin overrides find a request
+// descriptor: the values of its entries, in order, joined by "|", with a
+// backslash written before each "|" and backslash within a value (so
+// that no two descriptors of one limit share a key). An entry matched
+// through a shared wildcard counts under the wildcard's pattern, as in
+// storeKey. (database, users), (op, get) is "users|get".
+func overrideKey(entries []entry, patterns []string) string {
+	var b strings.Builder
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		v := e.value
+		if patterns != nil && patterns[i] != "" {
+			v = patterns[i]
+		}
+		for j := 0; j < len(v); j++ {
+			if v[j] == '|' || v[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(v[j])
+		}
+	}
+	return b.String()
+}
+
+// overridden returns l with the policy p of an admin override, reported
+// to Envoy in its terms: p's limit per the largest unit (times a
+// multiplier) that divides its period; a period that no unit divides, or
+// a calendar one, is reported in the unit of its calendar or, failing
+// that, of l.
+func overridden(l limit, p sluice.Policy) limit {
+	l.policy = p
+	l.rpu = uint32(min(max(p.Limit, 0), math.MaxUint32))
+	l.unit, l.multiplier = unitOf(p, l.unit, l.multiplier)
+	return l
+}
+
+// unitOf returns the Envoy unit and multiplier of p's period, or unit and
+// mult when none fits.
+func unitOf(p sluice.Policy, unit unitCode, mult uint32) (unitCode, uint32) {
+	switch p.Calendar.Unit {
+	case sluice.CalendarDay:
+		return unitDay, 1
+	case sluice.CalendarWeek:
+		return unitWeek, 1
+	case sluice.CalendarMonth:
+		return unitMonth, 1
+	case sluice.CalendarYear:
+		return unitYear, 1
+	}
+	for i := len(units) - 1; i >= 0; i-- {
+		u := units[i]
+		if p.Period > 0 && p.Period%u.period == 0 && p.Period/u.period <= math.MaxUint32 {
+			return u.unit, uint32(p.Period / u.period)
+		}
+	}
+	return unit, mult
 }
 
 // detailedPath returns the metrics name of a request descriptor under

@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,10 @@ type Options struct {
 	// limit, before the response is sent. It must be fast and safe for
 	// concurrent use.
 	OnDecision func(Event)
+	// Resolver gives each configured limit and descriptor its policy: an
+	// admin override in force for (Config.Limit's name, the descriptor's
+	// override key), else the configured one. Nil means no overrides.
+	Resolver *engine.Resolver
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitServiceServer. It
@@ -111,6 +116,7 @@ type Service struct {
 	cfg        atomic.Pointer[Config]
 	now        func() time.Time
 	onDecision func(Event)
+	resolver   *engine.Resolver
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -118,7 +124,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // New returns a Service that decides with store under cfg. A nil cfg has
 // no domains: every request is answered OK.
 func New(store sluice.Store, cfg *Config, opts Options) *Service {
-	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision}
+	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision, resolver: opts.Resolver}
 	s.SetConfig(cfg)
 	return s
 }
@@ -142,8 +148,12 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 
 // item is one descriptor of a request being decided.
 type item struct {
-	limits    []limit
-	key       string // the store key
+	limits []limit
+	key    string // the store key
+	// ovKey is the key of the admin overrides of the item's limits
+	// (overrideKey); "" for Envoy's own limit override, which admin
+	// overrides do not replace.
+	ovKey     string
 	metricKey string
 	cost      int64 // 0: charges nothing (hits_addend 0, or negative hits)
 	shadow    bool
@@ -285,6 +295,7 @@ func (s *Service) matchDescriptor(it *item, root *node, domain string, d *rlscom
 		patterns = nil
 	}
 	it.key = storeKey(domain, entries, patterns)
+	it.ovKey = overrideKey(entries, patterns)
 	it.metricKey = n.path
 	if n.detailed {
 		it.metricKey = detailedPath(entries)
@@ -334,6 +345,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 		if !it.matched || it.unlimited {
 			continue
 		}
+		s.override(it)
 		it.ds = make([]sluice.Decision, len(it.limits))
 		for _, l := range it.limits {
 			c := engine.Check{Policy: l.policy, Key: it.key, Cost: it.cost}
@@ -366,6 +378,30 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 		}
 	}
 	return !o.Allowed, o.Decision.Degraded, nil
+}
+
+// override replaces the policy of each limit of it that an admin override
+// covers for its key, in a copy of its limits (they belong to the
+// configuration), and reports the override's numbers in place of the
+// configured ones.
+func (s *Service) override(it *item) {
+	if it.ovKey == "" {
+		return
+	}
+	copied := false
+	for j, l := range it.limits {
+		if l.policy.Name == "" {
+			continue // zero requests_per_unit: nothing to override
+		}
+		p, ok := s.resolver.Policy(l.policy, it.ovKey)
+		if !ok {
+			continue
+		}
+		if !copied {
+			it.limits, copied = slices.Clone(it.limits), true
+		}
+		it.limits[j] = overridden(l, p)
+	}
 }
 
 // storeError turns a store's error into the gRPC status of the call.

@@ -182,7 +182,7 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) 
 	items, multi, plan, rerr = h.decodeCheck(w, r, st)
 	for i := range items {
 		it := &items[i]
-		it.limit.Policy, it.override = h.policyFor(it.limit.Policy, it.key)
+		it.limit.Policy, it.override = h.resolver.Policy(it.limit.Policy, it.key)
 	}
 	return items, multi, plan, rerr
 }

@@ -107,7 +107,7 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var override bool
-	l.Policy, override = h.policyFor(l.Policy, key) // a runtime override, if one is set (overrides.go)
+	l.Policy, override = h.resolver.Policy(l.Policy, key) // a runtime override, if one is set (engine.Resolver)
 	cost := int64(1)
 	if c := q.Get("cost"); c != "" {
 		n, err := strconv.ParseInt(c, 10, 64)

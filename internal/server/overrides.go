@@ -48,17 +48,18 @@ func (h *Handler) registerOverrides() {
 	})
 }
 
-// policyFor returns the policy that applies to key under base, a limit's
-// policy: the policy of an override in force for the key, or base itself.
-// override reports which.
-func (h *Handler) policyFor(base sluice.Policy, key string) (p sluice.Policy, override bool) {
-	if !h.overrides.Any() {
-		return base, false
+// limitNamed returns the limit that overrides may name name: a limit of
+// the configuration, or one of Options.OtherLimits (Envoy's descriptors).
+func (h *Handler) limitNamed(cfg *config.Config, name string) (config.Limit, bool) {
+	if l, ok := cfg.Limit(name); ok {
+		return l, true
 	}
-	if p, ok := h.overrides.Lookup(base.Name, key, h.now()); ok {
-		return p, true
+	if h.otherLimits != nil {
+		if p, ok := h.otherLimits(name); ok {
+			return config.Limit{Policy: p}, true
+		}
 	}
-	return base, false
+	return config.Limit{}, false
 }
 
 // overrideJSON is an override in the admin API's answers.
@@ -126,7 +127,7 @@ func (h *Handler) serveOverrideList(w http.ResponseWriter, r *http.Request) {
 		h.overrideStoreFailed(w, r, err)
 		return
 	}
-	if _, ok := st.cfg.Limit(limit); limit != "" && !ok && len(list) == 0 {
+	if _, ok := h.limitNamed(st.cfg, limit); limit != "" && !ok && len(list) == 0 {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", limit))
 		return
 	}
@@ -142,7 +143,7 @@ func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 	name, key := r.PathValue("limit"), r.PathValue("key")
 	// Overrides of a limit that a reload removed can still be read and
 	// removed; only PUT needs the limit.
-	l, known := st.cfg.Limit(name)
+	l, known := h.limitNamed(st.cfg, name)
 	if !known && r.Method == http.MethodPut {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
 		return

@@ -192,7 +192,7 @@ func (h *Handler) limit(l config.Limit, key httplimit.KeyFunc, cost int64, charg
 		Cost:   cost,
 		Shadow: l.Shadow,
 		PolicyFunc: func(_ *http.Request, key string) (sluice.Policy, bool) {
-			p, _ := h.policyFor(base, key)
+			p, _ := h.resolver.Policy(base, key)
 			return p, true
 		},
 	}

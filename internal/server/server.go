@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/plans"
@@ -85,6 +86,16 @@ type Options struct {
 	// own. Give every instance an overrides.Redis on the same Redis to
 	// share them.
 	Overrides overrides.Store
+	// Resolver gives each (limit, key) its policy: an override in force,
+	// else the limit's own (engine.Resolver). cmd/sluice builds one over
+	// Overrides for every front door. Nil means one over Overrides, by
+	// Now.
+	Resolver *engine.Resolver
+	// OtherLimits, when set, returns the policy of a limit that is not in
+	// the configuration's limits section but that overrides may name
+	// (Envoy's descriptors, rls.Config.Limit), and false for a name it
+	// does not know. Nil means none.
+	OtherLimits func(name string) (sluice.Policy, bool)
 	// RedisHash returns the plan table that reads a Redis hash
 	// (plan_tables.NAME.redis_hash), uncached: the server puts its cache
 	// (cache_ttl, cache_size) in front. cmd/sluice builds it over its own
@@ -133,6 +144,8 @@ type Handler struct {
 
 	// Plans and overrides (plans.go, overrides.go).
 	overrides   overrides.Store
+	resolver    *engine.Resolver
+	otherLimits func(name string) (sluice.Policy, bool)
 	redisHash   func(hash string) plans.Table
 	readTimeout time.Duration
 	tableCheck  time.Duration
@@ -176,6 +189,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
 	}
+	h.otherLimits = opts.OtherLimits
 	if h.tableCheck <= 0 {
 		h.tableCheck = tableCheckEvery
 	}
@@ -184,6 +198,9 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if h.resolver = opts.Resolver; h.resolver == nil {
+		h.resolver = engine.NewResolver(h.overrides, h.now)
 	}
 	if h.reg == nil {
 		h.reg = prometheus.NewRegistry()
