@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -16,11 +15,9 @@ import (
 
 // serveTLS is the transport security of sluice serve's listeners
 // (listen.tls): one tlsauth.Server whose material every listener uses and
-// which rotates it live, and its metrics.
+// which rotates it live (its metrics are internal/metrics.TLS).
 type serveTLS struct {
-	srv     *tlsauth.Server
-	expiry  prometheus.Gauge
-	reloads *prometheus.CounterVec // result: ok, refused
+	srv *tlsauth.Server
 }
 
 // newServeTLS loads listen.tls's files, or returns nil without TLS.
@@ -29,30 +26,15 @@ func (s *service) newServeTLS(cfg *config.Config) (*serveTLS, error) {
 	if t == nil {
 		return nil, nil
 	}
-	st := &serveTLS{
-		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_tls_certificate_expiry_timestamp_seconds",
-			Help: "When the serving certificate of the listeners (listen.tls.cert_file) expires, in seconds since the Unix epoch.",
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_tls_reloads_total",
-			Help: "Replacements of the TLS files seen while serving, by result: ok (put in use) or refused (unreadable, not matching, expired; the files in use stayed).",
-		}, []string{"result"}),
+	tm, err := s.metrics.TLS()
+	if err != nil {
+		return nil, err
 	}
-	for _, c := range []prometheus.Collector{st.expiry, st.reloads} {
-		if err := s.reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	st.reloads.WithLabelValues("ok")
-	st.reloads.WithLabelValues("refused")
+	st := &serveTLS{}
 	srv, err := tlsauth.NewServer(t.Files(), t.Names(), tlsauth.Options{
-		Logger: s.logger,
-		OnLoad: func(m *tlsauth.Material) {
-			st.expiry.Set(float64(m.NotAfter().Unix()))
-			st.reloads.WithLabelValues("ok").Inc()
-		},
-		OnRefuse: func() { st.reloads.WithLabelValues("refused").Inc() },
+		Logger:   s.logger,
+		OnLoad:   func(m *tlsauth.Material) { tm.Loaded(m.NotAfter()) },
+		OnRefuse: tm.Refused,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listen.tls: %w", err)
