@@ -453,25 +453,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	defer signal.Stop(hup)
 
 	errc := make(chan error, len(hls)+1)
-	servers := 0
-	ready := readyInfo{PID: os.Getpid()}
-	for _, l := range hls {
-		servers++
-		go func() { errc <- fmt.Errorf("%s server: %w", l.name, serveHTTP(l)) }()
-		bound := l.ln.Addr().String()
-		s.logger.Info("listening", "protocol", l.name, "addr", bound)
-		if l.name == "admin" {
-			ready.Admin = bound
-		} else {
-			ready.HTTP = bound
-		}
-	}
-	if gs != nil {
-		servers++
-		go func() { errc <- fmt.Errorf("grpc server: %w", gs.Serve(grpcLn)) }()
-		ready.GRPC = grpcLn.Addr().String()
-		s.logger.Info("listening", "protocol", "grpc", "addr", ready.GRPC, "service", "envoy.service.ratelimit.v3.RateLimitService")
-	}
+	servers, ready := s.start(hls, gs, grpcLn, errc)
 	if s.flags.readyFile != "" {
 		if err := writeReadyFile(s.flags.readyFile, ready); err != nil {
 			s.logger.Error("writing the ready file failed", "file", s.flags.readyFile, "error", err)
@@ -516,6 +498,32 @@ func (s *service) run(ctx context.Context, src *source) error {
 		return &exitError{code: 1, err: fmt.Errorf("serve: shutdown: requests still in flight after --shutdown-timeout %v were cut", s.flags.shutdownTimeout)}
 	}
 	return nil
+}
+
+// start serves the HTTP listeners and the gRPC server gs (nil without
+// one), each on its own goroutine that sends its end to errc, and logs
+// where they listen. It returns how many it started and the bound
+// addresses.
+func (s *service) start(hls []*httpListener, gs *grpc.Server, grpcLn net.Listener, errc chan<- error) (servers int, ready readyInfo) {
+	ready.PID = os.Getpid()
+	for _, l := range hls {
+		servers++
+		go func() { errc <- fmt.Errorf("%s server: %w", l.name, serveHTTP(l)) }()
+		bound := l.ln.Addr().String()
+		s.logger.Info("listening", "protocol", l.name, "addr", bound)
+		if l.name == "admin" {
+			ready.Admin = bound
+		} else {
+			ready.HTTP = bound
+		}
+	}
+	if gs != nil {
+		servers++
+		go func() { errc <- fmt.Errorf("grpc server: %w", gs.Serve(grpcLn)) }()
+		ready.GRPC = grpcLn.Addr().String()
+		s.logger.Info("listening", "protocol", "grpc", "addr", ready.GRPC, "service", "envoy.service.ratelimit.v3.RateLimitService")
+	}
+	return servers, ready
 }
 
 // shutdown stops the servers: they stop accepting, and requests in
