@@ -181,10 +181,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rls: the request has no descriptors")
 	}
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
-	}
+	resp := newResponse(len(descs))
 	cfg := s.cfg.Load()
 	root := cfg.domains[domain]
 	if root == nil {
@@ -197,7 +194,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if reqCost == 0 {
 		reqCost = 1
 	}
-	items := make([]item, len(descs))
+	// Most requests carry a descriptor or two: their items stay on the
+	// stack.
+	var itemBuf [2]item
+	items := itemBuf[:0]
+	if len(descs) <= len(itemBuf) {
+		items = itemBuf[:len(descs)]
+	} else {
+		items = make([]item, len(descs))
+	}
 	replaced := map[string]bool{}
 	for i, d := range descs {
 		if err := s.matchDescriptor(&items[i], root, domain, d, reqCost); err != nil {
@@ -339,7 +344,10 @@ func (it *item) enforced() bool {
 // cost above the capacity, or the summed cost of descriptors that charge
 // the same counter) is denied and charges nothing.
 func (s *Service) decide(ctx context.Context, now time.Time, items []item) (denied, degraded bool, err error) {
-	var checks []engine.Check
+	// The checks and their results stay on the stack for a few limits.
+	var checkBuf [4]engine.Check
+	var resBuf [len(checkBuf)]engine.Result
+	checks := checkBuf[:0]
 	for i := range items {
 		it := &items[i]
 		if !it.matched || it.unlimited {
@@ -358,7 +366,12 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 	if len(checks) == 0 {
 		return false, false, nil
 	}
-	res := make([]engine.Result, len(checks))
+	res := resBuf[:0]
+	if len(checks) <= len(resBuf) {
+		res = resBuf[:len(checks)]
+	} else {
+		res = make([]engine.Result, len(checks))
+	}
 	o := engine.Decide(ctx, s.store, now, checks, res)
 	if o.Err != nil {
 		return false, false, storeError(o.Err)
@@ -438,23 +451,23 @@ func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv
 	k := engine.Decider(it.ds)
 	d, l := it.ds[k], it.limits[k]
 	own := d.Allowed
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code: rlsv3.RateLimitResponse_OK,
-		CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{
-			Name:            l.name,
-			RequestsPerUnit: l.rpu,
-			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(l.unit),
-		},
-		LimitRemaining: uint32(min(max(d.Remaining, 0), math.MaxUint32)),
-	}
+	// One allocation for the status and the messages it points to.
+	a := new(statusAlloc)
+	st := &a.status
+	st.Code = rlsv3.RateLimitResponse_OK
+	st.CurrentLimit = &a.limit
+	st.CurrentLimit.Name = l.name
+	st.CurrentLimit.RequestsPerUnit = l.rpu
+	st.CurrentLimit.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(l.unit)
+	st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 	if l.multiplier > 1 {
 		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
 	}
 	switch {
 	case !own && d.RetryAfter != sluice.Never:
-		st.DurationUntilReset = durationpb.New(d.RetryAfter)
+		st.DurationUntilReset = a.duration(d.RetryAfter)
 	case own:
-		st.DurationUntilReset = durationpb.New(d.ResetAfter)
+		st.DurationUntilReset = a.duration(d.ResetAfter)
 	}
 	ev.Degraded = d.Degraded || (degraded && it.enforced())
 	switch {
@@ -473,6 +486,43 @@ func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv
 	}
 	s.emit(ev)
 	return st
+}
+
+// statusAlloc is a descriptor's status with the limit and the duration it
+// points to, allocated together.
+type statusAlloc struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// duration sets a's duration to d, as durationpb.New does, and returns it.
+func (a *statusAlloc) duration(d time.Duration) *durationpb.Duration {
+	a.reset.Seconds = int64(d / time.Second)
+	a.reset.Nanos = int32(d % time.Second)
+	return &a.reset
+}
+
+// responseAlloc is a response with room for one descriptor's status,
+// allocated together.
+type responseAlloc struct {
+	resp rlsv3.RateLimitResponse
+	one  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+}
+
+// newResponse returns an OK response with n statuses to fill: one
+// allocation when n is 1.
+func newResponse(n int) *rlsv3.RateLimitResponse {
+	if n != 1 {
+		return &rlsv3.RateLimitResponse{
+			OverallCode: rlsv3.RateLimitResponse_OK,
+			Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+		}
+	}
+	a := new(responseAlloc)
+	a.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	a.resp.Statuses = a.one[:]
+	return &a.resp
 }
 
 func (s *Service) emit(ev Event) {
