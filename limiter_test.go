@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -398,32 +399,13 @@ func TestWait(t *testing.T) {
 	})
 }
 
-// fakeClock is a clock whose Sleep advances its Now at once.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return ctx.Err()
-}
-
 // TestWaitOnTheStoresClock: Wait decides, reads its deadline and sleeps on
 // the store's clock, so that a fake one drives it without real time and it
 // agrees with AllowAt at that clock's Now.
 func TestWaitOnTheStoresClock(t *testing.T) {
 	// An hour ahead of the system clock: a deadline read on the system
 	// clock would leave an hour to wait.
-	clk := &fakeClock{t: time.Now().Add(time.Hour).Truncate(time.Second)}
+	clk := teststore.NewClock(time.Now().Add(time.Hour).Truncate(time.Second))
 	start := clk.Now()
 	l, err := sluice.New(memstore.New(memstore.Options{Now: clk.Now, Sleep: clk.Sleep}), sluice.TokenBucket(2, time.Second, 1))
 	if err != nil {

@@ -13,29 +13,15 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
 // clock is a settable time source for the memory store.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = teststore.Clock
 
 // newClock starts at a whole hour, so windows start with the test.
-func newClock() *clock { return &clock{t: time.Unix(1_699_999_200, 0)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return teststore.NewClock(time.Unix(1_699_999_200, 0)) }
 
 func newStore(c *clock) *memstore.Store {
 	return memstore.New(memstore.Options{Now: c.Now})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // TestSlidingWindowT checks the t of the RateLimit field for
@@ -15,7 +16,7 @@ import (
 // the whole next window. The quota is whole again exactly then, and not
 // 1 ms before.
 func TestSlidingWindowT(t *testing.T) {
-	c := &clock{t: time.Date(2026, 3, 14, 12, 0, 20, 0, time.UTC)} // 20 s into a window
+	c := teststore.NewClock(time.Date(2026, 3, 14, 12, 0, 20, 0, time.UTC)) // 20 s into a window
 	store := newStore(c)
 	p := sluice.SlidingWindow(10, time.Minute).Named("sw")
 	h := mustNew(t, store, []Limit{{Policy: p}}, nil).Handler(okHandler)
@@ -35,9 +36,9 @@ func TestSlidingWindowT(t *testing.T) {
 		at   time.Time
 		want bool
 	}{
-		{c.t.Add(60 * time.Second), false},                   // w later: the request still weighs 2/3
-		{c.t.Add(100*time.Second - time.Millisecond), false}, // 1 ms before t
-		{c.t.Add(100 * time.Second), true},                   // at t
+		{c.Now().Add(60 * time.Second), false},                   // w later: the request still weighs 2/3
+		{c.Now().Add(100*time.Second - time.Millisecond), false}, // 1 ms before t
+		{c.Now().Add(100 * time.Second), true},                   // at t
 	} {
 		d, err := store.Peek(context.Background(), tt.at, whole)
 		if err != nil {

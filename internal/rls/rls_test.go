@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -30,22 +31,7 @@ import (
 var t0 = time.Unix(19676*86400, 0)
 
 // clock is a settable time for Options.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+type clock = teststore.Clock
 
 // events records the metrics hook's events.
 type events struct {
@@ -97,7 +83,7 @@ func start(t *testing.T, src string) *harness {
 
 func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 	t.Helper()
-	h := &harness{clock: &clock{now: t0}, events: &events{}}
+	h := &harness{clock: teststore.NewClock(t0), events: &events{}}
 	h.svc = New(store, cfg, Options{Now: h.clock.Now, OnDecision: h.events.add})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

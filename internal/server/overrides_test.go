@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -38,7 +39,7 @@ proxy:
 // ovFixture serves ovYAML (with extra YAML appended) and logs to a buffer.
 func ovFixture(t *testing.T, extra string, store overrides.Store) (*fixture, *bytes.Buffer) {
 	t.Helper()
-	c := &clock{t: start}
+	c := teststore.NewClock(start)
 	ms := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
 	var logs bytes.Buffer

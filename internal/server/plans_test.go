@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/plans/redisplans"
@@ -52,7 +53,7 @@ func plFixture(t *testing.T, table string, opts ...func(*Options)) (*fixture, st
 	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &clock{t: start}
+	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
 	o := Options{Registry: reg, Now: c.Now}
@@ -189,7 +190,7 @@ proxy:
 	// counts are not (the store is the caller's choice).
 	var fs [2]*fixture
 	for i := range fs {
-		c := &clock{t: start}
+		c := teststore.NewClock(start)
 		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, RedisHash: func(hash string) plans.Table { return redisplans.New(client, hash, 0) }})
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -44,22 +45,7 @@ proxy:
 var start = time.Unix(1_700_000_000, 0)
 
 // clock is a settable clock for the memory store.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+type clock = teststore.Clock
 
 func parse(t testing.TB, yaml string) *config.Config {
 	t.Helper()
@@ -79,7 +65,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, yaml string) *fixture {
 	t.Helper()
-	c := &clock{t: start}
+	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
 	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now}, metrics.StoreGauges{Keys: store.Len})

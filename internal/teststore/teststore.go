@@ -1,11 +1,13 @@
 // Package teststore holds the stores that the tests of several packages
-// share: a Redis store on a private redis-server, and a memory store that,
-// like the Redis store on a cluster, cannot decide some requests together.
+// share: a Redis store on a private redis-server, a memory store that,
+// like the Redis store on a cluster, cannot decide some requests together,
+// and a settable clock for the memory store.
 package teststore
 
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +64,43 @@ func (s Apart) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reques
 		}
 	}
 	return s.Store.AllowAll(ctx, now, reqs, out)
+}
+
+// Clock is a settable clock for a memory store (its Options.Now and
+// Sleep) and for the handlers under test: it stands still until the test
+// sets or advances it, and its Sleep advances it at once. It is safe for
+// concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set sets the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// Advance moves the clock d forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Sleep advances the clock by d, at once, and returns ctx's error.
+func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
+	c.Advance(d)
+	return ctx.Err()
 }
