@@ -155,60 +155,11 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 	var b strings.Builder
 	switch p.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		loc := p.Calendar.Location()
-		start, end := s.WindowStart.In(loc), s.WindowEnd.In(loc)
-		if end.IsZero() || !end.After(start) { // a store that reports only the start
-			end = start.Add(p.Period)
-		}
-		e.State = stateJSON{
-			WindowStart: start.Format(timeFormat), WindowEnd: end.Format(timeFormat),
-			Current: &s.Current, Estimate: &s.Estimate,
-		}
-		if p.Algorithm == sluice.FixedWindowAlgorithm {
-			fmt.Fprintf(&b, "The window that ends in %s has counted %d of %d.", human(end.Sub(s.At)), s.Current, p.Limit)
-		} else {
-			e.State.Previous = &s.Previous
-			if p.Calendar.Unit != sluice.NoCalendar {
-				fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the fraction of this %s still to come (%s of %s), plus %d in the current one.",
-					ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, strings.TrimPrefix(p.Calendar.Unit.String(), "calendar_"),
-					formatPeriod(end.Sub(s.At)), formatPeriod(end.Sub(start)), s.Current)
-			} else {
-				elapsed := s.At.Sub(s.WindowStart)
-				fmt.Fprintf(&b, "The estimate is %s: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
-					ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
-			}
-		}
+		explainWindow(e, &b, p, s)
 	case sluice.SlidingLogAlgorithm:
-		e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}
-		if s.Entries > 0 {
-			e.State.Oldest, e.State.Newest = s.Oldest.UTC().Format(timeFormat), s.Newest.UTC().Format(timeFormat)
-			fmt.Fprintf(&b, "The log holds %d of %d in the last %s (%s); the oldest stops counting in %s.",
-				s.Counted, p.Limit, formatPeriod(p.Period), plural(s.Entries, "entry", "entries"), human(s.Oldest.Add(p.Period).Sub(s.At)))
-		} else {
-			fmt.Fprintf(&b, "The log holds nothing in the last %s.", formatPeriod(p.Period))
-		}
+		explainLog(e, &b, p, s)
 	default:
-		e.Policy.Burst = p.Capacity()
-		us := int64(s.Backlog / time.Microsecond)
-		e.State = stateJSON{Tokens: &s.Tokens, Queued: &s.Queued, BacklogUS: &us}
-		if s.Backlog > 0 {
-			e.State.FullAt = s.At.Add(s.Backlog).UTC().Format(timeFormat)
-		}
-		if p.Algorithm == sluice.LeakyBucketAlgorithm {
-			fmt.Fprintf(&b, "The queue holds %s", ReadableAmount(s.Queued.String(), p.Capacity(), "units"))
-			if s.Backlog > 0 {
-				fmt.Fprintf(&b, " and is empty in %s.", human(s.Backlog))
-			} else {
-				b.WriteString(".")
-			}
-		} else {
-			fmt.Fprintf(&b, "The bucket holds %s", ReadableAmount(s.Tokens.String(), p.Capacity(), "tokens"))
-			if s.Backlog > 0 {
-				fmt.Fprintf(&b, " and is full again in %s.", human(s.Backlog))
-			} else {
-				b.WriteString(" (full).")
-			}
-		}
+		explainBucket(e, &b, p, s)
 	}
 	if !s.Tracked {
 		b.WriteString(" Sluice keeps no state for this key: it is at its initial state.")
@@ -228,6 +179,73 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 	}
 	e.Summary = strings.TrimSpace(b.String())
 	return e
+}
+
+// explainWindow describes the state s of a fixed or sliding window of
+// policy p, in e and in b.
+func explainWindow(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+	loc := p.Calendar.Location()
+	start, end := s.WindowStart.In(loc), s.WindowEnd.In(loc)
+	if end.IsZero() || !end.After(start) { // a store that reports only the start
+		end = start.Add(p.Period)
+	}
+	e.State = stateJSON{
+		WindowStart: start.Format(timeFormat), WindowEnd: end.Format(timeFormat),
+		Current: &s.Current, Estimate: &s.Estimate,
+	}
+	if p.Algorithm == sluice.FixedWindowAlgorithm {
+		fmt.Fprintf(b, "The window that ends in %s has counted %d of %d.", human(end.Sub(s.At)), s.Current, p.Limit)
+	} else {
+		e.State.Previous = &s.Previous
+		if p.Calendar.Unit != sluice.NoCalendar {
+			fmt.Fprintf(b, "The estimate is %s: %d in the previous window, weighted by the fraction of this %s still to come (%s of %s), plus %d in the current one.",
+				ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, strings.TrimPrefix(p.Calendar.Unit.String(), "calendar_"),
+				formatPeriod(end.Sub(s.At)), formatPeriod(end.Sub(start)), s.Current)
+		} else {
+			elapsed := s.At.Sub(s.WindowStart)
+			fmt.Fprintf(b, "The estimate is %s: %d in the previous window, weighted by the %s of it still in the last %s, plus %d in the current one.",
+				ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
+		}
+	}
+}
+
+// explainLog describes the state s of a sliding log of policy p, in e and
+// in b.
+func explainLog(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+	e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}
+	if s.Entries > 0 {
+		e.State.Oldest, e.State.Newest = s.Oldest.UTC().Format(timeFormat), s.Newest.UTC().Format(timeFormat)
+		fmt.Fprintf(b, "The log holds %d of %d in the last %s (%s); the oldest stops counting in %s.",
+			s.Counted, p.Limit, formatPeriod(p.Period), plural(s.Entries, "entry", "entries"), human(s.Oldest.Add(p.Period).Sub(s.At)))
+	} else {
+		fmt.Fprintf(b, "The log holds nothing in the last %s.", formatPeriod(p.Period))
+	}
+}
+
+// explainBucket describes the state s of a bucket (token bucket, GCRA,
+// leaky bucket) of policy p, in e and in b.
+func explainBucket(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+	e.Policy.Burst = p.Capacity()
+	us := int64(s.Backlog / time.Microsecond)
+	e.State = stateJSON{Tokens: &s.Tokens, Queued: &s.Queued, BacklogUS: &us}
+	if s.Backlog > 0 {
+		e.State.FullAt = s.At.Add(s.Backlog).UTC().Format(timeFormat)
+	}
+	if p.Algorithm == sluice.LeakyBucketAlgorithm {
+		fmt.Fprintf(b, "The queue holds %s", ReadableAmount(s.Queued.String(), p.Capacity(), "units"))
+		if s.Backlog > 0 {
+			fmt.Fprintf(b, " and is empty in %s.", human(s.Backlog))
+		} else {
+			b.WriteString(".")
+		}
+	} else {
+		fmt.Fprintf(b, "The bucket holds %s", ReadableAmount(s.Tokens.String(), p.Capacity(), "tokens"))
+		if s.Backlog > 0 {
+			fmt.Fprintf(b, " and is full again in %s.", human(s.Backlog))
+		} else {
+			b.WriteString(" (full).")
+		}
+	}
 }
 
 // human writes a duration for people: to the millisecond from a second up,
