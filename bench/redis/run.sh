@@ -9,7 +9,8 @@
 # within-round ratio of Sluice's decisions per second to redis_rate's.
 #
 # Usage: bench/redis/run.sh [OUT_DIR]    (default: bench/redis/results)
-# Environment: COUNT (default 5), BENCHTIME (default 2s).
+# Environment: COUNT (default 5), BENCHTIME (default 2s), BENCH (another
+# -test.bench pattern, as flood.sh passes; then there are no ratios).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/.." && pwd)
@@ -31,10 +32,11 @@ go test -c -o "$bin/redis.test" ./redis
 : >"$out/raw.txt"
 for round in $(seq "${COUNT:-5}"); do
 	echo "# round $round, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/raw.txt"
-	(cd redis && "$bin/redis.test" -test.run '^$' -test.bench '^Benchmark(Redis|RedisInstructions|Client)$' -test.benchtime "${BENCHTIME:-2s}" -test.count 1) | tee -a "$out/raw.txt"
+	(cd redis && "$bin/redis.test" -test.run '^$' -test.bench "${BENCH:-^Benchmark(Redis|RedisInstructions|Client)\$}" -test.benchtime "${BENCHTIME:-2s}" -test.count 1) | tee -a "$out/raw.txt"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 go tool benchstat "$out/raw.txt" | tee "$out/benchstat.txt"
+[ -z "${BENCH:-}" ] || exit 0
 # Within-round ratios: Sluice (batched, then unbatched) over redis_rate.
 awk '
 	/^# round/ { round++ }
