@@ -341,6 +341,17 @@ func storeKey(domain string, entries []entry, patterns []string) string {
 // through a shared wildcard counts under the wildcard's pattern, as in
 // storeKey. (database, users), (op, get) is "users|get".
 func overrideKey(entries []entry, patterns []string) string {
+	if len(entries) == 1 {
+		// One entry with nothing to escape is its own key: no allocation
+		// on the commonest descriptor.
+		v := entries[0].value
+		if patterns != nil && patterns[0] != "" {
+			v = patterns[0]
+		}
+		if !strings.ContainsAny(v, `|\`) {
+			return v
+		}
+	}
 	var b strings.Builder
 	for i, e := range entries {
 		if i > 0 {

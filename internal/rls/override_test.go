@@ -24,6 +24,9 @@ func TestOverrideKey(t *testing.T) {
 		{[]entry{{"a", "x"}, {"b", `\|z`}}, nil, `x|\\\|z`},
 		{[]entry{{"path", "foo-12"}, {"op", "get"}}, []string{"foo*", ""}, "foo*|get"},
 		{[]entry{{"a", ""}}, nil, ""},
+		{[]entry{{"a", "x|y"}}, nil, `x\|y`},
+		{[]entry{{"a", `x\`}}, nil, `x\\`},
+		{[]entry{{"path", "foo-12"}}, []string{"foo*"}, "foo*"},
 	} {
 		if got := overrideKey(tt.entries, tt.patterns); got != tt.want {
 			t.Errorf("overrideKey(%v, %q) = %q, want %q", tt.entries, tt.patterns, got, tt.want)
