@@ -2,16 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,32 +96,13 @@ func TestCaddyForwardAuth(t *testing.T) {
 	t.Parallel()
 	bin := requireCaddy(t)
 	docs := loadGatewayDocs(t)
-	var hits atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		io.WriteString(w, "upstream "+r.URL.Path)
-	}))
-	t.Cleanup(up.Close)
-
-	dir := t.TempDir()
-	cfg := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), docConfig(t, docs))
-	s := startSluice(t, "sluice", "--config", cfg)
+	up, hits := startUpstream(t)
+	s := startDocSluice(t, docs)
 	port := startCaddy(t, bin, docs.caddy, s.http, up.URL)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 
 	client := clientFrom("127.0.0.1")
-	for i := range 2 {
-		a := get(t, client, fmt.Sprintf("%s/items/%d", base, i))
-		if want := fmt.Sprintf("upstream /items/%d", i); a.status != 200 || a.body != want {
-			t.Errorf("request %d through caddy = %d %q, want 200 %q", i, a.status, a.body, want)
-		}
-		if got, want := a.header.Get("RateLimit"), fmt.Sprintf(`"per-client";r=%d;t=60`, 1-i); got != want {
-			t.Errorf("request %d: RateLimit = %q, want %q", i, got, want)
-		}
-		if got, want := a.header.Get("RateLimit-Policy"), `"per-client";q=2;w=60`; got != want {
-			t.Errorf("request %d: RateLimit-Policy = %q, want %q", i, got, want)
-		}
-	}
+	checkAdmitted(t, " through caddy", client, base)
 	checkLimited(t, "request 2 through caddy", get(t, client, base+"/items/2"))
 	checkLimited(t, "request 3 with a forged X-Forwarded-For", get(t, client, base+"/items/3", "X-Forwarded-For", "203.0.113.7"))
 	if got := hits.Load(); got != 2 {

@@ -176,6 +176,44 @@ func checkLimited(t *testing.T, what string, a answer) {
 	}
 }
 
+// startUpstream starts the upstream of the gateway tests: it answers
+// "upstream PATH" and counts the requests that reach it.
+func startUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	hits := new(atomic.Int64)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "upstream "+r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	return up, hits
+}
+
+// startDocSluice starts the sluice binary with the configuration of
+// docs/configuration.md's gateway section.
+func startDocSluice(t *testing.T, docs gatewayDocs) *sluice {
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), docConfig(t, docs))
+	return startSluice(t, "sluice", "--config", cfg)
+}
+
+// checkAdmitted sends the first two requests of client to base (via names
+// the gateway in messages): both reach the upstream, and their responses
+// carry the RateLimit fields of the page's two-per-minute limit.
+func checkAdmitted(t *testing.T, via string, client *http.Client, base string) {
+	t.Helper()
+	for i := range 2 {
+		a := get(t, client, fmt.Sprintf("%s/items/%d", base, i))
+		if want := fmt.Sprintf("upstream /items/%d", i); a.status != 200 || a.body != want {
+			t.Errorf("request %d%s = %d %q, want 200 %q", i, via, a.status, a.body, want)
+		}
+		if got, want := a.header.Get("RateLimit"), fmt.Sprintf(`"per-client";r=%d;t=60`, 1-i); got != want {
+			t.Errorf("request %d: RateLimit = %q, want %q", i, got, want)
+		}
+		if got, want := a.header.Get("RateLimit-Policy"), `"per-client";q=2;w=60`; got != want {
+			t.Errorf("request %d: RateLimit-Policy = %q, want %q", i, got, want)
+		}
+	}
+}
+
 // TestNginxAuthRequest runs the nginx snippet of docs/configuration.md,
 // taken from the page, in a real nginx in front of a test upstream and
 // the sluice binary with the page's configuration: two requests from one
@@ -190,16 +228,8 @@ func TestNginxAuthRequest(t *testing.T) {
 	t.Parallel()
 	bin := requireNginx(t)
 	docs := loadGatewayDocs(t)
-	var hits atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		io.WriteString(w, "upstream "+r.URL.Path)
-	}))
-	t.Cleanup(up.Close)
-
-	dir := t.TempDir()
-	cfg := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), docConfig(t, docs))
-	s := startSluice(t, "sluice", "--config", cfg)
+	up, hits := startUpstream(t)
+	s := startDocSluice(t, docs)
 	locations := func(sluiceAddr string) string {
 		l := replace(t, "nginx snippet", docs.nginx, docSluiceAddr, sluiceAddr)
 		return replace(t, "nginx snippet", l, docUpstreamAddr, strings.TrimPrefix(up.URL, "http://"))
@@ -208,18 +238,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", open)
 
 	alice := clientFrom("127.0.0.1")
-	for i := range 2 {
-		a := get(t, alice, fmt.Sprintf("%s/items/%d", base, i))
-		if want := fmt.Sprintf("upstream /items/%d", i); a.status != 200 || a.body != want {
-			t.Errorf("request %d = %d %q, want 200 %q", i, a.status, a.body, want)
-		}
-		if got, want := a.header.Get("RateLimit"), fmt.Sprintf(`"per-client";r=%d;t=60`, 1-i); got != want {
-			t.Errorf("request %d: RateLimit = %q, want %q", i, got, want)
-		}
-		if got, want := a.header.Get("RateLimit-Policy"), `"per-client";q=2;w=60`; got != want {
-			t.Errorf("request %d: RateLimit-Policy = %q, want %q", i, got, want)
-		}
-	}
+	checkAdmitted(t, "", alice, base)
 	checkLimited(t, "request 2", get(t, alice, base+"/items/2"))
 	// The client's own X-Forwarded-For does not choose its bucket...
 	checkLimited(t, "request 3 with a forged X-Forwarded-For", get(t, alice, base+"/items/3", "X-Forwarded-For", "203.0.113.7"))
@@ -254,7 +273,7 @@ func TestNginxAuthRequest(t *testing.T) {
 
 	// A Sluice without the rule the snippet names answers 404, and the
 	// client gets the 503 even from the fail-open snippet.
-	cfg2 := proctest.WriteFile(t, filepath.Join(dir, "other.yaml"), replace(t, "Sluice configuration", docConfig(t, docs), "name: api", "name: other"))
+	cfg2 := proctest.WriteFile(t, filepath.Join(t.TempDir(), "other.yaml"), replace(t, "Sluice configuration", docConfig(t, docs), "name: api", "name: other"))
 	s2 := startSluice(t, "sluice (no rule api)", "--config", cfg2)
 	norule := startNginx(t, bin, "nginx (no rule)", locations(s2.http))
 	checkUnavailable(t, "fail open, no rule api", get(t, alice, fmt.Sprintf("http://127.0.0.1:%d/items/7", norule)))
