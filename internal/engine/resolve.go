@@ -45,11 +45,18 @@ func NewResolver(ov Overrides, now func() time.Time) *Resolver {
 	return &Resolver{overrides: ov, now: now}
 }
 
+// Active reports whether an override may be in force, so that a door can
+// skip building the keys of its lookups when none is. A nil Resolver is
+// never active.
+func (r *Resolver) Active() bool {
+	return r != nil && r.overrides != nil && r.overrides.Any()
+}
+
 // Policy returns the policy that applies to key under limit, the policy
 // the configuration (or the request's plan) gives the limit, and whether
 // an override replaced it. An override's policy has the limit's name.
 func (r *Resolver) Policy(limit sluice.Policy, key string) (p sluice.Policy, overridden bool) {
-	if r == nil || r.overrides == nil || !r.overrides.Any() {
+	if !r.Active() {
 		return limit, false
 	}
 	if p, ok := r.overrides.Lookup(limit.Name, key, r.now()); ok {

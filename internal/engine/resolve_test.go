@@ -52,4 +52,9 @@ func TestResolver(t *testing.T) {
 			t.Errorf("%s: Policy = %v, %v; want %v, %v", tt.name, got, override, tt.want, tt.override)
 		}
 	}
+	var none *Resolver
+	if !r.Active() || NewResolver(&oneOverride{}, nil).Active() || NewResolver(nil, nil).Active() || none.Active() {
+		t.Errorf("Active: with an override %v, with none %v, %v, nil %v; want true, false, false, false",
+			r.Active(), NewResolver(&oneOverride{}, nil).Active(), NewResolver(nil, nil).Active(), none.Active())
+	}
 }

@@ -151,16 +151,18 @@ type item struct {
 	limits []limit
 	key    string // the store key
 	// ovKey is the key of the admin overrides of the item's limits
-	// (overrideKey); "" for Envoy's own limit override, which admin
-	// overrides do not replace.
-	ovKey     string
-	metricKey string
-	cost      int64 // 0: charges nothing (hits_addend 0, or negative hits)
-	shadow    bool
-	unlimited bool
-	replaces  []string // of an unlimited limit
-	matched   bool
-	ds        []sluice.Decision // one per limit
+	// (overrideKey), set (and overridable) only for a descriptor matched
+	// in the configuration while overrides may be in force: admin
+	// overrides do not replace Envoy's own limit override.
+	ovKey       string
+	overridable bool
+	metricKey   string
+	cost        int64 // 0: charges nothing (hits_addend 0, or negative hits)
+	shadow      bool
+	unlimited   bool
+	replaces    []string // of an unlimited limit
+	matched     bool
+	ds          []sluice.Decision // one per limit
 }
 
 // ShouldRateLimit decides a request: it matches each descriptor to its
@@ -300,7 +302,9 @@ func (s *Service) matchDescriptor(it *item, root *node, domain string, d *rlscom
 		patterns = nil
 	}
 	it.key = storeKey(domain, entries, patterns)
-	it.ovKey = overrideKey(entries, patterns)
+	if s.resolver.Active() {
+		it.ovKey, it.overridable = overrideKey(entries, patterns), true
+	}
 	it.metricKey = n.path
 	if n.detailed {
 		it.metricKey = detailedPath(entries)
@@ -398,7 +402,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 // configuration), and reports the override's numbers in place of the
 // configured ones.
 func (s *Service) override(it *item) {
-	if it.ovKey == "" {
+	if !it.overridable {
 		return
 	}
 	copied := false
