@@ -19,9 +19,11 @@ const overridesUsage = `Usage: sluice overrides [--server URL] [--token-file FIL
 
 Lists, sets and removes the runtime overrides of a running sluice serve:
 another policy for one key of one limit, until removed or until it
-expires (docs/plans.md). The admin API lives where the admin endpoints
-do: on listen.admin when it is set, and behind the admin token when one
-is configured.
+expires (docs/plans.md). LIMIT is a limit of the limits section, or an
+Envoy descriptor's (envoy:DOMAIN.PATH, with KEY its values joined by |;
+docs/envoy.md). The admin API lives where the admin endpoints do: on
+listen.admin when it is set, and behind the admin token when one is
+configured.
 
 Commands:
   list [LIMIT]                 the overrides in force, of one limit or all
