@@ -158,18 +158,26 @@ type Table interface {
 // onError, if not nil, receives the error.
 func FromTable(t Table, onError func(error)) Picker {
 	return func(r *http.Request, key string) (string, bool) {
-		plan, ok, err := t.Plan(r.Context(), key)
-		if err != nil {
-			if onError != nil {
-				onError(err)
-			}
-			var stale *StaleError
-			if !errors.As(err, &stale) {
-				return "", false
-			}
-		}
-		return plan, ok
+		return Lookup(r.Context(), t, key, onError)
 	}
+}
+
+// Lookup looks key up in t as FromTable's Picker does: when t fails, no
+// plan is named (the default applies), unless the error is a StaleError
+// (a Cache serving the plan it saw last), and onError, if not nil,
+// receives the error.
+func Lookup(ctx context.Context, t Table, key string, onError func(error)) (plan string, ok bool) {
+	plan, ok, err := t.Plan(ctx, key)
+	if err != nil {
+		if onError != nil {
+			onError(err)
+		}
+		var stale *StaleError
+		if !errors.As(err, &stale) {
+			return "", false
+		}
+	}
+	return plan, ok
 }
 
 // Slots returns the number of policies of the largest plan: the limits a

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -45,14 +44,7 @@ func (h *Handler) planCheck(r *http.Request, st *state, body *checkBody) ([]item
 		if !ok {
 			return nil, true, "", &requestError{http.StatusNotFound, fmt.Sprintf("plan_table: no plan table named %q", *body.PlanTable)}
 		}
-		p, found, err := t.table.Plan(r.Context(), key)
-		if err != nil {
-			t.failed(err)
-			var stale *plans.StaleError
-			if !errors.As(err, &stale) {
-				found = false
-			}
-		}
+		p, found := plans.Lookup(r.Context(), t.table, key, t.failed)
 		switch {
 		case found:
 			name = p
