@@ -221,11 +221,11 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 	}
 	d := results[decider].Decision
 	if style.has(HeadersIETF) {
-		if policyField != nil {
-			h[hdrPolicy] = policyField
-		} else {
-			var buf [128]byte
-			b := buf[:0]
+		// Both values are built in one buffer and share one string and
+		// one slice: two allocations, not four.
+		var buf [224]byte
+		b := buf[:0]
+		if policyField == nil {
 			for i := range results {
 				if !results[i].counts() {
 					continue
@@ -235,10 +235,17 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 				}
 				b = AppendPolicyAt(b, results[i].Policy, now())
 			}
-			h[hdrPolicy] = []string{string(b)}
 		}
-		var buf [96]byte
-		h[hdrRateLimit] = []string{string(AppendRateLimit(buf[:0], results[decider].Policy.Name, d))}
+		n := len(b)
+		s := string(AppendRateLimit(b, results[decider].Policy.Name, d))
+		vals := make([]string, 2)
+		vals[0], vals[1] = s[:n], s[n:]
+		if policyField != nil {
+			h[hdrPolicy] = policyField
+		} else {
+			h[hdrPolicy] = vals[0:1:1]
+		}
+		h[hdrRateLimit] = vals[1:2:2]
 	}
 	if style.has(HeadersLegacy | HeadersX) {
 		reset, hasReset := resetSeconds(d)

@@ -1,0 +1,41 @@
+package httplimit
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestWriteHeadersIETF checks the IETF fields of two results, their
+// independence (adding a value to one leaves the other as it was), and
+// that writing them allocates twice: one string holding both values and
+// one slice holding both fields.
+func TestWriteHeadersIETF(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	results := []Result{
+		{Policy: sluice.TokenBucket(10, time.Second, 10).Named("per-ip"), Applied: true,
+			Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}},
+		{Policy: sluice.FixedWindow(100, time.Minute).Named("per-key"), Applied: true,
+			Decision: sluice.Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: 20 * time.Second}},
+	}
+	h := http.Header{}
+	WriteHeaders(h, HeadersIETF, results, now)
+	wantPolicy := `"per-ip";q=10;w=1, "per-key";q=100;w=60`
+	if got := h.Values("RateLimit-Policy"); len(got) != 1 || got[0] != wantPolicy {
+		t.Errorf("RateLimit-Policy = %q, want [%q]", got, wantPolicy)
+	}
+	rl := h.Values("RateLimit")
+	if len(rl) != 1 || rl[0] == "" {
+		t.Fatalf("RateLimit = %q, want one value", rl)
+	}
+	want := rl[0] // the string, not the slice that holds it
+	h.Add("RateLimit-Policy", "extra")
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != want {
+		t.Errorf("after adding a policy value, RateLimit = %q, want [%q]", got, want)
+	}
+	if n := testing.AllocsPerRun(200, func() { WriteHeaders(h, HeadersIETF, results, now) }); n > 2 {
+		t.Errorf("WriteHeaders(IETF): %v allocations, want at most 2", n)
+	}
+}
