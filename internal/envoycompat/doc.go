@@ -5,6 +5,11 @@
 // from; the configurations and cases are written anew), run against
 // `sluice serve` over gRPC, with the memory store and with a real Redis.
 //
+// The configurations are YAML files in testdata: the domain documents of
+// the call sequences (domains/, in the reference's format), the invalid
+// configurations (invalid/, one a mistake, as the reference's test/config
+// has them) and the reload test's (reload/).
+//
 // Each case either expects the reference's answer or names the entry of
 // docs/envoy.md's list of differences that explains Sluice's, and the
 // suite checks that the entry is there. It has no code of its own.

@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,11 +14,11 @@ import (
 
 // invalid is a configuration that envoyproxy/ratelimit refuses, written
 // for this suite, and what `sluice validate` must say of it: the problem
-// at want (LINE: PATH: and the start of the message).
+// at want (LINE: PATH: and the start of the message). Its envoy section is
+// testdata/invalid/NAME.yaml, to which the test appends the listeners.
 type invalid struct {
 	name string
 	ref  string // the reference's fixture and test
-	yaml string // the envoy section
 	want []string
 }
 
@@ -25,139 +26,22 @@ type invalid struct {
 // test/config fixtures that its config_test.go refuses, each as the
 // envoy section of a sluice.yaml.
 var invalids = []invalid{
-	{"empty-domain", "test/config/empty_domain.yaml, TestEmptyDomain (\"config file cannot have empty domain\")", `
-envoy:
-  - descriptors:
-      - key: k
-        rate_limit: {unit: second, requests_per_unit: 1}
-`, []string{"3: envoy[0].domain: domain is required"}},
-	{"duplicate-domain", "test/config/duplicate_domain.yaml, TestDuplicateDomain (\"duplicate domain 'test-domain' in config file\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: second, requests_per_unit: 1}
-  - domain: edge
-    descriptors:
-      - key: j
-        rate_limit: {unit: second, requests_per_unit: 1}
-`, []string{"7: envoy[1].domain: duplicate domain \"edge\""}},
-	{"empty-key", "test/config/empty_key.yaml, TestEmptyKey (\"descriptor has empty key\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - value: v
-        rate_limit: {unit: second, requests_per_unit: 1}
-`, []string{"5: envoy[0].descriptors[0].key: key is required"}},
-	{"duplicate-key", "test/config/duplicate_key.yaml, TestDuplicateKey (\"duplicate descriptor composite key\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: tier
-        value: gold
-        rate_limit: {unit: second, requests_per_unit: 1}
-      - key: tier
-        value: gold
-        rate_limit: {unit: minute, requests_per_unit: 5}
-`, []string{"8: envoy[0].descriptors[1]: duplicate descriptor key \"tier\" with value \"gold\""}},
-	{"duplicate-key-nested", "test/config/config_test.go TestDuplicateKeyDomainMerge (the same composite key twice, below a value)", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: tier
-        value: gold
-        descriptors:
-          - key: user
-            rate_limit: {unit: second, requests_per_unit: 1}
-          - key: user
-            rate_limit: {unit: second, requests_per_unit: 2}
-`, []string{"10: envoy[0].descriptors[0].descriptors[1]: duplicate descriptor key \"user\" without a value"}},
-	{"bad-limit-unit", "test/config/bad_limit_unit.yaml, TestBadLimitUnit (\"invalid rate limit unit 'foo'\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: fortnight, requests_per_unit: 1}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\""}},
-	{"replaces-self", "test/config/replaces_self.yaml, TestReplacesSelf (\"replaces should not contain name of same descriptor\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit:
-          name: mine
-          unit: second
-          requests_per_unit: 1
-          replaces: [{name: mine}]
-`, []string{"10: envoy[0].descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself"}},
-	{"replaces-empty", "test/config/replaces_empty.yaml, TestReplacesEmpty (\"should not have an empty replaces entry\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit:
-          unit: second
-          requests_per_unit: 1
-          replaces: [{}]
-`, []string{"9: envoy[0].descriptors[0].rate_limit.replaces[0].name: replaces entry needs a name"}},
-	{"bad-yaml", "test/config/bad_yaml.yaml, TestBadYaml (\"error loading config file: yaml: ...\")", `
-envoy:
-  - domain: edge
-    descriptors: [
-`, []string{"4: invalid YAML"}},
-	{"misspelled-key", "test/config/misspelled_key.yaml, TestMisspelledKey (\"unknown key 'ratelimit'\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        ratelimit: {unit: second, requests_per_unit: 1}
-`, []string{"6: envoy[0].descriptors[0].ratelimit: unknown key \"ratelimit\""}},
-	{"misspelled-key-2", "test/config/misspelled_key2.yaml, TestMisspelledKey (\"unknown key 'requestsperunit'\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: second, requestsperunit: 1}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.requestsperunit: unknown key \"requestsperunit\""}},
-	{"non-string-key", "test/config/non_string_key.yaml, TestNonStringKey (\"key is not of type string: 0.25\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit:
-          unit: second
-          requests_per_unit: 1
-          0.25: quarter
-`, []string{"9: envoy[0].descriptors[0].rate_limit.0.25: unknown key \"0.25\""}},
-	{"non-map-list", "test/config/non_map_list.yaml, TestNonMapList (\"list of type other than map: a\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - just-a-word
-`, []string{"5: envoy[0].descriptors[0]: want a mapping, got \"just-a-word\""}},
-	{"unlimited-with-unit", "test/config/unlimited_with_unit.yaml, TestUnlimitedWithRateLimitUnit (\"should not specify rate limit unit when unlimited\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unlimited: true, unit: day}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.unit: unit must not be set when unlimited is true"}},
-	{"zero-unit-multiplier", "test/config/zero_unit_multiplier.yaml (a unit_multiplier of 0)", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: second, unit_multiplier: 0, requests_per_unit: 1}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1"}},
-	{"share-threshold-without-wildcard", "config_impl.go loadDescriptors (\"share_threshold can only be used with wildcard values\")", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: files
-        value: files/a.pdf
-        share_threshold: true
-        rate_limit: {unit: second, requests_per_unit: 1}
-`, []string{"7: envoy[0].descriptors[0].share_threshold: share_threshold needs a wildcard value"}},
+	{"empty-domain", "test/config/empty_domain.yaml, TestEmptyDomain (\"config file cannot have empty domain\")", []string{"2: envoy[0].domain: domain is required"}},
+	{"duplicate-domain", "test/config/duplicate_domain.yaml, TestDuplicateDomain (\"duplicate domain 'test-domain' in config file\")", []string{"6: envoy[1].domain: duplicate domain \"edge\""}},
+	{"empty-key", "test/config/empty_key.yaml, TestEmptyKey (\"descriptor has empty key\")", []string{"4: envoy[0].descriptors[0].key: key is required"}},
+	{"duplicate-key", "test/config/duplicate_key.yaml, TestDuplicateKey (\"duplicate descriptor composite key\")", []string{"7: envoy[0].descriptors[1]: duplicate descriptor key \"tier\" with value \"gold\""}},
+	{"duplicate-key-nested", "test/config/config_test.go TestDuplicateKeyDomainMerge (the same composite key twice, below a value)", []string{"9: envoy[0].descriptors[0].descriptors[1]: duplicate descriptor key \"user\" without a value"}},
+	{"bad-limit-unit", "test/config/bad_limit_unit.yaml, TestBadLimitUnit (\"invalid rate limit unit 'foo'\")", []string{"5: envoy[0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\""}},
+	{"replaces-self", "test/config/replaces_self.yaml, TestReplacesSelf (\"replaces should not contain name of same descriptor\")", []string{"9: envoy[0].descriptors[0].rate_limit.replaces[0].name: a limit cannot replace itself"}},
+	{"replaces-empty", "test/config/replaces_empty.yaml, TestReplacesEmpty (\"should not have an empty replaces entry\")", []string{"8: envoy[0].descriptors[0].rate_limit.replaces[0].name: replaces entry needs a name"}},
+	{"bad-yaml", "test/config/bad_yaml.yaml, TestBadYaml (\"error loading config file: yaml: ...\")", []string{"3: invalid YAML"}},
+	{"misspelled-key", "test/config/misspelled_key.yaml, TestMisspelledKey (\"unknown key 'ratelimit'\")", []string{"5: envoy[0].descriptors[0].ratelimit: unknown key \"ratelimit\""}},
+	{"misspelled-key-2", "test/config/misspelled_key2.yaml, TestMisspelledKey (\"unknown key 'requestsperunit'\")", []string{"5: envoy[0].descriptors[0].rate_limit.requestsperunit: unknown key \"requestsperunit\""}},
+	{"non-string-key", "test/config/non_string_key.yaml, TestNonStringKey (\"key is not of type string: 0.25\")", []string{"8: envoy[0].descriptors[0].rate_limit.0.25: unknown key \"0.25\""}},
+	{"non-map-list", "test/config/non_map_list.yaml, TestNonMapList (\"list of type other than map: a\")", []string{"4: envoy[0].descriptors[0]: want a mapping, got \"just-a-word\""}},
+	{"unlimited-with-unit", "test/config/unlimited_with_unit.yaml, TestUnlimitedWithRateLimitUnit (\"should not specify rate limit unit when unlimited\")", []string{"5: envoy[0].descriptors[0].rate_limit.unit: unit must not be set when unlimited is true"}},
+	{"zero-unit-multiplier", "test/config/zero_unit_multiplier.yaml (a unit_multiplier of 0)", []string{"5: envoy[0].descriptors[0].rate_limit.unit_multiplier: unit_multiplier must be at least 1"}},
+	{"share-threshold-without-wildcard", "config_impl.go loadDescriptors (\"share_threshold can only be used with wildcard values\")", []string{"6: envoy[0].descriptors[0].share_threshold: share_threshold needs a wildcard value"}},
 }
 
 // TestInvalidConfigurations runs `sluice validate` on each configuration
@@ -168,12 +52,16 @@ func TestInvalidConfigurations(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range append(invalids, stricter...) {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n" + strings.TrimPrefix(c.yaml, "\n")
+			envoy, err := os.ReadFile(filepath.Join("testdata", "invalid", c.name+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := string(envoy) + "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n"
 			path := proctest.WriteFile(t, filepath.Join(dir, c.name+".yaml"), cfg)
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, "validate", path)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
+			err = cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 				t.Fatalf("sluice validate = %v (stdout %q), want exit status 1", err, stdout.String())
@@ -191,36 +79,8 @@ func TestInvalidConfigurations(t *testing.T) {
 // Sluice refuses, because it would not treat them the same (the
 // configuration entries of docs/envoy.md's list of differences).
 var stricter = []invalid{
-	{"missing-requests-per-unit", "config_impl.go YamlRateLimit (a missing requests_per_unit is read as 0)", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: second}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.requests_per_unit: requests_per_unit is required"}},
-	{"replaces-unknown-name", "config_impl.go loadDescriptors (replaces names are not checked)", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit:
-          unit: second
-          requests_per_unit: 1
-          replaces: [{name: nobody}]
-`, []string{"9: envoy[0].descriptors[0].rate_limit.replaces[0].name: no rate limit in this domain is named \"nobody\""}},
-	{"fork-key", "forks' additions (quota_mode) are not the reference's keys", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        quota_mode: true
-        rate_limit: {unit: second, requests_per_unit: 1}
-`, []string{"6: envoy[0].descriptors[0].quota_mode: unknown key \"quota_mode\""}},
-	{"period-too-long", "src/utils UnitToDivider with unit_multiplier (any multiple of a unit)", `
-envoy:
-  - domain: edge
-    descriptors:
-      - key: k
-        rate_limit: {unit: year, unit_multiplier: 11, requests_per_unit: 1}
-`, []string{"6: envoy[0].descriptors[0].rate_limit.unit_multiplier: the period, unit_multiplier 11 × year, is longer than 10 years"}},
+	{"missing-requests-per-unit", "config_impl.go YamlRateLimit (a missing requests_per_unit is read as 0)", []string{"5: envoy[0].descriptors[0].rate_limit.requests_per_unit: requests_per_unit is required"}},
+	{"replaces-unknown-name", "config_impl.go loadDescriptors (replaces names are not checked)", []string{"8: envoy[0].descriptors[0].rate_limit.replaces[0].name: no rate limit in this domain is named \"nobody\""}},
+	{"fork-key", "forks' additions (quota_mode) are not the reference's keys", []string{"5: envoy[0].descriptors[0].quota_mode: unknown key \"quota_mode\""}},
+	{"period-too-long", "src/utils UnitToDivider with unit_multiplier (any multiple of a unit)", []string{"5: envoy[0].descriptors[0].rate_limit.unit_multiplier: the period, unit_multiplier 11 × year, is longer than 10 years"}},
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,52 +15,20 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
-const (
-	// reloadBefore has two domains; alpha's descriptor detailed has
-	// detailed_metric.
-	reloadBefore = `envoy:
-  - domain: alpha
-    descriptors:
-      - key: k
-        rate_limit: {unit: hour, requests_per_unit: 2}
-      - key: detailed
-        detailed_metric: true
-        rate_limit: {unit: hour, requests_per_unit: 5}
-      - key: m
-        rate_limit: {unit: hour, requests_per_unit: 2}
-  - domain: beta
-    descriptors:
-      - key: k
-        rate_limit: {unit: hour, requests_per_unit: 1}
-`
-	// reloadAfter keeps alpha as it was, removes beta, adds gamma and asks
-	// for the reference's response headers.
-	reloadAfter = `envoy:
-  response_headers: reference
-  domains:
-    - domain: alpha
-      descriptors:
-        - key: k
-          rate_limit: {unit: hour, requests_per_unit: 2}
-        - key: detailed
-          detailed_metric: true
-          rate_limit: {unit: hour, requests_per_unit: 5}
-        - key: m
-          rate_limit: {unit: hour, requests_per_unit: 3}
-    - domain: gamma
-      descriptors:
-        - key: k
-          rate_limit: {unit: hour, requests_per_unit: 1}
-`
-	// reloadBroken is refused (the reference keeps its configuration when
-	// a new one fails to load, and so does Sluice).
-	reloadBroken = `envoy:
-  - domain: gamma
-    descriptors:
-      - key: k
-        rate_limit: {unit: hours, requests_per_unit: 1}
-`
-)
+// reloadSection returns the envoy section testdata/reload/NAME.yaml of
+// the reload test: before (two domains; alpha's descriptor detailed has
+// detailed_metric), after (alpha as it was, beta removed, gamma added, and
+// the reference's response headers asked for) or broken (refused: the
+// reference keeps its configuration when a new one fails to load, and so
+// does Sluice).
+func reloadSection(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "reload", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // TestReloadDomains: a reload adds and removes domains, keeps the
 // counters of limits it does not change and turns on response headers; a
@@ -74,7 +44,7 @@ func TestReloadDomains(t *testing.T) {
 		if now := time.Now(); windowEnd(now, time.Hour).Sub(now) < time.Minute {
 			time.Sleep(windowEnd(now, time.Hour).Sub(now) + 10*time.Millisecond)
 		}
-		s := startServer(t, "sluice serve", serverConfig(storeYAML, reloadBefore))
+		s := startServer(t, "sluice serve", serverConfig(storeYAML, reloadSection(t, "before")))
 		want := func(domain string, desc *rlscommon.RateLimitDescriptor, w status) *rlsv3.RateLimitResponse {
 			t.Helper()
 			resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds(desc)})
@@ -99,7 +69,7 @@ func TestReloadDomains(t *testing.T) {
 			}
 		}
 
-		s.reload(t, serverConfig(storeYAML, reloadAfter))
+		s.reload(t, serverConfig(storeYAML, reloadSection(t, "after")))
 		waitFor(t, "gamma after the reload", func() bool {
 			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "gamma", Descriptors: ds(d("probe", "x"))})
 			return err == nil && len(resp.Statuses) == 1 && s.hasDomain(t, "gamma")
@@ -121,7 +91,7 @@ func TestReloadDomains(t *testing.T) {
 			t.Errorf("OVER_LIMIT headers %v, want RateLimit-Policy, RateLimit with r=0 and t equal to Retry-After", h)
 		}
 
-		s.reload(t, serverConfig(storeYAML, reloadBroken))
+		s.reload(t, serverConfig(storeYAML, reloadSection(t, "broken")))
 		waitFor(t, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
 		want("gamma", d("k", "x"), over(1, hour))
 		want("alpha", d("k", "x"), over(2, hour))
@@ -181,12 +151,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// checkIETFAfterReload reloads reloadAfter with response_headers: ietf
+// checkIETFAfterReload reloads testdata/reload/after.yaml with response_headers: ietf
 // and checks the fields of a fresh alpha descriptor.
 func checkIETFAfterReload(t *testing.T, s *server, storeYAML string) {
 	t.Helper()
 	// The IETF fields instead (draft -10), the same limits kept.
-	s.reload(t, serverConfig(storeYAML, strings.Replace(reloadAfter, "response_headers: reference", "response_headers: ietf", 1)))
+	s.reload(t, serverConfig(storeYAML, strings.Replace(reloadSection(t, "after"), "response_headers: reference", "response_headers: ietf", 1)))
 	var ietf map[string]string
 	probes := 0
 	waitFor(t, "the IETF fields after the reload", func() bool {

@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,8 @@ type compatCase struct {
 	// ref names the reference's test, fixture or README section that the
 	// case is derived from.
 	ref string
-	// config is the case's domain document, in envoyproxy/ratelimit's
-	// format, its domain written DOMAIN.
+	// config names the case's domain document, testdata/domains/NAME.yaml,
+	// in envoyproxy/ratelimit's format, its domain written DOMAIN.
 	config string
 	// diff, when set, is the entry of docs/envoy.md's list of differences
 	// that explains where Sluice's answers (the ones expected here) are
@@ -36,15 +37,19 @@ func (c compatCase) domain(n int) string {
 
 // envoySection returns the envoy section holding every case's domain,
 // copies times.
-func envoySection(cases []compatCase) string {
+func envoySection(t *testing.T, cases []compatCase) string {
 	var b strings.Builder
 	b.WriteString("envoy:\n")
 	for _, c := range cases {
 		if c.config == "" {
 			continue
 		}
+		config, err := os.ReadFile(filepath.Join("testdata", "domains", c.config+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for n := range copies {
-			doc := strings.ReplaceAll(strings.Trim(c.config, "\n"), "DOMAIN", c.domain(n))
+			doc := strings.ReplaceAll(strings.Trim(string(config), "\n"), "DOMAIN", c.domain(n))
 			lines := strings.Split(doc, "\n")
 			for i, l := range lines {
 				switch {
@@ -95,7 +100,7 @@ func TestCompatibility(t *testing.T) {
 		t.Fatalf("the suite has %d sequences (%d calls), want at least 60", len(cases), n)
 	}
 	stores(t, func(t *testing.T, storeYAML string) {
-		s := startServer(t, "sluice serve", serverConfig(storeYAML, envoySection(cases)))
+		s := startServer(t, "sluice serve", serverConfig(storeYAML, envoySection(t, cases)))
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) { runCase(t, s, c) })
 		}
