@@ -101,6 +101,25 @@ func formatExplain(a *explainAnswer) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("limit", "%s (%s)", a.Limit, explainPolicy(a))
+	row("key", "%s", strconv.Quote(a.Key))
+	row("at", "%s", a.At)
+	if a.Tracked {
+		row("state", "tracked")
+	} else {
+		row("state", "not tracked: at its initial state")
+	}
+	explainState(a, row)
+	row("a request", "%s", explainNext(a))
+	tw.Flush()
+	if a.Summary != "" {
+		b.WriteString("\n" + a.Summary + "\n")
+	}
+	return b.String()
+}
+
+// explainPolicy describes the policy of an explanation on one line.
+func explainPolicy(a *explainAnswer) string {
 	policy := fmt.Sprintf("%s, %d per %s", a.Algorithm, a.Policy.Limit, a.Policy.Period)
 	if a.Policy.TimeZone != "" {
 		policy += " in " + a.Policy.TimeZone
@@ -114,14 +133,12 @@ func formatExplain(a *explainAnswer) string {
 	if a.Policy.Shadow {
 		policy += ", dry run"
 	}
-	row("limit", "%s (%s)", a.Limit, policy)
-	row("key", "%s", strconv.Quote(a.Key))
-	row("at", "%s", a.At)
-	if a.Tracked {
-		row("state", "tracked")
-	} else {
-		row("state", "not tracked: at its initial state")
-	}
+	return policy
+}
+
+// explainState writes the rows of the algorithm's state: the bucket, the
+// windows or the log.
+func explainState(a *explainAnswer, row func(k, format string, args ...any)) {
 	st := &a.State
 	switch {
 	case st.Tokens != "":
@@ -158,6 +175,10 @@ func formatExplain(a *explainAnswer) string {
 			row("newest", "%s", st.Newest)
 		}
 	}
+}
+
+// explainNext says what a request of the explanation's cost would get.
+func explainNext(a *explainAnswer) string {
 	next := fmt.Sprintf("cost %d: ", a.Cost)
 	switch {
 	case a.Allowed:
@@ -173,10 +194,5 @@ func formatExplain(a *explainAnswer) string {
 	if a.ResetAfterMS > 0 {
 		next += fmt.Sprintf("; back to initial in %v", millisDuration(a.ResetAfterMS))
 	}
-	row("a request", "%s", next)
-	tw.Flush()
-	if a.Summary != "" {
-		b.WriteString("\n" + a.Summary + "\n")
-	}
-	return b.String()
+	return next
 }
