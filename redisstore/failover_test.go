@@ -23,6 +23,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1})
 	st := newTestStore(t, c.Addrs[:1], Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
+	warm(t, st, c.Addrs...)
 	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
 	if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Allowed || d.Degraded {
 		t.Fatalf("Allow before the failover = %+v, %v", d, err)
@@ -105,6 +106,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 			changes = append(changes, from.String()+"->"+to.String())
 			mu.Unlock()
 		}})
+	warm(t, st, c.Addrs...)
 	p := sluice.FixedWindow(1_000_000, time.Hour)
 	// Keys on each master.
 	byMaster := map[string][]string{}

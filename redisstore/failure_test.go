@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,32 @@ const (
 	failMargin   = 100 * time.Millisecond
 	failCooldown = 100 * time.Millisecond
 )
+
+// warm readies st for a test with a short Options.Timeout, so that the
+// test times decisions only: it waits (up to 10s) for st's connection, and
+// loads st's scripts into the Redis servers at addrs (SCRIPT LOAD; on a
+// cluster every node, replicas too, which may be promoted). Connecting and
+// a script's first run (NOSCRIPT, then EVAL with its text) can take longer
+// than such a timeout on a loaded machine.
+func warm(t *testing.T, st *Store, addrs ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := st.conn(ctx); err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	single, many, batch, batchOne, err := scripts(st.refusals != nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range addrs {
+		for _, src := range slices.Concat(single[:], batchOne[:], []string{many, batch}) {
+			if _, err := redistest.Do(addr, "SCRIPT", "LOAD", src); err != nil {
+				t.Fatalf("warm: SCRIPT LOAD on %s: %v", addr, err)
+			}
+		}
+	}
+}
 
 // TestFailure stops Redis in the middle of a run, by killing it (connections
 // refused) or pausing it (connections open, no answers), and checks that
@@ -55,6 +82,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 		opts.Local = memstore.New(memstore.Options{})
 	}
 	st := newTestStore(t, []string{srv.Addr}, opts)
+	warm(t, st, srv.Addr)
 	req := sluice.Request{Policy: sluice.TokenBucket(2, time.Hour, 0), Key: "k", Cost: 1}
 
 	d, err := st.Allow(t.Context(), time.Time{}, req)
@@ -285,6 +313,7 @@ func TestSlowRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: failCooldown})
+	warm(t, st, srv.Addr)
 	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
 	call := func() (sluice.Decision, time.Duration) {
 		t.Helper()
