@@ -63,7 +63,8 @@ type batcher struct {
 type waiter struct {
 	script   *rueidis.Lua
 	keys     []string
-	args     []string
+	args     []string // as the batch scripts take them
+	wire     []string // when not nil, what script takes alone
 	deadline time.Time
 
 	vals []int64
@@ -82,20 +83,21 @@ func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, sin
 	return b
 }
 
-// exec runs script on keys and args, at once or in a batch. ctx bounds the
+// exec runs script on keys and args (wire, when not nil, in place of args
+// when script runs alone; see Store.eval), at once or in a batch. ctx bounds the
 // wait; a call already sent when ctx ends may still be decided by Redis,
 // as any call whose answer comes too late.
-func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args []string) ([]int64, error) {
+func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
 	b.mu.Lock()
 	if b.inflight < batchInflight {
 		b.inflight++
 		b.peak = max(b.peak, b.inflight)
 		b.mu.Unlock()
-		vals, err := script.Exec(ctx, c, keys, args).AsIntSlice()
+		vals, err := script.Exec(ctx, c, keys, orArgs(wire, args)).AsIntSlice()
 		b.release(c)
 		return vals, err
 	}
-	w := &waiter{script: script, keys: keys, args: args, done: make(chan struct{})}
+	w := &waiter{script: script, keys: keys, args: args, wire: wire, done: make(chan struct{})}
 	w.deadline, _ = ctx.Deadline()
 	b.queue = append(b.queue, w)
 	b.queued += len(keys)
@@ -205,7 +207,7 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 	defer cancel()
 	if len(batch) == 1 {
 		w := batch[0]
-		w.vals, w.err = w.script.Exec(ctx, c, w.keys, w.args).AsIntSlice()
+		w.vals, w.err = w.script.Exec(ctx, c, w.keys, orArgs(w.wire, w.args)).AsIntSlice()
 		close(w.done)
 		return
 	}
@@ -312,6 +314,14 @@ func (b *batcher) algorithm(script *rueidis.Lua) int {
 		}
 	}
 	return -1
+}
+
+// orArgs returns wire, or args when wire is nil.
+func orArgs(wire, args []string) []string {
+	if wire != nil {
+		return wire
+	}
+	return args
 }
 
 func errMalformedBatch(got, want int) error {

@@ -39,7 +39,7 @@ type batchCall struct {
 
 // prepare returns the script, keys and arguments st would send for call at
 // now.
-func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (*rueidis.Lua, []string, []string) {
+func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (script *rueidis.Lua, keys, args, wire []string) {
 	t.Helper()
 	nowArg, err := st.timeArg(now)
 	if err != nil {
@@ -54,17 +54,17 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (*rueidis.
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.many, keys, args
+		return st.many, keys, args, nil
 	}
 	c, err := st.check(&call.reqs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, args, err := st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg, now)
+	keys, args, wire, err = st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.single[call.reqs[0].Policy.Algorithm], keys, args
+	return st.single[call.reqs[0].Policy.Algorithm], keys, args, wire
 }
 
 // TestBatchDecidesAsAlone sends random batches of calls (Allow, Peek and
@@ -166,14 +166,14 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 		waiters := make([]*waiter, len(calls))
 		deadline := time.Now().Add(10 * time.Second)
 		for i, call := range calls {
-			script, keys, args := call.prepare(t, batched, now)
-			waiters[i] = &waiter{script: script, keys: keys, args: args, deadline: deadline, done: make(chan struct{})}
+			script, keys, args, wire := call.prepare(t, batched, now)
+			waiters[i] = &waiter{script: script, keys: keys, args: args, wire: wire, deadline: deadline, done: make(chan struct{})}
 		}
 		batched.batch.send(c, waiters)
 		batches++
 		for i, call := range calls {
-			script, keys, args := call.prepare(t, alone, now)
-			want, wantErr := script.Exec(ctx, c, keys, args).AsIntSlice()
+			script, keys, args, wire := call.prepare(t, alone, now)
+			want, wantErr := script.Exec(ctx, c, keys, orArgs(wire, args)).AsIntSlice()
 			w := waiters[i]
 			select {
 			case <-w.done:

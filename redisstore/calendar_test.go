@@ -36,15 +36,19 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, args, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
+		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
 		if err != nil {
 			t.Fatal(err)
 		}
-		vals, err := st.eval(t.Context(), st.single[p.Algorithm], keys, args)
+		vals, err := st.eval(t.Context(), st.single[p.Algorithm], keys, args, wire)
 		if err != nil {
 			t.Fatalf("skew %v: %v", skew, err)
 		}
-		d, err := parseDecision(&p, vals)
+		v, _, err := st.oneReply(vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := parseDecision(&p, v[:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,11 +59,11 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 	for _, skew := range []time.Duration{-72 * time.Hour, 72 * time.Hour} {
 		req := sluice.Request{Policy: p, Key: "far", Cost: 1}
 		c, _ := st.check(&req)
-		keys, args, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
+		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = st.eval(t.Context(), st.single[p.Algorithm], keys, args)
+		_, err = st.eval(t.Context(), st.single[p.Algorithm], keys, args, wire)
 		if err == nil || !strings.Contains(err.Error(), "outside the calendar windows") {
 			t.Errorf("skew %v: error %v, want one about the calendar windows", skew, err)
 		}

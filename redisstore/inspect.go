@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,32 +19,18 @@ import (
 var _ sluice.Inspector = (*Store)(nil)
 
 // inspectScripts are the scripts of Inspect, one per algorithm: the files
-// of its single-request script with lua/inspect.lua in place of
-// single.lua. They are built once; a rueidis.Lua holds only the script's
+// that define its functions (as for single.lua; see algorithmFiles) and
+// lua/inspect.lua. They are built once; a rueidis.Lua holds only the script's
 // text and hash, so the stores share them.
 var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, error) {
 	var out [len(algorithmFiles)]*rueidis.Lua
 	for a, f := range algorithmFiles {
-		var b strings.Builder
-		read := func(name string) error {
-			src, err := luaFiles.ReadFile("lua/" + name + ".lua")
-			if err != nil {
-				return fmt.Errorf("redisstore: embedded script %s: %w", name, err)
-			}
-			b.Write(src)
-			b.WriteByte('\n')
-			return nil
-		}
-		for _, name := range append([]string{"lib"}, f.files...) {
-			if err := read(name); err != nil {
-				return out, err
-			}
-		}
-		fmt.Fprintf(&b, "local decide, algorithm = %s, %s\n", f.decide, f.algorithm)
-		if err := read("inspect"); err != nil {
+		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
+		src, err := scriptSource(false, nil, slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide, "inspect.lua"})...)
+		if err != nil {
 			return out, err
 		}
-		out[a] = rueidis.NewLuaScript(b.String())
+		out[a] = rueidis.NewLuaScript(src)
 	}
 	return out, nil
 })
@@ -81,7 +67,7 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	}
 	keys := []string{c.key(s.prefix, req.Key)}
 	args := []string{nowArg, opPeek, c.code, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	vals, err := s.eval(ctx, scripts[req.Policy.Algorithm], keys, args)
+	vals, err := s.eval(ctx, scripts[req.Policy.Algorithm], keys, args, nil)
 	if err != nil {
 		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}

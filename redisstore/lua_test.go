@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestMulDivMod checks lib.lua's muldivmod against math/big on edge cases
+// TestMulDivMod checks muldivmod.lua against math/big on edge cases
 // and on random operands of every size it accepts (a, b <= 2^52, d <= 2^49,
 // quotient below 2^53), in Redis's own Lua.
 func TestMulDivMod(t *testing.T) {
@@ -20,7 +20,7 @@ func TestMulDivMod(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	lib, err := luaFiles.ReadFile("lua/lib.lua")
+	lib, err := luaFiles.ReadFile("lua/muldivmod.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

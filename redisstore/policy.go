@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type compiled struct {
 	err     error
 	code    string // the script's algorithm code
 	l, p, b string // L, P (µs) and B as script arguments
+	ln, pn  int64  // L and P as numbers (the token-bucket family's, packed by packOne)
+	salt    uint64 // random, mixed into the hash of a local refusal's hot slot (see refusals.hot)
 	fp      string
 	// pp holds the numbers the scripts decide with (L and P divided by
 	// their gcd for the token-bucket family), for local refusals.
@@ -127,7 +130,7 @@ func gcd(a, b int64) int64 {
 
 // compile checks p and works out its arguments.
 func compile(p sluice.Policy) *compiled {
-	c := &compiled{policy: p}
+	c := &compiled{policy: p, salt: rand.Uint64()}
 	if err := p.Validate(); err != nil {
 		c.err = fmt.Errorf("redisstore: %w", err)
 		return c
@@ -157,6 +160,7 @@ func compile(p sluice.Policy) *compiled {
 	}
 	c.fp = fingerprint(c.code, p.Limit, periodText, p.Burst, p.Name)
 	c.l, c.p, c.b = strconv.FormatInt(l, 10), strconv.FormatInt(per, 10), strconv.FormatInt(burst, 10)
+	c.ln, c.pn = l, per
 	c.pp = algo.Prepare(params)
 	return c
 }

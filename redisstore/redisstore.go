@@ -351,11 +351,15 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		return sluice.Decision{}, err
 	}
 	var buf [128]byte
-	kb := c.appendKey(buf[:0], s.prefix, req.Key)
+	var kb []byte
 	var e *entry
 	var sent int64
 	if rf := s.refusals; rf != nil {
-		if e = rf.get(kb, &req.Policy); e != nil {
+		if e = rf.hotGet(c, req.Key); e == nil {
+			kb = c.appendKey(buf[:0], s.prefix, req.Key)
+			e = rf.get(kb, &req.Policy)
+		}
+		if e != nil {
 			if d, ok := s.refuseOne(e, nowArg, &req); ok {
 				return d, nil
 			}
@@ -364,22 +368,27 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		rf.remote.Add(1)
 		sent = rf.mono()
 	}
+	if kb == nil {
+		kb = c.appendKey(buf[:0], s.prefix, req.Key)
+	}
 	key := string(kb)
-	keys, args, err := s.oneArgs(c, key, &req, op, nowArg, now)
+	keys, args, wire, err := s.oneArgs(c, key, &req, op, nowArg, now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args)
-	if err == nil && len(vals) != replyWidth && (s.refusals == nil || len(vals) < replyWidth+2 || vals[0] != 0) {
-		err = s.malformed(vals)
-	}
+	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args, wire)
 	var d sluice.Decision
 	if err == nil {
-		d, err = parseDecision(&req.Policy, vals[:replyWidth])
+		var v [replyWidth]int64
+		var st []int64
+		v, st, err = s.oneReply(vals)
+		if err == nil {
+			d, err = parseDecision(&req.Policy, v[:])
+		}
 		if err != nil {
 			s.report(err)
 		} else if s.refusals != nil {
-			s.learn(c, key, e, d.Allowed, vals[replyWidth:], nowArg != "", sent, vals[3])
+			s.learn(c, key, req.Key, e, d.Allowed, st, nowArg != "", sent, v[3])
 		}
 	}
 	if err != nil {
@@ -393,6 +402,25 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		return d, capacityError(&req)
 	}
 	return d, nil
+}
+
+// oneReply reads the reply of a single-request script (see reply in
+// lib.lua): the decision's five numbers, and after a refusal the time and
+// state that follow them, if any.
+func (s *Store) oneReply(vals []int64) (v [replyWidth]int64, st []int64, err error) {
+	switch {
+	case len(vals) == 3 && vals[0] == 1:
+		v = [replyWidth]int64{1, vals[1], 0, vals[2], 0}
+	case len(vals) == 4 && vals[0] == 1:
+		v = [replyWidth]int64{1, vals[1], 0, vals[2], vals[3]}
+	case len(vals) == replyWidth && vals[0] == 0,
+		len(vals) >= replyWidth+2 && vals[0] == 0 && s.refusals != nil:
+		copy(v[:], vals)
+		st = vals[replyWidth:]
+	default:
+		return v, nil, s.malformed(vals)
+	}
+	return v, st, nil
 }
 
 // refuseOne decides req on its cached state e, and reports whether that
@@ -436,15 +464,17 @@ func (e *entry) timeArg(nowArg string) string {
 	return nowArg
 }
 
-// learn keeps what a script's decision under c on key says about the key:
-// after a refusal with a state (st: the script's time, then the state;
-// see STATE in lib.lua), the state; after an admission, nothing (the entry
-// old, if any, is dropped). reset is the decision's ResetAfter in µs.
-func (s *Store) learn(c *compiled, key string, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
+// learn keeps what a script's decision under c on key (the caller's key
+// userKey, or "" to keep the state out of the hot slots) says about the
+// key: after a refusal with a state (st: the script's time, then the
+// state; see STATE in lib.lua), the state; after an admission, nothing
+// (the entry old, if any, is dropped). reset is the decision's ResetAfter
+// in µs.
+func (s *Store) learn(c *compiled, key, userKey string, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
 	rf := s.refusals
 	if !allowed && len(st) > 0 {
 		if e, ok := newEntry(c, st, caller, sent, reset); ok {
-			rf.put(key, e)
+			rf.put(key, userKey, e)
 			return
 		}
 		s.report(fmt.Errorf("redisstore: malformed state %v from the script for %q", st, key))
@@ -498,7 +528,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := s.eval(ctx, s.many, keys, args)
+	vals, err := s.eval(ctx, s.many, keys, args, nil)
 	if err == nil {
 		var d sluice.Decision
 		var done bool
@@ -620,20 +650,26 @@ func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bo
 		if es != nil {
 			old = es[i]
 		}
-		s.learn(cs[i], keys[i], old, m == 0, state, caller, sent, vals[replyHeader+replyWidth*i+3])
+		s.learn(cs[i], keys[i], "", old, m == 0, state, caller, sent, vals[replyHeader+replyWidth*i+3])
 	}
 }
 
 // oneArgs returns the keys and arguments of the single-request script for
-// req, whose compiled policy is c, at now (zero for Redis's clock).
-func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time) (keys, args []string, err error) {
+// req, whose compiled policy is c, at now (zero for Redis's clock): args as
+// single.lua and the batch scripts take them, and for the token-bucket
+// family wire, the packed argument tat_single.lua takes instead (see
+// Store.eval).
+func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time) (keys, args, wire []string, err error) {
 	p, err := c.periodArg(now)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	keys = []string{key}
 	args = []string{nowArg, op, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	return keys, args, nil
+	if flat(req.Policy.Algorithm) {
+		wire = []string{packOne(c, req, op, nowArg)}
+	}
+	return keys, args, wire, nil
 }
 
 // manyKeys checks reqs and returns their compiled policies and keys.
@@ -759,8 +795,10 @@ func checkSlots(keys []string) error {
 	return nil
 }
 
-// eval runs script once, under the timeout and the circuit breaker.
-func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []string) ([]int64, error) {
+// eval runs script once, under the timeout and the circuit breaker. args
+// are the arguments in the form the batch scripts take them (see
+// batch.go); wire, when not nil, is what script itself takes instead.
+func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
 	br := s.breakers.forKey(keys[0])
 	ok, probe := br.allow()
 	if !ok {
@@ -786,9 +824,9 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args []stri
 	switch {
 	case err != nil:
 	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster:
-		vals, err = s.batch.exec(cctx, c, script, keys, args)
+		vals, err = s.batch.exec(cctx, c, script, keys, args, wire)
 	default:
-		vals, err = script.Exec(cctx, c, keys, args).AsIntSlice()
+		vals, err = script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
 	}
 	if c != nil && c.Mode() == rueidis.ClientModeCluster && (err != nil || s.breakers.slots.Load() == nil) {
 		// Learn, or learn again after a failure, which master holds

@@ -106,3 +106,39 @@ func TestCluster(t *testing.T) {
 		}
 	})
 }
+
+// TestCallerTimeNeverGoesBack checks, for every algorithm, that with the
+// caller's time a key remembers the latest time it has seen even when a
+// call changes nothing else (an admitted Peek), so that a later call with
+// an earlier time is decided at that latest time (see lib.lua).
+func TestCallerTimeNeverGoesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
+	for a := range sluice.Algorithm(len(algorithmFiles)) {
+		req := sluice.Request{Policy: sluice.Policy{Algorithm: a, Limit: 1, Period: time.Second}, Key: "k", Cost: 1}
+		steps := []struct {
+			peek bool
+			at   time.Duration
+			want bool
+		}{
+			{false, 0, true},
+			{true, 2 * time.Second, true},  // seen: the key's time is now t0+2s
+			{false, time.Second / 2, true}, // decided at t0+2s, not at t0+0.5s
+			{false, time.Second / 2, false},
+		}
+		for i, s := range steps {
+			call := st.Allow
+			if s.peek {
+				call = st.Peek
+			}
+			d, err := call(t.Context(), t0.Add(s.at), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != s.want {
+				t.Errorf("%s, step %d (peek %t at t0+%v): allowed %t, want %t", a, i, s.peek, s.at, d.Allowed, s.want)
+			}
+		}
+	}
+}

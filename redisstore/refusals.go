@@ -52,15 +52,20 @@ type LocalRefusals struct {
 const entryOverhead = int(unsafe.Sizeof(entry{})) + 48
 
 // EntryBytes returns what one cached state counts against
-// LocalRefusals.MaxBytes: about 290 bytes, plus the length of its Redis key
-// (see docs/redis.md, "Key layout"), plus 16 bytes per entry of a sliding
-// log (a state is returned for logs of up to 1,024 entries).
-func EntryBytes(redisKeyLen, logEntries int) int {
-	return entryOverhead + redisKeyLen + 16*logEntries
+// LocalRefusals.MaxBytes: about 340 bytes, plus keyBytes, the length of its
+// Redis key (see docs/redis.md, "Key layout") and, for a state refused by
+// Allow or Peek, of the key the caller passed, plus 16 bytes per entry of
+// a sliding log (a state is returned for logs of up to 1,024 entries).
+func EntryBytes(keyBytes, logEntries int) int {
+	return entryOverhead + keyBytes + 16*logEntries
 }
 
 // refusalShards is the number of independently locked parts of the cache.
 const refusalShards = 32
+
+// hotSlots is the number of slots of the cache's lock-free front (see
+// refusals.hot), 16 KiB of pointers.
+const hotSlots = 2048
 
 // maxCountedNames bounds the policy names whose local refusals are counted
 // apart; the others share one count, under otherName.
@@ -71,8 +76,17 @@ const (
 
 // refusals is the cache of refused states, and its counts.
 type refusals struct {
-	seed       maphash.Seed
-	shards     [refusalShards]refusalShard
+	seed   maphash.Seed
+	shards [refusalShards]refusalShard
+	// hot is a direct-mapped front of the shards' maps, found from the
+	// compiled policy and the caller's key without building the Redis
+	// key, and read without a lock: a flood of callers on one key would
+	// otherwise all take that key's shard's read lock, whose shared count
+	// bounces between cores. A slot holds the entry last put there while
+	// it is still in its shard: an entry is stored in its slot only by
+	// its put and cleared from it by its removal, both under its shard's
+	// lock, so a dropped or evicted entry never comes back.
+	hot        [hotSlots]atomic.Pointer[entry]
 	maxEntries int // per shard
 	maxBytes   int // per shard
 	mono       func() int64
@@ -96,11 +110,18 @@ type refusalShard struct {
 // entry is one key's state as Redis returned it with a refusal. Only w
 // changes after it is made.
 type entry struct {
+	key    string // the Redis key
 	policy sluice.Policy
-	pp     algo.Prepared // the scripts' numbers (see compiled.pp)
-	tat    algo.TAT
-	win    algo.Window
-	log    *algo.Log // never changed once made
+	// c and userKey are the compiled policy and the caller's key of an
+	// entry in the hot slot hot (see refusals.hot); userKey is "" for
+	// one that is not.
+	c       *compiled
+	userKey string
+	hot     *atomic.Pointer[entry]
+	pp      algo.Prepared // the scripts' numbers (see compiled.pp)
+	tat     algo.TAT
+	win     algo.Window
+	log     *algo.Log // never changed once made
 	// caller reports that the state was read at a caller's time
 	// (Options.CallerTime); then w is the latest time the key has seen,
 	// raised by every local refusal as Redis would have raised it.
@@ -145,6 +166,26 @@ func (rf *refusals) shard(key []byte) *refusalShard {
 	return &rf.shards[maphash.Bytes(rf.seed, key)%refusalShards]
 }
 
+// shardString is shard for a key held as a string (maphash.String hashes
+// as maphash.Bytes does).
+func (rf *refusals) shardString(key string) *refusalShard {
+	return &rf.shards[maphash.String(rf.seed, key)%refusalShards]
+}
+
+// hotSlot returns the hot slot of the caller's key userKey under c.
+func (rf *refusals) hotSlot(c *compiled, userKey string) *atomic.Pointer[entry] {
+	return &rf.hot[(maphash.String(rf.seed, userKey)^c.salt)%hotSlots]
+}
+
+// hotGet returns the entry of the caller's key userKey under c if it is in
+// its hot slot, else nil (get may still find it).
+func (rf *refusals) hotGet(c *compiled, userKey string) *entry {
+	if e := rf.hotSlot(c, userKey).Load(); e != nil && e.c == c && e.userKey == userKey {
+		return e
+	}
+	return nil
+}
+
 // get returns the entry of the Redis key key under policy p, or nil.
 func (rf *refusals) get(key []byte, p *sluice.Policy) *entry {
 	sh := rf.shard(key)
@@ -158,9 +199,10 @@ func (rf *refusals) get(key []byte, p *sluice.Policy) *entry {
 }
 
 // put stores e as key's entry, evicting others when the shard is full:
-// first entries whose state is back to initial, then any.
-func (rf *refusals) put(key string, e *entry) {
-	e.size = EntryBytes(len(key), 0)
+// first entries whose state is back to initial, then any; and with a
+// userKey (the caller's key), in its hot slot.
+func (rf *refusals) put(key, userKey string, e *entry) {
+	e.size = EntryBytes(len(key)+len(userKey), 0)
 	if e.log != nil {
 		e.size += 16 * e.log.Len()
 	}
@@ -169,19 +211,37 @@ func (rf *refusals) put(key string, e *entry) {
 		return
 	}
 	e.count = rf.counter(e.policy.Name)
+	e.key = key
+	if userKey != "" {
+		e.userKey, e.hot = userKey, rf.hotSlot(e.c, userKey)
+	}
 	now := rf.mono()
-	sh := rf.shard([]byte(key))
+	sh := rf.shardString(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if old := sh.m[key]; old != nil {
-		sh.bytes -= old.size
-		delete(sh.m, key)
-	}
+	remove(sh, key)
 	for len(sh.m) > 0 && (len(sh.m) >= rf.maxEntries || sh.bytes+e.size > rf.maxBytes) {
 		sh.evictOne(now)
 	}
 	sh.m[key] = e
 	sh.bytes += e.size
+	if e.hot != nil {
+		e.hot.Store(e)
+	}
+}
+
+// remove removes key's entry from sh, if any, and from its hot slot. sh.mu
+// is held.
+func remove(sh *refusalShard, key string) {
+	old := sh.m[key]
+	if old == nil {
+		return
+	}
+	sh.bytes -= old.size
+	delete(sh.m, key)
+	if old.hot != nil {
+		old.hot.CompareAndSwap(old, nil)
+	}
 }
 
 // evictOne removes one entry: the first of a few that is back to initial,
@@ -201,18 +261,14 @@ func (sh *refusalShard) evictOne(now int64) {
 			break
 		}
 	}
-	sh.bytes -= sh.m[victim].size
-	delete(sh.m, victim)
+	remove(sh, victim)
 }
 
 // drop removes key's entry, if any.
 func (rf *refusals) drop(key string) {
-	sh := rf.shard([]byte(key))
+	sh := rf.shardString(key)
 	sh.mu.Lock()
-	if old := sh.m[key]; old != nil {
-		sh.bytes -= old.size
-		delete(sh.m, key)
-	}
+	remove(sh, key)
 	sh.mu.Unlock()
 }
 
@@ -310,7 +366,7 @@ func newEntry(c *compiled, st []int64, caller bool, sentAt, reset int64) (e *ent
 	if len(st) < 2 || st[0] < 0 || st[1] < 0 {
 		return nil, false
 	}
-	e = &entry{policy: c.policy, pp: c.pp, caller: caller, redisAt: st[0], sentAt: sentAt, until: sentAt + reset}
+	e = &entry{policy: c.policy, c: c, pp: c.pp, caller: caller, redisAt: st[0], sentAt: sentAt, until: sentAt + reset}
 	e.w.Store(st[1])
 	s := st[2:]
 	switch c.policy.Algorithm {

@@ -550,3 +550,59 @@ func TestLocalRefusalsCluster(t *testing.T) {
 		t.Errorf("%d refusals were local, want most", n)
 	}
 }
+
+// TestLocalRefusalsHotSlot checks the lock-free front of the cache: a
+// refusal by Redis puts the key's state in its hot slot, where the next
+// calls find it; the entry's removal (after an admission, or evicted)
+// empties the slot, so that a state no longer cached is never used.
+func TestLocalRefusalsHotSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, CallerTime: true, LocalRefusals: LocalRefusals{MaxEntries: refusalShards}})
+	p := sluice.TokenBucket(1, time.Second, 1)
+	c := st.policies.get(&p)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	allow := func(key string, at time.Duration) sluice.Decision {
+		t.Helper()
+		d, err := st.Allow(t.Context(), t0.Add(at), sluice.Request{Policy: p, Key: key, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	allow("k", 0)
+	if d := allow("k", 0); d.Allowed {
+		t.Fatalf("second request in the same second admitted: %+v", d)
+	}
+	e := st.refusals.hotGet(c, "k")
+	if e == nil {
+		t.Fatal("no entry in the hot slot after a refusal by Redis")
+	}
+	local := st.LocalRefusalStats().Local
+	if d := allow("k", time.Second/2); d.Allowed || st.LocalRefusalStats().Local != local+1 {
+		t.Errorf("a request the cached state refuses = %+v, with %d local refusals (want %d)", d, st.LocalRefusalStats().Local, local+1)
+	}
+	if d := allow("k", time.Second); !d.Allowed {
+		t.Fatalf("a request once the bucket refilled = %+v, want admitted", d)
+	}
+	if got := st.refusals.hotGet(c, "k"); got != nil || e.hot.Load() == e {
+		t.Errorf("after an admission by Redis the hot slot holds %p (the dropped entry was %p)", got, e)
+	}
+	// Evictions: many more refused keys than the cache holds.
+	for i := range 20 * refusalShards {
+		key := fmt.Sprint("e", i)
+		allow(key, 2*time.Second)
+		allow(key, 2*time.Second)
+	}
+	held := 0
+	for i := range 20 * refusalShards {
+		if e := st.refusals.hotGet(c, fmt.Sprint("e", i)); e != nil {
+			held++
+			if st.refusals.get([]byte(e.key), &p) != e {
+				t.Errorf("the hot slot of %s holds an entry no longer cached", e.userKey)
+			}
+		}
+	}
+	if held == 0 || held > st.LocalRefusalStats().Entries {
+		t.Errorf("%d entries in hot slots, %d cached", held, st.LocalRefusalStats().Entries)
+	}
+}

@@ -2,7 +2,10 @@ package redisstore
 
 import (
 	"embed"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,72 +16,138 @@ import (
 var luaFiles embed.FS
 
 // algorithmFiles lists, for each algorithm, the Lua files it needs after
-// lib.lua, in order, and the functions the single-request script calls:
-// the family's decide, which reads and writes the state, and the
-// algorithm's own.
+// muldivmod.lua and lib.lua, in order, and the functions the
+// single-request script calls: the family's decide, which reads and writes
+// the state, and the algorithm's own. The token-bucket family's
+// single-request script is tat_single.lua instead (flat: see script).
 var algorithmFiles = [...]struct {
 	files             []string
 	decide, algorithm string
 }{
-	sluice.TokenBucketAlgorithm:   {[]string{"tat", "token_bucket"}, "tat_decide", "token_bucket"},
-	sluice.GCRAAlgorithm:          {[]string{"tat", "gcra"}, "tat_decide", "gcra"},
-	sluice.LeakyBucketAlgorithm:   {[]string{"tat", "leaky_bucket"}, "tat_decide", "leaky_bucket"},
-	sluice.FixedWindowAlgorithm:   {[]string{"window", "fixed_window"}, "win_decide", "fixed_window"},
-	sluice.SlidingLogAlgorithm:    {[]string{"sliding_log"}, "sliding_log", "false"},
-	sluice.SlidingWindowAlgorithm: {[]string{"window", "sliding_window"}, "win_decide", "sliding_window"},
+	sluice.TokenBucketAlgorithm:   {[]string{"tat.lua", "token_bucket.lua"}, "tat_decide", "token_bucket"},
+	sluice.GCRAAlgorithm:          {[]string{"tat.lua", "gcra.lua"}, "tat_decide", "gcra"},
+	sluice.LeakyBucketAlgorithm:   {[]string{"tat.lua", "leaky_bucket.lua"}, "tat_decide", "leaky_bucket"},
+	sluice.FixedWindowAlgorithm:   {[]string{"window.lua", "fixed_window.lua"}, "win_decide", "fixed_window"},
+	sluice.SlidingLogAlgorithm:    {[]string{"sliding_log.lua"}, "sliding_log", "false"},
+	sluice.SlidingWindowAlgorithm: {[]string{"window.lua", "sliding_window.lua"}, "win_decide", "sliding_window"},
 }
 
-// manyFiles are the files of the AllowAll script, in order; the batch
-// script adds batch.lua.
+// manyFiles are the files of the AllowAll script after muldivmod.lua and
+// lib.lua, in order; the batch script adds batch.lua.
 var manyFiles = []string{
-	"lib", "tat", "token_bucket", "gcra", "leaky_bucket", "window", "fixed_window", "sliding_window", "sliding_log", "many",
+	"tat.lua", "token_bucket.lua", "gcra.lua", "leaky_bucket.lua", "window.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "many.lua",
 }
 
-// scripts returns the Lua scripts, each made of files of lua/ joined into
-// one chunk: for each algorithm, one that decides a single request and
-// defines only the functions that algorithm uses (Lua creates every
-// function of a script anew on each call), and one that decides a batch of
-// such requests; one that decides any mix of algorithms for AllowAll; and
-// one that decides a batch of any calls. With state, every refusal also
-// returns the key's state (STATE in lib.lua), for local refusals.
+// flat reports whether algorithm a's single-request script is
+// tat_single.lua, which takes its arguments packed (see packOne).
+func flat(a sluice.Algorithm) bool {
+	return a.HasBurst()
+}
+
+// scriptSource joins parts into one chunk, after the declaration of STATE
+// (see lib.lua) and, when maxDelay is not nil, of MAXDELAY (see
+// batch_one.lua). A part named *.lua is that file of lua/; any other part
+// is Lua code.
+func scriptSource(state bool, maxDelay *bool, parts ...string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "local STATE = %t\n", state)
+	if maxDelay != nil {
+		fmt.Fprintf(&b, "local MAXDELAY = %t\n", *maxDelay)
+	}
+	for _, part := range parts {
+		if strings.HasSuffix(part, ".lua") {
+			src, err := luaFiles.ReadFile("lua/" + part)
+			if err != nil {
+				return "", fmt.Errorf("redisstore: embedded script %s: %w", part, err)
+			}
+			part = string(src)
+		}
+		b.WriteString(part)
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
+}
+
+// scripts returns the Lua scripts: for each algorithm, one that decides a
+// single request and defines only what that algorithm uses (Lua creates
+// every function of a script anew on each call; the token-bucket family's
+// defines one function), and one that decides a batch of such requests;
+// one that decides any mix of algorithms for AllowAll; and one that
+// decides a batch of any calls. With state, every refusal also returns the
+// key's state (STATE in lib.lua), for local refusals.
 func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string, batchOne [len(algorithmFiles)]string, err error) {
-	read := func(b *strings.Builder, names ...string) {
-		for _, name := range names {
-			src, rerr := luaFiles.ReadFile("lua/" + name + ".lua")
-			if rerr != nil && err == nil {
-				err = fmt.Errorf("redisstore: embedded script %s: %w", name, rerr)
-			}
-			b.Write(src)
-			b.WriteByte('\n')
-			if state && name == "lib" {
-				b.WriteString("STATE = true\n")
-			}
+	for a, f := range algorithmFiles {
+		maxDelay := sluice.Algorithm(a) == sluice.LeakyBucketAlgorithm
+		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
+		files := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide})
+		if flat(sluice.Algorithm(a)) {
+			single[a], err = scriptSource(state, &maxDelay, "muldivmod.lua", "tat_single.lua")
+		} else {
+			single[a], err = scriptSource(state, nil, slices.Concat(files, []string{"single.lua"})...)
+		}
+		if err != nil {
+			return
+		}
+		// The batch script for single requests of this algorithm only.
+		if batchOne[a], err = scriptSource(state, &maxDelay, slices.Concat(files, []string{"batch_one.lua"})...); err != nil {
+			return
 		}
 	}
-	for a, f := range algorithmFiles {
-		var b strings.Builder
-		read(&b, "lib")
-		read(&b, f.files...)
-		fmt.Fprintf(&b, "local decide, algorithm = %s, %s\n", f.decide, f.algorithm)
-		common := b.String()
-		read(&b, "single")
-		single[a] = b.String()
-		// The batch script for single requests of this algorithm only.
-		b.Reset()
-		b.WriteString(common)
-		fmt.Fprintf(&b, "local MAXDELAY = %t\n", sluice.Algorithm(a) == sluice.LeakyBucketAlgorithm)
-		read(&b, "batch_one")
-		batchOne[a] = b.String()
+	files := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, manyFiles)
+	if many, err = scriptSource(state, nil, slices.Concat(files, []string{"return allow_all(0, 1, #KEYS)"})...); err != nil {
+		return
 	}
-	var b strings.Builder
-	read(&b, manyFiles...)
-	common := b.String()
-	b.WriteString("return allow_all(0, 1, #KEYS)\n")
-	many = b.String()
-	b.Reset()
-	b.WriteString(common)
-	read(&b, "batch")
-	return single, many, b.String(), batchOne, err
+	batch, err = scriptSource(state, nil, slices.Concat(files, []string{"batch.lua"})...)
+	return single, many, batch, batchOne, err
+}
+
+// packOne returns the argument of tat_single.lua for req under c, whose
+// operation is op and time argument nowArg (see Store.timeArg):
+// MessagePack of L, P, B, cost, maxdelay, whether it is a Peek, and now
+// (nil for Redis's clock). Every number is an integer below 2^53, which
+// Redis's cmsgpack turns into a Lua number exactly.
+func packOne(c *compiled, req *sluice.Request, op, nowArg string) string {
+	var buf [64]byte
+	b := appendPackedInt(buf[:0], c.ln)
+	b = appendPackedInt(b, c.pn)
+	b = appendPackedInt(b, req.Policy.Capacity())
+	b = appendPackedInt(b, req.Cost)
+	md := int64(-1)
+	if req.MaxDelay > 0 {
+		md = min(int64(req.MaxDelay/time.Microsecond), maxTime)
+	}
+	b = appendPackedInt(b, md)
+	if op == opPeek {
+		b = append(b, 0xc3) // true
+	} else {
+		b = append(b, 0xc2) // false
+	}
+	if nowArg == "" {
+		b = append(b, 0xc0) // nil
+	} else {
+		b = appendPackedInt(b, callerMicros(nowArg))
+	}
+	return string(b)
+}
+
+// appendPackedInt appends v to b as a MessagePack integer, in its shortest
+// form.
+func appendPackedInt(b []byte, v int64) []byte {
+	switch {
+	case v >= 0 && v < 128:
+		return append(b, byte(v)) // positive fixint
+	case v < 0 && v >= -32:
+		return append(b, byte(v)) // negative fixint
+	case v < 0:
+		return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v)) // int 64
+	case v <= math.MaxUint8:
+		return append(b, 0xcc, byte(v))
+	case v <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(v))
+	case v <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(b, 0xcf), uint64(v))
 }
 
 // Script operations.

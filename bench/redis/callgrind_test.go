@@ -13,8 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // BenchmarkRedisInstructions counts the instructions redis-server runs per
@@ -24,7 +27,9 @@ import (
 // sub-benchmark zeroes callgrind's counters, makes b.N decisions, and
 // reports redis-instr/decision (every instruction of redis-server over those
 // decisions: reading the commands, the scripts, the replies) and
-// decisions/call. It runs only with SLUICE_CALLGRIND=1, and needs valgrind
+// decisions/call. At 1 caller it also runs Sluice's five other algorithms
+// (lib=sluice is GCRA, redis_rate's algorithm). SLUICE_CALLGRIND_OUT=dir
+// keeps callgrind's dumps in dir, for callgrind_annotate. It runs only with SLUICE_CALLGRIND=1, and needs valgrind
 // (apt-get install valgrind); Redis under callgrind is some 50 times
 // slower, so give it a count:
 //
@@ -34,11 +39,20 @@ func BenchmarkRedisInstructions(b *testing.B) {
 		b.Skip("set SLUICE_CALLGRIND=1 to count Redis's instructions under valgrind")
 	}
 	redistest.Require(b, "valgrind", "callgrind_control")
-	out := filepath.Join(b.TempDir(), "callgrind.out")
+	dir := os.Getenv("SLUICE_CALLGRIND_OUT")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	out := filepath.Join(dir, "callgrind.out")
 	srv := redistest.Start(b, redistest.Options{Wrap: []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}})
 	libs := libraries(b, srv.Addr)
+	algorithms := algorithmLibraries(b, srv.Addr)
 	for _, callers := range []int{1, 64} {
-		for _, lib := range libs {
+		all := libs
+		if callers == 1 {
+			all = append(slices.Clip(libs), algorithms...)
+		}
+		for _, lib := range all {
 			if callers > 1 && lib.name == "evalsha" {
 				continue
 			}
@@ -47,6 +61,34 @@ func BenchmarkRedisInstructions(b *testing.B) {
 			})
 		}
 	}
+}
+
+// algorithmLibraries returns Sluice's other five algorithms (lib=sluice is
+// GCRA, the algorithm redis_rate implements), each with a policy that
+// admits nearly everything, as libraries does, unbatched.
+func algorithmLibraries(b *testing.B, addr string) []library {
+	st, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	var libs []library
+	for _, p := range []sluice.Policy{
+		sluice.TokenBucket(1_000_000, time.Second, 1_000_000),
+		sluice.LeakyBucket(1_000_000, time.Second, 1_000_000),
+		sluice.FixedWindow(1_000_000, time.Second),
+		sluice.SlidingWindow(1_000_000, time.Second),
+		sluice.SlidingLog(1_000_000, time.Second),
+	} {
+		libs = append(libs, library{"sluice-" + p.Algorithm.String(), func(ctx context.Context, i int) error {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: names[i], Cost: 1})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("%s denied: %+v", p.Algorithm, d)
+			}
+			return err
+		}})
+	}
+	return libs
 }
 
 // countInstructions makes b.N decisions from callers goroutines and reports

@@ -1,5 +1,6 @@
--- lib.lua: what every algorithm shares: the call's time, and exact integer
--- arithmetic on Lua's numbers.
+-- lib.lua: what every algorithm shares: the call's time, the reply, and
+-- (with muldivmod.lua, joined before it) exact integer arithmetic on Lua's
+-- numbers.
 --
 -- Lua numbers are IEEE doubles, exact for integers up to 2^53. Every value
 -- the scripts compute is such an integer: times are microseconds below 2^52
@@ -20,8 +21,7 @@ if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 7: replicate the effects, not the script
 end
 
-local floor, tonumber, format, match, call = math.floor, tonumber, string.format, string.match, redis.call
-local TWO52 = 4503599627370496
+local tonumber, format, match, call = tonumber, string.format, string.match, redis.call
 
 local TRACK = ARGV[1] ~= ''
 local NOW
@@ -30,33 +30,6 @@ if TRACK then
 else
   local t = call('TIME')
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- muldivmod returns floor(a·b/d) and a·b mod d for integers 0 <= a, b <=
--- 2^52 and 0 < d <= 2^49 whose quotient is below 2^53. A product below 2^52
--- is exact, and so is floor(p/d) for it: the quotient of two doubles is
--- rounded, but an integer n with n + d < 2^53 is never within rounding of
--- the next multiple of d. A larger product is a·b = a·bq·d + a·br with br =
--- b mod d, and floor(a·br/d) is found digit by digit, taking a's digits in
--- base 4 from the top: every intermediate stays below 7·2^49.
-local function muldivmod(a, b, d)
-  local p = a * b
-  if p < TWO52 then
-    local q = floor(p / d)
-    return q, p - q * d
-  end
-  local bq = floor(b / d)
-  local br = b - bq * d
-  local q, r, rest, w = 0, 0, a, TWO52
-  while w >= 1 do
-    local digit = floor(rest / w)
-    rest = rest - digit * w
-    local t = r * 4 + digit * br
-    local k = floor(t / d)
-    q, r = q * 4 + k, t - k * d
-    w = w / 4
-  end
-  return a * bq + q, r
 end
 
 -- PAD is added to every TTL, in milliseconds: 1 because Redis counts a
@@ -74,19 +47,23 @@ end
 -- something Sluice did not write there.
 local MALFORMED = 'ERR sluice: malformed state at key '
 
--- STATE (set to true by the Go side after this file) makes every refusal carry
--- the key's state, for the store's local refusals (see refusals.go): the
--- decide functions then return, after a refusal's five numbers, a table
--- st = {w, state...}, where w is the latest time the key has seen when
--- times are tracked (else 0), and the state is at, frac (token-bucket
--- family), start, prev, curr (windows) or the log's (at, cost) pairs.
-local STATE = false
+-- STATE, which the Go side declares before every script, makes every
+-- refusal carry the key's state, for the store's local refusals (see
+-- refusals.go): the decide functions then return, after a refusal's five
+-- numbers, a table st = {w, state...}, where w is the latest time the key
+-- has seen when times are tracked (else 0), and the state is at, frac
+-- (token-bucket family), start, prev, curr (windows) or the log's (at,
+-- cost) pairs.
 
--- reply returns one decision as single.lua replies it: allowed, remaining,
--- retry, reset and delay, and after a refusal with a state st, NOW and st.
+-- reply returns one decision as single.lua replies it: after an
+-- admission 1, remaining, reset and, when not 0, delay; after a refusal 0,
+-- remaining, retry, reset and delay, and with a state st, NOW and st.
 local function reply(ok, rem, retry, reset, delay, st)
   if ok then
-    return {1, rem, retry, reset, delay}
+    if delay > 0 then
+      return {1, rem, reset, delay}
+    end
+    return {1, rem, reset}
   end
   local r = {0, rem, retry, reset, delay}
   if st then
