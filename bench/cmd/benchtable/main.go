@@ -206,9 +206,24 @@ func (d data) peerRatio(workload, peer, unit string) ratio {
 	}
 }
 
+// report writes the tables and the targets of the rounds of d, workloads
+// in order, as Markdown.
 func report(w io.Writer, d data, order []string, rounds int) error {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("Medians over %d rounds; lower is better. ns/op is wall-clock time, cpu-ns/op the process's CPU time per operation (see docs/BENCHMARKS.md).\n", rounds)
+	reportTimes(p, d, order)
+	reportBytes(p, d)
+	reportOther(p, d, order)
+	reportTargets(p, d)
+	return nil
+}
+
+// printf is report's writer.
+type printf func(format string, args ...any)
+
+// reportTimes writes the table of each time unit: every library's median
+// per workload, and the fastest peer's ratio to Sluice.
+func reportTimes(p printf, d data, order []string) {
 	for _, unit := range []string{"ns/op", "cpu-ns/op"} {
 		p("\n| workload (%s) |", unit)
 		for _, lib := range libs {
@@ -236,6 +251,10 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 			p(" %.2f× (%s) |\n", r.ofMedians, best)
 		}
 	}
+}
+
+// reportBytes writes the table of heap bytes per tracked key.
+func reportBytes(p printf, d data) {
 	p("\n| bytes of heap per tracked key at 1,000,000 keys |")
 	for _, lib := range libs {
 		p(" %s |", lib)
@@ -253,7 +272,11 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 		}
 	}
 	p("\n")
+}
 
+// reportOther writes the other measurements of the run and the
+// allocations of any library that allocates.
+func reportOther(p printf, d data, order []string) {
 	var other []string
 	for _, wl := range order {
 		if len(d.values(wl, "", "ns/op")) > 0 {
@@ -283,7 +306,10 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 	} else {
 		p("\nAllocations: %s; every other timed workload 0 allocs/op.\n", strings.Join(allocs, "; "))
 	}
+}
 
+// reportTargets writes whether each of Sluice's targets is met.
+func reportTargets(p printf, d data) {
 	p("\nTargets (each ratio computed within each round of the same run, and of the medians):\n")
 	met := func(ok bool) string {
 		if ok {
@@ -327,7 +353,6 @@ func report(w io.Writer, d data, order []string, rounds int) error {
 	} else {
 		p("\n- ≤ 48 bytes of heap per tracked token-bucket key: no BytesPerKey result.\n")
 	}
-	return nil
 }
 
 // format prints v with three significant digits, as benchstat does.
