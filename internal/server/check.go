@@ -76,7 +76,15 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	results := make([]httplimit.Result, len(items))
+	// One or two checks, the commonest requests, keep their results on
+	// the stack.
+	var resultBuf [2]httplimit.Result
+	results := resultBuf[:0]
+	if len(items) <= len(resultBuf) {
+		results = resultBuf[:len(items)]
+	} else {
+		results = make([]httplimit.Result, len(items))
+	}
 	d, err := h.decideChecks(ctx, items, results)
 	if errors.Is(err, sluice.ErrNotAtomic) { // engine.Outcome.NotAtomic
 		writeError(w, http.StatusUnprocessableEntity, notAtomicMessage)
