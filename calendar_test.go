@@ -5,16 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 func TestCalendarPolicyValidate(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	berlin := teststore.Zone(t, "Europe/Berlin")
 	month := sluice.Calendar{Unit: sluice.CalendarMonth, Zone: berlin}
 	tests := []struct {
 		name string
@@ -48,10 +45,7 @@ func TestCalendarPolicyValidate(t *testing.T) {
 }
 
 func TestCalendarPolicyWindow(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	berlin := teststore.Zone(t, "Europe/Berlin")
 	p := sluice.FixedCalendarWindow(10_000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: berlin}).Named("monthly")
 	if got, want := p.String(), "monthly: fixed_window 10000/calendar_month Europe/Berlin"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)

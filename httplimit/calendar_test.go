@@ -3,18 +3,15 @@ package httplimit
 import (
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // TestAppendPolicyCalendar checks RateLimit-Policy's w for calendar
 // policies: the length of the window that holds now, in seconds.
 func TestAppendPolicyCalendar(t *testing.T) {
-	berlin, err := time.LoadLocation("Europe/Berlin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	berlin := teststore.Zone(t, "Europe/Berlin")
 	month := sluice.FixedCalendarWindow(1000, sluice.Calendar{Unit: sluice.CalendarMonth, Zone: berlin}).Named("monthly")
 	day := sluice.SlidingCalendarWindow(10, sluice.Calendar{Unit: sluice.CalendarDay, Zone: berlin}).Named("daily")
 	for _, tt := range []struct {

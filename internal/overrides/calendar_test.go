@@ -3,18 +3,15 @@ package overrides
 import (
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 )
 
 // TestCalendarRecord checks that a calendar override survives its Redis
 // record: unit, zone and week start.
 func TestCalendarRecord(t *testing.T) {
-	ny, err := time.LoadLocation("America/New_York")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ny := teststore.Zone(t, "America/New_York")
 	for _, c := range []sluice.Calendar{
 		{Unit: sluice.CalendarMonth, Zone: ny},
 		{Unit: sluice.CalendarWeek, Zone: time.UTC, WeekStartsSunday: true},

@@ -1,7 +1,8 @@
 // Package teststore holds the stores that the tests of several packages
 // share: a Redis store on a private redis-server, a memory store that,
 // like the Redis store on a cluster, cannot decide some requests together,
-// and a settable clock for the memory store.
+// a settable clock for the memory store, and the time zones of calendar
+// policies.
 package teststore
 
 import (
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -103,4 +105,16 @@ func (c *Clock) Advance(d time.Duration) {
 func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 	c.Advance(d)
 	return ctx.Err()
+}
+
+// Zone returns the time zone of the IANA name, from Go's embedded
+// database when the machine has none; it fails t when there is no such
+// zone.
+func Zone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
 }
