@@ -297,37 +297,38 @@ func TestWait(t *testing.T) {
 			}
 		})
 	})
-	t.Run("cancel", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			l := newLimiter(t, sluice.TokenBucket(1, time.Hour, 0))
-			l.Allow(t.Context(), "k", 1)
-			ctx, cancel := context.WithCancel(t.Context())
-			time.AfterFunc(time.Minute, cancel)
-			var err error
-			took := elapsed(func() { _, err = l.Wait(ctx, "k", 1) })
-			if !errors.Is(err, context.Canceled) || took != time.Minute {
-				t.Errorf("Wait canceled after a minute = %v after %v, want context.Canceled after 1m", err, took)
-			}
-			// Nothing was charged: an hour after the first request, one passes.
-			time.Sleep(time.Hour - time.Minute)
-			if d, err := l.Allow(t.Context(), "k", 1); err != nil || !d.Allowed {
-				t.Errorf("Allow an hour later = %+v, %v", d, err)
-			}
+	for _, c := range []struct {
+		name   string
+		policy sluice.Policy
+		before int64         // the cost spent before the Wait
+		cancel time.Duration // when ctx is canceled
+		after  time.Duration // when a request passes again, if nothing was charged
+	}{
+		{"cancel", sluice.TokenBucket(1, time.Hour, 0), 1, time.Minute, time.Hour},
+		{"cancel during the leaky bucket's Delay", sluice.LeakyBucket(1, time.Second, 5), 3, time.Second, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLimiter(t, c.policy)
+				l.Allow(t.Context(), "k", c.before)
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(c.cancel, cancel)
+				var err error
+				took := elapsed(func() { _, err = l.Wait(ctx, "k", 1) })
+				if !errors.Is(err, context.Canceled) || took != c.cancel {
+					t.Errorf("Wait canceled after %v = %v after %v, want context.Canceled", c.cancel, err, took)
+				}
+				if c.after > 0 {
+					// Nothing was charged: when the first request has
+					// left, one passes.
+					time.Sleep(c.after - c.cancel)
+					if d, err := l.Allow(t.Context(), "k", 1); err != nil || !d.Allowed {
+						t.Errorf("Allow %v after the first = %+v, %v", c.after, d, err)
+					}
+				}
+			})
 		})
-	})
-	t.Run("cancel during the leaky bucket's Delay", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			l := newLimiter(t, sluice.LeakyBucket(1, time.Second, 5))
-			l.Allow(t.Context(), "k", 3)
-			ctx, cancel := context.WithCancel(t.Context())
-			time.AfterFunc(time.Second, cancel)
-			var err error
-			took := elapsed(func() { _, err = l.Wait(ctx, "k", 1) })
-			if !errors.Is(err, context.Canceled) || took != time.Second {
-				t.Errorf("Wait canceled during a 3s delay = %v after %v, want context.Canceled after 1s", err, took)
-			}
-		})
-	})
+	}
 	for _, c := range []struct {
 		name     string
 		policies []sluice.Policy
