@@ -30,7 +30,11 @@ import (
 // handler of a request from the network would wait for the next one.
 //
 // Metrics: decisions/s (of the flood, or of the well-behaved keys without
-// it), good-p99-µs (the well-behaved keys' p99 latency), and for the Redis
+// it), cpu-ns/decision (the process's CPU time, user and system, over
+// those decisions: every goroutine's, the well-behaved callers' and the
+// Redis client's included; it moves less than decisions/s with what else
+// the machine runs), good-p99-µs (the well-behaved keys' p99 latency), and
+// for the Redis
 // store redis-calls/1k (flood decisions that reached Redis per 1,000 flood
 // decisions, an upper bound on the scripts the flood costs: several can
 // share a batch) and scripts/1k (every script Redis ran, the well-behaved
@@ -120,7 +124,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 	lat := make([][]time.Duration, goodCallers)
 	var good sync.WaitGroup
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for c := range goodCallers {
 		good.Go(func() {
 			own := make([]time.Duration, 0, 1024)
@@ -172,7 +176,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 		stop.Store(true)
 	}
 	good.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
@@ -182,11 +186,13 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 	if len(all) > 0 {
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "good-p99-µs")
 	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	if cpu0 > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/decision")
+	}
 	if !flood {
-		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 		return
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 	if rs != nil {
 		local := rs.LocalRefusalStats().Local - local0
 		b.ReportMetric(float64(int64(b.N)-int64(local))*1000/float64(b.N), "redis-calls/1k")
