@@ -125,7 +125,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 	// A reload reaches the gRPC service: a day limit of 5 is a new policy,
 	// with its own state.
 	writeConfig(t, path, envoyConfig("5"))
-	waitFor(t, "the new envoy section", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the new envoy section", func() bool {
 		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "probe")}})
 		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
@@ -140,7 +140,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 	bad := strings.Replace(envoyConfig("7"), "unit: minute", "unit: minutes", 1) +
 		"limits: {x: {algorithm: gcra, limit: 1, period: 1s}}\nproxy: {rules: [{limits: [{limit: x, key: \"cookie:s\"}]}]}\n"
 	writeConfig(t, path, bad)
-	waitFor(t, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
+	proctest.WaitFor(t, waitTimeout, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
 	for _, want := range []string{
 		`problem="` + path + `:12: envoy[0].descriptors[1].rate_limit.unit: unknown unit \"minutes\"`,
 		`problem="` + path + `:14: proxy.rules[0].limits[0].key: key spec \"cookie:s\": unknown source \"cookie\"`,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -58,7 +59,7 @@ func TestServeRedis(t *testing.T) {
 	if code, body := in.check(t, "tiny", "d"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":2,"remaining":1,`) || !strings.Contains(body, `"degraded":true`) {
 		t.Errorf("check without Redis = %d %s, want allowed by the local store, degraded", code, body)
 	}
-	waitFor(t, "the breaker to open", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the breaker to open", func() bool {
 		in.check(t, "tiny", "b")
 		return strings.Contains(in.stderr.String(), "msg=\"redis circuit breaker changed state\" from=closed to=open on_error=local")
 	})
@@ -77,7 +78,7 @@ func TestServeRedis(t *testing.T) {
 	}
 	// Redis kept nothing (no persistence): key c starts afresh, decided by
 	// Redis once the breaker closes.
-	waitFor(t, "Redis to decide again", func() bool {
+	proctest.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
 		_, body := in.check(t, "tiny", "c")
 		return !strings.Contains(body, "degraded")
 	})
@@ -208,21 +209,21 @@ func TestServeRedisSentinelFailover(t *testing.T) {
 		}
 		return info["role"] + "/" + info["master_link_status"]
 	}
-	waitFor(t, "the replica to follow the master", func() bool { return role(replica) == "slave/up" })
+	proctest.WaitFor(t, waitTimeout, "the replica to follow the master", func() bool { return role(replica) == "slave/up" })
 	sentinel := redistest.StartSentinel(t, master, "sluice-master")
 	in := startServe(t, "--config", writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: sluice-master}")))
 	decidedByRedis(t, in, master)
 
 	// The sentinel must know the replica before it can promote it.
-	waitFor(t, "the sentinel to fail over", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the sentinel to fail over", func() bool {
 		_, err := sentinel.Do("SENTINEL", "FAILOVER", "sluice-master")
 		return err == nil
 	})
-	waitFor(t, "the replica to become master", func() bool { return role(replica) == "master/" })
+	proctest.WaitFor(t, waitTimeout, "the replica to become master", func() bool { return role(replica) == "master/" })
 	// A fresh key each time: a refusal by the old master would be cached
 	// (docs/redis.md, "Refused floods").
 	n := 0
-	waitFor(t, "decisions from the new master", func() bool {
+	proctest.WaitFor(t, waitTimeout, "decisions from the new master", func() bool {
 		n++
 		key := "after" + strconv.Itoa(n)
 		code, body := in.check(t, "tiny", key)

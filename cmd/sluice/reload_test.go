@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // reloadV1 and reloadV2 differ in limits: keep is unchanged, gone is
@@ -54,7 +56,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 
 	writeConfig(t, path, reloadV2)
-	waitFor(t, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	proctest.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
 	// keep's state carried over: 2 of 3 spent before the reload.
 	if code, body := in.check(t, "keep", "k"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":0,`) {
 		t.Errorf("keep after the reload = %d %s, want allowed with 0 remaining (its state kept)", code, body)
@@ -70,7 +72,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 
 	writeConfig(t, path, reloadBad)
-	waitFor(t, "the bad file to be refused", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
 		return strings.Contains(in.stderr.String(), "problems=2")
 	})
 	log := in.stderr.String()
@@ -97,7 +99,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	// A listen address changes only with a restart: the rest applies, with
 	// a warning.
 	writeConfig(t, path, strings.Replace(reloadV1, "127.0.0.1:0", "127.0.0.1:1", 1))
-	waitFor(t, "limit gone to come back", func() bool { return in.known(t, "gone") })
+	proctest.WaitFor(t, waitTimeout, "limit gone to come back", func() bool { return in.known(t, "gone") })
 	if want := `msg="a changed setting needs a restart; it keeps its running value until then" trigger="file changed" file=` + path + ` setting=listen.http`; !strings.Contains(in.stderr.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, in.stderr)
 	}
@@ -119,12 +121,12 @@ func TestReloadIgnoresTouch(t *testing.T) {
 	if err := os.Chtimes(path, later, later); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rewrite to be seen", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the rewrite to be seen", func() bool {
 		return strings.Contains(in.stderr.String(), "rewritten with the same content")
 	})
 	// Then a real change, which must be the first reload.
 	writeConfig(t, path, reloadV2)
-	waitFor(t, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	proctest.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
 	if got := in.metric(t, "sluice_config_reloads_total"); got != "1" {
 		t.Errorf("sluice_config_reloads_total = %q, want 1 (the rewrite of the same content is no reload)", got)
 	}
@@ -143,7 +145,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "limit added to be loaded after SIGHUP", func() bool { return in.known(t, "added") })
+	proctest.WaitFor(t, waitTimeout, "limit added to be loaded after SIGHUP", func() bool { return in.known(t, "added") })
 	if code, body := in.check(t, "keep", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":1,`) {
 		t.Errorf("keep after SIGHUP = %d %s, want its state kept: 1 remaining", code, body)
 	}
@@ -152,7 +154,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the bad file to be refused", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
 		return strings.Contains(in.stderr.String(), `msg="reload refused; the running configuration stays" trigger=SIGHUP`)
 	})
 	if !in.known(t, "added") {
@@ -167,7 +169,7 @@ func TestSIGHUPWithoutFile(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the SIGHUP to be logged", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the SIGHUP to be logged", func() bool {
 		return strings.Contains(in.stderr.String(), "SIGHUP: nothing to reload: the service runs the built-in default configuration")
 	})
 	if code, _ := in.check(t, "demo", "x"); code != 200 {
@@ -217,7 +219,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 		writeConfig(t, path, content)
 		want := strconv.Itoa(i + 1)
-		waitFor(t, "reload "+want, func() bool { return in.metric(t, "sluice_config_reloads_total") == want })
+		proctest.WaitFor(t, waitTimeout, "reload "+want, func() bool { return in.metric(t, "sluice_config_reloads_total") == want })
 	}
 	close(stop)
 	wg.Wait()

@@ -138,18 +138,6 @@ func (in *instance) metric(t *testing.T, series string) string {
 	return ""
 }
 
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", waitTimeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // writeConfig writes a configuration file at path, in place (truncated,
 // then written, as many editors do), and returns path.
 func writeConfig(t *testing.T, path, content string) string {

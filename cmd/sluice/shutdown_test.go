@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // proxyConfig forwards to upstream, limiting /api/ to 2 requests per hour
@@ -143,7 +145,7 @@ func TestGracefulShutdown(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- in.stop(t) }()
 
-	waitFor(t, "/readyz to answer 503", func() bool {
+	proctest.WaitFor(t, waitTimeout, "/readyz to answer 503", func() bool {
 		code, _, body := in.do(t, "GET", "/readyz", "")
 		return code == 503 && strings.Contains(body, `"status":"draining"`)
 	})

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
 )
@@ -289,9 +290,9 @@ func TestServeTLSRotationUnderLoad(t *testing.T) {
 		is := s.ca.Issue(t, tlstest.Leaf{CommonName: fmt.Sprintf("sluice %d", i+2), NotAfter: time.Now().Add(time.Duration(48+i) * time.Hour)})
 		serial := s.writeServer(t, is)
 		notAfter = is.Cert.NotAfter
-		waitFor(t, "new connections to see certificate "+serial, func() bool { return lastSerial.Load() == serial })
+		proctest.WaitFor(t, waitTimeout, "new connections to see certificate "+serial, func() bool { return lastSerial.Load() == serial })
 		after := ok.Load()
-		waitFor(t, "more decisions after the rotation", func() bool { return ok.Load() >= after+30 })
+		proctest.WaitFor(t, waitTimeout, "more decisions after the rotation", func() bool { return ok.Load() >= after+30 })
 	}
 	stop()
 	wg.Wait()
@@ -329,7 +330,7 @@ func TestServeTLSRotationUnderLoad(t *testing.T) {
 	before, _ := strconv.Atoi(metric(`sluice_tls_reloads_total{result="refused"}`))
 	logged := strings.Count(s.stderr.String(), "new TLS files refused")
 	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "server-key.pem", s.ca.Issue(t, tlstest.Leaf{}).KeyPEM)
-	waitFor(t, "the broken replacement to be refused", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the broken replacement to be refused", func() bool {
 		return strings.Count(s.stderr.String(), "new TLS files refused") > logged
 	})
 	if _, _, serial, err := decide(s.client(t, client, false), s.http); err != nil || serial != good {

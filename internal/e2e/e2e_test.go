@@ -135,18 +135,6 @@ func (s *sluice) decide(limit, key string) (string, error) {
 	return string(b), nil
 }
 
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", waitTimeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestSignals runs the binary and sends it real signals: SIGHUP reloads,
 // SIGTERM shuts down with status 0 and removes the ready file, and a
 // second SIGTERM during the drain delay ends the process at once.
@@ -167,7 +155,7 @@ limits:
   b: {algorithm: fixed_window, limit: 1, period: 1h}
 `)
 	s.signal(syscall.SIGHUP)
-	waitFor(t, "limit b after SIGHUP", func() bool {
+	proctest.WaitFor(t, waitTimeout, "limit b after SIGHUP", func() bool {
 		resp, err := http.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"limit":"b","key":"k"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +186,7 @@ limits:
 	// A second signal does not wait for the drain.
 	s2 := startSluice(t, "sluice (drain)", "--http", "127.0.0.1:0", "--drain-delay", "1m")
 	s2.signal(syscall.SIGTERM)
-	waitFor(t, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
+	proctest.WaitFor(t, waitTimeout, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
 	start := time.Now()
 	s2.signal(syscall.SIGTERM)
 	if !s2.wait(5 * time.Second) {

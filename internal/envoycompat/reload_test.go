@@ -13,6 +13,8 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // reloadSection returns the envoy section testdata/reload/NAME.yaml of
@@ -70,7 +72,7 @@ func TestReloadDomains(t *testing.T) {
 		}
 
 		s.reload(t, serverConfig(storeYAML, reloadSection(t, "after")))
-		waitFor(t, "gamma after the reload", func() bool {
+		proctest.WaitFor(t, waitTimeout, "gamma after the reload", func() bool {
 			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "gamma", Descriptors: ds(d("probe", "x"))})
 			return err == nil && len(resp.Statuses) == 1 && s.hasDomain(t, "gamma")
 		})
@@ -92,7 +94,7 @@ func TestReloadDomains(t *testing.T) {
 		}
 
 		s.reload(t, serverConfig(storeYAML, reloadSection(t, "broken")))
-		waitFor(t, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
+		proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
 		want("gamma", d("k", "x"), over(1, hour))
 		want("alpha", d("k", "x"), over(2, hour))
 	})
@@ -139,27 +141,16 @@ func (s *server) metrics(t *testing.T) string {
 	return string(b)
 }
 
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", waitTimeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// checkIETFAfterReload reloads testdata/reload/after.yaml with response_headers: ietf
-// and checks the fields of a fresh alpha descriptor.
+// checkIETFAfterReload reloads testdata/reload/after.yaml with
+// response_headers: ietf and checks the fields of a fresh alpha
+// descriptor.
 func checkIETFAfterReload(t *testing.T, s *server, storeYAML string) {
 	t.Helper()
 	// The IETF fields instead (draft -10), the same limits kept.
 	s.reload(t, serverConfig(storeYAML, strings.Replace(reloadSection(t, "after"), "response_headers: reference", "response_headers: ietf", 1)))
 	var ietf map[string]string
 	probes := 0
-	waitFor(t, "the IETF fields after the reload", func() bool {
+	proctest.WaitFor(t, waitTimeout, "the IETF fields after the reload", func() bool {
 		probes++ // a value of its own each time: a fresh counter
 		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "alpha", Descriptors: ds(d("detailed", fmt.Sprint("probe-", probes)))})
 		if err != nil {

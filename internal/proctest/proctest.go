@@ -70,6 +70,19 @@ func Sluice(t testing.TB) string {
 	return binPath
 }
 
+// WaitFor polls cond every 10ms until it holds, failing t when it does
+// not within timeout; what says what is awaited.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // WriteFile writes content to path and returns path.
 func WriteFile(t testing.TB, path, content string) string {
 	t.Helper()
