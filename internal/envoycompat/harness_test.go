@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -21,6 +22,16 @@ import (
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }
+
+// fixture returns the YAML file testdata/DIR/NAME.yaml.
+func fixture(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", dir, name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 // Time bounds of the suite.
 const (

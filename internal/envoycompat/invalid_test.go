@@ -3,7 +3,6 @@ package envoycompat
 import (
 	"bytes"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,16 +51,12 @@ func TestInvalidConfigurations(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range append(invalids, stricter...) {
 		t.Run(c.name, func(t *testing.T) {
-			envoy, err := os.ReadFile(filepath.Join("testdata", "invalid", c.name+".yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := string(envoy) + "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n"
+			cfg := fixture(t, "invalid", c.name) + "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n"
 			path := proctest.WriteFile(t, filepath.Join(dir, c.name+".yaml"), cfg)
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, "validate", path)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err = cmd.Run()
+			err := cmd.Run()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 				t.Fatalf("sluice validate = %v (stdout %q), want exit status 1", err, stdout.String())

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,24 +15,14 @@ import (
 	"github.com/sluicehq/sluice/internal/proctest"
 )
 
-// reloadSection returns the envoy section testdata/reload/NAME.yaml of
-// the reload test: before (two domains; alpha's descriptor detailed has
-// detailed_metric), after (alpha as it was, beta removed, gamma added, and
-// the reference's response headers asked for) or broken (refused: the
-// reference keeps its configuration when a new one fails to load, and so
-// does Sluice).
-func reloadSection(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "reload", name+".yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestReloadDomains: a reload adds and removes domains, keeps the
 // counters of limits it does not change and turns on response headers; a
-// bad file is refused and the service keeps its configuration. Derived
+// bad file is refused and the service keeps its configuration. Its envoy
+// sections are testdata/reload's: before (two domains; alpha's descriptor
+// detailed has detailed_metric), after (alpha as it was, beta removed,
+// gamma added, and the reference's response headers asked for) and broken
+// (refused: the reference keeps its configuration when a new one fails to
+// load, and so does Sluice). Derived
 // from test/integration/integration_test.go (its runtime reload of
 // reload.yaml and existingDomainreload.yaml) and test/service's
 // TestServiceWithDefaultRatelimitHeaders; detailed_metric from
@@ -46,7 +34,7 @@ func TestReloadDomains(t *testing.T) {
 		if now := time.Now(); windowEnd(now, time.Hour).Sub(now) < time.Minute {
 			time.Sleep(windowEnd(now, time.Hour).Sub(now) + 10*time.Millisecond)
 		}
-		s := startServer(t, "sluice serve", serverConfig(storeYAML, reloadSection(t, "before")))
+		s := startServer(t, "sluice serve", serverConfig(storeYAML, fixture(t, "reload", "before")))
 		want := func(domain string, desc *rlscommon.RateLimitDescriptor, w status) *rlsv3.RateLimitResponse {
 			t.Helper()
 			resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds(desc)})
@@ -71,7 +59,7 @@ func TestReloadDomains(t *testing.T) {
 			}
 		}
 
-		s.reload(t, serverConfig(storeYAML, reloadSection(t, "after")))
+		s.reload(t, serverConfig(storeYAML, fixture(t, "reload", "after")))
 		proctest.WaitFor(t, waitTimeout, "gamma after the reload", func() bool {
 			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "gamma", Descriptors: ds(d("probe", "x"))})
 			return err == nil && len(resp.Statuses) == 1 && s.hasDomain(t, "gamma")
@@ -93,7 +81,7 @@ func TestReloadDomains(t *testing.T) {
 			t.Errorf("OVER_LIMIT headers %v, want RateLimit-Policy, RateLimit with r=0 and t equal to Retry-After", h)
 		}
 
-		s.reload(t, serverConfig(storeYAML, reloadSection(t, "broken")))
+		s.reload(t, serverConfig(storeYAML, fixture(t, "reload", "broken")))
 		proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
 		want("gamma", d("k", "x"), over(1, hour))
 		want("alpha", d("k", "x"), over(2, hour))
@@ -147,7 +135,7 @@ func (s *server) metrics(t *testing.T) string {
 func checkIETFAfterReload(t *testing.T, s *server, storeYAML string) {
 	t.Helper()
 	// The IETF fields instead (draft -10), the same limits kept.
-	s.reload(t, serverConfig(storeYAML, strings.Replace(reloadSection(t, "after"), "response_headers: reference", "response_headers: ietf", 1)))
+	s.reload(t, serverConfig(storeYAML, strings.Replace(fixture(t, "reload", "after"), "response_headers: reference", "response_headers: ietf", 1)))
 	var ietf map[string]string
 	probes := 0
 	proctest.WaitFor(t, waitTimeout, "the IETF fields after the reload", func() bool {

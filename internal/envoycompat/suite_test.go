@@ -3,7 +3,6 @@ package envoycompat
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,12 +43,9 @@ func envoySection(t *testing.T, cases []compatCase) string {
 		if c.config == "" {
 			continue
 		}
-		config, err := os.ReadFile(filepath.Join("testdata", "domains", c.config+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		config := fixture(t, "domains", c.config)
 		for n := range copies {
-			doc := strings.ReplaceAll(strings.Trim(string(config), "\n"), "DOMAIN", c.domain(n))
+			doc := strings.ReplaceAll(strings.Trim(config, "\n"), "DOMAIN", c.domain(n))
 			lines := strings.Split(doc, "\n")
 			for i, l := range lines {
 				switch {
