@@ -199,7 +199,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// Most requests carry a descriptor or two: their items stay on the
 	// stack.
 	var itemBuf [2]item
-	items := itemBuf[:0]
+	var items []item
 	if len(descs) <= len(itemBuf) {
 		items = itemBuf[:len(descs)]
 	} else {
@@ -370,7 +370,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 	if len(checks) == 0 {
 		return false, false, nil
 	}
-	res := resBuf[:0]
+	var res []engine.Result
 	if len(checks) <= len(resBuf) {
 		res = resBuf[:len(checks)]
 	} else {

@@ -79,7 +79,7 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	// One or two checks, the commonest requests, keep their results on
 	// the stack.
 	var resultBuf [2]httplimit.Result
-	results := resultBuf[:0]
+	var results []httplimit.Result
 	if len(items) <= len(resultBuf) {
 		results = resultBuf[:len(items)]
 	} else {
