@@ -17,6 +17,9 @@ import (
 // descriptor and its store key. The service benchmark's server CPU per
 // decision depends on it (docs/BENCHMARKS.md).
 func TestShouldRateLimitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts under the race detector are not those of a normal build")
+	}
 	cfg := compile(t, `
 - domain: edge
   descriptors:
