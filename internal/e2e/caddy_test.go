@@ -20,15 +20,7 @@ const RequireCaddyEnv = "SLUICE_REQUIRE_CADDY"
 
 func requireCaddy(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("caddy")
-	if err != nil {
-		msg := fmt.Sprintf("caddy not found on PATH: install it with `apt-get install caddy` (Debian/Ubuntu; scripts/deps.sh does); set %s=1 to make this a failure", RequireCaddyEnv)
-		if os.Getenv(RequireCaddyEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return requireProgram(t, "caddy", RequireCaddyEnv)
 }
 
 // caddyfile puts the Caddyfile snippet of docs/configuration.md (its

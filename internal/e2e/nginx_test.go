@@ -25,21 +25,33 @@ import (
 // into a test failure instead of a skip.
 const RequireNginxEnv = "SLUICE_REQUIRE_NGINX"
 
+// requireNginx finds nginx, also in /usr/sbin, where Debian installs it
+// and a user's PATH may not look.
 func requireNginx(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("nginx")
-	if err != nil {
-		// Debian installs nginx in /usr/sbin, which a user's PATH may lack.
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr == nil {
-			return "/usr/sbin/nginx"
-		}
-		msg := fmt.Sprintf("nginx not found on PATH: install it with `apt-get install nginx` (Debian/Ubuntu; scripts/deps.sh does); set %s=1 to make this a failure", RequireNginxEnv)
-		if os.Getenv(RequireNginxEnv) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+	return requireProgram(t, "nginx", RequireNginxEnv, "/usr/sbin/nginx")
+}
+
+// requireProgram returns the path of the program name, on PATH or at one
+// of the paths also; when there is none it skips t with how to install
+// the program, or fails t when the environment variable env is 1.
+func requireProgram(t *testing.T, name, env string, also ...string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
 	}
-	return p
+	for _, p := range also {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	msg := fmt.Sprintf("%s not found on PATH: install it with `apt-get install %s` (Debian/Ubuntu; scripts/deps.sh does); set %s=1 to make this a failure", name, name, env)
+	if os.Getenv(env) == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
 }
 
 // nginxConf wraps locations in a server on a loopback port, in an nginx
