@@ -2,14 +2,11 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/proctest"
 )
@@ -43,36 +40,17 @@ func caddyfile(t *testing.T, snippet string, port int, sluiceAddr, upstream, dir
 }
 
 // startCaddy runs caddy with a Caddyfile from caddyfile on a free port
-// and waits until it accepts connections; it tries a few ports, in case
-// another process takes one first. It returns the port.
+// (see startGateway) and returns the port.
 func startCaddy(t *testing.T, bin, snippet, sluiceAddr, upstream string) int {
 	t.Helper()
-	for attempt := range 3 {
-		dir := t.TempDir()
-		port := proctest.FreePort(t)
+	return startGateway(t, "caddy", func(dir string, port int) *exec.Cmd {
 		cf := proctest.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(t, snippet, port, sluiceAddr, upstream, dir))
 		cmd := exec.Command(bin, "run", "--config", cf, "--adapter", "caddyfile")
 		// Caddy keeps files under $HOME and the XDG directories: keep
 		// them in the test's directory.
 		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-		p := startProc(t, fmt.Sprintf("caddy (attempt %d)", attempt+1), cmd)
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		deadline := time.Now().Add(waitTimeout)
-		for !p.exited() && time.Now().Before(deadline) {
-			// Connect only: a request would be counted by the limit.
-			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-				c.Close()
-				return port
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if !p.exited() {
-			t.Fatalf("caddy does not accept connections on %s within %v\n%s", addr, waitTimeout, p.log)
-		}
-		t.Logf("caddy ended at start (%v); trying another port\n%s", p.err, p.log)
-	}
-	t.Fatalf("caddy did not start in 3 attempts")
-	return 0
+		return cmd
+	})
 }
 
 // TestCaddyForwardAuth runs the Caddyfile snippet of

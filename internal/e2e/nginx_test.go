@@ -79,19 +79,28 @@ http {
 `, filepath.Join(dir, "nginx.pid"), temp.String(), port, locations)
 }
 
-// startNginx runs nginx with the given locations on a free port and waits
-// until it accepts connections; it tries a few ports, in case another
-// process takes one first. It returns the port.
+// startNginx runs nginx with the given locations on a free port (see
+// startGateway) and returns the port.
 func startNginx(t *testing.T, bin, name, locations string) int {
+	t.Helper()
+	return startGateway(t, name, func(dir string, port int) *exec.Cmd {
+		conf := proctest.WriteFile(t, filepath.Join(dir, "nginx.conf"), nginxConf(port, dir, locations))
+		// -e: the log of the start, before the configuration is read
+		// (by default a file under /var/log that may not be writable).
+		return exec.Command(bin, "-p", dir, "-c", conf, "-e", "stderr")
+	})
+}
+
+// startGateway runs the command that command returns for a directory of
+// its own and a free port, and waits until it accepts connections on the
+// port; it tries a few ports, in case another process takes one first. It
+// returns the port.
+func startGateway(t *testing.T, name string, command func(dir string, port int) *exec.Cmd) int {
 	t.Helper()
 	for attempt := range 3 {
 		dir := t.TempDir()
 		port := proctest.FreePort(t)
-		conf := proctest.WriteFile(t, filepath.Join(dir, "nginx.conf"), nginxConf(port, dir, locations))
-		// -e: the log of the start, before the configuration is read
-		// (by default a file under /var/log that may not be writable).
-		cmd := exec.Command(bin, "-p", dir, "-c", conf, "-e", "stderr")
-		p := startProc(t, fmt.Sprintf("%s (attempt %d)", name, attempt+1), cmd)
+		p := startProc(t, fmt.Sprintf("%s (attempt %d)", name, attempt+1), command(dir, port))
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		deadline := time.Now().Add(waitTimeout)
 		for !p.exited() && time.Now().Before(deadline) {
