@@ -26,7 +26,7 @@ var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, 
 	var out [len(algorithmFiles)]*rueidis.Lua
 	for a, f := range algorithmFiles {
 		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
-		src, err := scriptSource(false, nil, slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide, "inspect.lua"})...)
+		src, err := scriptSource(false, nil, slices.Concat([]string{textNow, "muldivmod.lua", "lib.lua"}, f.files, []string{decide, "inspect.lua"})...)
 		if err != nil {
 			return out, err
 		}

@@ -50,9 +50,10 @@ type compiled struct {
 
 // calendarArg is a calendar policy's P argument, valid for the times in
 // [from, to): the starts of the windows from two before the one holding
-// those times to three after it.
+// those times to three after it, as numbers and as text.
 type calendarArg struct {
 	from, to int64
+	starts   [6]int64
 	arg      string
 }
 
@@ -64,29 +65,40 @@ func (c *compiled) periodArg(now time.Time) (string, error) {
 	if c.cal == nil {
 		return c.p, nil
 	}
+	a, err := c.calendar(now)
+	if err != nil {
+		return "", err
+	}
+	return a.arg, nil
+}
+
+// calendar returns a calendar policy's P argument for a call at now (see
+// periodArg).
+func (c *compiled) calendar(now time.Time) (*calendarArg, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
 	t := now.UnixMicro()
 	if a := c.calArg.Load(); a != nil && a.from <= t && t < a.to {
-		return a.arg, nil
+		return a, nil
 	}
 	b := c.cal.Bounds(t)
 	first, last := c.cal.Bounds(b.Prev).Prev, c.cal.Bounds(b.End).After
 	if first < 0 || last >= maxTime {
-		return "", fmt.Errorf("redisstore: %w: %s: the calendar windows around %v reach outside the times the Redis store accepts (1970 to 2112)",
+		return nil, fmt.Errorf("redisstore: %w: %s: the calendar windows around %v reach outside the times the Redis store accepts (1970 to 2112)",
 			ErrUnsupportedPolicy, c.policy, now)
 	}
+	a := &calendarArg{from: b.Start, to: b.End, starts: [6]int64{first, b.Prev, b.Start, b.End, b.After, last}}
 	buf := make([]byte, 0, 6*17)
-	for i, v := range [...]int64{first, b.Prev, b.Start, b.End, b.After, last} {
+	for i, v := range a.starts {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
 		buf = strconv.AppendInt(buf, v, 10)
 	}
-	a := &calendarArg{from: b.Start, to: b.End, arg: string(buf)}
+	a.arg = string(buf)
 	c.calArg.Store(a)
-	return a.arg, nil
+	return a, nil
 }
 
 // windowExpire returns when a window state of c that starts at start and

@@ -656,19 +656,20 @@ func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bo
 
 // oneArgs returns the keys and arguments of the single-request script for
 // req, whose compiled policy is c, at now (zero for Redis's clock): args as
-// single.lua and the batch scripts take them, and for the token-bucket
-// family wire, the packed argument tat_single.lua takes instead (see
-// Store.eval).
+// the batch scripts take them, and wire, the packed argument that the
+// single-request scripts take (see packOne and Store.eval).
 func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time) (keys, args, wire []string, err error) {
-	p, err := c.periodArg(now)
-	if err != nil {
-		return nil, nil, nil, err
+	p := c.p
+	var cal *calendarArg
+	if c.cal != nil {
+		if cal, err = c.calendar(now); err != nil {
+			return nil, nil, nil, err
+		}
+		p = cal.arg
 	}
 	keys = []string{key}
 	args = []string{nowArg, op, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	if flat(req.Policy.Algorithm) {
-		wire = []string{packOne(c, req, op, nowArg)}
-	}
+	wire = []string{packOne(c, cal, req, op, nowArg)}
 	return keys, args, wire, nil
 }
 

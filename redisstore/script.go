@@ -39,10 +39,19 @@ var manyFiles = []string{
 }
 
 // flat reports whether algorithm a's single-request script is
-// tat_single.lua, which takes its arguments packed (see packOne).
+// tat_single.lua rather than single.lua over the algorithm's functions.
 func flat(a sluice.Algorithm) bool {
 	return a.HasBurst()
 }
+
+// Lua that declares ARG_NOW, the call's time argument for lib.lua: ARGV[1]
+// in the scripts that take their arguments as text, and in single.lua the
+// time unpacked, with the request's other fields, from its one packed
+// argument (see packOne).
+const (
+	textNow   = "local ARG_NOW = ARGV[1]"
+	packedNow = "local L, P, B, COST, MAXD, PEEK, ARG_NOW = cmsgpack.unpack(ARGV[1])"
+)
 
 // scriptSource joins parts into one chunk, after the declaration of STATE
 // (see lib.lua) and, when maxDelay is not nil, of MAXDELAY (see
@@ -79,11 +88,12 @@ func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string
 	for a, f := range algorithmFiles {
 		maxDelay := sluice.Algorithm(a) == sluice.LeakyBucketAlgorithm
 		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
-		files := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide})
+		funcs := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide})
+		files := slices.Concat([]string{textNow}, funcs)
 		if flat(sluice.Algorithm(a)) {
 			single[a], err = scriptSource(state, &maxDelay, "muldivmod.lua", "tat_single.lua")
 		} else {
-			single[a], err = scriptSource(state, nil, slices.Concat(files, []string{"single.lua"})...)
+			single[a], err = scriptSource(state, nil, slices.Concat([]string{packedNow}, funcs, []string{"single.lua"})...)
 		}
 		if err != nil {
 			return
@@ -93,7 +103,7 @@ func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string
 			return
 		}
 	}
-	files := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, manyFiles)
+	files := slices.Concat([]string{textNow, "muldivmod.lua", "lib.lua"}, manyFiles)
 	if many, err = scriptSource(state, nil, slices.Concat(files, []string{"return allow_all(0, 1, #KEYS)"})...); err != nil {
 		return
 	}
@@ -101,15 +111,24 @@ func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string
 	return single, many, batch, batchOne, err
 }
 
-// packOne returns the argument of tat_single.lua for req under c, whose
-// operation is op and time argument nowArg (see Store.timeArg):
+// packOne returns the argument of the single-request scripts for req under
+// c, whose operation is op and time argument nowArg (see Store.timeArg):
 // MessagePack of L, P, B, cost, maxdelay, whether it is a Peek, and now
-// (nil for Redis's clock). Every number is an integer below 2^53, which
-// Redis's cmsgpack turns into a Lua number exactly.
-func packOne(c *compiled, req *sluice.Request, op, nowArg string) string {
-	var buf [64]byte
+// (nil for Redis's clock). P is the period in µs, or for a calendar policy
+// (cal, the argument for the call's time) an array of the six window
+// starts. Every number is an integer below 2^53, which Redis's cmsgpack
+// turns into a Lua number exactly.
+func packOne(c *compiled, cal *calendarArg, req *sluice.Request, op, nowArg string) string {
+	var buf [128]byte
 	b := appendPackedInt(buf[:0], c.ln)
-	b = appendPackedInt(b, c.pn)
+	if cal != nil {
+		b = append(b, 0x90|byte(len(cal.starts))) // fixarray
+		for _, v := range cal.starts {
+			b = appendPackedInt(b, v)
+		}
+	} else {
+		b = appendPackedInt(b, c.pn)
+	}
 	b = appendPackedInt(b, req.Policy.Capacity())
 	b = appendPackedInt(b, req.Cost)
 	md := int64(-1)

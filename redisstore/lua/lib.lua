@@ -10,7 +10,9 @@
 -- Products that can exceed 2^52, such as prev·(P−x) of the sliding window or
 -- backlog·L of the token bucket, go through muldivmod, which splits them.
 --
--- ARGV[1] is now in µs since the Unix epoch, or '' for Redis's own TIME.
+-- ARG_NOW, which the Go side declares before this file (ARGV[1], or in
+-- single.lua the time unpacked from its packed argument), is now in µs
+-- since the Unix epoch, or '' (nil when packed) for Redis's own TIME.
 -- An explicit now comes from callers whose clocks need not agree with each
 -- other (tests, simulations): then every key remembers the latest time it
 -- has seen (w), even when a request changes nothing else, and a time before
@@ -23,10 +25,10 @@ end
 
 local tonumber, format, match, call = tonumber, string.format, string.match, redis.call
 
-local TRACK = ARGV[1] ~= ''
+local TRACK = ARG_NOW ~= nil and ARG_NOW ~= ''
 local NOW
 if TRACK then
-  NOW = tonumber(ARGV[1])
+  NOW = tonumber(ARG_NOW)
 else
   local t = call('TIME')
   NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
