@@ -205,17 +205,24 @@ func TestSimulateFlagErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := runSluice(t, strings.NewReader("1,a\n"), tt.args...)
-			if r.code != 2 {
-				t.Fatalf("sluice %q: exit %d (error %v), want 2", tt.args, r.code, r.err)
-			}
-			if want := tt.stderr + "Run 'sluice simulate -h' for usage.\n"; r.stderr != want {
-				t.Errorf("sluice %q: stderr\n%q\nwant\n%q", tt.args, r.stderr, want)
-			}
-			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing", r.stdout)
-			}
+			checkUsageError(t, tt.args, tt.stderr)
 		})
+	}
+}
+
+// checkUsageError checks that `sluice ARGS` exits 2 with message and the
+// usage hint on standard error, and prints nothing.
+func checkUsageError(t *testing.T, args []string, message string) {
+	t.Helper()
+	r := runSluice(t, strings.NewReader("1,a\n"), args...)
+	if r.code != 2 {
+		t.Fatalf("sluice %q: exit %d (error %v), want 2", args, r.code, r.err)
+	}
+	if want := message + "Run 'sluice simulate -h' for usage.\n"; r.stderr != want {
+		t.Errorf("sluice %q: stderr\n%q\nwant\n%q", args, r.stderr, want)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout = %q, want nothing", r.stdout)
 	}
 }
 
@@ -514,16 +521,7 @@ func TestSimulatePatternFlagErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			t.Chdir(dir)
-			r := runSluice(t, strings.NewReader("1,a\n"), tt.args...)
-			if r.code != 2 {
-				t.Fatalf("sluice %q: exit %d (error %v), want 2", tt.args, r.code, r.err)
-			}
-			if want := tt.stderr + "Run 'sluice simulate -h' for usage.\n"; r.stderr != want {
-				t.Errorf("sluice %q: stderr\n%q\nwant\n%q", tt.args, r.stderr, want)
-			}
-			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing", r.stdout)
-			}
+			checkUsageError(t, tt.args, tt.stderr)
 			if left, _ := os.ReadDir(dir); len(left) != 0 {
 				t.Errorf("files left behind: %v", left)
 			}
