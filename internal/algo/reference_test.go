@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"time"
@@ -285,20 +286,13 @@ func (m *fixedModel) initial(t int64) bool    { return m.counts[m.index(t)] == 0
 func (m *fixedModel) charge(t, c int64) *big.Rat {
 	k := m.index(t)
 	m.counts[k] += c
-	for w := range m.counts { // older windows never count again
-		if w < k {
-			delete(m.counts, w)
-		}
-	}
+	// Older windows never count again.
+	maps.DeleteFunc(m.counts, func(w, _ int64) bool { return w < k })
 	return nil
 }
 
 func (m *fixedModel) clone() model {
-	c := &fixedModel{p: m.p, counts: make(map[int64]int64, len(m.counts))}
-	for k, v := range m.counts {
-		c.counts[k] = v
-	}
-	return c
+	return &fixedModel{p: m.p, counts: maps.Clone(m.counts)}
 }
 
 // slidingWindowModel is sliding_window: fixed_window's windows and the
@@ -332,20 +326,12 @@ func (m *slidingWindowModel) initial(t int64) bool { return m.estimate(t).Sign()
 func (m *slidingWindowModel) charge(t, c int64) *big.Rat {
 	k := t / m.p.Period
 	m.counts[k] += c
-	for w := range m.counts {
-		if w < k-1 {
-			delete(m.counts, w)
-		}
-	}
+	maps.DeleteFunc(m.counts, func(w, _ int64) bool { return w < k-1 })
 	return nil
 }
 
 func (m *slidingWindowModel) clone() model {
-	c := &slidingWindowModel{p: m.p, counts: make(map[int64]int64, len(m.counts))}
-	for k, v := range m.counts {
-		c.counts[k] = v
-	}
-	return c
+	return &slidingWindowModel{p: m.p, counts: maps.Clone(m.counts)}
 }
 
 // slidingLogModel is sliding_log: the list of admitted requests; one
