@@ -97,9 +97,9 @@ type Outcome struct {
 	// check is allowed.
 	Allowed bool
 	// Decision combines the decisions of the enforced and deferred checks
-	// as the Store contract's AllowAll does (algo.Combine); its RetryAfter is sluice.Never for a request
-	// that can never be admitted, and Degraded reports that the store's
-	// failure policy decided.
+	// as the Store contract's AllowAll does (algo.Combine); its RetryAfter
+	// is sluice.Never for a request that can never be admitted, and
+	// Degraded reports that the store's failure policy decided.
 	Decision sluice.Decision
 	// Decider is the index of the deciding check among the enforced and
 	// deferred ones (the one that refused with the longest wait, else the
