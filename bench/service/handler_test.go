@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rls"
 	sluiceserver "github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -54,6 +55,20 @@ func benchEnvoy(tb testing.TB, cfg *config.Config) *rls.Config {
 	return envoy
 }
 
+// measured returns st wrapped in the metrics' Store decorator, as sluice
+// serve hands it to every front door, with those metrics and their
+// registry: the handlers then pay for the sluice_store_* series as they do
+// in the service.
+func measured(tb testing.TB, st sluice.Store) (*metrics.Store, *metrics.Metrics, *prometheus.Registry) {
+	tb.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m.Store(st), m, reg
+}
+
 // recorder is a ResponseWriter that keeps only the status and reuses its
 // header map, so that the benchmark counts the handler's allocations only.
 type recorder struct {
@@ -74,7 +89,8 @@ func BenchmarkCheckHandler(b *testing.B) {
 	cfg := benchConfig(b)
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	h, err := sluiceserver.New(cfg, st, sluiceserver.Options{Registry: prometheus.NewRegistry()})
+	ms, m, reg := measured(b, st)
+	h, err := sluiceserver.New(cfg, ms, sluiceserver.Options{Registry: reg, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +124,10 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	cfg := benchConfig(b)
 	st := memstore.New(memstore.Options{})
 	defer st.Close()
-	svc := rls.New(st, benchEnvoy(b, cfg), rls.Options{OnDecision: func(rls.Event) {}})
+	ms, m, _ := measured(b, st)
+	svc := rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
+		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
+	}})
 	reqs := make([]*rlsv3.RateLimitRequest, benchKeys)
 	for k := range reqs {
 		reqs[k] = &rlsv3.RateLimitRequest{Domain: allowedLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{
