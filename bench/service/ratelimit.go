@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -128,9 +129,9 @@ func startRatelimit(name, dir, bin, redisAddr string, localCache int) (*server, 
 	return &server{proc: p, ready: r}, nil
 }
 
-// waitHealthy waits until GET /healthcheck on r.HTTP answers 200 (which
-// envoyproxy/ratelimit does once its configuration is loaded) and r.GRPC
-// accepts a connection.
+// waitHealthy waits until GET /healthcheck on r.HTTP answers 200, a
+// decision in the rls domain through its JSON endpoint names the domain's
+// limit (its configuration is loaded) and r.GRPC accepts a connection.
 func waitHealthy(p *proc, r readyFile) error {
 	deadline := time.Now().Add(startTimeout)
 	hc := &http.Client{Timeout: time.Second}
@@ -159,6 +160,19 @@ func probe(hc *http.Client, r readyFile) error {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("/healthcheck: %s", resp.Status)
+	}
+	body := `{"domain":"` + windowLimit.name + `","descriptors":[{"entries":[{"key":"user","value":"probe"}]}]}`
+	resp, err = hc.Post("http://"+r.HTTP+"/json", "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"currentLimit"`) {
+		return fmt.Errorf("POST /json: %s %s: the %s domain is not loaded", resp.Status, b, windowLimit.name)
 	}
 	c, err := net.DialTimeout("tcp", r.GRPC, time.Second)
 	if err != nil {
