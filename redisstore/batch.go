@@ -46,6 +46,7 @@ type batcher struct {
 	script *rueidis.Lua                      // batch.lua, for any calls
 	one    [len(algorithmFiles)]*rueidis.Lua // batch.lua for single requests of one algorithm
 	single [len(algorithmFiles)]*rueidis.Lua // the store's single-request scripts, to tell calls apart
+	many   *rueidis.Lua                      // the store's AllowAll script
 	max    int                               // most requests (keys) in one batch
 
 	mu       sync.Mutex
@@ -73,10 +74,10 @@ type waiter struct {
 }
 
 // newBatcher returns a batcher of at most max requests a batch, given the
-// sources of the batch scripts, the store's single-request scripts and its
-// count of the client's users.
-func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua, u *users) *batcher {
-	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, max: max, users: u}
+// sources of the batch scripts, the store's single-request and AllowAll
+// scripts and its count of the client's users.
+func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua, many *rueidis.Lua, u *users) *batcher {
+	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, many: many, max: max, users: u}
 	for a, src := range batchOne {
 		b.one[a] = rueidis.NewLuaScript(src)
 	}
@@ -303,6 +304,13 @@ func appendOneArgs(args []string, batch []*waiter, a sluice.Algorithm) []string 
 		}
 	}
 	return args
+}
+
+// takes reports whether calls of script can be batched: the batch scripts
+// decide the store's single-request and AllowAll calls only (not, say,
+// Inspect's).
+func (b *batcher) takes(script *rueidis.Lua) bool {
+	return script == b.many || b.algorithm(script) >= 0
 }
 
 // algorithm returns the algorithm whose single-request script is script,

@@ -3,6 +3,8 @@ package redisstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +123,50 @@ func TestInspectErrors(t *testing.T) {
 	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err == nil {
 		t.Error("Inspect with Redis gone: no error, want one")
 	}
+}
+
+// TestInspectUnderLoad runs Inspect while 32 callers flood keys on Redis's
+// clock, so that calls queue for batches: Inspect must never be sent as
+// one of a batch's calls (batch.lua does not know its script), and the
+// others' decisions must stay exact: exactly the limit admitted per key.
+func TestInspectUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{Off: true}})
+	p := sluice.FixedWindow(50, time.Hour)
+	const keys, callers, calls = 4, 32, 40
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range calls {
+				k := (c + i) % keys
+				d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint("k", k), Cost: 1})
+				if err != nil {
+					t.Errorf("Allow: %v", err)
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		})
+	}
+	inspected := 0
+	for range 200 {
+		if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k0", Cost: 1}); err != nil {
+			t.Errorf("Inspect during the flood: %v", err)
+			break
+		}
+		inspected++
+	}
+	wg.Wait()
+	for k := range keys {
+		if got := admitted[k].Load(); got != p.Limit {
+			t.Errorf("key k%d: %d admitted, want exactly %d", k, got, p.Limit)
+		}
+	}
+	if st.batch.sent.Load() == 0 {
+		t.Errorf("no batch was sent: the test did not load the store")
+	}
+	t.Logf("%d inspections, %d batches", inspected, st.batch.sent.Load())
 }

@@ -236,7 +236,7 @@ func New(opts Options) (*Store, error) {
 		s.single[a] = rueidis.NewLuaScript(src)
 	}
 	if opts.MaxBatch > 1 {
-		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single, s.users)
+		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single, s.many, s.users)
 	}
 	if opts.Client != nil {
 		c := opts.Client
@@ -824,7 +824,7 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 	var vals []int64
 	switch {
 	case err != nil:
-	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster:
+	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster && s.batch.takes(script):
 		vals, err = s.batch.exec(cctx, c, script, keys, args, wire)
 	default:
 		vals, err = script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
