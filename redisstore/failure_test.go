@@ -15,11 +15,12 @@ import (
 )
 
 // Failure-test settings: a short timeout, and a margin for a loaded test
-// machine on top of it.
+// machine on top of it (all stretched by failScale under the race
+// detector).
 const (
-	failTimeout  = 50 * time.Millisecond
-	failMargin   = 100 * time.Millisecond
-	failCooldown = 100 * time.Millisecond
+	failTimeout  = failScale * 50 * time.Millisecond
+	failMargin   = failScale * 100 * time.Millisecond
+	failCooldown = failScale * 100 * time.Millisecond
 )
 
 // warm readies st for a test with a short Options.Timeout, so that the
@@ -368,10 +369,10 @@ func TestSlowRedis(t *testing.T) {
 		}
 	}
 
-	proxy.SetDelay(100 * time.Millisecond)
+	proxy.SetDelay(2 * failTimeout)
 	for range 10 {
 		if d, took := call(); !d.Degraded || d.Allowed || took > failTimeout+failMargin+lag() {
-			t.Errorf("Allow with 100ms of latency = %+v after %v, want denied, degraded, within %v (+ %v of scheduling lag)", d, took, failTimeout+failMargin, lag())
+			t.Errorf("Allow with %v of latency = %+v after %v, want denied, degraded, within %v (+ %v of scheduling lag)", 2*failTimeout, d, took, failTimeout+failMargin, lag())
 		}
 	}
 	if st.BreakerState() == BreakerClosed {
