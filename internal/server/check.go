@@ -25,6 +25,12 @@ import (
 // bodyBufs hold the bodies of POST /v1/check while they are parsed.
 var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
+// answerBufs hold the answers of POST /v1/check while they are written;
+// one that grew past maxPooledAnswer is left to the garbage collector.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledAnswer = 64 << 10
+
 // checkBody is the body of POST /v1/check: one check (Limit, Key, Cost)
 // or several (Checks), never both.
 type checkBody struct {
@@ -117,7 +123,14 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if !d.Degraded {
 		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, results, h.now())
 	}
-	b := make([]byte, 0, 128+96*len(results))
+	ab := answerBufs.Get().(*[]byte)
+	b := (*ab)[:0]
+	defer func() {
+		if cap(b) <= maxPooledAnswer {
+			*ab = b[:0]
+			answerBufs.Put(ab)
+		}
+	}()
 	now := h.now()
 	if multi {
 		b = appendMulti(b, d, results, items, plan, now)
