@@ -162,20 +162,16 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 
 // ovSetArgs parses the flags and arguments of "set" into a PUT body.
 func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) {
+	// Each flag is the body's field of its name, '-' written '_'.
 	fs := flag.NewFlagSet("overrides set", flag.ContinueOnError)
-	var (
-		limit, burst                      int64
-		period, algorithm, ttl, expiresAt string
-		timeZone, weekStarts              string
-	)
-	fs.Int64Var(&limit, "limit", 0, "cost units per period")
-	fs.StringVar(&period, "period", "", "the period")
-	fs.StringVar(&timeZone, "time-zone", "", "a calendar period's zone")
-	fs.StringVar(&weekStarts, "week-starts", "", "a calendar week's first day")
-	fs.Int64Var(&burst, "burst", 0, "the capacity")
-	fs.StringVar(&algorithm, "algorithm", "", "the algorithm")
-	fs.StringVar(&ttl, "ttl", "", "remove after")
-	fs.StringVar(&expiresAt, "expires-at", "", "remove at")
+	fs.Int64("limit", 0, "cost units per period")
+	fs.String("period", "", "the period")
+	fs.String("time-zone", "", "a calendar period's zone")
+	fs.String("week-starts", "", "a calendar week's first day")
+	fs.Int64("burst", 0, "the capacity")
+	fs.String("algorithm", "", "the algorithm")
+	fs.String("ttl", "", "remove after")
+	fs.String("expires-at", "", "remove at")
 	// LIMIT KEY may come before or after the flags.
 	var pos []string
 	for len(args) > 0 {
@@ -191,33 +187,10 @@ func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) 
 	if len(pos) != 2 {
 		return nil, "", "", usageErrorf("overrides", "overrides set: want LIMIT KEY and --limit N --period DUR")
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	body := map[string]any{}
-	if set["limit"] {
-		body["limit"] = limit
-	}
-	if set["period"] {
-		body["period"] = period
-	}
-	if set["time-zone"] {
-		body["time_zone"] = timeZone
-	}
-	if set["week-starts"] {
-		body["week_starts"] = weekStarts
-	}
-	if set["burst"] {
-		body["burst"] = burst
-	}
-	if set["algorithm"] {
-		body["algorithm"] = algorithm
-	}
-	if set["ttl"] {
-		body["ttl"] = ttl
-	}
-	if set["expires-at"] {
-		body["expires_at"] = expiresAt
-	}
+	body := map[string]any{} // the flags given
+	fs.Visit(func(fl *flag.Flag) {
+		body[strings.ReplaceAll(fl.Name, "-", "_")] = fl.Value.(flag.Getter).Get()
+	})
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, "", "", err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -93,5 +94,25 @@ limits:
 	r = runSluice(t, nil, "overrides", "--server", srv.URL, "list")
 	if r.code != 2 || !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "--token-file") {
 		t.Errorf("list without a token: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestOverridesSetBody checks the PUT body of `sluice overrides set`: the
+// flags given, each as the field of its name with '-' written '_', and
+// no other field.
+func TestOverridesSetBody(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"api", "user:1", "--limit", "3"}, `{"limit":3}`},
+		{[]string{"--limit", "5", "--period", "calendar_week", "--time-zone", "Europe/Berlin", "--week-starts", "sunday",
+			"--burst", "7", "--algorithm", "token_bucket", "--ttl", "1h", "--expires-at", "2027-01-01T00:00:00Z", "api", "user:1"},
+			`{"algorithm":"token_bucket","burst":7,"expires_at":"2027-01-01T00:00:00Z","limit":5,"period":"calendar_week","time_zone":"Europe/Berlin","ttl":"1h","week_starts":"sunday"}`},
+	} {
+		body, limit, key, err := ovSetArgs(tt.args, io.Discard)
+		if err != nil || string(body) != tt.want || limit != "api" || key != "user:1" {
+			t.Errorf("ovSetArgs(%q) = %s, %q, %q, %v; want %s, api, user:1", tt.args, body, limit, key, err, tt.want)
+		}
 	}
 }
