@@ -65,14 +65,8 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 	if d.Status == http.StatusInternalServerError {
 		b = append(b, `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter cannot decide this request's limits all or nothing with its store; see the server's log."}`...)
 	} else if d.Status == http.StatusServiceUnavailable {
-		b = append(b, `{"type":"`+ProblemReducedCapacity+`","title":"Temporary Reduced Capacity","status":503,"detail":"The rate limiter is unavailable; retry in `...)
-		b = strconv.AppendInt(b, secs, 10)
-		b = append(b, ` second`...)
-		if secs != 1 {
-			b = append(b, 's')
-		}
-		b = append(b, `.","retry-after":`...)
-		b = strconv.AppendInt(b, secs, 10)
+		b = append(b, `{"type":"`+ProblemReducedCapacity+`","title":"Temporary Reduced Capacity","status":503,"detail":"The rate limiter is unavailable; `...)
+		b = appendRetryIn(b, secs)
 		b = append(b, '}')
 	} else {
 		b = append(b, `{"type":"`+ProblemQuotaExceeded+`","title":"Quota Exceeded","status":`...)
@@ -80,14 +74,8 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 		if secs < 0 {
 			b = append(b, `,"detail":"The request costs more than the quota allows at once; it can never be admitted."`...)
 		} else {
-			b = append(b, `,"detail":"Too many requests; retry in `...)
-			b = strconv.AppendInt(b, secs, 10)
-			b = append(b, ` second`...)
-			if secs != 1 {
-				b = append(b, 's')
-			}
-			b = append(b, `.","retry-after":`...)
-			b = strconv.AppendInt(b, secs, 10)
+			b = append(b, `,"detail":"Too many requests; `...)
+			b = appendRetryIn(b, secs)
 		}
 		if len(d.Violated) > 0 {
 			b = append(b, `,"violated-policies":[`...)
@@ -107,6 +95,19 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(d.Status)
 	w.Write(b)
+}
+
+// appendRetryIn appends the end of a problem's detail that says to retry
+// in secs seconds, and its retry-after member.
+func appendRetryIn(b []byte, secs int64) []byte {
+	b = append(b, `retry in `...)
+	b = strconv.AppendInt(b, secs, 10)
+	b = append(b, ` second`...)
+	if secs != 1 {
+		b = append(b, 's')
+	}
+	b = append(b, `.","retry-after":`...)
+	return strconv.AppendInt(b, secs, 10)
 }
 
 // appendJSONString appends s as a JSON string.
