@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -259,10 +260,10 @@ func start(b *testing.B, newFn func(testing.TB) (allowFunc, func())) allowFunc {
 // idle, and it leaves out time spent blocked on a lock.
 type cpuMeter time.Duration
 
-func startCPU() cpuMeter { return cpuMeter(processCPU()) }
+func startCPU() cpuMeter { return cpuMeter(cputime.Process()) }
 
 func (m cpuMeter) report(b *testing.B) {
-	if c := processCPU(); c > 0 && b.N > 0 {
+	if c := cputime.Process(); c > 0 && b.N > 0 {
 		b.ReportMetric(float64(c-time.Duration(m))/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -50,9 +51,9 @@ func middlewareRequests() []*http.Request {
 func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
 	reqs := middlewareRequests()
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	defer func() {
-		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
 	}()
 	if !parallel {
 		w := &middlewareWriter{h: make(http.Header, 4)}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -124,7 +125,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 	lat := make([][]time.Duration, goodCallers)
 	var good sync.WaitGroup
 	b.ResetTimer()
-	start, cpu0 := time.Now(), processCPU()
+	start, cpu0 := time.Now(), cputime.Process()
 	for c := range goodCallers {
 		good.Go(func() {
 			own := make([]time.Duration, 0, 1024)
@@ -176,7 +177,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 		stop.Store(true)
 	}
 	good.Wait()
-	elapsed, cpu := time.Since(start), processCPU()-cpu0
+	elapsed, cpu := time.Since(start), cputime.Process()-cpu0
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -176,7 +177,7 @@ func BenchmarkHotKey(b *testing.B) {
 				b.SetParallelism(par)
 				b.ReportAllocs()
 				b.ResetTimer()
-				start, cpu := time.Now(), processCPU()
+				start, cpu := time.Now(), cputime.Process()
 				b.RunParallel(func(pb *testing.PB) {
 					x := seeds.Add(1) * 0x9e3779b97f4a7c15
 					local := make([]time.Duration, 0, 4096)
@@ -198,7 +199,7 @@ func BenchmarkHotKey(b *testing.B) {
 					lat = append(lat, local...)
 					mu.Unlock()
 				})
-				elapsed, cpu := time.Since(start), processCPU()-cpu
+				elapsed, cpu := time.Since(start), cputime.Process()-cpu
 				b.StopTimer()
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 				if cpu > 0 {

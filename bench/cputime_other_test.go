@@ -1,9 +1,0 @@
-//go:build !unix
-
-package bench
-
-import "time"
-
-// processCPU returns 0: this platform has no getrusage, and the cpu-ns/op
-// metric is not reported.
-func processCPU() time.Duration { return 0 }

@@ -1,0 +1,12 @@
+//go:build !unix
+
+// Package cputime reads the CPU time the process has used, for the
+// benchmarks and flood tests that report cpu-ns per operation (bench,
+// bench/redis, internal/flood): one helper instead of a copy in each.
+package cputime
+
+import "time"
+
+// Process returns 0: this platform has no getrusage, and the cpu-ns
+// metrics are not reported.
+func Process() time.Duration { return 0 }
