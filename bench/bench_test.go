@@ -251,23 +251,6 @@ func start(b *testing.B, newFn func(testing.TB) (allowFunc, func())) allowFunc {
 	return allow
 }
 
-// cpuMeter reports the process's CPU time per operation as cpu-ns/op, beside
-// the wall-clock ns/op. On a machine shared with other work, wall-clock time
-// includes the time the benchmark waited for a core; CPU time does not, so
-// it is the steadier measure when the machine is busy (it still feels the
-// caches others evict). In a parallel benchmark it adds up the CPU time of
-// every goroutine, so it is about GOMAXPROCS times ns/op when no core sits
-// idle, and it leaves out time spent blocked on a lock.
-type cpuMeter time.Duration
-
-func startCPU() cpuMeter { return cpuMeter(cputime.Process()) }
-
-func (m cpuMeter) report(b *testing.B) {
-	if c := cputime.Process(); c > 0 && b.N > 0 {
-		b.ReportMetric(float64(c-time.Duration(m))/float64(b.N), "cpu-ns/op")
-	}
-}
-
 func denied(b *testing.B, key string) {
 	b.Errorf("request for %q denied, want every request admitted", key)
 }
@@ -281,13 +264,13 @@ func BenchmarkOneKeySerial(b *testing.B) {
 		b.Run("lib="+s.name, func(b *testing.B) {
 			allow := start(b, s.newOne)
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := cputime.Start()
 			for b.Loop() {
 				if !allow("user:1") {
 					b.Fatal("request denied, want every request admitted")
 				}
 			}
-			cpu.report(b)
+			cpu.Report(b)
 		})
 	}
 }
@@ -301,7 +284,7 @@ func BenchmarkOneKeyParallel(b *testing.B) {
 		b.Run("lib="+s.name, func(b *testing.B) {
 			allow := start(b, s.newOne)
 			b.ReportAllocs()
-			cpu := startCPU()
+			cpu := cputime.Start()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if !allow("user:1") {
@@ -310,7 +293,7 @@ func BenchmarkOneKeyParallel(b *testing.B) {
 					}
 				}
 			})
-			cpu.report(b)
+			cpu.Report(b)
 		})
 	}
 }
@@ -327,7 +310,7 @@ func BenchmarkKeysParallel(b *testing.B) {
 				allow := pop.get(b, s.newMany, n)
 				var seeds atomic.Uint64
 				b.ReportAllocs()
-				cpu := startCPU()
+				cpu := cputime.Start()
 				b.RunParallel(func(pb *testing.PB) {
 					r := rng(seeds.Add(1) * seedMul)
 					kb := make(keyBuf, 0, 32)
@@ -338,7 +321,7 @@ func BenchmarkKeysParallel(b *testing.B) {
 						}
 					}
 				})
-				cpu.report(b)
+				cpu.Report(b)
 			})
 			pop.stop()
 		}
@@ -366,7 +349,7 @@ func BenchmarkKeysPrepared(b *testing.B) {
 				allow := pop.get(b, s.newMany, n)
 				var seeds atomic.Uint64
 				b.ReportAllocs()
-				cpu := startCPU()
+				cpu := cputime.Start()
 				b.RunParallel(func(pb *testing.PB) {
 					r := rng(seeds.Add(1) * seedMul)
 					for pb.Next() {
@@ -376,7 +359,7 @@ func BenchmarkKeysPrepared(b *testing.B) {
 						}
 					}
 				})
-				cpu.report(b)
+				cpu.Report(b)
 			})
 			pop.stop()
 		}
@@ -417,19 +400,19 @@ func BenchmarkBytesPerKey(b *testing.B) {
 func BenchmarkClock(b *testing.B) {
 	var sink int64
 	b.Run("time.Now", func(b *testing.B) {
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			sink += time.Now().UnixNano()
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	base := time.Now()
 	b.Run("time.Since", func(b *testing.B) {
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			sink += int64(time.Since(base))
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	runtime.KeepAlive(sink)
 }
@@ -444,44 +427,44 @@ func BenchmarkSluiceLayers(b *testing.B) {
 	policy := sluice.TokenBucket(1, interval, burst)
 	b.Run("Limiter.Allow", func(b *testing.B) {
 		allow := start(b, newSluice)
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			if !allow("user:1") {
 				b.Fatal("request denied, want every request admitted")
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("Store.Allow/store-clock", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			if d, err := st.Allow(ctx, time.Time{}, req); err != nil || !d.Allowed {
 				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("Store.Allow/explicit-time", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			if d, err := st.Allow(ctx, now, req); err != nil || !d.Allowed {
 				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 			}
 		}
-		cpu.report(b)
+		cpu.Report(b)
 	})
 	b.Run("floor/clock+hash+lock", func(b *testing.B) {
 		var mu sync.Mutex
 		var sink uint64
 		seed := maphash.MakeSeed()
 		base := time.Now()
-		cpu := startCPU()
+		cpu := cputime.Start()
 		for b.Loop() {
 			t := uint64(time.Since(base))
 			h := maphash.String(seed, "user:1")
@@ -489,7 +472,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 			sink += h ^ t
 			mu.Unlock()
 		}
-		cpu.report(b)
+		cpu.Report(b)
 		runtime.KeepAlive(sink)
 	})
 }

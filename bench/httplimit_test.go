@@ -51,10 +51,7 @@ func middlewareRequests() []*http.Request {
 func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
 	reqs := middlewareRequests()
 	b.ReportAllocs()
-	cpu0 := cputime.Process()
-	defer func() {
-		b.ReportMetric(float64(cputime.Process()-cpu0)/float64(b.N), "cpu-ns/op")
-	}()
+	defer cputime.Start().Report(b)
 	if !parallel {
 		w := &middlewareWriter{h: make(http.Header, 4)}
 		i := 0

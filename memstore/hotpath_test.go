@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/cputime"
 )
 
 // The benchmarks in this file take the one-key decision path apart, so that
@@ -27,58 +27,40 @@ import (
 
 var hotPolicy = sluice.TokenBucket(1, time.Second, 1_000_000_000)
 
-// cpuTime returns the CPU time this process has used so far. On a machine
-// shared with other work it is a steadier measure than wall-clock time,
-// which includes the time spent waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU reports the CPU time per operation since start as cpu-ns/op.
-func reportCPU(b *testing.B, start time.Duration) {
-	if c := cpuTime(); c > 0 && start > 0 && b.N > 0 {
-		b.ReportMetric(float64(c-start)/float64(b.N), "cpu-ns/op")
-	}
-}
-
 // BenchmarkHotClock compares the clocks: time.Now, time.Since (what the
 // store's default clock reads), the store's clock, and an explicit time.
 func BenchmarkHotClock(b *testing.B) {
 	b.Run("time.Now", func(b *testing.B) {
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			time.Now()
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 	b.Run("time.Since", func(b *testing.B) {
 		base := time.Now()
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			time.Since(base)
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 	b.Run("store", func(b *testing.B) {
 		s := New(Options{})
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			s.micros(time.Time{})
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 	b.Run("explicit", func(b *testing.B) {
 		s := New(Options{})
 		now := time.Unix(1_700_000_000, 0)
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			s.micros(now)
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 }
 
@@ -86,11 +68,11 @@ func BenchmarkHotClock(b *testing.B) {
 func BenchmarkHotCompile(b *testing.B) {
 	s := New(Options{})
 	p := hotPolicy
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		s.compile(&p)
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 }
 
 // BenchmarkHotCompileNamed is a hit in the compiled-policy cache for a
@@ -98,11 +80,11 @@ func BenchmarkHotCompile(b *testing.B) {
 func BenchmarkHotCompileNamed(b *testing.B) {
 	s := New(Options{})
 	p := hotPolicy.Named("api")
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		s.compile(&p)
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 }
 
 // BenchmarkHotHash is the hash of a short key under a compiled policy.
@@ -110,24 +92,24 @@ func BenchmarkHotHash(b *testing.B) {
 	s := New(Options{})
 	p := hotPolicy
 	c := s.compile(&p)
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		s.hash(c, "user:1")
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 }
 
 // BenchmarkHotLock is an uncontended Lock and Unlock around an increment.
 func BenchmarkHotLock(b *testing.B) {
 	var mu sync.Mutex
 	n := 0
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		mu.Lock()
 		n++
 		mu.Unlock()
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 	if n != b.N {
 		b.Fatalf("%d increments, want %d", n, b.N)
 	}
@@ -139,11 +121,11 @@ func BenchmarkHotTokenBucket(b *testing.B) {
 	var st algo.TAT
 	var r algo.Result
 	t := int64(1_700_000_000_000_000)
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		st = pp.TokenBucketTo(&r, st, t, 1)
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 	if !r.Allowed {
 		b.Fatalf("TokenBucketTo = %+v, want allowed", r)
 	}
@@ -157,7 +139,7 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 		s := New(Options{})
 		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			d, err := s.Allow(ctx, now, req)
@@ -165,19 +147,19 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 			}
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 	b.Run("clock", func(b *testing.B) {
 		s := New(Options{})
 		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
-		cpu := cpuTime()
+		cpu := cputime.Start()
 		for b.Loop() {
 			d, err := s.Allow(ctx, time.Time{}, req)
 			if err != nil || !d.Allowed {
 				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 			}
 		}
-		reportCPU(b, cpu)
+		cpu.Report(b)
 	})
 }
 
@@ -189,14 +171,14 @@ func BenchmarkHotLimiterAllow(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := cpuTime()
+	cpu := cputime.Start()
 	for b.Loop() {
 		d, err := l.Allow(ctx, "user:1", 1)
 		if err != nil || !d.Allowed {
 			b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 		}
 	}
-	reportCPU(b, cpu)
+	cpu.Report(b)
 }
 
 // BenchmarkHotKeys is Store.Allow over n existing keys, in parallel, at an
@@ -215,7 +197,7 @@ func BenchmarkHotKeys(b *testing.B) {
 		}
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			var seeds atomic.Uint64
-			cpu := cpuTime()
+			cpu := cputime.Start()
 			b.RunParallel(func(pb *testing.PB) {
 				x := seeds.Add(1) * 0x9e3779b97f4a7c15 // xorshift64* state
 				buf := make([]byte, 0, 32)
@@ -233,7 +215,7 @@ func BenchmarkHotKeys(b *testing.B) {
 					}
 				}
 			})
-			reportCPU(b, cpu)
+			cpu.Report(b)
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/rls"
 	sluiceserver "github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -270,7 +271,7 @@ func TestProcCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if self := selfCPU(); got < 0 || got > self+self/10+20e6 {
+	if self := cputime.Process(); got < 0 || got > self+self/10+20e6 {
 		t.Errorf("procCPU(self) = %v, want about getrusage's %v", got, self)
 	}
 	if _, err := machineBusy(); err != nil {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/cputime"
 )
 
 // result is what one run measured; the raw output has one per line.
@@ -67,7 +69,7 @@ type counters struct {
 }
 
 func readCounters(ctx context.Context, p plan, e *env) (counters, error) {
-	c := counters{self: selfCPU()}
+	c := counters{self: cputime.Process()}
 	var err error
 	if p.c.server != nil {
 		if c.server, err = procCPU(p.c.server.pid()); err != nil {

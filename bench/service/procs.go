@@ -297,15 +297,6 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / ticksPerSecond, nil
 }
 
-// selfCPU returns the user+system CPU time of this process.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // machineBusy returns the CPU time all cores of the machine have spent
 // busy (not idle, not waiting for I/O), from /proc/stat.
 func machineBusy() (time.Duration, error) {
