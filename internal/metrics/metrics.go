@@ -142,53 +142,54 @@ func (m *Metrics) Unregister() {
 
 func newCollectors() *Metrics {
 	return &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
-			Help: "Decisions by limit and outcome: allowed, denied, shadow_denied (a dry-run limit would have denied), degraded (the store's failure policy decided).",
-		}, []string{"limit", "outcome"}),
-		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_store_duration_seconds",
-			Help:    "Time taken by store calls, by operation (allow, allow_all, peek).",
-			Buckets: storeBuckets,
-		}, []string{"operation"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed (the backend could not decide and no failure policy did), by operation.",
-		}, []string{"operation"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_http_requests_total",
-			Help: "HTTP requests served, by handler and status code.",
-		}, []string{"handler", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_http_request_duration_seconds",
-			Help:    "Time taken to answer HTTP requests, by handler.",
-			Buckets: storeBuckets,
-		}, []string{"handler"}),
-		reloads: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_config_reloads_total",
-			Help: "Configurations applied by reloading, after the first.",
-		}),
-		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_config_last_reload_timestamp_seconds",
-			Help: "Unix time at which the current configuration was applied.",
-		}),
-		limits: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_config_limits",
-			Help: "Limits in the current configuration.",
-		}),
-		reloadFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_config_reload_failures_total",
-			Help: "Reloads refused because the configuration file could not be read or was not valid; the running configuration stayed.",
-		}),
-		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_redis_errors_total",
-			Help: "Calls to Redis that failed or timed out, including those the failure policy then decided.",
-		}),
-		rlsDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_rls_decisions_total",
-			Help: "Envoy rate limit service: descriptors that matched a limit, by domain, configured descriptor (as envoyproxy/ratelimit names its stats) and outcome: allowed, denied, shadow_denied, unlimited, degraded.",
-		}, []string{"domain", "descriptor", "outcome"}),
+		decisions: counterVec("sluice_decisions_total",
+			"Decisions by limit and outcome: allowed, denied, shadow_denied (a dry-run limit would have denied), degraded (the store's failure policy decided).",
+			"limit", "outcome"),
+		storeDuration: histogramVec("sluice_store_duration_seconds",
+			"Time taken by store calls, by operation (allow, allow_all, peek).",
+			"operation"),
+		storeErrors: counterVec("sluice_store_errors_total",
+			"Store calls that failed (the backend could not decide and no failure policy did), by operation.",
+			"operation"),
+		requests: counterVec("sluice_http_requests_total",
+			"HTTP requests served, by handler and status code.",
+			"handler", "code"),
+		duration: histogramVec("sluice_http_request_duration_seconds",
+			"Time taken to answer HTTP requests, by handler.",
+			"handler"),
+		reloads: counter("sluice_config_reloads_total",
+			"Configurations applied by reloading, after the first."),
+		lastReload: gauge("sluice_config_last_reload_timestamp_seconds",
+			"Unix time at which the current configuration was applied."),
+		limits: gauge("sluice_config_limits",
+			"Limits in the current configuration."),
+		reloadFailures: counter("sluice_config_reload_failures_total",
+			"Reloads refused because the configuration file could not be read or was not valid; the running configuration stayed."),
+		redisErrors: counter("sluice_redis_errors_total",
+			"Calls to Redis that failed or timed out, including those the failure policy then decided."),
+		rlsDecisions: counterVec("sluice_rls_decisions_total",
+			"Envoy rate limit service: descriptors that matched a limit, by domain, configured descriptor (as envoyproxy/ratelimit names its stats) and outcome: allowed, denied, shadow_denied, unlimited, degraded.",
+			"domain", "descriptor", "outcome"),
 	}
+}
+
+// counter, gauge, counterVec and histogramVec build the collectors of
+// Metrics and TLS from a name, a help text and labels; histograms use
+// storeBuckets.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func histogramVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: storeBuckets}, labels)
 }
 
 // storeCollectors are the gauges read from the store at each scrape.

@@ -17,14 +17,11 @@ type TLS struct {
 // has. On failure it unregisters every collector of m.
 func (m *Metrics) TLS() (*TLS, error) {
 	t := &TLS{
-		expiry: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_tls_certificate_expiry_timestamp_seconds",
-			Help: "When the serving certificate of the listeners (listen.tls.cert_file) expires, in seconds since the Unix epoch.",
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_tls_reloads_total",
-			Help: "Replacements of the TLS files seen while serving, by result: ok (put in use) or refused (unreadable, not matching, expired; the files in use stayed).",
-		}, []string{"result"}),
+		expiry: gauge("sluice_tls_certificate_expiry_timestamp_seconds",
+			"When the serving certificate of the listeners (listen.tls.cert_file) expires, in seconds since the Unix epoch."),
+		reloads: counterVec("sluice_tls_reloads_total",
+			"Replacements of the TLS files seen while serving, by result: ok (put in use) or refused (unreadable, not matching, expired; the files in use stayed).",
+			"result"),
 	}
 	if err := m.register(t.expiry, t.reloads); err != nil {
 		return nil, err
