@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // helpRequest is the answer to -h, -help or --help: the command's usage,
@@ -131,7 +133,7 @@ func asWritten(args []string, name string) string {
 func nearestFlag(fs *flag.FlagSet, name string) string {
 	best, bestDist := "", 3
 	fs.VisitAll(func(fl *flag.Flag) {
-		d := editDistance(name, fl.Name)
+		d := config.EditDistance(name, fl.Name)
 		if len(name) >= 3 && strings.HasPrefix(fl.Name, name) {
 			d = min(d, 1)
 		}
@@ -143,25 +145,4 @@ func nearestFlag(fs *flag.FlagSet, name string) string {
 		return ""
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

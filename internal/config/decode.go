@@ -293,7 +293,7 @@ func suggest(s string, known []string) string {
 	}
 	best, bestDist := "", 3
 	for _, k := range known {
-		if d := editDistance(strings.ToLower(s), k); d < bestDist {
+		if d := EditDistance(strings.ToLower(s), k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}
@@ -303,9 +303,11 @@ func suggest(s string, known []string) string {
 	return fmt.Sprintf("; did you mean %q?", best)
 }
 
-// editDistance is the Levenshtein distance between a and b, or a large
-// number for long words (no key of the schema is long).
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b, in bytes, or a
+// large number when either is longer than 64 bytes (no key of the schema,
+// and no flag of cmd/sluice, is that long). It serves the "did you mean"
+// hints of the configuration and of the command line.
+func EditDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 1 << 30
 	}

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -93,15 +91,6 @@ func (h *Handler) adminServes(r *http.Request) bool {
 
 // writeProblemJSON writes an RFC 9457 problem+json response.
 func writeProblemJSON(w http.ResponseWriter, status int, title, detail string) {
-	b, err := json.Marshal(map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail})
-	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"title":"encoding the response failed"}`)
-	}
-	b = append(b, '\n')
-	hd := w.Header()
-	hd.Set("Content-Type", "application/problem+json")
-	hd.Set("Content-Length", strconv.Itoa(len(b)))
-	hd.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(b)
+	problem := map[string]any{"type": "about:blank", "title": title, "status": status, "detail": detail}
+	writeEncoded(w, status, "application/problem+json", problem, `{"title":"encoding the response failed"}`)
 }

@@ -488,13 +488,20 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, r *http.Request) {
 
 // writeJSON writes v as a JSON response.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeEncoded(w, status, "application/json", v, `{"error":"encoding the response failed"}`)
+}
+
+// writeEncoded writes v encoded as JSON, with status and contentType, not
+// to be cached; when v cannot be encoded it writes fallback with status
+// 500.
+func writeEncoded(w http.ResponseWriter, status int, contentType string, v any, fallback string) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the response failed"}`)
+		status, b = http.StatusInternalServerError, []byte(fallback)
 	}
 	b = append(b, '\n')
 	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
+	hd.Set("Content-Type", contentType)
 	hd.Set("Content-Length", strconv.Itoa(len(b)))
 	hd.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
