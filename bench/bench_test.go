@@ -17,6 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -168,19 +169,6 @@ func newThrottled(tb testing.TB) (allowFunc, func()) {
 	}, func() {}
 }
 
-// rng is a xorshift64* generator, one per goroutine, so that choosing a
-// key costs a few nanoseconds and the same for every library.
-type rng uint64
-
-func (r *rng) next() uint64 {
-	x := uint64(*r)
-	x ^= x >> 12
-	x ^= x << 25
-	x ^= x >> 27
-	*r = rng(x)
-	return x * 0x2545f4914f6cdd1d
-}
-
 // keyPrefix starts every key, so keys look like real ones ("user:123").
 const keyPrefix = "user:"
 
@@ -257,26 +245,32 @@ func denied(b *testing.B, key string) {
 
 // BenchmarkOneKeySerial is one key, one goroutine.
 func BenchmarkOneKeySerial(b *testing.B) {
-	for _, s := range subjects() {
-		if s.newOne == nil {
-			continue
-		}
-		b.Run("lib="+s.name, func(b *testing.B) {
-			allow := start(b, s.newOne)
-			b.ReportAllocs()
-			cpu := cputime.Start()
-			for b.Loop() {
-				if !allow("user:1") {
-					b.Fatal("request denied, want every request admitted")
-				}
+	oneKey(b, func(b *testing.B, allow func(string) bool) {
+		for b.Loop() {
+			if !allow("user:1") {
+				b.Fatal("request denied, want every request admitted")
 			}
-			cpu.Report(b)
-		})
-	}
+		}
+	})
 }
 
 // BenchmarkOneKeyParallel is one key shared by GOMAXPROCS goroutines.
 func BenchmarkOneKeyParallel(b *testing.B) {
+	oneKey(b, func(b *testing.B, allow func(string) bool) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !allow("user:1") {
+					denied(b, "user:1")
+					return
+				}
+			}
+		})
+	})
+}
+
+// oneKey runs loop as a sub-benchmark lib=<name> for every library with a
+// one-key limiter, with allocations and cpu-ns/op reported.
+func oneKey(b *testing.B, loop func(b *testing.B, allow func(string) bool)) {
 	for _, s := range subjects() {
 		if s.newOne == nil {
 			continue
@@ -285,14 +279,7 @@ func BenchmarkOneKeyParallel(b *testing.B) {
 			allow := start(b, s.newOne)
 			b.ReportAllocs()
 			cpu := cputime.Start()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if !allow("user:1") {
-						denied(b, "user:1")
-						return
-					}
-				}
-			})
+			loop(b, allow)
 			cpu.Report(b)
 		})
 	}
@@ -312,10 +299,10 @@ func BenchmarkKeysParallel(b *testing.B) {
 				b.ReportAllocs()
 				cpu := cputime.Start()
 				b.RunParallel(func(pb *testing.PB) {
-					r := rng(seeds.Add(1) * seedMul)
+					r := benchrand.Rand(seeds.Add(1) * seedMul)
 					kb := make(keyBuf, 0, 32)
 					for pb.Next() {
-						if k := kb.key(r.next() % uint64(n)); !allow(k) {
+						if k := kb.key(r.Next() % uint64(n)); !allow(k) {
 							denied(b, k)
 							return
 						}
@@ -351,9 +338,9 @@ func BenchmarkKeysPrepared(b *testing.B) {
 				b.ReportAllocs()
 				cpu := cputime.Start()
 				b.RunParallel(func(pb *testing.PB) {
-					r := rng(seeds.Add(1) * seedMul)
+					r := benchrand.Rand(seeds.Add(1) * seedMul)
 					for pb.Next() {
-						if k := keys[r.next()%uint64(n)]; !allow(k) {
+						if k := keys[r.Next()%uint64(n)]; !allow(k) {
 							denied(b, k)
 							return
 						}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -23,19 +24,6 @@ import (
 // key. This measures the hot path (a decision that charges and writes the
 // state back); a denied request does the same work less the write.
 var benchPolicy = sluice.TokenBucket(1, time.Minute, 100_000_000)
-
-// rng is a xorshift64* generator: a few nanoseconds per number, no locks,
-// one per goroutine, so choosing a key costs the same in every benchmark.
-type rng uint64
-
-func (r *rng) next() uint64 {
-	x := uint64(*r)
-	x ^= x >> 12
-	x ^= x << 25
-	x ^= x >> 27
-	*r = rng(x)
-	return x * 0x2545f4914f6cdd1d
-}
 
 func newLimiter(b *testing.B, policies ...sluice.Policy) (*sluice.Limiter, *memstore.Store) {
 	b.Helper()
@@ -175,10 +163,10 @@ func BenchmarkManyKeys(b *testing.B) {
 			var seeds atomic.Uint64
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := rng(seeds.Add(1) * 0x9e3779b97f4a7c15)
+				r := benchrand.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
 				buf := make([]byte, 0, 32)
 				for pb.Next() {
-					buf = strconv.AppendUint(append(buf[:0], "user:"...), r.next()%uint64(n), 10)
+					buf = strconv.AppendUint(append(buf[:0], "user:"...), r.Next()%uint64(n), 10)
 					key := unsafe.String(unsafe.SliceData(buf), len(buf))
 					if d, err := l.Allow(ctx, key, 1); !checkAllowed(b, d, err) {
 						return

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/internal/cputime"
 )
 
@@ -199,14 +200,11 @@ func BenchmarkHotKeys(b *testing.B) {
 			var seeds atomic.Uint64
 			cpu := cputime.Start()
 			b.RunParallel(func(pb *testing.PB) {
-				x := seeds.Add(1) * 0x9e3779b97f4a7c15 // xorshift64* state
+				r := benchrand.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
 				buf := make([]byte, 0, 32)
 				req := sluice.Request{Policy: hotPolicy, Cost: 1}
 				for pb.Next() {
-					x ^= x >> 12
-					x ^= x << 25
-					x ^= x >> 27
-					buf = strconv.AppendUint(append(buf[:0], "user:"...), (x*0x2545f4914f6cdd1d)%uint64(n), 10)
+					buf = strconv.AppendUint(append(buf[:0], "user:"...), r.Next()%uint64(n), 10)
 					req.Key = unsafe.String(unsafe.SliceData(buf), len(buf))
 					d, err := s.Allow(ctx, now, req)
 					if err != nil || !d.Allowed {
