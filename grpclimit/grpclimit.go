@@ -138,6 +138,22 @@ type limit struct {
 	dryDenied atomic.Uint64
 }
 
+// keyCost returns the key and the cost under which lm counts a call to
+// fullMethod, and false when lm does not apply: the call has no key or
+// CostFunc gave a cost below 1.
+func (lm *limit) keyCost(ctx context.Context, fullMethod string) (key string, cost int64, ok bool) {
+	if key, ok = lm.Key(ctx, fullMethod); !ok {
+		return "", 0, false
+	}
+	cost = lm.Cost
+	if lm.CostFunc != nil {
+		if cost = lm.CostFunc(ctx, fullMethod); cost < 1 {
+			return "", 0, false
+		}
+	}
+	return key, cost, true
+}
+
 // LimitStats counts one limit's refusals.
 type LimitStats struct {
 	Name         string
@@ -246,15 +262,9 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 	for i := range l.limits {
 		lm := &l.limits[i]
 		res[i] = Result{Policy: lm.Policy, Shadow: lm.Shadow}
-		key, ok := lm.Key(ctx, fullMethod)
+		key, cost, ok := lm.keyCost(ctx, fullMethod)
 		if !ok {
 			continue
-		}
-		cost := lm.Cost
-		if lm.CostFunc != nil {
-			if cost = lm.CostFunc(ctx, fullMethod); cost < 1 {
-				continue
-			}
 		}
 		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
 		c := engine.Check{Policy: lm.Policy, Key: key, Cost: cost}
@@ -465,15 +475,9 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 	reqs := make([]sluice.Request, 0, len(w.limits))
 	for i := range w.limits {
 		lm := &w.limits[i]
-		key, ok := lm.Key(ctx, fullMethod)
+		key, cost, ok := lm.keyCost(ctx, fullMethod)
 		if !ok {
 			continue
-		}
-		cost := lm.Cost
-		if lm.CostFunc != nil {
-			if cost = lm.CostFunc(ctx, fullMethod); cost < 1 {
-				continue
-			}
 		}
 		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
 	}
