@@ -76,7 +76,8 @@ func badRequest(format string, args ...any) *requestError {
 // request and response.
 func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	items, multi, plan, rerr := h.parseCheck(w, r, st)
+	var one [1]item // the commonest body's one check, on the stack
+	items, multi, plan, rerr := h.parseCheck(w, r, st, &one)
 	if rerr != nil {
 		writeError(w, rerr.status, rerr.msg)
 		return
@@ -198,9 +199,10 @@ var (
 // parseCheck reads and validates a /v1/check body and applies the runtime
 // overrides. multi reports the "checks" form (or a plan's, which plan
 // names). A cost above a limit's capacity is not an error: the engine
-// refuses it (retry_after_ms -1).
-func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
-	items, multi, plan, rerr = h.decodeCheck(w, r, st)
+// refuses it (retry_after_ms -1). A body of one check that the fast path
+// reads (fastCheck) is decoded into one, and items is then one[:].
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, rerr *requestError) {
+	items, multi, plan, rerr = h.decodeCheck(w, r, st, one)
 	for i := range items {
 		it := &items[i]
 		it.limit.Policy, it.override = h.resolver.Policy(it.limit.Policy, it.key)
@@ -209,7 +211,7 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state) 
 }
 
 // decodeCheck is parseCheck before the overrides apply.
-func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state) (items []item, multi bool, plan string, rerr *requestError) {
+func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, rerr *requestError) {
 	cfg := st.cfg
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	buf := bodyBufs.Get().(*bytes.Buffer)
@@ -228,7 +230,8 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state)
 			if rerr != nil {
 				return nil, false, "", rerr
 			}
-			return []item{it}, false, "", nil
+			one[0] = it
+			return one[:], false, "", nil
 		}
 	}
 	// Any other body, or one whose reading failed: encoding/json reads
