@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/tlsauth"
 )
 
 // document decodes a whole configuration file.
@@ -164,30 +165,10 @@ func checkAddr(s string) string {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return ""
 	}
-	if !validHostname(host) {
+	if !tlsauth.ValidDNSName(host) {
 		return fmt.Sprintf("%q: %q is neither an IP address nor a host name", s, host)
 	}
 	return ""
-}
-
-// validHostname reports whether s is a DNS host name: dot-separated labels
-// of letters, digits and hyphens.
-func validHostname(s string) bool {
-	if len(s) > 253 {
-		return false
-	}
-	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 var (

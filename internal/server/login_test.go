@@ -102,11 +102,19 @@ func loginFixture(t *testing.T, edit func(string) string) (*loginUpstream, *http
 func login(t *testing.T, front *httptest.Server, ip, user, password string) *http.Response {
 	t.Helper()
 	form := url.Values{"username": {user}, "password": {password}}.Encode()
-	req, err := http.NewRequest("POST", front.URL+"/login", strings.NewReader(form))
+	return postLogin(t, front, ip, "application/x-www-form-urlencoded", strings.NewReader(form), int64(len(form)))
+}
+
+// postLogin posts body, of the given length and content type, to /login
+// from the client address ip, and returns the response with its body read.
+func postLogin(t *testing.T, front *httptest.Server, ip, contentType string, body io.Reader, length int64) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", front.URL+"/login", body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.ContentLength = length
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("X-Forwarded-For", ip)
 	resp, err := front.Client().Do(req)
 	if err != nil {
@@ -192,17 +200,7 @@ func TestLoginBodies(t *testing.T) {
 	})
 	post := func(ip, contentType string, body io.Reader, length int64) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequest("POST", front.URL+"/login", body)
-		req.ContentLength = length
-		req.Header.Set("Content-Type", contentType)
-		req.Header.Set("X-Forwarded-For", ip)
-		resp, err := front.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
+		return postLogin(t, front, ip, contentType, body, length)
 	}
 	const form = "application/x-www-form-urlencoded"
 

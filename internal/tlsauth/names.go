@@ -64,7 +64,7 @@ func ParseName(s string) (string, Kind, error) {
 		return s, URIName, nil
 	case strings.Contains(s, "@"):
 		local, domain, _ := strings.Cut(s, "@")
-		if local == "" || !validDNSName(domain) {
+		if local == "" || !ValidDNSName(domain) {
 			return "", "", fmt.Errorf("%q is not an email address like edge@example.com", s)
 		}
 		return local + "@" + strings.ToLower(domain), Email, nil
@@ -72,16 +72,17 @@ func ParseName(s string) (string, Kind, error) {
 		if strings.Contains(s, "*") {
 			return "", "", fmt.Errorf("%q: wildcards are not accepted; name each client", s)
 		}
-		if !validDNSName(s) {
+		if !ValidDNSName(s) {
 			return "", "", fmt.Errorf("%q is neither a DNS name, a URI (spiffe://...) nor an email address", s)
 		}
 		return strings.ToLower(strings.TrimSuffix(s, ".")), DNSName, nil
 	}
 }
 
-// validDNSName reports whether s is a DNS name: dot-separated labels of
-// letters, digits and hyphens, with an optional final dot.
-func validDNSName(s string) bool {
+// ValidDNSName reports whether s is a DNS name: dot-separated labels of
+// letters, digits and hyphens (each 1 to 63 bytes, not starting or ending
+// with a hyphen), at most 253 bytes without the optional final dot.
+func ValidDNSName(s string) bool {
 	s = strings.TrimSuffix(s, ".")
 	if s == "" || len(s) > 253 {
 		return false
