@@ -9,9 +9,14 @@ GO ?= go
 # bounds on how long a call may take) runs last and alone, without the race
 # detector, so that its timing checks measure Sluice rather than a CPU
 # shared with every other package's tests.
+#
+# The allocation tests then run once more without the race detector, whose
+# instrumentation allocates: under -race they skip (internal/rls) or
+# measure the detector, so this is where they check Sluice.
 test:
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/internal/faults$$')
 	$(GO) test -count=1 -p 1 -timeout 10m ./internal/faults
+	$(GO) test -count=1 -run 'Allocs$$' ./internal/rls ./memstore
 
 test-short:
 	$(GO) test -count=1 ./...
