@@ -149,14 +149,13 @@ func TestBoundary(t *testing.T) {
 	}
 }
 
-// tokenBucketTimelines are run against both TokenBucket and GCRA, which
-// must decide identically.
-func tokenBucketTimelines() []timeline {
-	// T = 600ms. At 59s request i leaves 99−i tokens and a bucket full again
-	// after (i+1)·600ms. One second later 100/60 tokens are back: one
-	// request passes (0.67 left, full again in 60s − 1s + 0.6s = 59.6s),
-	// and the next needs 1/3 token more: 200ms.
-	boundary := boundaryRows(
+// tokenBucketBoundary is the boundary trace under the token bucket.
+// T = 600ms. At 59s request i leaves 99−i tokens and a bucket full again
+// after (i+1)·600ms. One second later 100/60 tokens are back: one request
+// passes (0.67 left, full again in 60s − 1s + 0.6s = 59.6s), and the next
+// needs 1/3 token more: 200ms.
+func tokenBucketBoundary() []row {
+	return boundaryRows(
 		func(i int64) row { return row{59 * sec, 1, true, 99 - i, 0, time.Duration(i+1) * 600 * ms, 0} },
 		func(i int64) row {
 			if i == 0 {
@@ -164,8 +163,13 @@ func tokenBucketTimelines() []timeline {
 			}
 			return row{60 * sec, 1, false, 0, 200 * ms, 59600 * ms, 0}
 		})
+}
+
+// tokenBucketTimelines are run against both TokenBucket and GCRA, which
+// must decide identically.
+func tokenBucketTimelines() []timeline {
 	return []timeline{
-		{name: "boundary", p: boundaryParams, rows: boundary},
+		{name: "boundary", p: boundaryParams, rows: tokenBucketBoundary()},
 		{
 			// T = 100ms, capacity 5, so a full refill takes 500ms.
 			name: "weighted costs and capacity",
@@ -243,16 +247,11 @@ func tokenBucketTimelines() []timeline {
 func leakyBucketTimelines() []timeline {
 	// Admission is the token bucket's; request i at 59s waits i·600ms. At
 	// 60s the queue empties at 59s + 60s, so the admitted one waits 59s.
-	boundary := boundaryRows(
-		func(i int64) row {
-			return row{59 * sec, 1, true, 99 - i, 0, time.Duration(i+1) * 600 * ms, time.Duration(i) * 600 * ms}
-		},
-		func(i int64) row {
-			if i == 0 {
-				return row{60 * sec, 1, true, 0, 0, 59600 * ms, 59 * sec}
-			}
-			return row{60 * sec, 1, false, 0, 200 * ms, 59600 * ms, 0}
-		})
+	boundary := tokenBucketBoundary()
+	for i := range 100 {
+		boundary[i].delay = time.Duration(i) * 600 * ms
+	}
+	boundary[100].delay = 59 * sec
 	return []timeline{
 		{name: "boundary", p: boundaryParams, rows: boundary},
 		{
