@@ -102,14 +102,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	lim, err := sluice.New(st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	warmUp(t, func(ctx context.Context) (bool, error) {
-		d, err := lim.Allow(ctx, "warm-up", 1)
-		return err == nil && !d.Degraded, err
-	})
+	lim := warmLimiter(t, st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
 
 	// Which master serves each key: the hash tag is "k:" and the key.
 	keys := make([]string, dieKeys)

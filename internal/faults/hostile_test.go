@@ -86,12 +86,7 @@ func TestHostileKeysService(t *testing.T) {
 				srv = redistest.Start(t)
 				store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q], prefix: \"h:\"}\n  timeout: 5s\n  on_error: error", srv.Addr)
 			}
-			cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-%s
-limits:
-  one: {algorithm: token_bucket, limit: 1, period: 24h}
-`, store))
-			svc := startService(t, "sluice", "--config", cfg)
+			svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}`+"\n"+store)
 			c := newClient(t, 2)
 			url := "http://" + svc.http + "/v1/check"
 			keys := serviceKeys()
@@ -110,22 +105,29 @@ limits:
 			if srv == nil {
 				return
 			}
-			reply, err := srv.Do("KEYS", "h:*")
-			if err != nil {
-				t.Fatal(err)
-			}
-			stored := reply.([]any)
+			stored := srv.Keys(t, "h:*")
 			if len(stored) != len(keys) {
 				t.Errorf("Redis holds %d keys for %d distinct keys", len(stored), len(keys))
 			}
-			for _, k := range stored {
-				s := k.(string)
+			for _, s := range stored {
 				if strings.Count(s, "{") != 1 || strings.Count(s, "}") != 1 || len(s) > 200 || strings.ContainsAny(s, "\x00\r\n") {
 					t.Errorf("Redis key %q: want one hash tag, no control bytes, at most 200 bytes", short(s))
 				}
 			}
 		})
 	}
+}
+
+// startOneLimit starts the sluice binary (startService) with a file of
+// head (the listeners, and the store or admin sections) and one limit,
+// "one": a token bucket of 1 a day.
+func startOneLimit(t *testing.T, head string, args ...string) *service {
+	t.Helper()
+	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), head+`
+limits:
+  one: {algorithm: token_bucket, limit: 1, period: 24h}
+`)
+	return startService(t, "sluice", append([]string{"--config", cfg}, args...)...)
 }
 
 // TestInvalidUTF8KeysAreOneKey shows what the decision API does with a
@@ -135,11 +137,7 @@ limits:
 // (hex, base64) by the caller.
 func TestInvalidUTF8KeysAreOneKey(t *testing.T) {
 	t.Parallel()
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
-limits:
-  one: {algorithm: token_bucket, limit: 1, period: 24h}
-`)
-	svc := startService(t, "sluice", "--config", cfg)
+	svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}`)
 	c := newClient(t, 1)
 	url := "http://" + svc.http + "/v1/check"
 	for i, tt := range []struct {
@@ -318,13 +316,9 @@ func endless(t *testing.T, addr, head, prefix string, readTimeout time.Duration)
 // serving.
 func TestEndlessBody(t *testing.T) {
 	t.Parallel()
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
-admin: {token: "`+adminToken+`"}
-limits:
-  one: {algorithm: token_bucket, limit: 1, period: 24h}
-`)
 	const readTimeout = 2 * time.Second
-	svc := startService(t, "sluice", "--config", cfg, "--read-timeout", readTimeout.String())
+	svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}
+admin: {token: "`+adminToken+`"}`, "--read-timeout", readTimeout.String())
 	for _, tt := range []struct {
 		name, head, prefix string
 	}{
@@ -461,11 +455,7 @@ limits:
 // serving.
 func TestHugeHeaders(t *testing.T) {
 	t.Parallel()
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
-limits:
-  one: {algorithm: token_bucket, limit: 1, period: 24h}
-`)
-	svc := startService(t, "sluice", "--config", cfg)
+	svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}`)
 	c := newClient(t, 1)
 	code, _ := post(t, c, "POST", "http://"+svc.http+"/v1/check", checkBody(t, "one", "k"), "X-Pad", strings.Repeat("p", 100<<10))
 	if code != http.StatusRequestHeaderFieldsTooLarge {
@@ -484,12 +474,8 @@ limits:
 // has no HTTP endpoint at all (it is SIGHUP or the file watcher).
 func TestAdminListenerService(t *testing.T) {
 	t.Parallel()
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
-admin: {token: "`+adminToken+`"}
-limits:
-  one: {algorithm: token_bucket, limit: 1, period: 24h}
-`)
-	svc := startService(t, "sluice", "--config", cfg)
+	svc := startOneLimit(t, `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}
+admin: {token: "`+adminToken+`"}`)
 	if svc.admin == "" || svc.admin == svc.http {
 		t.Fatalf("ready file: admin %q, http %q; want an admin listener of its own", svc.admin, svc.http)
 	}

@@ -258,14 +258,7 @@ func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := sluice.New(st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	warmUp(t, func(ctx context.Context) (bool, error) {
-		d, err := lim.Allow(ctx, "warm-up", 1)
-		return err == nil && !d.Degraded, err
-	})
+	lim := warmLimiter(t, st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
 	keys := make([]string, dieKeys)
 	for i := range keys {
 		keys[i] = dieKey(i)
@@ -304,6 +297,21 @@ func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 		local.Close()
 	}
 	checkGoroutines(t, base)
+}
+
+// warmLimiter returns a Limiter of p over st once Redis has decided its
+// first request (see warmUp).
+func warmLimiter(t *testing.T, st sluice.Store, p sluice.Policy) *sluice.Limiter {
+	t.Helper()
+	lim, err := sluice.New(st, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warmUp(t, func(ctx context.Context) (bool, error) {
+		d, err := lim.Allow(ctx, "warm-up", 1)
+		return err == nil && !d.Degraded, err
+	})
+	return lim
 }
 
 // warmUp calls try until it reports a decision by Redis: the first call

@@ -180,14 +180,7 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 		}
 		defer st.Close()
 		// A limit no run reaches: every denial is the failure policy's.
-		lim, err := sluice.New(st, sluice.TokenBucket(1_000_000, time.Second, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		warmUp(t, func(ctx context.Context) (bool, error) {
-			d, err := lim.Allow(ctx, "warm-up", 1)
-			return err == nil && !d.Degraded, err
-		})
+		lim := warmLimiter(t, st, sluice.TokenBucket(1_000_000, time.Second, 0))
 		decide := func(ctx context.Context, key int) (outcome, bool, error) {
 			d, err := lim.Allow(ctx, dieKey(key), 1)
 			switch {

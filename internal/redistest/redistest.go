@@ -340,6 +340,21 @@ func (s *Server) do(args ...string) (any, error) {
 	return doAuth(s.Addr, s.password, s.tls, args...)
 }
 
+// Keys returns the names of the keys that match pattern (KEYS), and fails
+// t when the server cannot answer.
+func (s *Server) Keys(t testing.TB, pattern string) []string {
+	t.Helper()
+	reply, err := s.do("KEYS", pattern)
+	if err != nil {
+		t.Fatalf("KEYS %s: %v", pattern, err)
+	}
+	names := make([]string, 0, len(reply.([]any)))
+	for _, k := range reply.([]any) {
+		names = append(names, k.(string))
+	}
+	return names
+}
+
 // Do sends one command to the Redis at addr on a new connection, as
 // Server.Do does; it is for reaching a server through a Proxy.
 func Do(addr string, args ...string) (any, error) { return doAuth(addr, "", nil, args...) }
