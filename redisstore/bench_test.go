@@ -96,11 +96,7 @@ func BenchmarkAllowAll(b *testing.B) {
 // decision.
 func BenchmarkEvalsha(b *testing.B) {
 	srv := redistest.Start(b)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := redistest.Client(b, srv.Addr)
 	trivial := rueidis.NewLuaScript("return 1")
 	b.Run("serial", func(b *testing.B) {
 		for b.Loop() {

@@ -15,11 +15,7 @@ import (
 // quotient below 2^53), in Redis's own Lua.
 func TestMulDivMod(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := redistest.Client(t, srv.Addr)
 	lib, err := luaFiles.ReadFile("lua/muldivmod.lua")
 	if err != nil {
 		t.Fatal(err)

@@ -24,11 +24,7 @@ return 1`
 // round trip), at 1, 16, 64 and 256 concurrent callers.
 func BenchmarkClient(b *testing.B) {
 	srv := redistest.Start(b)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rc.Close()
+	rc := redistest.Client(b, srv.Addr)
 	rs := rueidis.NewLuaScript(decisionLike)
 	gc := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 512})
 	defer gc.Close()

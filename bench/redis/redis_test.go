@@ -90,11 +90,7 @@ func libraries(b *testing.B, addr string) []library {
 	rl := redis_rate.NewLimiter(rdb)
 	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
 
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(rc.Close)
+	rc := redistest.Client(b, addr)
 	trivial := rueidis.NewLuaScript("return 1")
 
 	return []library{

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/plans/redisplans"
@@ -15,11 +13,7 @@ import (
 
 func TestTable(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := redistest.Client(t, srv.Addr)
 	if _, err := srv.Do("HSET", "sluice:plans", "k1", "pro", "k2", "free", "k3", ""); err != nil {
 		t.Fatal(err)
 	}
