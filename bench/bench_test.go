@@ -290,29 +290,21 @@ func oneKey(b *testing.B, loop func(b *testing.B, allow func(string) bool)) {
 // limiter is built and populated once, outside the timed sub-benchmark,
 // whose body the testing package calls several times as it sizes b.N.
 func BenchmarkKeysParallel(b *testing.B) {
-	for _, n := range []int{100_000, 1_000_000} {
-		for _, s := range subjects() {
-			var pop populated
-			b.Run("keys="+strconv.Itoa(n)+"/lib="+s.name, func(b *testing.B) {
-				allow := pop.get(b, s.newMany, n)
-				var seeds atomic.Uint64
-				b.ReportAllocs()
-				cpu := cputime.Start()
-				b.RunParallel(func(pb *testing.PB) {
-					r := benchrand.Rand(seeds.Add(1) * seedMul)
-					kb := make(keyBuf, 0, 32)
-					for pb.Next() {
-						if k := kb.key(r.Next() % uint64(n)); !allow(k) {
-							denied(b, k)
-							return
-						}
+	manyKeys(b, func(n int) func(b *testing.B, allow func(string) bool) {
+		return func(b *testing.B, allow func(string) bool) {
+			var seeds atomic.Uint64
+			b.RunParallel(func(pb *testing.PB) {
+				r := benchrand.Rand(seeds.Add(1) * seedMul)
+				kb := make(keyBuf, 0, 32)
+				for pb.Next() {
+					if k := kb.key(r.Next() % uint64(n)); !allow(k) {
+						denied(b, k)
+						return
 					}
-				})
-				cpu.Report(b)
+				}
 			})
-			pop.stop()
 		}
-	}
+	})
 }
 
 // BenchmarkKeysPrepared is BenchmarkKeysParallel with the keys prepared
@@ -325,27 +317,42 @@ func BenchmarkKeysParallel(b *testing.B) {
 // BenchmarkKeysParallel, the key itself is usually cold in cache too, a miss
 // every library pays alike.
 func BenchmarkKeysPrepared(b *testing.B) {
-	for _, n := range []int{100_000, 1_000_000} {
+	manyKeys(b, func(n int) func(b *testing.B, allow func(string) bool) {
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = keyPrefix + strconv.Itoa(i)
 		}
+		return func(b *testing.B, allow func(string) bool) {
+			var seeds atomic.Uint64
+			b.RunParallel(func(pb *testing.PB) {
+				r := benchrand.Rand(seeds.Add(1) * seedMul)
+				for pb.Next() {
+					if k := keys[r.Next()%uint64(n)]; !allow(k) {
+						denied(b, k)
+						return
+					}
+				}
+			})
+		}
+	})
+}
+
+// manyKeys runs, at 100,000 and 1,000,000 keys, a sub-benchmark
+// keys=<n>/lib=<name> for every library, over its limiter populated with
+// the n keys (built once per library and size, outside the timed
+// sub-benchmark, whose body the testing package calls several times as it
+// sizes b.N), with allocations and cpu-ns/op reported. prepare is called
+// once per size, before the libraries, and returns the timed loop.
+func manyKeys(b *testing.B, prepare func(n int) func(b *testing.B, allow func(string) bool)) {
+	for _, n := range []int{100_000, 1_000_000} {
+		loop := prepare(n)
 		for _, s := range subjects() {
 			var pop populated
 			b.Run("keys="+strconv.Itoa(n)+"/lib="+s.name, func(b *testing.B) {
 				allow := pop.get(b, s.newMany, n)
-				var seeds atomic.Uint64
 				b.ReportAllocs()
 				cpu := cputime.Start()
-				b.RunParallel(func(pb *testing.PB) {
-					r := benchrand.Rand(seeds.Add(1) * seedMul)
-					for pb.Next() {
-						if k := keys[r.Next()%uint64(n)]; !allow(k) {
-							denied(b, k)
-							return
-						}
-					}
-				})
+				loop(b, allow)
 				cpu.Report(b)
 			})
 			pop.stop()
