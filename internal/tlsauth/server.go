@@ -73,16 +73,22 @@ func NewServer(f Files, names *Names, opts Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	m, err := Load(f, s.now())
-	if err != nil {
-		return nil, err
-	}
-	c, err := newCurrent(m, names)
+	c, err := s.load(f, names)
 	if err != nil {
 		return nil, err
 	}
 	s.cur.Store(c)
 	return s, nil
+}
+
+// load reads the files f, at s.now(), and builds their TLS configuration
+// with names.
+func (s *Server) load(f Files, names *Names) (*current, error) {
+	m, err := Load(f, s.now())
+	if err != nil {
+		return nil, err
+	}
+	return newCurrent(m, names)
 }
 
 // newCurrent builds the TLS configuration of m and names.
@@ -235,11 +241,7 @@ func (s *Server) Prepare(f Files, names *Names) (*Prepared, error) {
 		c.names = names
 		return &Prepared{c: &c}, nil
 	}
-	m, err := Load(f, s.now())
-	if err != nil {
-		return nil, err
-	}
-	c, err := newCurrent(m, names)
+	c, err := s.load(f, names)
 	if err != nil {
 		return nil, err
 	}
