@@ -67,16 +67,12 @@ type overrideJSON struct {
 	LimitName string `json:"limit_name"`
 	Key       string `json:"key"`
 	Algorithm string `json:"algorithm"`
-	Limit     int64  `json:"limit"`
-	Period    string `json:"period"`
-	PeriodMS  int64  `json:"period_ms"`
-	// TimeZone and WeekStarts are a calendar period's.
-	TimeZone   string `json:"time_zone,omitempty"`
-	WeekStarts string `json:"week_starts,omitempty"`
-	Burst      int64  `json:"burst,omitempty"`
-	ExpiresAt  string `json:"expires_at,omitempty"`
-	SetBy      string `json:"set_by,omitempty"`
-	SetAt      string `json:"set_at,omitempty"`
+	// policyJSON gives limit, period, period_ms, a calendar period's
+	// time_zone and week_starts, and burst (shadow is never set).
+	policyJSON
+	ExpiresAt string `json:"expires_at,omitempty"`
+	SetBy     string `json:"set_by,omitempty"`
+	SetAt     string `json:"set_at,omitempty"`
 }
 
 func toJSON(o *overrides.Override) *overrideJSON {
@@ -86,14 +82,10 @@ func toJSON(o *overrides.Override) *overrideJSON {
 	p := o.Policy
 	j := &overrideJSON{
 		LimitName: o.Limit, Key: o.Key, Algorithm: p.Algorithm.String(),
-		Limit: p.Limit, Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), SetBy: o.SetBy,
+		policyJSON: periodJSON(p, false), SetBy: o.SetBy,
 	}
 	if p.Algorithm.HasBurst() {
 		j.Burst = p.Capacity()
-	}
-	if p.Calendar.Unit != sluice.NoCalendar {
-		pj := periodJSON(p, false)
-		j.Period, j.TimeZone, j.WeekStarts = pj.Period, pj.TimeZone, pj.WeekStarts
 	}
 	if !o.ExpiresAt.IsZero() {
 		j.ExpiresAt = o.ExpiresAt.UTC().Format(time.RFC3339Nano)
