@@ -330,6 +330,22 @@ func EditDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// filePath decodes the optional file name o[key], found at path.key, as a
+// path relative to the configuration file's folder: "" and true when the
+// key is absent, false (with a problem added) when its value is not a
+// non-empty string.
+func (d *decoder) filePath(o object, path, key string) (string, bool) {
+	fv := o.get(key)
+	if fv == nil {
+		return "", true
+	}
+	s, ok := d.nonEmpty(fv, path+"."+key)
+	if !ok {
+		return "", false
+	}
+	return d.relative(s), true
+}
+
 // str decodes a string scalar. Numbers and booleans are taken as written
 // (a prefix of 123 is "123"); mappings, lists and null are problems.
 func (d *decoder) str(n *yaml.Node, path string) (string, bool) {

@@ -80,20 +80,14 @@ func (d *decoder) listenTLS(at, v *yaml.Node) *ListenTLS {
 	t := &ListenTLS{}
 	bad := false
 	file := func(key string, required bool) string {
-		fv := o.get(key)
-		if fv == nil {
-			if required {
-				d.add(o.at, path+"."+key, "missing: listen.tls needs cert_file and key_file (PEM files, relative to this file)")
-				bad = true
-			}
-			return ""
-		}
-		s, ok := d.nonEmpty(fv, path+"."+key)
-		if !ok {
+		if required && o.get(key) == nil {
+			d.add(o.at, path+"."+key, "missing: listen.tls needs cert_file and key_file (PEM files, relative to this file)")
 			bad = true
 			return ""
 		}
-		return d.relative(s)
+		f, ok := d.filePath(o, path, key)
+		bad = bad || !ok
+		return f
 	}
 	t.CertFile, t.KeyFile, t.ClientCAFile = file("cert_file", true), file("key_file", true), file("client_ca_file", false)
 	if v := o.get("client_names"); v != nil {

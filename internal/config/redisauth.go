@@ -116,16 +116,9 @@ func (d *decoder) redisTLS(at, v *yaml.Node) *RedisTLS {
 	t := &RedisTLS{Config: &tls.Config{MinVersion: tls.VersionTLS12}}
 	bad := false
 	file := func(key string) string {
-		fv := o.get(key)
-		if fv == nil {
-			return ""
-		}
-		p, ok := d.nonEmpty(fv, path+"."+key)
-		if !ok {
-			bad = true
-			return ""
-		}
-		return d.relative(p)
+		f, ok := d.filePath(o, path, key)
+		bad = bad || !ok
+		return f
 	}
 	t.CAFile, t.CertFile, t.KeyFile = file("ca_file"), file("cert_file"), file("key_file")
 	if sv := o.get("server_name"); sv != nil {
