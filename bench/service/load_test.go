@@ -57,15 +57,7 @@ func TestSluiceHTTPWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.(*httpWorker).Close()
-			for i, want := range tt.want {
-				got, err := w.decide(ctx, tt.key)
-				if err != nil {
-					t.Fatalf("request %d: decide(%d) error: %v", i, tt.key, err)
-				}
-				if got != want {
-					t.Errorf("request %d: decide(%d) = %v, want %v", i, tt.key, got, want)
-				}
-			}
+			checkAnswers(t, ctx, w, tt.key, tt.want)
 		})
 	}
 }
@@ -87,6 +79,21 @@ func floodAnswers() []bool {
 		want[i] = true
 	}
 	return want
+}
+
+// checkAnswers sends w one decision for key per element of want, in order,
+// and checks each answer.
+func checkAnswers(t *testing.T, ctx context.Context, w worker, key int, want []bool) {
+	t.Helper()
+	for i, want := range want {
+		got, err := w.decide(ctx, key)
+		if err != nil {
+			t.Fatalf("request %d: decide(%d) error: %v", i, key, err)
+		}
+		if got != want {
+			t.Errorf("request %d: decide(%d) = %v, want %v", i, key, got, want)
+		}
+	}
 }
 
 // TestEnvoyWorker drives the gRPC client against Sluice's real
@@ -129,15 +136,7 @@ func TestEnvoyWorker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, want := range tt.want {
-				got, err := w.decide(ctx, tt.key)
-				if err != nil {
-					t.Fatalf("request %d: decide(%d) error: %v", i, tt.key, err)
-				}
-				if got != want {
-					t.Errorf("request %d: decide(%d) = %v, want %v", i, tt.key, got, want)
-				}
-			}
+			checkAnswers(t, ctx, w, tt.key, tt.want)
 		})
 	}
 }
