@@ -20,12 +20,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	if err != nil {
 		return sluice.State{}, err
 	}
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
-	d := sh.decide(s, c, &req, h, t, req.Cost, false)
+	sh, h, t, d := s.lockPeek(c, &req, now)
 	var v algo.View
 	var tracked bool
 	switch req.Policy.Algorithm {

@@ -424,17 +424,24 @@ func (s *Store) Peek(_ context.Context, now time.Time, req sluice.Request) (slui
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
-	d := sh.decide(s, c, &req, h, t, req.Cost, false)
+	sh, _, _, d := s.lockPeek(c, &req, now)
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(&req)
 	}
 	return d, nil
+}
+
+// lockPeek locks the shard of req's key and decides req at now without
+// charging it, for Peek and Inspect. It returns the shard, still locked,
+// the key's hash and the shard's time in microseconds.
+func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *shard, h uint64, t int64, d sluice.Decision) {
+	t = s.micros(now)
+	h = s.hash(c, req.Key)
+	sh = &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	return sh, h, t, sh.decide(s, c, req, h, t, req.Cost, false)
 }
 
 // AllowAll decides every request and charges them all, or none when one is
