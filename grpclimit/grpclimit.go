@@ -176,20 +176,11 @@ func prepare(limits []Limit, defaultKey KeyFunc, where string) ([]limit, error) 
 			}
 		}
 		at := fmt.Sprintf("%s: limit %d (%q)", where, i+1, l.Policy.Name)
-		if j, dup := names[l.Policy.Name]; dup {
-			return nil, fmt.Errorf("%s: name already used by limit %d", at, j+1)
-		}
-		names[l.Policy.Name] = i
-		if err := l.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", at, err)
-		}
-		if l.Cost < 0 {
-			return nil, fmt.Errorf("%s: cost must not be negative, got %d", at, l.Cost)
+		el := engine.Limit{Policy: l.Policy, Cost: l.Cost, VariableCost: l.CostFunc != nil}
+		if err := engine.CheckLimit(at, "call", el, i, names); err != nil {
+			return nil, err
 		}
 		l.Cost = max(l.Cost, 1)
-		if l.CostFunc == nil && l.Cost > l.Policy.Capacity() {
-			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no call could pass", at, l.Cost, l.Policy.Capacity())
-		}
 		if l.Key == nil {
 			l.Key = defaultKey
 		}

@@ -312,20 +312,9 @@ func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, err
 	if !validPolicyName(p.Name) {
 		return sluice.Policy{}, fmt.Errorf("%s: name must be printable ASCII", where)
 	}
-	if j, dup := names[p.Name]; dup {
-		return sluice.Policy{}, fmt.Errorf("%s: name already used by limit %d", where, j+1)
-	}
-	names[p.Name] = i
-	if l.PolicyFunc == nil {
-		if err := p.Validate(); err != nil {
-			return sluice.Policy{}, fmt.Errorf("%s: %w", where, err)
-		}
-	}
-	if l.Cost < 0 {
-		return sluice.Policy{}, fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
-	}
-	if l.PolicyFunc == nil && l.CostFunc == nil && max(l.Cost, 1) > p.Capacity() {
-		return sluice.Policy{}, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, p.Capacity())
+	el := engine.Limit{Policy: p, Cost: l.Cost, VariablePolicy: l.PolicyFunc != nil, VariableCost: l.CostFunc != nil}
+	if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
+		return sluice.Policy{}, err
 	}
 	if l.ChargeOn != nil && l.Shadow {
 		return sluice.Policy{}, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ctxsleep"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // OutLimit is one limit on outgoing requests.
@@ -112,20 +113,11 @@ func NewTransport(base http.RoundTripper, store sluice.Store, limits []OutLimit,
 			l.Policy.Name = fmt.Sprintf("out-%d", i+1)
 		}
 		where := fmt.Sprintf("httplimit: transport: limit %d (%q)", i+1, l.Policy.Name)
-		if j, dup := names[l.Policy.Name]; dup {
-			return nil, fmt.Errorf("%s: name already used by limit %d", where, j+1)
-		}
-		names[l.Policy.Name] = i
-		if err := l.Policy.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
-		if l.Cost < 0 {
-			return nil, fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
+		el := engine.Limit{Policy: l.Policy, Cost: l.Cost, VariableCost: l.CostFunc != nil}
+		if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
+			return nil, err
 		}
 		l.Cost = max(l.Cost, 1)
-		if l.CostFunc == nil && l.Cost > l.Policy.Capacity() {
-			return nil, fmt.Errorf("%s: cost %d exceeds the policy's capacity %d: no request could pass", where, l.Cost, l.Policy.Capacity())
-		}
 		if l.Key == nil {
 			l.Key = urlHost
 		}
