@@ -43,22 +43,20 @@ func expect(t *testing.T, what string, d sluice.Decision, err error, allowed boo
 	}
 }
 
+// step is a request's cost and the decision expected for it.
+type step struct {
+	cost      int64
+	allowed   bool
+	remaining int64
+}
+
 // weightedCost checks that requests cost their Cost: under a capacity of
 // 10, 7 passes, 4 does not fit the 3 left, 3 does, and then 1 does not.
 func (s *suite) weightedCost(t *testing.T) {
 	forEachAlgorithm(t, func(t *testing.T, a sluice.Algorithm) {
 		st := s.newStore(t)
 		p := policyOf(a, 10, slow)
-		for i, c := range []struct {
-			cost      int64
-			allowed   bool
-			remaining int64
-		}{
-			{7, true, 3},
-			{4, false, 3},
-			{3, true, 0},
-			{1, false, 0},
-		} {
+		for i, c := range []step{{7, true, 3}, {4, false, 3}, {3, true, 0}, {1, false, 0}} {
 			d, err := allow(t, st, s.at(0), sluice.Request{Policy: p, Key: "weighted", Cost: c.cost})
 			expect(t, fmt.Sprintf("request %d: Allow(cost %d)", i, c.cost), d, err, c.allowed, c.remaining)
 		}
@@ -227,10 +225,7 @@ func (s *suite) allOrNothing(t *testing.T) {
 	// must not be charged.
 	wide := sluice.TokenBucket(30, slow, 0).Named("short")
 	reqs = []sluice.Request{{Policy: wide, Key: "k2", Cost: 1}, {Policy: long, Key: "k2", Cost: 1}}
-	for i := range 25 {
-		d, _, err := allowAll(t, st, s.at(0), reqs)
-		expect(t, fmt.Sprintf("k2 request %d: AllowAll", i), d, err, true, int64(24-i))
-	}
+	s.admitAll(t, st, "k2", reqs, 25)
 	d, out, err = allowAll(t, st, s.at(0), reqs)
 	expect(t, "26th AllowAll", d, err, false, 0)
 	expect(t, "26th AllowAll: out[0], not charged", out[0], nil, true, 5)
@@ -247,15 +242,22 @@ func (s *suite) allOrNothing(t *testing.T) {
 	// Delay when another policy denies: nothing was queued.
 	leaky := sluice.LeakyBucket(10, slow, 0).Named("queue")
 	reqs = []sluice.Request{{Policy: leaky, Key: "k3", Cost: 1}, {Policy: sluice.FixedWindow(2, slow), Key: "k3", Cost: 1}}
-	for i := range 2 {
-		d, _, err := allowAll(t, st, s.at(0), reqs)
-		expect(t, fmt.Sprintf("k3 request %d: AllowAll", i), d, err, true, int64(1-i))
-	}
+	s.admitAll(t, st, "k3", reqs, 2)
 	d, out, err = allowAll(t, st, s.at(0), reqs)
 	expect(t, "3rd AllowAll(leaky, fixed)", d, err, false, 0)
 	expect(t, "3rd AllowAll(leaky, fixed): out[0], not charged", out[0], nil, true, 8)
 	checkUncharged(t, "3rd AllowAll(leaky, fixed): out[0]", out[0])
 	checkCombined(t, d, out)
+}
+
+// admitAll calls AllowAll(reqs) n times at s.at(0) and checks that each
+// call is admitted with n-1, n-2, ..., 0 remaining.
+func (s *suite) admitAll(t *testing.T, st sluice.Store, what string, reqs []sluice.Request, n int) {
+	t.Helper()
+	for i := range n {
+		d, _, err := allowAll(t, st, s.at(0), reqs)
+		expect(t, fmt.Sprintf("%s request %d: AllowAll", what, i), d, err, true, int64(n-1-i))
+	}
 }
 
 // perSecondAndPerHour replays a per-second and a per-hour limit on one key
@@ -406,11 +408,7 @@ func (s *suite) peek(t *testing.T) {
 	forEachAlgorithm(t, func(t *testing.T, a sluice.Algorithm) {
 		st := s.newStore(t)
 		p := policyOf(a, 3, slow)
-		for i, c := range []struct {
-			cost      int64
-			allowed   bool
-			remaining int64
-		}{
+		for i, c := range []step{
 			{1, true, 2},
 			{1, true, 1},
 			{2, false, 1},
@@ -435,11 +433,7 @@ func (s *suite) independentKeys(t *testing.T) {
 	forEachAlgorithm(t, func(t *testing.T, a sluice.Algorithm) {
 		st := s.newStore(t)
 		p := policyOf(a, 2, slow)
-		for round, c := range []struct {
-			cost      int64
-			allowed   bool
-			remaining int64
-		}{{1, true, 1}, {1, true, 0}, {1, false, 0}} {
+		for round, c := range []step{{1, true, 1}, {1, true, 0}, {1, false, 0}} {
 			for k := range 10 {
 				req := sluice.Request{Policy: p, Key: fmt.Sprintf("key-%d", k), Cost: c.cost}
 				d, err := allow(t, st, s.at(0), req)
