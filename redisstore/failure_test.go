@@ -211,16 +211,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	for {
-		d, err = st.Allow(t.Context(), time.Time{}, req)
-		if err == nil && !d.Degraded {
-			break
-		}
-		if time.Since(back) > 3*time.Second {
-			t.Fatalf("3s after Redis came back, Allow = %+v, %v; want a decision from Redis", d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	d = allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
 	t.Logf("Redis decided again %v after it came back", time.Since(back))
 	if how == "kill" && (!d.Allowed || d.Remaining != 1) {
 		// The restarted Redis is empty: a full bucket, charged once.
@@ -254,17 +245,7 @@ func TestFailureAtStart(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		d, err = st.Allow(t.Context(), time.Time{}, req)
-		if err == nil && !d.Degraded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Allow 3s after Redis started = %+v, %v; want a decision from Redis", d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	d = allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
 	if !d.Allowed || d.Remaining != 4 {
 		t.Errorf("first decision from Redis = %+v, want allowed with 4 remaining", d)
 	}
@@ -398,5 +379,23 @@ func TestSlowRedis(t *testing.T) {
 	}
 	if d, _ := call(); d.Degraded {
 		t.Errorf("Allow after a cut reply = %+v, want a decision from Redis", d)
+	}
+}
+
+// allowByRedis calls st.Allow for req, pausing between the calls, until
+// Redis decides it (no error, not degraded), and returns that decision; it
+// fails t when Redis has not decided within the given time.
+func allowByRedis(t *testing.T, st *Store, req sluice.Request, within, pause time.Duration) sluice.Decision {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		d, err := st.Allow(t.Context(), time.Time{}, req)
+		if err == nil && !d.Degraded {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Allow after %v = %+v, %v; want a decision from Redis", within, d, err)
+		}
+		time.Sleep(pause)
 	}
 }

@@ -95,11 +95,7 @@ func trunc(s string) string {
 // shape, and every decision independent of the other keys.
 func TestHostileKeysInRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(Options{Addrs: []string{srv.Addr}, Prefix: "p:", Failure: FailError, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newTestStore(t, []string{srv.Addr}, Options{Prefix: "p:", Failure: FailError})
 	keys := hostileKeys()
 	p := sluice.FixedWindow(1, time.Hour)
 	for round, want := range []bool{true, false} {

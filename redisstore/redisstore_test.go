@@ -15,8 +15,9 @@ import (
 // prefixes makes every test store's key prefix unique within a server.
 var prefixes atomic.Int64
 
-// newTestStore returns a store on addrs with a fresh key prefix, closed
-// when t ends. opts.Addrs and opts.Prefix are filled in.
+// newTestStore returns a store on addrs, closed when t ends, with a fresh
+// key prefix unless opts.Prefix names one. opts.Addrs is filled in, and a
+// zero opts.Timeout is 10s.
 func newTestStore(t testing.TB, addrs []string, opts Options) *Store {
 	t.Helper()
 	opts.Addrs = addrs
@@ -25,7 +26,9 @@ func newTestStore(t testing.TB, addrs []string, opts Options) *Store {
 		// slow; the failure tests set their own, short, timeout.
 		opts.Timeout = 10 * time.Second
 	}
-	opts.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	}
 	st, err := New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)

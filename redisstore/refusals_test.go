@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,19 +22,10 @@ import (
 // n instances of a service would, each with its own local refusals.
 func newInstances(t testing.TB, addrs []string, n int, opts Options) []*Store {
 	t.Helper()
-	opts.Addrs = addrs
 	opts.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Second
-	}
 	stores := make([]*Store, n)
 	for i := range stores {
-		st, err := New(opts)
-		if err != nil {
-			t.Fatalf("New: %v", err)
-		}
-		t.Cleanup(func() { st.Close() })
-		stores[i] = st
+		stores[i] = newTestStore(t, addrs, opts)
 	}
 	return stores
 }
@@ -129,7 +121,7 @@ func TestLocalRefusalsDifferential(t *testing.T) {
 				case gotErr != nil && step.Op == sluicetest.OpAllowAll:
 					// Only the verdict of a refused AllowAll is specified.
 				case fresh:
-					if got != want || !sameDecisions(gotOut, wantOut) {
+					if got != want || !slices.Equal(gotOut, wantOut) {
 						t.Fatalf("decisions differ: %s", where)
 					}
 					if wasLocal {
@@ -188,18 +180,6 @@ func errClassOf(err error) string {
 		return "policy"
 	}
 	return err.Error()
-}
-
-func sameDecisions(a, b []sluice.Decision) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestLocalRefusalsFlood floods one key from 3 instances of 8 callers
@@ -450,17 +430,7 @@ func TestLocalRefusalsRedisDown(t *testing.T) {
 		t.Fatalf("Allow after the restart = %+v, %v; want refused as cached", d, err)
 	}
 	time.Sleep(d.RetryAfter)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		d, err = st.Allow(t.Context(), time.Time{}, req)
-		if err == nil && !d.Degraded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Allow after the retry = %+v, %v; want a decision from Redis", d, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d = allowByRedis(t, st, req, 10*time.Second, 20*time.Millisecond)
 	if !d.Allowed || d.Remaining != 1 {
 		t.Errorf("Allow after the retry = %+v; want allowed by the empty Redis, 1 remaining", d)
 	}

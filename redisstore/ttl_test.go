@@ -13,11 +13,7 @@ import (
 // passed the key is gone, so Redis holds only active keys.
 func TestTTL(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(Options{Addrs: []string{srv.Addr}, Prefix: "ttl:", Failure: FailError, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newTestStore(t, []string{srv.Addr}, Options{Prefix: "ttl:", Failure: FailError})
 	const period = 400 * time.Millisecond
 	var longest time.Duration
 	for _, a := range sluice.Algorithms() {
