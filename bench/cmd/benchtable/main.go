@@ -225,28 +225,13 @@ type printf func(format string, args ...any)
 // per workload, and the fastest peer's ratio to Sluice.
 func reportTimes(p printf, d data, order []string) {
 	for _, unit := range []string{"ns/op", "cpu-ns/op"} {
-		p("\n| workload (%s) |", unit)
-		for _, lib := range libs {
-			p(" %s |", lib)
-		}
-		p(" fastest peer ÷ sluice |\n|---|")
-		for range libs {
-			p("---:|")
-		}
-		p("---|\n")
+		libHeader(p, fmt.Sprintf("workload (%s)", unit), "fastest peer ÷ sluice")
 		for _, wl := range order {
 			if wl == "BytesPerKey" || len(d.values(wl, "sluice", unit)) == 0 {
 				continue
 			}
-
 			p("| %s |", wl)
-			for _, lib := range libs {
-				if vs := d.values(wl, lib, unit); len(vs) > 0 {
-					p(" %s |", format(median(vs)))
-				} else {
-					p(" – |")
-				}
-			}
+			libCells(p, d, wl, unit)
 			r, best := d.fastestPeerRatio(wl, unit)
 			p(" %.2f× (%s) |\n", r.ofMedians, best)
 		}
@@ -255,23 +240,43 @@ func reportTimes(p printf, d data, order []string) {
 
 // reportBytes writes the table of heap bytes per tracked key.
 func reportBytes(p printf, d data) {
-	p("\n| bytes of heap per tracked key at 1,000,000 keys |")
+	libHeader(p, "bytes of heap per tracked key at 1,000,000 keys", "")
+	p("| B/key |")
+	libCells(p, d, "BytesPerKey", "B/key")
+	p("\n")
+}
+
+// libHeader writes, after a blank line, the header of a table with the
+// column first, one column per library, and the column extra unless it
+// is empty.
+func libHeader(p printf, first, extra string) {
+	p("\n| %s |", first)
 	for _, lib := range libs {
 		p(" %s |", lib)
+	}
+	if extra != "" {
+		p(" %s |", extra)
 	}
 	p("\n|---|")
 	for range libs {
 		p("---:|")
 	}
-	p("\n| B/key |")
+	if extra != "" {
+		p("---|")
+	}
+	p("\n")
+}
+
+// libCells writes one cell per library: the median of its values of wl
+// in unit, or a dash where it has none.
+func libCells(p printf, d data, wl, unit string) {
 	for _, lib := range libs {
-		if vs := d.values("BytesPerKey", lib, "B/key"); len(vs) > 0 {
+		if vs := d.values(wl, lib, unit); len(vs) > 0 {
 			p(" %s |", format(median(vs)))
 		} else {
 			p(" – |")
 		}
 	}
-	p("\n")
 }
 
 // reportOther writes the other measurements of the run and the
