@@ -213,17 +213,21 @@ func (v *violations) report(t *testing.T) {
 	}
 }
 
+// eachFailurePolicy runs run at the test's scale as one subtest per
+// failure policy, named after it.
+func eachFailurePolicy(t *testing.T, run func(t *testing.T, sc scale, fp redisstore.FailurePolicy)) {
+	sc := testScale()
+	for _, fp := range failurePolicies {
+		t.Run(fp.String(), func(t *testing.T) { run(t, sc, fp) })
+	}
+}
+
 // TestRedisDiesLibrary runs callers through a sluice.Limiter over a Redis
 // store with its default timeout and breaker; Redis is SIGKILLed under
 // load and restarted on the same port. For each failure policy: no panic,
 // no goroutine left behind once the store is closed, and checkOutage's
 // promises. It must not run in parallel (it counts goroutines).
-func TestRedisDiesLibrary(t *testing.T) {
-	sc := testScale()
-	for _, fp := range failurePolicies {
-		t.Run(fp.String(), func(t *testing.T) { redisDiesLibrary(t, sc, fp) })
-	}
-}
+func TestRedisDiesLibrary(t *testing.T) { eachFailurePolicy(t, redisDiesLibrary) }
 
 func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 	srv := redistest.Start(t)
@@ -336,12 +340,7 @@ func warmUp(t *testing.T, try func(ctx context.Context) (bool, error)) {
 // sluice binary with store.backend redis and each on_error, and callers on
 // POST /v1/check. on_error: deny answers denied and degraded; error
 // answers 503. The breaker's opening is read from the service's log.
-func TestRedisDiesService(t *testing.T) {
-	sc := testScale()
-	for _, fp := range failurePolicies {
-		t.Run(fp.String(), func(t *testing.T) { redisDiesService(t, sc, fp) })
-	}
-}
+func TestRedisDiesService(t *testing.T) { eachFailurePolicy(t, redisDiesService) }
 
 func redisDiesService(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
 	srv := redistest.Start(t)
