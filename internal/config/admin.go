@@ -10,13 +10,15 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/tlsauth"
 )
 
 // Bounds on the admin token.
 const (
 	// MinTokenLen is the shortest admin token accepted: a token is a
 	// secret, and a short one can be guessed.
-	MinTokenLen = 16
+	MinTokenLen = tlsauth.MinTokenLen
 	// maxTokenFile is the largest admin token file read.
 	maxTokenFile = 4 << 10
 )
@@ -107,20 +109,13 @@ func readToken(path string) (string, string) {
 	return tok, ""
 }
 
-// checkToken returns what is wrong with an admin token, or "". A token is
-// at least MinTokenLen visible ASCII characters, so that it can travel in
-// an Authorization header unchanged.
+// checkToken returns what is wrong with an admin token, or "": that of
+// tlsauth.CheckToken (at least MinTokenLen visible ASCII characters, so
+// that it can travel in an Authorization header unchanged), with advice
+// for an empty one.
 func checkToken(s string) string {
 	if s == "" {
 		return "is empty; write a secret of at least 16 characters, like the output of `openssl rand -hex 32`"
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return "must hold visible ASCII characters only (no spaces or control characters)"
-		}
-	}
-	if len(s) < MinTokenLen {
-		return "is too short: use at least 16 characters, like the output of `openssl rand -hex 32`"
-	}
-	return ""
+	return tlsauth.CheckToken(s)
 }
