@@ -374,50 +374,32 @@ func cloneNode(n *yaml.Node, seen map[*yaml.Node]*yaml.Node) *yaml.Node {
 // addresses and the store. Limits, proxy rules and the envoy section
 // reload in place.
 func RestartRequired(old, new *Config) []string {
-	var out []string
-	if old.listen.HTTP != new.listen.HTTP {
-		out = append(out, "listen.http")
-	}
-	if old.listen.GRPC != new.listen.GRPC {
-		out = append(out, "listen.grpc")
-	}
-	if old.listen.Admin != new.listen.Admin {
-		out = append(out, "listen.admin")
-	}
-	if (old.listen.TLS == nil) != (new.listen.TLS == nil) {
-		out = append(out, "listen.tls (turning TLS on or off)")
-	}
 	o, n := old.store, new.store
-	if o.Backend != n.Backend {
-		out = append(out, "store.backend")
-	}
-	if !slices.Equal(o.Redis.Addrs, n.Redis.Addrs) {
-		out = append(out, "store.redis.addrs")
-	}
-	if o.Redis.Prefix != n.Redis.Prefix {
-		out = append(out, "store.redis.prefix")
-	}
-	if o.Redis.MaxBatch != n.Redis.MaxBatch {
-		out = append(out, "store.redis.max_batch")
-	}
-	if o.Redis.LocalRefusals != n.Redis.LocalRefusals {
-		out = append(out, "store.redis.local_refusals")
-	}
-	if o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password {
-		out = append(out, "store.redis credentials")
-	}
-	if !same(o.Redis.Sentinel, n.Redis.Sentinel, func(s *RedisSentinel) RedisSentinel { return *s }) {
-		out = append(out, "store.redis.sentinel")
-	}
 	tlsFiles := func(t *RedisTLS) [4]string { return [4]string{t.CAFile, t.CertFile, t.KeyFile, t.ServerName} }
-	if !same(o.Redis.TLS, n.Redis.TLS, tlsFiles) {
-		out = append(out, "store.redis.tls")
+	settings := []struct {
+		changed bool
+		name    string
+	}{
+		{old.listen.HTTP != new.listen.HTTP, "listen.http"},
+		{old.listen.GRPC != new.listen.GRPC, "listen.grpc"},
+		{old.listen.Admin != new.listen.Admin, "listen.admin"},
+		{(old.listen.TLS == nil) != (new.listen.TLS == nil), "listen.tls (turning TLS on or off)"},
+		{o.Backend != n.Backend, "store.backend"},
+		{!slices.Equal(o.Redis.Addrs, n.Redis.Addrs), "store.redis.addrs"},
+		{o.Redis.Prefix != n.Redis.Prefix, "store.redis.prefix"},
+		{o.Redis.MaxBatch != n.Redis.MaxBatch, "store.redis.max_batch"},
+		{o.Redis.LocalRefusals != n.Redis.LocalRefusals, "store.redis.local_refusals"},
+		{o.Redis.Username != n.Redis.Username || o.Redis.Password != n.Redis.Password, "store.redis credentials"},
+		{!same(o.Redis.Sentinel, n.Redis.Sentinel, func(s *RedisSentinel) RedisSentinel { return *s }), "store.redis.sentinel"},
+		{!same(o.Redis.TLS, n.Redis.TLS, tlsFiles), "store.redis.tls"},
+		{o.Timeout != n.Timeout, "store.timeout"},
+		{o.OnError != n.OnError, "store.on_error"},
 	}
-	if o.Timeout != n.Timeout {
-		out = append(out, "store.timeout")
-	}
-	if o.OnError != n.OnError {
-		out = append(out, "store.on_error")
+	var out []string
+	for _, s := range settings {
+		if s.changed {
+			out = append(out, s.name)
+		}
 	}
 	return out
 }
