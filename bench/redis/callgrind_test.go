@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -67,11 +68,7 @@ func BenchmarkRedisInstructions(b *testing.B) {
 // GCRA, the algorithm redis_rate implements), each with a policy that
 // admits nearly everything, as libraries does, unbatched.
 func algorithmLibraries(b *testing.B, addr string) []library {
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
+	st := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
 	var libs []library
 	for _, p := range []sluice.Policy{
 		sluice.TokenBucket(1_000_000, time.Second, 1_000_000),

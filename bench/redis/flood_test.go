@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -75,12 +76,8 @@ func BenchmarkFlood(b *testing.B) {
 }
 
 func floodRedis(b *testing.B, addr string, lr redisstore.LocalRefusals) *redisstore.Store {
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Prefix: fmt.Sprintf("flood%d:", time.Now().UnixNano()),
+	st := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Prefix: fmt.Sprintf("flood%d:", time.Now().UnixNano()),
 		Failure: redisstore.FailError, Timeout: 10 * time.Second, LocalRefusals: lr})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
 	return st
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -73,16 +74,8 @@ type library struct {
 // everything, so that every decision writes, as redis_rate's does. They
 // are closed when b ends.
 func libraries(b *testing.B, addr string) []library {
-	st, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	unbatched, err := redisstore.New(redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { unbatched.Close() })
+	st := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second})
+	unbatched := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
 	policy := sluice.GCRA(1_000_000, time.Second, 1_000_000)
 
 	rdb := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 512})

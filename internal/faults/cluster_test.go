@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -51,11 +52,7 @@ func hostileKeys() []string {
 // other keys did, and the cluster holds exactly one Redis key per (policy,
 // key).
 func clusterHostileKeys(t *testing.T, c *redistest.Cluster) {
-	st, err := redisstore.New(redisstore.Options{Addrs: c.Addrs, Prefix: "hostile:", Failure: redisstore.FailError, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := teststore.RedisOn(t, redisstore.Options{Addrs: c.Addrs, Prefix: "hostile:", Failure: redisstore.FailError, Timeout: 10 * time.Second})
 	lim, err := sluice.New(st, sluice.TokenBucket(1, 24*time.Hour, 0), sluice.SlidingWindow(10, 24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +94,7 @@ func short(s string) string {
 // the same store; no key ever admits more than its limit except by the writes the
 // dead master had not yet replicated, which are counted and reported.
 func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
-	st, err := redisstore.New(redisstore.Options{Addrs: c.Addrs, Prefix: "failover:", Failure: redisstore.FailDeny, Timeout: dieTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := teststore.RedisOn(t, redisstore.Options{Addrs: c.Addrs, Prefix: "failover:", Failure: redisstore.FailDeny, Timeout: dieTimeout})
 	lim := warmLimiter(t, st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
 
 	// Which master serves each key: the hash tag is "k:" and the key.

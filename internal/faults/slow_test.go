@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -174,11 +175,7 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 	t.Run("library", func(t *testing.T) {
 		srv := redistest.Start(t)
 		proxy := redistest.StartProxy(t, srv.Addr)
-		st, err := redisstore.New(redisstore.Options{Addrs: []string{proxy.Addr}, Failure: redisstore.FailDeny, Timeout: slowTimeout})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
+		st := teststore.RedisOn(t, redisstore.Options{Addrs: []string{proxy.Addr}, Failure: redisstore.FailDeny, Timeout: slowTimeout})
 		// A limit no run reaches: every denial is the failure policy's.
 		lim := warmLimiter(t, st, sluice.TokenBucket(1_000_000, time.Second, 0))
 		decide := func(ctx context.Context, key int) (outcome, bool, error) {

@@ -31,10 +31,18 @@ func Redis(t testing.TB, opts ...redisstore.Options) *redisstore.Store {
 		o = opts[0]
 	}
 	o.Addrs = []string{srv.Addr}
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Second
+	return RedisOn(t, o)
+}
+
+// RedisOn returns a Redis store of opts on the servers opts.Addrs names (a
+// redistest server, cluster or proxy), closed when t ends; it fails t when
+// the options are refused. A zero opts.Timeout is 10s, as in Redis.
+func RedisOn(t testing.TB, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
 	}
-	s, err := redisstore.New(o)
+	s, err := redisstore.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
