@@ -330,6 +330,39 @@ func EditDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// entry is one NAME: value of a section of named entries (limits, plans,
+// plan_tables): its field, its name, its path and whether the name is
+// valid.
+type entry struct {
+	field
+	name, path string
+	valid      bool
+}
+
+// entries returns the NAME: value entries of top's section, in the file's
+// order, and marks each name in declared. A name that is not valid gets a
+// problem that calls it what ("a limit name").
+func (d *decoder) entries(top object, section, what string, declared map[string]bool) []entry {
+	n := top.get(section)
+	if n == nil {
+		return nil
+	}
+	fs, ok := d.pairs(n, section)
+	if !ok {
+		return nil
+	}
+	out := make([]entry, len(fs))
+	for i, f := range fs {
+		e := entry{field: f, name: f.key.Value, path: join(section, f.key.Value), valid: validName(f.key.Value)}
+		declared[e.name] = true
+		if !e.valid {
+			d.add(f.key, e.path, "%s must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", what, maxNameLen)
+		}
+		out[i] = e
+	}
+	return out
+}
+
 // filePath decodes the optional file name o[key], found at path.key, as a
 // path relative to the configuration file's folder: "" and true when the
 // key is absent, false (with a problem added) when its value is not a

@@ -138,25 +138,12 @@ const unlimited = "unlimited"
 // NAME: unlimited, where each LIMIT is a limit's name or {limit: NAME}.
 func (d *decoder) plansSection(top object, limits map[string]Limit) map[string]Plan {
 	out := make(map[string]Plan)
-	n := top.get("plans")
-	if n == nil {
-		return out
-	}
-	fs, ok := d.pairs(n, "plans")
-	if !ok {
-		return out
-	}
-	for _, f := range fs {
-		name := f.key.Value
-		path := join("plans", name)
-		d.declaredPlans[name] = true
-		if !validName(name) {
-			d.add(f.key, path, "a plan name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+	for _, e := range d.entries(top, "plans", "a plan name", d.declaredPlans) {
+		if !e.valid {
 			continue
 		}
-		p, ok := d.plan(f.val, path, name, limits)
-		if ok {
-			out[name] = p
+		if p, ok := d.plan(e.val, e.path, e.name, limits); ok {
+			out[e.name] = p
 		}
 	}
 	return out
@@ -228,32 +215,20 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 // so that a missing or malformed file is a problem of the configuration.
 func (d *decoder) planTables(top object, plansByName map[string]Plan, store Store) map[string]PlanTable {
 	out := make(map[string]PlanTable)
-	n := top.get("plan_tables")
-	if n == nil {
-		return out
-	}
-	fs, ok := d.pairs(n, "plan_tables")
-	if !ok {
-		return out
-	}
 	known := sortedPlanNames(plansByName)
-	for _, f := range fs {
-		name := f.key.Value
-		path := join("plan_tables", name)
-		d.declaredTables[name] = true
-		if !validName(name) {
-			d.add(f.key, path, "a table name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
+	for _, e := range d.entries(top, "plan_tables", "a table name", d.declaredTables) {
+		if !e.valid {
 			continue
 		}
-		o, ok := d.mapping(f.key, f.val, path, "file", "redis_hash", "default", "cache_ttl", "cache_size")
+		o, ok := d.mapping(e.key, e.val, e.path, "file", "redis_hash", "default", "cache_ttl", "cache_size")
 		if !ok {
 			continue
 		}
-		t := PlanTable{Name: name, CacheTTL: DefaultPlanCacheTTL, CacheSize: DefaultPlanCacheSize}
-		good := d.tableSource(f.key, o, path, known, store, &t)
-		good = d.tableOptions(f.key, o, path, plansByName, &t) && good
+		t := PlanTable{Name: e.name, CacheTTL: DefaultPlanCacheTTL, CacheSize: DefaultPlanCacheSize}
+		good := d.tableSource(e.key, o, e.path, known, store, &t)
+		good = d.tableOptions(e.key, o, e.path, plansByName, &t) && good
 		if good {
-			out[name] = t
+			out[e.name] = t
 		}
 	}
 	return out

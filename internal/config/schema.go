@@ -309,24 +309,11 @@ func algorithmNames() []string {
 
 func (d *decoder) limits(top object) map[string]Limit {
 	out := make(map[string]Limit)
-	n := top.get("limits")
-	if n == nil {
-		return out
-	}
-	fs, ok := d.pairs(n, "limits")
-	if !ok {
-		return out
-	}
-	for _, f := range fs {
-		name := f.key.Value
-		path := join("limits", name)
-		d.declared[name] = true
-		if !validName(name) {
-			d.add(f.key, path, "a limit name must be 1 to %d letters, digits, '_' or '-', starting with a letter or digit", maxNameLen)
-		}
-		l, ok := d.limit(f.key, f.val, path, name)
-		if ok && validName(name) {
-			out[name] = l
+	for _, e := range d.entries(top, "limits", "a limit name", d.declared) {
+		// An entry with a bad name is decoded too, for its problems.
+		l, ok := d.limit(e.key, e.val, e.path, e.name)
+		if ok && e.valid {
+			out[e.name] = l
 		}
 	}
 	return out
