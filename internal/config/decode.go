@@ -363,6 +363,21 @@ func (d *decoder) entries(top object, section, what string, declared map[string]
 	return out
 }
 
+// nonEmptyList reports whether v, dereferenced, is a list with at least
+// one item. Else it adds a problem at path: notList followed by what v is,
+// or empty for an empty list.
+func (d *decoder) nonEmptyList(v *yaml.Node, path, notList, empty string) bool {
+	switch {
+	case v.Kind != yaml.SequenceNode:
+		d.add(v, path, "%s %s", notList, describe(v))
+		return false
+	case len(v.Content) == 0:
+		d.add(v, path, "%s", empty)
+		return false
+	}
+	return true
+}
+
 // filePath decodes the optional file name o[key], found at path.key, as a
 // path relative to the configuration file's folder: "" and true when the
 // key is absent, false (with a problem added) when its value is not a

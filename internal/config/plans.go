@@ -155,12 +155,7 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && v.Value == unlimited {
 		return p, true
 	}
-	if v.Kind != yaml.SequenceNode {
-		d.add(v, path, "must be a list of limits, like [{limit: free-hourly}], or unlimited; got %s", describe(v))
-		return p, false
-	}
-	if len(v.Content) == 0 {
-		d.add(v, path, "lists no limit; list at least one, or write unlimited")
+	if !d.nonEmptyList(v, path, "must be a list of limits, like [{limit: free-hourly}], or unlimited; got", "lists no limit; list at least one, or write unlimited") {
 		return p, false
 	}
 	good := true
@@ -196,7 +191,7 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 		case !known && d.declared[s]:
 			good = false // the limit's own problems are reported
 		case !known:
-			d.add(deref(lv), ep, "no limit named %q in the limits section%s", s, suggest(s, sortedNames(limits)))
+			d.add(deref(lv), ep, "no limit named %q in the limits section%s", s, suggest(s, sortedKeys(limits)))
 			good = false
 		default:
 			if j, dup := seen[s]; dup {
@@ -215,7 +210,7 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 // so that a missing or malformed file is a problem of the configuration.
 func (d *decoder) planTables(top object, plansByName map[string]Plan, store Store) map[string]PlanTable {
 	out := make(map[string]PlanTable)
-	known := sortedPlanNames(plansByName)
+	known := sortedKeys(plansByName)
 	for _, e := range d.entries(top, "plan_tables", "a table name", d.declaredTables) {
 		if !e.valid {
 			continue
@@ -234,36 +229,50 @@ func (d *decoder) planTables(top object, plansByName map[string]Plan, store Stor
 	return out
 }
 
+// either returns the values of o's keys a and b, exactly one of which
+// must be set: else it adds a problem, saying why for both ("cannot be
+// combined with a; " then why) or what is needed for neither ("needs "
+// then needs), and returns false. at is o's key.
+func (d *decoder) either(at *yaml.Node, o object, path, a, b, why, needs string) (av, bv *yaml.Node, ok bool) {
+	av, bv = o.get(a), o.get(b)
+	switch {
+	case av != nil && bv != nil:
+		d.add(o.fields[b].key, join(path, b), "cannot be combined with %s; %s", a, why)
+		return nil, nil, false
+	case av == nil && bv == nil:
+		d.add(at, path, "needs %s", needs)
+		return nil, nil, false
+	}
+	return av, bv, true
+}
+
 // tableSource decodes where a plan table is, file or redis_hash, into t;
 // at is the table's key.
 func (d *decoder) tableSource(at *yaml.Node, o object, path string, known []string, store Store, t *PlanTable) bool {
-	fv, rv := o.get("file"), o.get("redis_hash")
-	switch {
-	case fv != nil && rv != nil:
-		d.add(o.fields["redis_hash"].key, join(path, "redis_hash"), "cannot be combined with file; a table is a file or a Redis hash")
+	fv, rv, ok := d.either(at, o, path, "file", "redis_hash",
+		"a table is a file or a Redis hash", "file (a CSV or YAML file of key,plan) or redis_hash (a Redis hash of key -> plan)")
+	if !ok {
 		return false
-	case fv == nil && rv == nil:
-		d.add(at, path, "needs file (a CSV or YAML file of key,plan) or redis_hash (a Redis hash of key -> plan)")
-		return false
-	case fv != nil:
-		fp, ok := d.nonEmpty(fv, join(path, "file"))
+	}
+	if rv != nil {
+		h, ok := d.nonEmpty(rv, join(path, "redis_hash"))
 		if !ok {
 			return false
 		}
-		t.File = d.relative(fp)
-		if msg := d.checkTableFile(t.File, known); msg != "" {
-			d.add(deref(fv), join(path, "file"), "%s", msg)
+		t.RedisHash = h
+		if store.Backend != RedisBackend {
+			d.add(deref(rv), join(path, "redis_hash"), "needs store.backend: redis (the table is read from store.redis)")
 			return false
 		}
 		return true
 	}
-	h, ok := d.nonEmpty(rv, join(path, "redis_hash"))
+	fp, ok := d.nonEmpty(fv, join(path, "file"))
 	if !ok {
 		return false
 	}
-	t.RedisHash = h
-	if store.Backend != RedisBackend {
-		d.add(deref(rv), join(path, "redis_hash"), "needs store.backend: redis (the table is read from store.redis)")
+	t.File = d.relative(fp)
+	if msg := d.checkTableFile(t.File, known); msg != "" {
+		d.add(deref(fv), join(path, "file"), "%s", msg)
 		return false
 	}
 	return true
@@ -309,20 +318,16 @@ func (d *decoder) planName(n *yaml.Node, path string, plansByName map[string]Pla
 	}
 	if _, known := plansByName[s]; !known {
 		if !d.declaredPlans[s] {
-			d.add(deref(n), path, "no plan named %q in the plans section%s", s, suggest(s, sortedPlanNames(plansByName)))
+			d.add(deref(n), path, "no plan named %q in the plans section%s", s, suggest(s, sortedKeys(plansByName)))
 		}
 		return "", false
 	}
 	return s, true
 }
 
-func sortedPlanNames(m map[string]Plan) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+// sortedKeys returns the names of m in order, for messages.
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
 }
 
 // rulePlan decodes a rule's plan: {key, from | table, default, cost}.
@@ -369,13 +374,10 @@ func (d *decoder) rulePlan(at, n *yaml.Node, path string) (*RulePlan, bool) {
 // planSource decodes where a rule's plan comes from, a key source (from)
 // or a plan table (table), into p; a table brings its default.
 func (d *decoder) planSource(at *yaml.Node, o object, path string, p *RulePlan) bool {
-	fv, tv := o.get("from"), o.get("table")
+	fv, tv, ok := d.either(at, o, path, "from", "table",
+		"the plan comes from a key source or a table", "from (a key source naming the plan, like header:X-Plan) or table (a plan table to look the key up in)")
 	switch {
-	case fv != nil && tv != nil:
-		d.add(o.fields["table"].key, join(path, "table"), "cannot be combined with from; the plan comes from a key source or a table")
-		return false
-	case fv == nil && tv == nil:
-		d.add(at, path, "needs from (a key source naming the plan, like header:X-Plan) or table (a plan table to look the key up in)")
+	case !ok:
 		return false
 	case fv != nil:
 		s, ok := d.keyField(fv, join(path, "from"))
@@ -402,7 +404,7 @@ func (d *decoder) planSource(at *yaml.Node, o object, path string, p *RulePlan) 
 // limits, recording a problem for each limit it exceeds.
 func (d *decoder) planCostFits(at *yaml.Node, path string, cost int64) bool {
 	good := true
-	for _, name := range sortedPlanNames(d.plans) {
+	for _, name := range sortedKeys(d.plans) {
 		for _, ln := range d.plans[name].Limits {
 			if l := d.limitsByName[ln]; cost > l.Policy.Capacity() {
 				d.add(at, join(path, "cost"), "%d exceeds the capacity of limit %q (%d) of plan %q: no request on that plan could pass", cost, ln, l.Policy.Capacity(), name)
@@ -416,12 +418,7 @@ func (d *decoder) planCostFits(at *yaml.Node, path string, cost int64) bool {
 // chargeOn decodes a rule limit's charge_on: a list of HTTP statuses.
 func (d *decoder) chargeOn(n *yaml.Node, path string) ([]int, bool) {
 	v := deref(n)
-	if v.Kind != yaml.SequenceNode {
-		d.add(v, path, "must be a list of HTTP statuses, like [401, 403], got %s", describe(v))
-		return nil, false
-	}
-	if len(v.Content) == 0 {
-		d.add(v, path, "is empty; remove it to charge every request")
+	if !d.nonEmptyList(v, path, "must be a list of HTTP statuses, like [401, 403], got", "is empty; remove it to charge every request") {
 		return nil, false
 	}
 	var out []int

@@ -553,12 +553,7 @@ func (d *decoder) rule(n *yaml.Node, path string, limits map[string]Limit) (Rule
 // again.
 func (d *decoder) ruleLimits(n *yaml.Node, lp string, limits map[string]Limit, withPlan bool) ([]RuleLimit, bool) {
 	ln := deref(n)
-	if ln.Kind != yaml.SequenceNode {
-		d.add(ln, lp, "must be a list, like [{limit: per-ip, key: ip}], got %s", describe(ln))
-		return nil, false
-	}
-	if len(ln.Content) == 0 {
-		d.add(ln, lp, "must list at least one limit")
+	if !d.nonEmptyList(ln, lp, "must be a list, like [{limit: per-ip, key: ip}], got", "must list at least one limit") {
 		return nil, false
 	}
 	var out []RuleLimit
@@ -580,7 +575,7 @@ func (d *decoder) ruleLimits(n *yaml.Node, lp string, limits map[string]Limit, w
 			}
 		}
 		if ok && withPlan {
-			for _, pn := range sortedPlanNames(d.plans) {
+			for _, pn := range sortedKeys(d.plans) {
 				if slices.Contains(d.plans[pn].Limits, rl.Limit) {
 					d.add(deref(e), join(index(lp, i), "limit"), "limit %q is also a limit of plan %q, which this rule applies; define another limit with the same numbers", rl.Limit, pn)
 					ok = false
@@ -665,7 +660,7 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 	} else if lim, known = limits[s]; !known && d.declared[s] {
 		good = false // the limit's own problems are reported
 	} else if !known {
-		d.add(deref(v), join(path, "limit"), "no limit named %q in the limits section%s", s, suggest(s, sortedNames(limits)))
+		d.add(deref(v), join(path, "limit"), "no limit named %q in the limits section%s", s, suggest(s, sortedKeys(limits)))
 		good = false
 	} else {
 		rl.Limit = s
@@ -701,15 +696,6 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 		}
 	}
 	return rl, good
-}
-
-func sortedNames(limits map[string]Limit) []string {
-	names := make([]string, 0, len(limits))
-	for n := range limits {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // period decodes a limit's period, time_zone and week_starts into p: a
