@@ -44,14 +44,7 @@ func (o *BodyOptions) max() int64 {
 // When a field is repeated, the first value is the key, as
 // http.Request.FormValue takes it.
 func FormValue(name string, opts *BodyOptions) KeyFunc {
-	max := opts.max()
-	return func(r *http.Request) (string, bool) {
-		b := bufferBody(r, max)
-		if b == nil {
-			return "", false
-		}
-		return b.formValue(r.Header.Get("Content-Type"), name)
-	}
+	return bodyKey(opts, name, (*peekedBody).formValue)
 }
 
 // JSONField returns a KeyFunc whose key is a top-level field of a JSON
@@ -64,13 +57,19 @@ func FormValue(name string, opts *BodyOptions) KeyFunc {
 // When a field is repeated, the last value is the key, as encoding/json and
 // most JSON parsers take it.
 func JSONField(name string, opts *BodyOptions) KeyFunc {
+	return bodyKey(opts, name, (*peekedBody).jsonField)
+}
+
+// bodyKey returns a KeyFunc that reads at most opts.MaxBytes of a request's
+// body and takes field name from it with read, given the Content-Type.
+func bodyKey(opts *BodyOptions, name string, read func(b *peekedBody, contentType, name string) (string, bool)) KeyFunc {
 	max := opts.max()
 	return func(r *http.Request) (string, bool) {
 		b := bufferBody(r, max)
 		if b == nil {
 			return "", false
 		}
-		return b.jsonField(r.Header.Get("Content-Type"), name)
+		return read(b, r.Header.Get("Content-Type"), name)
 	}
 }
 

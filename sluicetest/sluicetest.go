@@ -143,24 +143,25 @@ func policyOf(a sluice.Algorithm, limit int64, period time.Duration) sluice.Poli
 // the decision's invariants.
 func allow(t *testing.T, st sluice.Store, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	t.Helper()
-	var d sluice.Decision
-	err := noPanic(t, "Allow", req, func() (err error) {
-		d, err = st.Allow(t.Context(), now, req)
-		return err
-	})
-	checkInvariants(t, "Allow", req, d, err)
-	return d, err
+	return decideOne(t, "Allow", req, func() (sluice.Decision, error) { return st.Allow(t.Context(), now, req) })
 }
 
 // peek is allow for st.Peek.
 func peek(t *testing.T, st sluice.Store, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	t.Helper()
+	return decideOne(t, "Peek", req, func() (sluice.Decision, error) { return st.Peek(t.Context(), now, req) })
+}
+
+// decideOne runs call, the store's op on req, turning a panic into a test
+// failure, and checks the decision's invariants.
+func decideOne(t *testing.T, op string, req sluice.Request, call func() (sluice.Decision, error)) (sluice.Decision, error) {
+	t.Helper()
 	var d sluice.Decision
-	err := noPanic(t, "Peek", req, func() (err error) {
-		d, err = st.Peek(t.Context(), now, req)
+	err := noPanic(t, op, req, func() (err error) {
+		d, err = call()
 		return err
 	})
-	checkInvariants(t, "Peek", req, d, err)
+	checkInvariants(t, op, req, d, err)
 	return d, err
 }
 
