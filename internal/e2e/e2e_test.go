@@ -24,67 +24,26 @@ const (
 
 // proc is a process started by a test and stopped when it ends.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *proctest.Log // standard output and error
-	done chan struct{}
-	err  error // of Wait, once done is closed
+	*proctest.Proc
+	log *proctest.Log // standard output and error
 }
 
 // startProc starts a process whose output goes to its log, and stops it
 // (SIGTERM, then SIGKILL after stopTimeout) when the test ends.
 func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: cmd, log: &proctest.Log{}, done: make(chan struct{})}
+	p := &proc{log: &proctest.Log{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p.Proc = proctest.Start(t, name, cmd)
 	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		if !p.wait(stopTimeout) {
-			t.Errorf("%s did not stop within %v of SIGTERM; killing it\n%s", name, stopTimeout, p.log)
-			cmd.Process.Kill()
-			<-p.done
+		if !p.Stop(stopTimeout) {
+			t.Errorf("%s did not stop within %v of SIGTERM; killed it\n%s", name, stopTimeout, p.log)
 		}
 		if t.Failed() {
 			t.Logf("output of %s:\n%s", name, p.log)
 		}
 	})
 	return p
-}
-
-// signal sends sig unless the process has ended.
-func (p *proc) signal(sig syscall.Signal) {
-	select {
-	case <-p.done:
-	default:
-		p.cmd.Process.Signal(sig)
-	}
-}
-
-// wait reports whether the process ended within d.
-func (p *proc) wait(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // sluice is a `sluice serve` process.
@@ -101,7 +60,7 @@ func startSluice(t *testing.T, name string, args ...string) *sluice {
 	s := &sluice{readyFile: filepath.Join(t.TempDir(), "ready.json")}
 	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
 	s.proc = startProc(t, name, exec.Command(bin, args...))
-	r := proctest.WaitReady(t, name, s.readyFile, waitTimeout, s.ended, s.log)
+	r := proctest.WaitReady(t, name, s.readyFile, waitTimeout, s.Ended, s.log)
 	s.http, s.grpc = r.HTTP, r.GRPC
 	return s
 }
@@ -122,15 +81,15 @@ func (s *sluice) decide(limit, key string) (string, error) {
 	resp, err := http.Post("http://"+s.http+"/v1/check", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"limit":%q,"key":%q}`, limit, key)))
 	if err != nil {
-		return "", fmt.Errorf("%s: POST /v1/check: %w", s.name, err)
+		return "", fmt.Errorf("%s: POST /v1/check: %w", s.Name, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", fmt.Errorf("%s: POST /v1/check: %w", s.name, err)
+		return "", fmt.Errorf("%s: POST /v1/check: %w", s.Name, err)
 	}
 	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("%s: POST /v1/check = %d %s", s.name, resp.StatusCode, b)
+		return "", fmt.Errorf("%s: POST /v1/check = %d %s", s.Name, resp.StatusCode, b)
 	}
 	return string(b), nil
 }
@@ -154,7 +113,7 @@ limits:
   a: {algorithm: token_bucket, limit: 5, period: 1m}
   b: {algorithm: fixed_window, limit: 1, period: 1h}
 `)
-	s.signal(syscall.SIGHUP)
+	s.Signal(syscall.SIGHUP)
 	proctest.WaitFor(t, waitTimeout, "limit b after SIGHUP", func() bool {
 		resp, err := http.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"limit":"b","key":"k"}`))
 		if err != nil {
@@ -167,12 +126,12 @@ limits:
 		t.Errorf("check a after SIGHUP = %s, want its state kept", body)
 	}
 
-	s.signal(syscall.SIGTERM)
-	if !s.wait(stopTimeout) {
+	s.Signal(syscall.SIGTERM)
+	if !s.Wait(stopTimeout) {
 		t.Fatalf("sluice did not stop within %v of SIGTERM", stopTimeout)
 	}
-	if s.err != nil {
-		t.Errorf("sluice ended with %v after SIGTERM, want status 0\n%s", s.err, s.log)
+	if s.Err() != nil {
+		t.Errorf("sluice ended with %v after SIGTERM, want status 0\n%s", s.Err(), s.log)
 	}
 	if _, err := os.Stat(s.readyFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the ready file outlives the process: %v", err)
@@ -185,26 +144,18 @@ limits:
 
 	// A second signal does not wait for the drain.
 	s2 := startSluice(t, "sluice (drain)", "--http", "127.0.0.1:0", "--drain-delay", "1m")
-	s2.signal(syscall.SIGTERM)
+	s2.Signal(syscall.SIGTERM)
 	proctest.WaitFor(t, waitTimeout, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
 	start := time.Now()
-	s2.signal(syscall.SIGTERM)
-	if !s2.wait(5 * time.Second) {
+	s2.Signal(syscall.SIGTERM)
+	if !s2.Wait(5 * time.Second) {
 		t.Fatalf("a second SIGTERM did not end the process within 5s")
 	}
 	var ee *exec.ExitError
-	if !errors.As(s2.err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Errorf("after a second SIGTERM: %v, want killed by SIGTERM", s2.err)
+	if !errors.As(s2.Err(), &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("after a second SIGTERM: %v, want killed by SIGTERM", s2.Err())
 	}
 	t.Logf("a second SIGTERM ended the process in %v", time.Since(start).Round(time.Millisecond))
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
-
-// ended reports whether the process has exited, and then its error.
-func (p *proc) ended() (bool, error) {
-	if p.exited() {
-		return true, p.err
-	}
-	return false, nil
-}

@@ -103,7 +103,7 @@ func startGateway(t *testing.T, name string, command func(dir string, port int) 
 		p := startProc(t, fmt.Sprintf("%s (attempt %d)", name, attempt+1), command(dir, port))
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		deadline := time.Now().Add(waitTimeout)
-		for !p.exited() && time.Now().Before(deadline) {
+		for !p.Exited() && time.Now().Before(deadline) {
 			// Connect only: a request would be counted by the limit.
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
@@ -111,10 +111,10 @@ func startGateway(t *testing.T, name string, command func(dir string, port int) 
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if !p.exited() {
+		if !p.Exited() {
 			t.Fatalf("%s does not accept connections on %s within %v\n%s", name, addr, waitTimeout, p.log)
 		}
-		t.Logf("%s ended at start (%v); trying another port\n%s", name, p.err, p.log)
+		t.Logf("%s ended at start (%v); trying another port\n%s", name, p.Err(), p.log)
 	}
 	t.Fatalf("%s did not start in 3 attempts", name)
 	return 0
@@ -272,8 +272,8 @@ func TestNginxAuthRequest(t *testing.T) {
 	}
 
 	// Sluice stopped: the snippet as written fails open...
-	s.signal(syscall.SIGTERM)
-	if !s.wait(stopTimeout) {
+	s.Signal(syscall.SIGTERM)
+	if !s.Wait(stopTimeout) {
 		t.Fatalf("sluice did not stop within %v of SIGTERM", stopTimeout)
 	}
 	if a := get(t, alice, base+"/items/5"); a.status != 200 || a.body != "upstream /items/5" {

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,11 +75,8 @@ func (l *fileLog) String() string {
 
 // service is one `sluice serve` process.
 type service struct {
-	name      string
-	cmd       *exec.Cmd
+	*proctest.Proc
 	log       *fileLog
-	done      chan struct{}
-	err       error // of Wait, once done is closed
 	readyFile string
 	http      string // bound addresses from the ready file
 	admin     string
@@ -97,18 +93,12 @@ func startService(t *testing.T, name string, args ...string) *service {
 		t.Fatal(err)
 	}
 	defer f.Close() // the process has its own copy
-	s := &service{name: name, log: &fileLog{path: f.Name()}, done: make(chan struct{}), readyFile: filepath.Join(dir, "ready.json")}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--ready-file", s.readyFile}, args...)...)
+	s := &service{log: &fileLog{path: f.Name()}, readyFile: filepath.Join(dir, "ready.json")}
+	cmd := exec.Command(bin, append([]string{"serve", "--ready-file", s.readyFile}, args...)...)
 	// A file, not a pipe: the service never waits for the test to read its
 	// log, which would slow it down under a flood of log lines.
-	s.cmd.Stdout, s.cmd.Stderr = f, f
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() {
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
+	cmd.Stdout, cmd.Stderr = f, f
+	s.Proc = proctest.Start(t, name, cmd)
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -117,40 +107,26 @@ func startService(t *testing.T, name string, args ...string) *service {
 			t.Logf("log of %s:\n%s", name, tail(s.log.String(), 60))
 		}
 	})
-	r := proctest.WaitReady(t, name, s.readyFile, readyTimeout, s.ended, s.log)
+	r := proctest.WaitReady(t, name, s.readyFile, readyTimeout, s.Ended, s.log)
 	s.http, s.admin = r.HTTP, r.Admin
 	return s
-}
-
-func (s *service) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // stop ends the process with SIGTERM (SIGKILL after stopTimeout) and
 // returns an error unless it had been running and exited with status 0,
 // or if its log holds a panic.
 func (s *service) stop() error {
-	if s.exited() {
-		if s.err == nil {
+	if s.Exited() {
+		if s.Err() == nil {
 			return nil
 		}
-		return fmt.Errorf("exited on its own: %v", s.err)
+		return fmt.Errorf("exited on its own: %v", s.Err())
 	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(stopTimeout):
-		s.cmd.Process.Kill()
-		<-s.done
+	if !s.Proc.Stop(stopTimeout) {
 		return fmt.Errorf("did not stop within %v of SIGTERM", stopTimeout)
 	}
-	if s.err != nil {
-		return fmt.Errorf("exit after SIGTERM: %v", s.err)
+	if s.Err() != nil {
+		return fmt.Errorf("exit after SIGTERM: %v", s.Err())
 	}
 	if strings.Contains(s.log.String(), "panic") {
 		return fmt.Errorf("its log holds a panic")
@@ -664,11 +640,3 @@ next:
 }
 
 func TestMain(m *testing.M) { proctest.Main(m) }
-
-// ended reports whether the process has exited, and then its error.
-func (s *service) ended() (bool, error) {
-	if s.exited() {
-		return true, s.err
-	}
-	return false, nil
-}

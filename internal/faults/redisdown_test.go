@@ -367,7 +367,7 @@ limits:
 		return checkService(ctx, client, svc.http, "faults", keys[key])
 	}
 	o := &outage{timeout: dieTimeout, policy: fp, bucketOf: sc.bucket, outliers: serviceOutliers}
-	l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: sc.total, watch: svc.cmd.Process.Pid}
+	l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: sc.total, watch: svc.Cmd.Process.Pid}
 	r := l.run(t.Context(), decide, killAndRestart(t, sc, srv, o))
 	// The log's times have milliseconds: an opening in the kill's
 	// millisecond counts.
@@ -378,7 +378,7 @@ limits:
 		}
 	}
 	checkOutage(t, r, o)
-	if svc.exited() {
-		t.Errorf("the service exited during the run: %v", svc.err)
+	if svc.Exited() {
+		t.Errorf("the service exited during the run: %v", svc.Err())
 	}
 }

@@ -223,7 +223,7 @@ limits:
 		}
 		sr := &stageRun{stages: stages}
 		stop := make(chan struct{})
-		l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: time.Minute, stop: stop, watch: svc.cmd.Process.Pid}
+		l := load{callers: sc.callers, keys: dieKeys, pace: sc.servicePace, dur: time.Minute, stop: stop, watch: svc.Cmd.Process.Pid}
 		r := l.run(t.Context(), decide, driveProxy(proxy, stages, each, sr, stop))
 		sr.check(t, r, slowTimeout, serviceOutliers)
 	})

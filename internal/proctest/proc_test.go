@@ -1,0 +1,47 @@
+package proctest
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestProcEnds(t *testing.T) {
+	p := Start(t, "true", exec.Command("true"))
+	if !p.Wait(5 * time.Second) {
+		t.Fatal("true did not end within 5s")
+	}
+	if ended, err := p.Ended(); !ended || err != nil || !p.Exited() || p.Err() != nil {
+		t.Errorf("after true: Ended() = %v, %v; Exited() = %v; Err() = %v; want ended with status 0", ended, err, p.Exited(), p.Err())
+	}
+	p.Signal(syscall.SIGTERM) // no process any more: nothing to do
+}
+
+func TestProcStop(t *testing.T) {
+	p := Start(t, "sleep", exec.Command("sleep", "30"))
+	if ended, _ := p.Ended(); ended || p.Exited() {
+		t.Fatal("sleep 30 reported ended at once")
+	}
+	if !p.Stop(5 * time.Second) {
+		t.Fatal("sleep did not stop within 5s of SIGTERM")
+	}
+	var ee *exec.ExitError
+	if !errors.As(p.Err(), &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("Err() = %v, want killed by SIGTERM", p.Err())
+	}
+}
+
+func TestProcStopKills(t *testing.T) {
+	// The shell ignores SIGTERM; exec keeps the ignored signal for sleep.
+	p := Start(t, "sh", exec.Command("sh", "-c", `trap "" TERM; exec sleep 30`))
+	time.Sleep(100 * time.Millisecond) // let the trap be set
+	start := time.Now()
+	if p.Stop(300 * time.Millisecond) {
+		t.Fatal("Stop = true for a process that ignores SIGTERM")
+	}
+	if !p.Exited() || time.Since(start) > 5*time.Second {
+		t.Errorf("after Stop: Exited() = %v after %v; want killed at once after the timeout", p.Exited(), time.Since(start))
+	}
+}
