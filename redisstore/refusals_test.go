@@ -331,11 +331,13 @@ func TestLocalRefusalsKeepScriptsOff(t *testing.T) {
 // refills every 20 ms, and checks every local refusal against Redis: the
 // key's state read from Redis right after the decision must refuse the
 // request at a Redis time read right before it (admission only grows with
-// time, so a refusal later implies one then).
+// time, so a refusal later implies one then). A failure says how far each
+// clock went since the entry's call (see clockReport).
 func TestLocalRefusalsClockOffset(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, offset := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(offset.String(), func(t *testing.T) {
+			start := time.Now()
 			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 			real := st.refusals.mono
 			st.refusals.mono = func() int64 { return real() + int64(offset/time.Microsecond) }
@@ -350,6 +352,7 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 					break
 				}
 				before := redisMicros(t, st)
+				read := st.refusals.mono() // after before's reply
 				n := st.LocalRefusalStats().Local
 				d, err := st.Allow(t.Context(), time.Time{}, req)
 				if err != nil {
@@ -373,7 +376,8 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 				}
 				_, want := c.pp.TokenBucket(algo.TAT{At: at}, before, req.Cost)
 				if want.Allowed {
-					t.Fatalf("refused locally (%+v), but Redis's state %q admits the request at %d, a Redis time read before the decision", d, s, before)
+					t.Fatalf("refused locally (%+v), but Redis's state %q admits the request at %d, a Redis time read before the decision; %s",
+						d, s, before, clockReport(st, c, req.Key, before, read, start))
 				}
 			}
 			if checked < 50 {
@@ -381,6 +385,31 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clockReport explains a local refusal that Redis's state contradicts at
+// before, a Redis time whose reply came before the local monotonic time
+// read: the local bound of Redis's clock now, and how far each clock went
+// from the call that made the entry, which the bound takes for equal (the
+// Redis time of its reply against the local time before it was sent).
+// Redis's TIME is this machine's wall clock (the test's redis-server runs
+// here), so it also reports how far the wall clock moved against the
+// monotonic clock since start: a step of the wall clock, which the bound
+// does not cover (docs/redis.md, "Clocks"), shows there.
+func clockReport(st *Store, c *compiled, userKey string, before, read int64, start time.Time) string {
+	rf := st.refusals
+	e := rf.hotGet(c, userKey)
+	if e == nil {
+		e = rf.get([]byte(c.key(st.prefix, userKey)), &c.policy)
+	}
+	now := time.Now()
+	steps := now.Round(0).Sub(start.Round(0)) - now.Sub(start)
+	if e == nil {
+		return fmt.Sprintf("the entry is gone; the wall clock moved %v against the monotonic clock", steps)
+	}
+	bound, _ := rf.at(e, 0, false)
+	return fmt.Sprintf("the local bound of Redis's clock, now, is %d (%d µs behind before); from the entry's call to before, Redis's clock went %d µs (from %d), the local monotonic clock %d µs (to its reply); the wall clock moved %v against the monotonic clock",
+		bound, before-bound, before-e.redisAt, e.redisAt, read-e.sentAt, steps)
 }
 
 // TestLocalRefusalsRedisDown: a refusal cached before Redis went away is
