@@ -35,14 +35,7 @@ func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	p := &proc{log: &proctest.Log{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	p.Proc = proctest.Start(t, name, cmd)
-	t.Cleanup(func() {
-		if !p.Stop(stopTimeout) {
-			t.Errorf("%s did not stop within %v of SIGTERM; killed it\n%s", name, stopTimeout, p.log)
-		}
-		if t.Failed() {
-			t.Logf("output of %s:\n%s", name, p.log)
-		}
-	})
+	p.StopWhenDone(t, stopTimeout, p.log)
 	return p
 }
 

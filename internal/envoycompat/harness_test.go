@@ -48,9 +48,8 @@ const copies = 4
 // server is a `sluice serve` process and a gRPC client of its rate limit
 // service.
 type server struct {
-	cmd        *exec.Cmd
+	*proctest.Proc
 	log        *proctest.Log
-	done       chan struct{}
 	http, grpc string
 	config     string // the configuration file
 	client     rlsv3.RateLimitServiceClient
@@ -60,41 +59,14 @@ type server struct {
 func startServer(t *testing.T, name, cfg string) *server {
 	t.Helper()
 	dir := t.TempDir()
-	s := &server{log: &proctest.Log{}, done: make(chan struct{}), config: filepath.Join(dir, "sluice.yaml")}
+	s := &server{log: &proctest.Log{}, config: filepath.Join(dir, "sluice.yaml")}
 	proctest.WriteFile(t, s.config, cfg)
 	ready := filepath.Join(dir, "ready.json")
-	s.cmd = exec.Command(proctest.Sluice(t), "serve", "--config", s.config, "--ready-file", ready, "--watch", "0")
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	var waitErr error
-	go func() {
-		waitErr = s.cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(stopTimeout):
-			t.Errorf("%s did not stop within %v of SIGTERM; killing it", name, stopTimeout)
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			t.Logf("output of %s:\n%s", name, s.log)
-		}
-	})
-	exited := func() (bool, error) {
-		select {
-		case <-s.done:
-			return true, waitErr
-		default:
-			return false, nil
-		}
-	}
-	r := proctest.WaitReady(t, name, ready, waitTimeout, exited, s.log)
+	cmd := exec.Command(proctest.Sluice(t), "serve", "--config", s.config, "--ready-file", ready, "--watch", "0")
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	s.Proc = proctest.Start(t, name, cmd)
+	s.StopWhenDone(t, stopTimeout, s.log)
+	r := proctest.WaitReady(t, name, ready, waitTimeout, s.Ended, s.log)
 	s.http, s.grpc = r.HTTP, r.GRPC
 	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -109,7 +81,7 @@ func startServer(t *testing.T, name, cfg string) *server {
 func (s *server) reload(t *testing.T, cfg string) {
 	t.Helper()
 	proctest.WriteFile(t, s.config, cfg)
-	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := s.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 }

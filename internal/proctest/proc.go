@@ -1,6 +1,7 @@
 package proctest
 
 import (
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -82,4 +83,17 @@ func (p *Proc) Stop(timeout time.Duration) bool {
 	p.Cmd.Process.Kill()
 	<-p.done
 	return false
+}
+
+// StopWhenDone stops the process (Stop) when t ends, fails t when it had
+// to be killed, and logs its output, out, when t has failed.
+func (p *Proc) StopWhenDone(t testing.TB, timeout time.Duration, out fmt.Stringer) {
+	t.Cleanup(func() {
+		if !p.Stop(timeout) {
+			t.Errorf("%s did not stop within %v of SIGTERM; killed it\n%s", p.Name, timeout, out)
+		}
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", p.Name, out)
+		}
+	})
 }

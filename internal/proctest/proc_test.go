@@ -45,3 +45,14 @@ func TestProcStopKills(t *testing.T) {
 		t.Errorf("after Stop: Exited() = %v after %v; want killed at once after the timeout", p.Exited(), time.Since(start))
 	}
 }
+
+func TestStopWhenDone(t *testing.T) {
+	var p *Proc
+	t.Run("inner", func(t *testing.T) {
+		p = Start(t, "sleep", exec.Command("sleep", "30"))
+		p.StopWhenDone(t, 5*time.Second, &Log{})
+	})
+	if !p.Exited() {
+		t.Error("the process outlived its test")
+	}
+}
