@@ -186,24 +186,22 @@ func runCheck(ctx context.Context, s streams, args []string) error {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	var a checkAnswer
 	raw, err := askService(f, req, endpoint, map[int]string{
 		http.StatusUnauthorized: " (pass a token of listen.tokens_file with --token-file or SLUICE_TOKEN)",
-	})
+	}, "a decision", &a)
 	if err != nil {
 		return failf("%v", err)
-	}
-	var a checkAnswer
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return failf("%s answered 200 with a body that is not a decision: %v", endpoint, err)
 	}
 	return printAnswer(s, f, raw, formatAnswer(f, &a)+"\n", a.Allowed, failf)
 }
 
 // askService sends req with the client of f and returns the body of a 200
-// answer. Any other answer is an error that names the endpoint (name), the
+// answer, decoded into answer (what says what it should be, for the error
+// when it is not). Any other answer is an error that names the endpoint (name), the
 // status, the service's message (its error, or a problem's detail) and the
 // hint for that status.
-func askService(f *checkFlags, req *http.Request, name string, hints map[int]string) ([]byte, error) {
+func askService(f *checkFlags, req *http.Request, name string, hints map[int]string, what string, answer any) ([]byte, error) {
 	resp, err := f.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -214,6 +212,9 @@ func askService(f *checkFlags, req *http.Request, name string, hints map[int]str
 		return nil, fmt.Errorf("reading the answer of %s: %v", name, err)
 	}
 	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(raw, answer); err != nil {
+			return nil, fmt.Errorf("%s answered 200 with a body that is not %s: %v", name, what, err)
+		}
 		return raw, nil
 	}
 	var e struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -81,16 +80,13 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	name := u.JoinPath("/v1/explain").String()
+	var a explainAnswer
 	raw, err := askService(f, req, name, map[int]string{
 		http.StatusUnauthorized: " (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)",
 		http.StatusNotFound:     " (with listen.admin set, --server must name the admin listener)",
-	})
+	}, "an explanation", &a)
 	if err != nil {
 		return failf("%v", err)
-	}
-	var a explainAnswer
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return failf("%s answered 200 with a body that is not an explanation: %v", name, err)
 	}
 	return printAnswer(s, f, raw, formatExplain(&a), a.Allowed, failf)
 }
