@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // HeaderStyle selects the quota header fields written on responses. The
@@ -274,31 +275,13 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 }
 
 // closest returns the index of the result that the RateLimit field reports:
-// among the enforced results, a denying one with the longest wait, else the
-// one with the fewest remaining units (the first on a tie); -1 when none
-// applied.
+// among the enforced results, the one that decides, in the engine's order
+// (a denying one with the longest wait, else the one with the fewest
+// remaining units; the first on a tie); -1 when none applied.
 func closest(results []Result) int {
 	best := -1
 	for i := range results {
-		r := &results[i]
-		if !r.counts() {
-			continue
-		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := &results[best]
-		switch {
-		case !r.Decision.Allowed && b.Decision.Allowed:
-			best = i
-		case r.Decision.Allowed != b.Decision.Allowed:
-		case !r.Decision.Allowed:
-			if r.Decision.RetryAfter == sluice.Never && b.Decision.RetryAfter != sluice.Never ||
-				b.Decision.RetryAfter != sluice.Never && r.Decision.RetryAfter > b.Decision.RetryAfter {
-				best = i
-			}
-		case r.Decision.Remaining < b.Decision.Remaining:
+		if results[i].counts() && (best < 0 || engine.Precedes(results[i].Decision, results[best].Decision)) {
 			best = i
 		}
 	}

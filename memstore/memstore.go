@@ -180,10 +180,16 @@ func (s *Store) micros(now time.Time) int64 {
 }
 
 // Now returns the time on the store's clock (Options.Now, or the system's
-// monotonic clock from a wall-clock start), to the microsecond: the time a
-// zero now means to Allow, AllowAll, Peek and Inspect.
+// monotonic clock from a wall-clock start): the time a zero now means to
+// Allow, AllowAll, Peek and Inspect, which read it to the microsecond. On
+// the system's clock the time carries its monotonic reading, so that
+// sluice.WaitAll, which measures a context's deadline from it, is not
+// moved by a step of the wall clock since the store started.
 func (s *Store) Now() time.Time {
-	return time.UnixMicro(s.clock())
+	if s.now != nil {
+		return time.UnixMicro(s.now().UnixMicro())
+	}
+	return s.base.Add(time.Since(s.base))
 }
 
 // Sleep waits for d on the store's clock (Options.Sleep), or until ctx

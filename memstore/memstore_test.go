@@ -439,7 +439,8 @@ func TestConcurrentUse(t *testing.T) {
 // of one request, which runs every algorithm through the same code): two
 // stores on the same clock see the same requests, one through each method,
 // and must return the same decisions and errors, for every algorithm, costs
-// from invalid to over capacity, and a few keys.
+// from invalid to over capacity, a few keys, at the store's clock and at
+// the same time given explicitly, and with a MaxDelay (Allow's other path).
 func TestAllowPolicyMatchesAllow(t *testing.T) {
 	ctx := context.Background()
 	now := t0
@@ -468,10 +469,46 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		p := policies[next(uint64(len(policies)))]
 		key := "k" + strconv.Itoa(int(next(4)))
 		cost := int64(next(11)) - 1 // -1..9: invalid, in range and over capacity
-		want, wantErr := viaAllow.AllowAll(ctx, time.Time{}, []sluice.Request{{Policy: p, Key: key, Cost: cost}}, nil)
-		got, gotErr := viaPolicy.AllowPolicy(time.Time{}, &p, key, cost)
-		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-			t.Fatalf("request %d (%v, %q, cost %d): AllowPolicy = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, got, gotErr, want, wantErr)
+		var at time.Time            // the store's clock, or the same time given explicitly
+		if next(2) == 0 {
+			at = now
 		}
+		var delay time.Duration // a MaxDelay takes Allow's other path
+		if next(4) == 0 {
+			delay = time.Duration(next(3000)) * time.Millisecond
+		}
+		want, wantErr := viaAllow.AllowAll(ctx, at, []sluice.Request{{Policy: p, Key: key, Cost: cost, MaxDelay: delay}}, nil)
+		var got sluice.Decision
+		var gotErr error
+		if delay == 0 {
+			got, gotErr = viaPolicy.AllowPolicy(at, &p, key, cost)
+		} else {
+			got, gotErr = viaPolicy.Allow(ctx, at, sluice.Request{Policy: p, Key: key, Cost: cost, MaxDelay: delay})
+		}
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("request %d (%v, %q, cost %d, at %v, max delay %v): AllowPolicy or Allow = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, at, delay, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// TestNowCarriesMonotonicReading checks that Store.Now on the system's
+// clock keeps a monotonic reading (time.Time's String shows it as "m="),
+// so that sluice.WaitAll's deadline arithmetic on it ignores steps of the
+// wall clock; and that it agrees with the time the store decides at.
+func TestNowCarriesMonotonicReading(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	before := time.Now()
+	now := st.Now()
+	after := time.Now()
+	if !strings.Contains(now.String(), " m=") {
+		t.Errorf("Now() = %v, want a time with a monotonic reading", now)
+	}
+	if now.Before(before.Add(-time.Microsecond)) || now.After(after.Add(time.Microsecond)) {
+		t.Errorf("Now() = %v, want between %v and %v", now, before, after)
+	}
+	fixed := time.Unix(1_700_000_000, 123_456_789)
+	st = memstore.New(memstore.Options{Now: func() time.Time { return fixed }})
+	if got, want := st.Now(), fixed.Truncate(time.Microsecond); !got.Equal(want) {
+		t.Errorf("Now() with Options.Now = %v, want %v", got, want)
 	}
 }

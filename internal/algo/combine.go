@@ -52,22 +52,26 @@ func Combine[D Decision](ds []D) D {
 // units remaining; ties go to the first. It returns -1 for no decisions.
 func Decider[D Decision](ds []D) int {
 	k := -1
-	for i, d := range ds {
-		d := decision(d)
-		if k < 0 {
-			k = i
-			continue
-		}
-		dk := decision(ds[k])
-		switch {
-		case !d.Allowed && dk.Allowed:
-			k = i
-		case d.Allowed != dk.Allowed:
-		case !d.Allowed && dk.RetryAfter != Never && (d.RetryAfter == Never || d.RetryAfter > dk.RetryAfter):
-			k = i
-		case d.Allowed && d.Remaining < dk.Remaining:
+	for i := range ds {
+		if k < 0 || Precedes(ds[i], ds[k]) {
 			k = i
 		}
 	}
 	return k
+}
+
+// Precedes reports whether d decides before e, the order Decider picks
+// by: a refusal before an admission; of two refusals, the longer wait
+// (Never the longest); of two admissions, fewer units remaining. Equals do
+// not precede each other.
+func Precedes[D Decision](d, e D) bool {
+	a, b := decision(d), decision(e)
+	switch {
+	case a.Allowed != b.Allowed:
+		return !a.Allowed
+	case !a.Allowed:
+		return b.RetryAfter != Never && (a.RetryAfter == Never || a.RetryAfter > b.RetryAfter)
+	default:
+		return a.Remaining < b.Remaining
+	}
 }

@@ -475,3 +475,7 @@ func request(c *Check) sluice.Request {
 // longest wait (Never the longest), else the one with the fewest units
 // left; ties go to the first. It returns -1 for no decisions.
 func Decider(ds []sluice.Decision) int { return algo.Decider(ds) }
+
+// Precedes reports whether d decides before e in Decider's order (see
+// algo.Precedes), for a door that picks among its own results.
+func Precedes(d, e sluice.Decision) bool { return algo.Precedes(d, e) }

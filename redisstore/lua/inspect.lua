@@ -3,7 +3,10 @@
 -- the key's algorithm and sets decide and algorithm, as for single.lua.
 --
 -- KEYS[1]: the state key.
--- ARGV: as single.lua's; the operation is ignored (nothing is charged).
+-- ARGV (text, unlike single.lua's one packed argument): now (see
+--   lib.lua), the operation (ignored: nothing is charged), the algorithm's
+--   code (tb, gcra, lb, fw, sw or sl), L, P (µs), B, cost, and maxdelay
+--   (µs, -1 for none).
 -- Reply: now (µs, never before the latest time the key has seen), then
 --   allowed, remaining, retry, reset and delay as single.lua's, then the
 --   state as stored:
