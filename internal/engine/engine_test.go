@@ -193,3 +193,48 @@ func (f failing) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Requ
 func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	return f.Allow(ctx, now, req)
 }
+
+// TestOneCheckAsGeneral checks Decide's shortcut for a request of one
+// enforced check against its general path: two stores on one clock see the
+// same requests, one alone (the shortcut) and one with a shadow check
+// beside it on another key of a limit that never refuses (which takes the
+// general path and changes nothing else); the outcomes and the enforced
+// check's results must be the same, for every algorithm and random costs.
+func TestOneCheckAsGeneral(t *testing.T) {
+	ctx := context.Background()
+	now := t0
+	clock := func() time.Time { return now }
+	alone := memstore.New(memstore.Options{Now: clock})
+	beside := memstore.New(memstore.Options{Now: clock})
+	policies := []sluice.Policy{
+		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
+		sluice.GCRA(3, time.Second, 4).Named("gcra"),
+		sluice.LeakyBucket(4, time.Second, 6).Named("lb"),
+		sluice.FixedWindow(7, time.Second).Named("fw"),
+		sluice.SlidingWindow(6, time.Second).Named("sw"),
+		sluice.SlidingLog(5, time.Second).Named("sl"),
+	}
+	roomy := sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
+	rnd := uint64(7)
+	next := func(n uint64) uint64 {
+		rnd ^= rnd << 13
+		rnd ^= rnd >> 7
+		rnd ^= rnd << 17
+		return rnd % n
+	}
+	for i := range 3000 {
+		now = now.Add(time.Duration(next(300)) * time.Millisecond)
+		p := policies[next(uint64(len(policies)))]
+		c := engine.Check{Policy: p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}
+		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
+			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
+		}
+		one := make([]engine.Result, 1)
+		got := engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one)
+		two := make([]engine.Result, 2)
+		want := engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two)
+		if got != want || one[0] != two[0] {
+			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
+		}
+	}
+}
