@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -457,13 +458,8 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		sluice.FixedCalendarWindow(9, sluice.Calendar{Unit: sluice.CalendarDay}),
 		{Algorithm: sluice.TokenBucketAlgorithm, Limit: 0, Period: time.Second}, // invalid
 	}
-	rnd := uint64(1)
-	next := func(n uint64) uint64 {
-		rnd ^= rnd << 13
-		rnd ^= rnd >> 7
-		rnd ^= rnd << 17
-		return rnd % n
-	}
+	rnd := benchrand.Rand(1)
+	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 5000 {
 		now = now.Add(time.Duration(next(200)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -215,13 +216,8 @@ func TestOneCheckAsGeneral(t *testing.T) {
 		sluice.SlidingLog(5, time.Second).Named("sl"),
 	}
 	roomy := sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
-	rnd := uint64(7)
-	next := func(n uint64) uint64 {
-		rnd ^= rnd << 13
-		rnd ^= rnd >> 7
-		rnd ^= rnd << 17
-		return rnd % n
-	}
+	rnd := benchrand.Rand(7)
+	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 3000 {
 		now = now.Add(time.Duration(next(300)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
