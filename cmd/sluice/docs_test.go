@@ -1,15 +1,8 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io/fs"
-	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/mdtest"
+	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
 )
 
 // The markers a Markdown page puts on the line before a ```yaml block
@@ -110,7 +103,7 @@ var fileRefRE = regexp.MustCompile(`(?m)\b([a-z_]*file):\s*"?([A-Za-z0-9._/-]+)"
 // certificates and a key for TLS, and plan tables from examples/.
 func TestValidateDocs(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := tlstest.SelfSigned(t, "sluice docs test")
 	checked := 0
 	for _, y := range docYAMLs(t) {
 		if strings.HasPrefix(y.marker, markFormat) {
@@ -149,8 +142,9 @@ func TestValidateDocs(t *testing.T) {
 
 // writeReferenced makes the file a configuration names with key, at the
 // relative path name in dir: a plan table is copied from examples/, a
-// certificate or key comes from pki, anything else is a secret.
-func writeReferenced(t *testing.T, dir, key, name string, pki testPKI) {
+// certificate or key comes from pki (a self-signed certificate, usable as
+// CA, server and client certificate), anything else is a secret.
+func writeReferenced(t *testing.T, dir, key, name string, pki *tlstest.Issued) {
 	t.Helper()
 	if filepath.IsAbs(name) || strings.Contains(name, "..") {
 		t.Fatalf("the docs name the file %q: use a path relative to the configuration", name)
@@ -158,9 +152,9 @@ func writeReferenced(t *testing.T, dir, key, name string, pki testPKI) {
 	var content []byte
 	switch key {
 	case "ca_file", "cert_file", "client_ca_file":
-		content = pki.cert
+		content = pki.CertPEM
 	case "key_file":
-		content = pki.key
+		content = pki.KeyPEM
 	case "file":
 		b, err := os.ReadFile(filepath.Join("../../examples", name))
 		if err != nil {
@@ -176,41 +170,6 @@ func writeReferenced(t *testing.T, dir, key, name string, pki testPKI) {
 	}
 	if err := os.WriteFile(path, content, 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// testPKI is a self-signed certificate (usable as a CA and as a client
-// certificate) and its key, in PEM.
-type testPKI struct{ cert, key []byte }
-
-func newTestPKI(t *testing.T) testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "sluice docs test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testPKI{
-		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}),
 	}
 }
 
@@ -241,7 +200,7 @@ func serveDoc(t *testing.T, y string) *instance {
 	}
 	dir := t.TempDir()
 	for _, m := range fileRefRE.FindAllStringSubmatch(y, -1) {
-		writeReferenced(t, dir, m[1], m[2], newTestPKI(t))
+		writeReferenced(t, dir, m[1], m[2], tlstest.SelfSigned(t, "sluice docs test"))
 	}
 	return startServe(t, "--config", writeConfig(t, filepath.Join(dir, "sluice.yaml"), y))
 }

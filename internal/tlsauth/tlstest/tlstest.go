@@ -32,7 +32,7 @@ type CA struct {
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
 	key := newKey(t)
-	tmpl := &x509.Certificate{
+	is := sign(t, &x509.Certificate{
 		SerialNumber:          serial(t),
 		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             time.Now().Add(-time.Hour),
@@ -40,16 +40,29 @@ func NewCA(t testing.TB, name string) *CA {
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &CA{Cert: c, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	}, key, nil, nil)
+	return &CA{Cert: is.Cert, key: key, PEM: is.CertPEM}
+}
+
+// SelfSigned returns a certificate named name that is its own CA and that
+// a server (for localhost and 127.0.0.1) and a client can both present,
+// valid for a day around now: one file that is CA, server and client
+// certificate at once, as a test of a TLS setting wants.
+func SelfSigned(t testing.TB, name string) *Issued {
+	t.Helper()
+	key := newKey(t)
+	return sign(t, &x509.Certificate{
+		SerialNumber:          serial(t),
+		Subject:               pkix.Name{CommonName: name},
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}, key, nil, nil)
 }
 
 // Pool returns a pool holding the CA.
@@ -123,7 +136,17 @@ func (ca *CA) Issue(t testing.TB, l Leaf) *Issued {
 		}
 		tmpl.URIs = append(tmpl.URIs, u)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	return sign(t, tmpl, key, ca.Cert, ca.key)
+}
+
+// sign makes the certificate tmpl for key, signed by parent's parentKey
+// (tmpl's own key when parent is nil: a self-signed certificate).
+func sign(t testing.TB, tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) *Issued {
+	t.Helper()
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
