@@ -162,7 +162,9 @@ type item struct {
 	unlimited   bool
 	replaces    []string // of an unlimited limit
 	matched     bool
-	ds          []sluice.Decision // one per limit
+	// first is the index of the decision of the item's first limit in
+	// the request's decisions (decide), one per limit in order.
+	first int
 }
 
 // ShouldRateLimit decides a request: it matches each descriptor to its
@@ -183,7 +185,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rls: the request has no descriptors")
 	}
-	resp := newResponse(len(descs))
+	resp, spare := newResponse(len(descs))
 	cfg := s.cfg.Load()
 	root := cfg.domains[domain]
 	if root == nil {
@@ -234,7 +236,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.now != nil {
 		now = s.now()
 	}
-	denied, degraded, err := s.decide(ctx, now, items)
+	// The decisions of a few limits stay on the stack too.
+	var dsBuf [4]sluice.Decision
+	ds, denied, degraded, err := s.decide(ctx, now, items, dsBuf[:0])
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +246,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
-		resp.Statuses[i] = s.statusOf(domain, &items[i], denied, degraded)
+		it := &items[i]
+		var its []sluice.Decision
+		if it.matched && !it.unlimited {
+			its = ds[it.first : it.first+len(it.limits)]
+		}
+		resp.Statuses[i] = s.statusOf(domain, it, its, spare, denied, degraded)
 	}
 	resp.ResponseHeadersToAdd = cfg.responseHeaders(descs, items, resp)
 	return resp, nil
@@ -346,8 +355,9 @@ func (it *item) enforced() bool {
 // whether the request is denied and whether the store's failure policy
 // decided. A request whose cost a limit can never admit (a limit of 0, a
 // cost above the capacity, or the summed cost of descriptors that charge
-// the same counter) is denied and charges nothing.
-func (s *Service) decide(ctx context.Context, now time.Time, items []item) (denied, degraded bool, err error) {
+// the same counter) is denied and charges nothing. It appends the
+// decisions of the items' limits to ds, each item's from its first.
+func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []sluice.Decision) (_ []sluice.Decision, denied, degraded bool, err error) {
 	// The checks and their results stay on the stack for a few limits.
 	var checkBuf [4]engine.Check
 	var resBuf [len(checkBuf)]engine.Result
@@ -358,7 +368,6 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 			continue
 		}
 		s.override(it)
-		it.ds = make([]sluice.Decision, len(it.limits))
 		for _, l := range it.limits {
 			c := engine.Check{Policy: l.policy, Key: it.key, Cost: it.cost}
 			if it.shadow {
@@ -368,7 +377,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 		}
 	}
 	if len(checks) == 0 {
-		return false, false, nil
+		return ds, false, false, nil
 	}
 	var res []engine.Result
 	if len(checks) <= len(resBuf) {
@@ -378,7 +387,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 	}
 	o := engine.Decide(ctx, s.store, now, checks, res)
 	if o.Err != nil {
-		return false, false, storeError(o.Err)
+		return ds, false, false, storeError(o.Err)
 	}
 	k := 0
 	for i := range items {
@@ -386,15 +395,16 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item) (deni
 		if !it.matched || it.unlimited {
 			continue
 		}
-		for j := range it.limits {
+		it.first = len(ds)
+		for range it.limits {
 			if res[k].Err != nil {
-				return false, false, storeError(res[k].Err)
+				return ds, false, false, storeError(res[k].Err)
 			}
-			it.ds[j] = res[k].Decision
+			ds = append(ds, res[k].Decision)
 			k++
 		}
 	}
-	return !o.Allowed, o.Decision.Degraded, nil
+	return ds, !o.Allowed, o.Decision.Degraded, nil
 }
 
 // override replaces the policy of each limit of it that an admin override
@@ -439,8 +449,11 @@ func storeError(err error) error {
 	return status.Errorf(codes.Unavailable, "rls: store: %v", err)
 }
 
-// statusOf returns the status of one descriptor and reports its event.
-func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+// statusOf returns the status of one descriptor, whose limits decided
+// ds, and reports its event. The status of a descriptor with a limit is
+// spare when not nil (the response's own, for a request of one
+// descriptor), else a new one.
+func (s *Service) statusOf(domain string, it *item, ds []sluice.Decision, spare *statusAlloc, denied, degraded bool) *rlsv3.RateLimitResponse_DescriptorStatus {
 	if !it.matched {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
@@ -452,11 +465,15 @@ func (s *Service) statusOf(domain string, it *item, denied, degraded bool) *rlsv
 	}
 	// The deciding limit: a denying one with the longest wait, else the
 	// one with the fewest units left.
-	k := engine.Decider(it.ds)
-	d, l := it.ds[k], it.limits[k]
+	k := engine.Decider(ds)
+	d, l := ds[k], it.limits[k]
 	own := d.Allowed
-	// One allocation for the status and the messages it points to.
-	a := new(statusAlloc)
+	// One allocation for the status and the messages it points to, or
+	// none.
+	a := spare
+	if a == nil {
+		a = new(statusAlloc)
+	}
 	st := &a.status
 	st.Code = rlsv3.RateLimitResponse_OK
 	st.CurrentLimit = &a.limit
@@ -507,26 +524,28 @@ func (a *statusAlloc) duration(d time.Duration) *durationpb.Duration {
 	return &a.reset
 }
 
-// responseAlloc is a response with room for one descriptor's status,
-// allocated together.
+// responseAlloc is a response with room for one descriptor's status and
+// that status itself, allocated together.
 type responseAlloc struct {
 	resp rlsv3.RateLimitResponse
 	one  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	st   statusAlloc
 }
 
 // newResponse returns an OK response with n statuses to fill: one
-// allocation when n is 1.
-func newResponse(n int) *rlsv3.RateLimitResponse {
+// allocation when n is 1, which also holds the status to fill in, spare
+// (nil for another n).
+func newResponse(n int) (resp *rlsv3.RateLimitResponse, spare *statusAlloc) {
 	if n != 1 {
 		return &rlsv3.RateLimitResponse{
 			OverallCode: rlsv3.RateLimitResponse_OK,
 			Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
-		}
+		}, nil
 	}
 	a := new(responseAlloc)
 	a.resp.OverallCode = rlsv3.RateLimitResponse_OK
 	a.resp.Statuses = a.one[:]
-	return &a.resp
+	return &a.resp, &a.st
 }
 
 func (s *Service) emit(ev Event) {
