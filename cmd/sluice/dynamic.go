@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -34,16 +35,27 @@ type dynamic struct {
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 	closeOv   func() error
+	logger    *slog.Logger
+	// redisBackend is set with the Redis backend: plan tables may then
+	// be Redis hashes.
+	redisBackend bool
+	// tableCheck is how often a plan table file is looked at for
+	// changes (tableCheckEvery).
+	tableCheck time.Duration
 }
+
+// tableCheckEvery is how often a plan table file is looked at for changes.
+const tableCheckEvery = time.Second
 
 // openDynamic returns the override store for cfg: this instance's own
 // with the memory backend, one shared in Redis with the Redis backend.
 func openDynamic(cfg config.Store, logger *slog.Logger) *dynamic {
-	d := &dynamic{}
+	d := &dynamic{logger: logger, tableCheck: tableCheckEvery}
 	if cfg.Backend != config.RedisBackend {
 		d.overrides = overrides.NewMemory()
 		return d
 	}
+	d.redisBackend = true
 	opt := redisClientOption(cfg.Redis)
 	opt.Dialer = net.Dialer{Timeout: startupPingTimeout}
 	c, err := rueidis.NewClient(opt)
@@ -91,18 +103,41 @@ func (d *dynamic) redis() rueidis.Client {
 	return nil
 }
 
-// options adds the override store and the plan tables in Redis hashes to
-// opts.
+// options adds the override store and the plan tables to opts.
 func (d *dynamic) options(opts server.Options) server.Options {
 	opts.Overrides = d.overrides
-	opts.RedisHash = d.redisHash
+	opts.OpenTable = d.openTable
 	return opts
 }
 
-// redisHash returns the plan table in the Redis hash at key hash, read
-// over the connection of d once it is made.
-func (d *dynamic) redisHash(hash string) plans.Table {
-	return &redisTable{client: d.redis, hash: hash}
+// openTable opens a plan table of a configuration (docs/plans.md): a
+// file, looked at for changes every d.tableCheck, or a Redis hash read
+// over the connection of d once it is made, behind a cache of cache_ttl
+// and cache_size. planNames are the configuration's plans, the only
+// names a table file may give.
+func (d *dynamic) openTable(tc config.PlanTable, planNames []string) (plans.Table, error) {
+	switch {
+	case tc.File != "":
+		name := tc.Name
+		return plans.OpenFile(tc.File, plans.FileOptions{
+			CheckEvery: d.tableCheck,
+			Plans:      planNames,
+			OnReload: func(keys int, err error) {
+				if err != nil {
+					d.logger.Warn("plans: a changed plan table file was refused; the previous one stays", "table", name, "error", err)
+					return
+				}
+				d.logger.Info("plans: plan table reloaded", "table", name, "keys", keys)
+			},
+		})
+	case tc.RedisHash != "":
+		if !d.redisBackend {
+			return nil, fmt.Errorf("the Redis hash %q needs store.backend: redis", tc.RedisHash)
+		}
+		return plans.NewCache(&redisTable{client: d.redis, hash: tc.RedisHash}, plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize}), nil
+	default:
+		return nil, errors.New("neither a file nor a Redis hash")
+	}
 }
 
 // redisTable is a plan table in a Redis hash read with a client that may

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -9,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"
@@ -127,11 +125,9 @@ func startupCases(dir string) []startupCase {
 		}, "limits:\n  api: {algorithm: token_bucket, limit: 10, period: 1s}\nplans:\n  free: [{limit: api}]\nplan_tables:\n  t: {file: missing.csv}\n",
 			"6: plan_tables.t.file: cannot read "},
 		{"plan table in Redis without Redis", func(t *testing.T) error {
-			cfg, err := config.Parse("sluice.yaml", []byte(redisYAML("", "")+"plans:\n  free: [{limit: api}]\nplan_tables:\n  t: {redis_hash: plans}\n"), formats)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = server.New(cfg, memstore.New(memstore.Options{}), server.Options{Registry: prometheus.NewRegistry()})
+			d := openDynamic(config.Store{Backend: config.MemoryBackend}, slog.New(slog.DiscardHandler))
+			defer d.close()
+			_, err := d.openTable(config.PlanTable{Name: "t", RedisHash: "plans"}, []string{"free"})
 			return err
 		}, "limits:\n  api: {algorithm: token_bucket, limit: 10, period: 1s}\nplans:\n  free: [{limit: api}]\nplan_tables:\n  t: {redis_hash: plans}\n",
 			"6: plan_tables.t.redis_hash: needs store.backend: redis"},

@@ -25,9 +25,6 @@ import (
 // response (charge_on), and the bounded read of the body for the form:
 // and json: key sources.
 
-// tableCheckEvery is how often a plan table file is looked at for changes.
-const tableCheckEvery = time.Second
-
 // rule is a configured rule with the middlewares that apply its limits.
 type rule struct {
 	cfg config.Rule
@@ -226,7 +223,8 @@ type planTable struct {
 // plan table.
 const tableLogEvery = 10 * time.Second
 
-// buildTables opens the plan tables of a configuration.
+// buildTables opens the plan tables of a configuration with
+// Options.OpenTable.
 func (h *Handler) buildTables(cfg *config.Config) (map[string]*planTable, error) {
 	out := make(map[string]*planTable)
 	var known []string
@@ -234,34 +232,15 @@ func (h *Handler) buildTables(cfg *config.Config) (map[string]*planTable, error)
 		known = append(known, p.Name)
 	}
 	for _, tc := range cfg.PlanTables() {
-		t := &planTable{cfg: tc, failed: h.throttledWarn("plans: the plan table failed; clients get the default plan, or the plan last seen", slog.String("table", tc.Name))}
-		switch {
-		case tc.File != "":
-			name := tc.Name
-			f, err := plans.OpenFile(tc.File, plans.FileOptions{
-				CheckEvery: h.tableCheck,
-				Plans:      known,
-				OnReload: func(keys int, err error) {
-					if err != nil {
-						h.logger.Warn("plans: a changed plan table file was refused; the previous one stays", "table", name, "error", err)
-						return
-					}
-					h.logger.Info("plans: plan table reloaded", "table", name, "keys", keys)
-				},
-			})
-			if err != nil {
-				return nil, fmt.Errorf("server: plan table %q: %w", tc.Name, err)
-			}
-			t.table = f
-		case tc.RedisHash != "":
-			if h.redisHash == nil {
-				return nil, fmt.Errorf("server: plan table %q reads the Redis hash %q, but the server has no Redis (Options.RedisHash)", tc.Name, tc.RedisHash)
-			}
-			t.table = plans.NewCache(h.redisHash(tc.RedisHash), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize})
-		default:
-			return nil, fmt.Errorf("server: plan table %q has neither a file nor a Redis hash", tc.Name)
+		if h.openTable == nil {
+			return nil, fmt.Errorf("server: plan table %q: the server cannot open plan tables (Options.OpenTable)", tc.Name)
 		}
-		out[tc.Name] = t
+		table, err := h.openTable(tc, known)
+		if err != nil {
+			return nil, fmt.Errorf("server: plan table %q: %w", tc.Name, err)
+		}
+		out[tc.Name] = &planTable{cfg: tc, table: table,
+			failed: h.throttledWarn("plans: the plan table failed; clients get the default plan, or the plan last seen", slog.String("table", tc.Name))}
 	}
 	return out, nil
 }

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
@@ -46,6 +45,13 @@ proxy:
       plan: {key: "header:X-API-Key", table: customers}
 `
 
+// openTableFile opens a plan table file for Options.OpenTable (cmd/sluice
+// opens the tables of sluice serve), looked at for changes every
+// millisecond.
+func openTableFile(tc config.PlanTable, planNames []string) (plans.Table, error) {
+	return plans.OpenFile(tc.File, plans.FileOptions{CheckEvery: time.Millisecond, Plans: planNames})
+}
+
 // plFixture serves plansYAML with the table file holding table.
 func plFixture(t *testing.T, table string, opts ...func(*Options)) (*fixture, string) {
 	t.Helper()
@@ -56,7 +62,7 @@ func plFixture(t *testing.T, table string, opts ...func(*Options)) (*fixture, st
 	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
-	o := Options{Registry: reg, Now: c.Now}
+	o := Options{Registry: reg, Now: c.Now, OpenTable: openTableFile}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -122,13 +128,10 @@ func TestPlansByHeader(t *testing.T) {
 }
 
 // TestPlansByTable: the plan comes from the table file; a changed file
-// applies at the next look, a broken one is refused.
+// applies at the next look, a broken one is refused (cmd/sluice's
+// TestOpenTable checks what is logged).
 func TestPlansByTable(t *testing.T) {
-	var logs bytes.Buffer
-	f, path := plFixture(t, "key,plan\nk-pro,pro\nk-int,internal\n", func(o *Options) {
-		o.TableCheckEvery = time.Millisecond
-		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	})
+	f, path := plFixture(t, "key,plan\nk-pro,pro\nk-int,internal\n")
 	for _, tt := range []struct {
 		key      string
 		admitted int
@@ -155,9 +158,6 @@ func TestPlansByTable(t *testing.T) {
 	f.clock.Advance(time.Second)
 	if got, _ := f.admitted(20, "by-table", "X-API-Key", "k-new"); got != 2 {
 		t.Errorf("k-new after a broken file: admitted %d, want 2 (the rest of pro's 5 an hour)", got)
-	}
-	if !strings.Contains(logs.String(), "plan table reloaded") || !strings.Contains(logs.String(), `no plan named \"gold\"`) {
-		t.Errorf("logs do not report the reload and the refused file:\n%s", logs.String())
 	}
 }
 
@@ -191,7 +191,10 @@ proxy:
 	var fs [2]*fixture
 	for i := range fs {
 		c := teststore.NewClock(start)
-		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now, RedisHash: func(hash string) plans.Table { return redisplans.New(client, hash, 0) }})
+		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now,
+			OpenTable: func(tc config.PlanTable, _ []string) (plans.Table, error) {
+				return plans.NewCache(redisplans.New(client, tc.RedisHash, 0), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize}), nil
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,9 +223,10 @@ proxy:
 	if got := strings.TrimSpace(rec.Body.String()); got != want {
 		t.Errorf("plan_table check = %s, want %s", got, want)
 	}
-	// Without a Redis client, such a configuration is refused.
-	if _, err := New(parse(t, yaml), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), "no Redis (Options.RedisHash)") {
-		t.Errorf("New without Options.RedisHash = %v, want an error", err)
+	// A server that cannot open plan tables refuses a configuration
+	// with one.
+	if _, err := New(parse(t, yaml), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), `plan table "accounts": the server cannot open plan tables (Options.OpenTable)`) {
+		t.Errorf("New without Options.OpenTable = %v, want an error", err)
 	}
 }
 

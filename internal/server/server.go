@@ -96,20 +96,18 @@ type Options struct {
 	// (Envoy's descriptors, rls.Config.Limit), and false for a name it
 	// does not know. Nil means none.
 	OtherLimits func(name string) (sluice.Policy, bool)
-	// RedisHash returns the plan table that reads a Redis hash
-	// (plan_tables.NAME.redis_hash), uncached: the server puts its cache
-	// (cache_ttl, cache_size) in front. cmd/sluice builds it over its own
-	// Redis connection (plans/redisplans); while that is not connected its
-	// lookups fail, and clients get the default plan or the one last
-	// seen. A configuration with such a table needs RedisHash set.
-	RedisHash func(hash string) plans.Table
+	// OpenTable opens a plan table of the configuration
+	// (plan_tables.NAME), given the names of the configuration's plans;
+	// it is called for every table each time a configuration is applied.
+	// cmd/sluice opens table files (plans.OpenFile, reloaded when they
+	// change) and Redis hashes (plans/redisplans behind plans.NewCache,
+	// over its own Redis connection). A configuration with plan tables
+	// needs OpenTable set.
+	OpenTable func(t config.PlanTable, planNames []string) (plans.Table, error)
 	// ReadTimeout is the http.Server's ReadTimeout, which the proxy gives
 	// back to the rest of a request body once a body key source has read
 	// its start under proxy.body.timeout. Zero means no limit.
 	ReadTimeout time.Duration
-	// TableCheckEvery is how often a plan table file is looked at for
-	// changes; default 1 s.
-	TableCheckEvery time.Duration
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -146,9 +144,8 @@ type Handler struct {
 	overrides   overrides.Store
 	resolver    *engine.Resolver
 	otherLimits func(name string) (sluice.Policy, bool)
-	redisHash   func(hash string) plans.Table
+	openTable   func(config.PlanTable, []string) (plans.Table, error)
 	readTimeout time.Duration
-	tableCheck  time.Duration
 }
 
 // state is everything a request needs from the configuration, built once
@@ -185,14 +182,11 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
-		overrides: opts.Overrides, redisHash: opts.RedisHash, readTimeout: opts.ReadTimeout, tableCheck: opts.TableCheckEvery}
+		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout}
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
 	}
 	h.otherLimits = opts.OtherLimits
-	if h.tableCheck <= 0 {
-		h.tableCheck = tableCheckEvery
-	}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}

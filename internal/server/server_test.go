@@ -68,7 +68,7 @@ func newFixture(t testing.TB, yaml string) *fixture {
 	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
-	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now}, metrics.StoreGauges{Keys: store.Len})
+	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now, OpenTable: openTableFile}, metrics.StoreGauges{Keys: store.Len})
 	h, err := New(parse(t, yaml), measuredStore, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
