@@ -223,7 +223,8 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 	d := results[decider].Decision
 	if style.has(HeadersIETF) {
 		// Both values are built in one buffer and share one string and
-		// one slice: two allocations, not four.
+		// one slice: two allocations, not four. With the shared
+		// RateLimit-Policy value, the RateLimit value and its slice of one.
 		var buf [224]byte
 		b := buf[:0]
 		if policyField == nil {
@@ -239,14 +240,17 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 		}
 		n := len(b)
 		s := string(AppendRateLimit(b, results[decider].Policy.Name, d))
-		vals := make([]string, 2)
-		vals[0], vals[1] = s[:n], s[n:]
 		if policyField != nil {
+			// The shared field: only the RateLimit value is this
+			// response's own.
 			h[hdrPolicy] = policyField
+			h[hdrRateLimit] = []string{s}
 		} else {
+			vals := make([]string, 2)
+			vals[0], vals[1] = s[:n], s[n:]
 			h[hdrPolicy] = vals[0:1:1]
+			h[hdrRateLimit] = vals[1:2:2]
 		}
-		h[hdrRateLimit] = vals[1:2:2]
 	}
 	if style.has(HeadersLegacy | HeadersX) {
 		reset, hasReset := resetSeconds(d)

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 
@@ -37,5 +38,36 @@ func TestWriteHeadersIETF(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, func() { WriteHeaders(h, HeadersIETF, results, now) }); n > 2 {
 		t.Errorf("WriteHeaders(IETF): %v allocations, want at most 2", n)
+	}
+}
+
+// TestWriteHeadersSharedPolicy: with the middleware's prebuilt
+// RateLimit-Policy value, that value is shared as is, and a response
+// allocates only its RateLimit value and a slice of one to hold it (40
+// bytes here: a 24-byte string and a 16-byte slice), not the two-value
+// slice of the unshared case.
+func TestWriteHeadersSharedPolicy(t *testing.T) {
+	p := sluice.TokenBucket(10, time.Second, 10).Named("per-ip")
+	results := []Result{{Policy: p, Applied: true,
+		Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}}}
+	pf := []string{string(AppendPolicy(nil, p))}[:1:1]
+	h := http.Header{}
+	write := func() { writeHeaders(h, HeadersIETF, results, pf, time.Now) }
+	write()
+	if got := h[hdrPolicy]; len(got) != 1 || &got[0] != &pf[0] {
+		t.Errorf("RateLimit-Policy = %q, want the shared value %q", got, pf)
+	}
+	if got, want := h.Values("RateLimit"), `"per-ip";r=7;t=1`; len(got) != 1 || got[0] != want {
+		t.Errorf("RateLimit = %q, want [%q]", got, want)
+	}
+	const runs = 1000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		write()
+	}
+	runtime.ReadMemStats(&after)
+	if n, b := (after.Mallocs-before.Mallocs)/runs, (after.TotalAlloc-before.TotalAlloc)/runs; n > 2 || b > 40 {
+		t.Errorf("writeHeaders with the shared field: %d allocations of %d bytes per response, want at most 2 of 40", n, b)
 	}
 }
