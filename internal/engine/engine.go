@@ -469,22 +469,34 @@ func State(ctx context.Context, store sluice.Store, now time.Time, c Check) (slu
 		}
 		return never(c.Policy), nil
 	}
-	ask := min(max(c.Cost, 1), capacity)
+	ask := PeekCost(c.Policy, c.Cost)
 	d, err := store.Peek(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: ask})
 	if err != nil {
 		return d, err
 	}
+	return FromPeek(d, c.Cost, ask), nil
+}
+
+// PeekCost is the cost State asks the store about for a check of cost on
+// a policy whose capacity is at least 1: at least 1, at most the capacity.
+func PeekCost(p sluice.Policy, cost int64) int64 {
+	return min(max(cost, 1), p.Capacity())
+}
+
+// FromPeek turns d, the store's peek at ask = PeekCost(policy, cost)
+// units, into State's decision on cost.
+func FromPeek(d sluice.Decision, cost, ask int64) sluice.Decision {
 	if d.Allowed {
 		d.Remaining += ask // Peek's Remaining is after the units it was asked about
 		d.Delay = 0
 	}
 	switch {
-	case c.Cost < 1:
+	case cost < 1:
 		d.Allowed, d.RetryAfter = true, 0
-	case ask != c.Cost:
+	case ask != cost:
 		d.Allowed, d.RetryAfter = false, sluice.Never
 	}
-	return d, nil
+	return d
 }
 
 // request returns the store request of check c.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // explainJSON is the answer of GET /v1/explain: what the store knows of one
@@ -115,22 +116,27 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		case err != nil || n < 1:
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("cost must be a whole number of at least 1, got %q", c))
 			return
-		case n > l.Policy.Capacity():
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("cost %d exceeds the capacity of limit %q (%d): it could never be allowed", n, name, l.Policy.Capacity()))
-			return
 		}
 		cost = n
 	}
+	// A cost above the capacity is answered as every door answers it:
+	// never allowed, nothing charged. The state is read with the capacity
+	// as the cost, which the store can weigh (engine.PeekCost).
+	inspectCost := engine.PeekCost(l.Policy, cost)
 	in, ok := h.raw.(sluice.Inspector)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "the store cannot report the state of a key")
 		return
 	}
-	s, err := in.Inspect(r.Context(), time.Time{}, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
+	s, err := in.Inspect(r.Context(), time.Time{}, sluice.Request{Policy: l.Policy, Key: key, Cost: inspectCost})
 	if err != nil {
 		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "explain: store failed", slog.String("limit", name), slog.Any("error", err))
 		writeError(w, http.StatusServiceUnavailable, "the store could not report the key's state; see the server's log")
 		return
+	}
+	if cost > inspectCost {
+		// A request that can never pass, as /v1/check answers it.
+		s.Decision = engine.FromPeek(s.Decision, cost, inspectCost)
 	}
 	e := explain(l, key, cost, s)
 	if override {
@@ -165,6 +171,8 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 		b.WriteString(" Sluice keeps no state for this key: it is at its initial state.")
 	}
 	switch {
+	case d.RetryAfter == sluice.Never:
+		fmt.Fprintf(&b, " A request of cost %d can never be allowed: it exceeds the capacity of %d, and it would be denied without charging anything.", cost, p.Capacity())
 	case d.Allowed && d.Delay > 0:
 		fmt.Fprintf(&b, " A request of cost %d would be allowed after waiting %s, leaving %d.", cost, human(d.Delay), d.Remaining)
 	case d.Allowed:

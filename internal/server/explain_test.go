@@ -167,6 +167,37 @@ func TestExplainChargesNothing(t *testing.T) {
 	}
 }
 
+// TestExplainNever: a cost above the capacity is explained as every door
+// decides it: never allowed (retry_after_ms -1), nothing charged, with the
+// key's state described as for any cost; and /v1/check agrees.
+func TestExplainNever(t *testing.T) {
+	f := newFixture(t, testYAML)
+	f.check(`{"limit":"tiny","key":"k"}`)
+	code, body := f.explain(t, "limit=tiny&key=k&cost=3")
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/explain cost 3 of 2 = %d %v, want 200", code, body)
+	}
+	for field, want := range map[string]any{"cost": 3.0, "allowed": false, "remaining": 1.0, "retry_after_ms": -1.0, "reset_after_ms": 40000.0, "tracked": true} {
+		if body[field] != want {
+			t.Errorf("%s = %v, want %v", field, body[field], want)
+		}
+	}
+	if state, _ := body["state"].(map[string]any); state["current"] != 1.0 {
+		t.Errorf("state = %v, want the window's count of 1", body["state"])
+	}
+	if s, _ := body["summary"].(string); !strings.HasSuffix(s, "A request of cost 3 can never be allowed: it exceeds the capacity of 2, and it would be denied without charging anything.") {
+		t.Errorf("summary = %q", s)
+	}
+	want := `{"allowed":false,"limit":2,"remaining":1,"retry_after_ms":-1,"reset_after_ms":40000}`
+	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k","cost":3}`).Body.String()); got != want {
+		t.Errorf("check of cost 3 = %s, want %s", got, want)
+	}
+	want = `{"allowed":true,"limit":2,"remaining":0,"retry_after_ms":0,"reset_after_ms":40000}`
+	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k"}`).Body.String()); got != want {
+		t.Errorf("check after explaining = %s, want %s (nothing charged)", got, want)
+	}
+}
+
 func TestExplainErrors(t *testing.T) {
 	f := newFixture(t, testYAML)
 	for _, tt := range []struct {
@@ -180,7 +211,6 @@ func TestExplainErrors(t *testing.T) {
 		{"limit=nope&key=k", 404, `no limit named "nope"`},
 		{"limit=tiny&key=k&cost=0", 400, `cost must be a whole number of at least 1, got "0"`},
 		{"limit=tiny&key=k&cost=x", 400, `cost must be a whole number of at least 1, got "x"`},
-		{"limit=tiny&key=k&cost=3", 400, `cost 3 exceeds the capacity of limit "tiny" (2): it could never be allowed`},
 	} {
 		t.Run(tt.query, func(t *testing.T) {
 			code, body := f.explain(t, tt.query)
