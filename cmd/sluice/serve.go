@@ -442,7 +442,8 @@ func (s *service) run(ctx context.Context, src *source) error {
 	}
 	var gs *grpc.Server
 	if grpcLn != nil {
-		gs = grpc.NewServer(append(s.tls.grpcOptions(), grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))...)
+		opts := append(rls.ServerOptions(), s.tls.grpcOptions()...)
+		gs = grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))...)
 		s.rls.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 	}

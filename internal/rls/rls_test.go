@@ -75,7 +75,8 @@ func compile(t *testing.T, src string) *Config {
 }
 
 // start serves a Service for the envoy section src on a real gRPC server
-// on a loopback port, with a memory store, and returns a client.
+// on a loopback port (with ServerOptions, as sluice serve's), with a
+// memory store, and returns a client.
 func start(t *testing.T, src string) *harness {
 	t.Helper()
 	return startWith(t, memstore.New(memstore.Options{}), compile(t, src))
@@ -89,7 +90,7 @@ func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(ServerOptions()...)
 	h.svc.Register(srv)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()

@@ -1,7 +1,8 @@
 // Command bared is the floor of the service benchmark in bench/service: a
 // Go server that answers POST /v1/check and Envoy's ShouldRateLimit with
 // the shape of Sluice's answers but decides nothing, over the same
-// net/http and grpc-go servers as `sluice serve`. What a Sluice run costs
+// net/http and grpc-go servers as `sluice serve`, with the same gRPC
+// server options (rls.ServerOptions). What a Sluice run costs
 // beyond a bared run is what Sluice itself does: decoding, deciding,
 // metrics, headers.
 //
@@ -25,6 +26,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	sluicerls "github.com/sluicehq/sluice/internal/rls"
 )
 
 func main() {
@@ -94,7 +97,9 @@ func run(ctx context.Context, args []string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", serveCheck)
 	hs := &http.Server{Handler: mux}
-	gs := grpc.NewServer()
+	// The options of sluice serve's gRPC server: the floor is the same
+	// server.
+	gs := grpc.NewServer(sluicerls.ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, rls{})
 
 	errc := make(chan error, 2)
