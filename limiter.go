@@ -28,13 +28,15 @@ type Limiter struct {
 }
 
 // policyAllower is implemented by stores with a single-policy path that
-// takes the policy by pointer (memstore.Store.AllowPolicy). It must decide
-// exactly as Allow does at now (zero: the store's clock) for
-// Request{Policy: *p, Key: key, Cost: cost}. Limiter.Allow and AllowAt
-// prefer it: every argument then fits in registers, where a Request is
-// copied on its way through the interface.
+// takes the policy by pointer and returns the decision's fields one by one
+// (memstore.Store.AllowPolicy). It must decide exactly as Allow does at now
+// (zero: the store's clock) for Request{Policy: *p, Key: key, Cost: cost},
+// and never report Degraded. Limiter.Allow and AllowAt prefer it: every
+// argument and result then fits in registers, where a Request is copied on
+// its way through the interface and a Decision, too large for registers,
+// is copied back through the stack at a cost (see AllowPolicy).
 type policyAllower interface {
-	AllowPolicy(now time.Time, p *Policy, key string, cost int64) (Decision, error)
+	AllowPolicy(now time.Time, p *Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
 }
 
 // New returns a Limiter that applies policies, in order, through store.
@@ -79,11 +81,13 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, 
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
-func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (d Decision, err error) {
 	// One policy, the common case, goes straight to the store.
 	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
 		if l.fast != nil {
-			return l.fast.AllowPolicy(now, &ps[0], key, cost)
+			p := &ps[0]
+			d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = l.fast.AllowPolicy(now, p, key, cost)
+			return d, err
 		}
 		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
 	}

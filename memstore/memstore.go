@@ -330,13 +330,14 @@ func capacityError(r *sluice.Request) error {
 //
 // Allow is the path of every single-policy decision, so it is written
 // flat: one cache lookup, one hash, one lock, and for the token bucket and
-// GCRA, the algorithm and the table update in line, with the decision
-// written straight into the result (see AllowPolicy).
-func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+// GCRA, the algorithm and the table update in line, with the decision's
+// fields returned in registers (see AllowPolicy).
+func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d sluice.Decision, err error) {
 	if req.MaxDelay != 0 {
 		return s.allowDelayed(now, &req)
 	}
-	return s.AllowPolicy(now, &req.Policy, req.Key, req.Cost)
+	d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.AllowPolicy(now, &req.Policy, req.Key, req.Cost)
+	return d, err
 }
 
 // allowDelayed is Allow for a request with a MaxDelay, which only the
@@ -348,20 +349,26 @@ func (s *Store) allowDelayed(now time.Time, req *sluice.Request) (sluice.Decisio
 
 // AllowPolicy is Allow for one request of cost units on key under *p at
 // now (zero: the store's clock), with no MaxDelay: it decides exactly as
-// Allow decides sluice.Request{Policy: *p, Key: key, Cost: cost}. It exists
-// for sluice.Limiter, which calls it instead of Allow when its store has
-// it: passing the policy by pointer keeps every argument in registers,
-// where Allow's Request is copied on the way in, and the Limiter's call
-// through an interface lands directly on this body, not on a wrapper. p is
-// only read, and not kept.
-func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (d sluice.Decision, err error) {
-	slot := &s.policies[policySlot(p)]
-	c := slot.Load()
-	if c == nil || !c.is(p) {
-		c = s.compileSlow(p, slot)
-	}
-	if cost < 1 || c.err != nil || !c.tokenBucket {
-		return s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost}, c)
+// Allow decides sluice.Request{Policy: *p, Key: key, Cost: cost}, and
+// returns that Decision's fields but Degraded, which this store never
+// sets. It exists for sluice.Limiter, which calls it instead of Allow when
+// its store has it; most code never calls it. p is only read, and not kept.
+//
+// Every argument and result fits in registers. A Request is copied on its
+// way in; a Decision has more fields than the compiler keeps in registers,
+// so a caller that receives one spills it to the stack and copies it
+// there 16 bytes at a time, each load spanning two of the 8-byte stores
+// it was spilled with, which the CPU cannot forward: the load waits for
+// the stores to reach the cache: several ns for each layer a Decision is
+// passed up, on the AMD EPYC of docs/BENCHMARKS.md.
+//
+// Its body is the hot path, a token-bucket or GCRA request on a tracked
+// key that is admitted; everything else (a denial, a new key, another
+// algorithm, an invalid request) goes out of line.
+func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+	c := s.policies[policySlot(p)].Load()
+	if c == nil || !c.is(p) || cost < 1 || !c.tokenBucket {
+		return s.allowPolicy(now, p, key, cost)
 	}
 	var t int64
 	switch {
@@ -377,6 +384,28 @@ func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost in
 	sh.mu.Lock()
 	t = sh.advance(t)
 	i, found := sh.tat.find(h)
+	if found {
+		st := &sh.tat.slots[i].v
+		if ns, remaining, resetAfter, ok := c.pp.Admit(*st, t, cost); ok && ns.Expiry() > t {
+			*st = ns
+			sh.mu.Unlock()
+			return true, p.Limit, remaining, 0, resetAfter, 0, nil
+		}
+	}
+	return sh.allowTAT(s, c, p, key, cost, h, t, i, found)
+}
+
+// allowPolicy is AllowPolicy for a request that is not a valid token-bucket
+// or GCRA request, or whose policy is not compiled yet.
+func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+	d, err := s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost}, s.compile(p))
+	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
+}
+
+// allowTAT is the rest of AllowPolicy's token-bucket path, with the shard
+// locked and the key's slot looked up (i, and found): a denial, a new key,
+// or a state back to initial. It unlocks the shard.
+func (sh *shard) allowTAT(s *Store, c *compiled, p *sluice.Policy, key string, cost int64, h uint64, t int64, i int, found bool) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
 	var st algo.TAT
 	if found {
 		st = sh.tat.slots[i].v
@@ -384,22 +413,13 @@ func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost in
 	var r algo.Result
 	ns := c.pp.TokenBucketTo(&r, st, t, cost)
 	if r.Allowed {
-		if found && ns.Expiry() > t {
-			sh.tat.slots[i].v = ns
-		} else {
-			sh.storeTAT(s, i, found, h, t, ns)
-		}
+		sh.storeTAT(s, i, found, h, t, ns)
 	}
 	sh.mu.Unlock()
-	d.Allowed = r.Allowed
-	d.Limit = p.Limit
-	d.Remaining = r.Remaining
-	d.RetryAfter = r.RetryAfter
-	d.ResetAfter = r.ResetAfter
 	if r.RetryAfter == sluice.Never {
 		err = capacityError(&sluice.Request{Policy: *p, Key: key, Cost: cost})
 	}
-	return d, err
+	return r.Allowed, p.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, 0, err
 }
 
 // allow is Allow for every request that is not a valid token-bucket or

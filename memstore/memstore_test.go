@@ -477,7 +477,7 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		var got sluice.Decision
 		var gotErr error
 		if delay == 0 {
-			got, gotErr = viaPolicy.AllowPolicy(at, &p, key, cost)
+			got.Allowed, got.Limit, got.Remaining, got.RetryAfter, got.ResetAfter, got.Delay, gotErr = viaPolicy.AllowPolicy(at, &p, key, cost)
 		} else {
 			got, gotErr = viaPolicy.Allow(ctx, at, sluice.Request{Policy: p, Key: key, Cost: cost, MaxDelay: delay})
 		}

@@ -69,27 +69,15 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Durati
 		*r = Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}
 		return s, wait
 	}
-	// c·T = c·tq + c·tr/L; c·tr < B·L ≤ 10^18 fits an int64.
-	cq, cr := cost*pp.tq, cost*pp.tr
-	if cr >= p.Limit {
-		cq, cr = cq+cr/p.Limit, cr%p.Limit
-	}
+	cq, cr := pp.cost(cost)
 	nq, nr := addFrac(bq, br, cq, cr, p.Limit)
 	if nq < pp.hq || (nq == pp.hq && nr <= pp.hr) {
-		// The new state is max(tat, now) + c·T, computed from s rather than
-		// from now + backlog so that a backlog clamped to H (a clock that
-		// stepped back, where only cost 0 passes) leaves s as it is.
-		base := TAT{At: now}
-		if bq > 0 || br > 0 {
-			base = s
-		}
-		at, frac := addFrac(base.At, base.Frac, cq, cr, p.Limit)
 		*r = Result{
 			Allowed:    true,
 			Remaining:  pp.remaining(nq, nr),
 			ResetAfter: ceilMillis(ceilFrac(nq, nr)),
 		}
-		return TAT{At: at, Frac: frac}, wait
+		return charged(s, now, bq, br, cq, cr, p.Limit), wait
 	}
 	// Denied: wait until the backlog has drained by the excess nb - H.
 	eq, er := nq-pp.hq, nr-pp.hr
@@ -102,6 +90,49 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Durati
 		ResetAfter: ceilMillis(ceilFrac(bq, br)),
 	}
 	return s, wait
+}
+
+// Admit is TokenBucket for the request it admits, with the result in
+// registers: when TokenBucket(s, now, cost) admits the request, Admit
+// returns the same new state, Remaining and ResetAfter (its RetryAfter and
+// Delay are 0) and ok; otherwise (a denial, or a cost above the capacity)
+// it returns ok false and nothing else, and the caller decides the request
+// with TokenBucketTo. It is the hot path of stores, which mostly admit.
+func (pp *Prepared) Admit(s TAT, now, cost int64) (ns TAT, remaining int64, resetAfter time.Duration, ok bool) {
+	bq, br := s.backlog(now, pp.hq, pp.hr)
+	if cost > pp.Burst {
+		return ns, 0, 0, false
+	}
+	cq, cr := pp.cost(cost)
+	nq, nr := addFrac(bq, br, cq, cr, pp.Limit)
+	if nq > pp.hq || (nq == pp.hq && nr > pp.hr) {
+		return ns, 0, 0, false
+	}
+	return charged(s, now, bq, br, cq, cr, pp.Limit), pp.remaining(nq, nr), ceilMillis(ceilFrac(nq, nr)), true
+}
+
+// cost returns c·T = c·tq + c·tr/L as whole µs plus a remainder in 1/L µs;
+// c·tr < B·L ≤ 10^18 fits an int64.
+func (pp *Prepared) cost(c int64) (cq, cr int64) {
+	cq, cr = c*pp.tq, c*pp.tr
+	if cr >= pp.Limit {
+		cq, cr = cq+cr/pp.Limit, cr%pp.Limit
+	}
+	return cq, cr
+}
+
+// charged returns the state after an admitted request that costs cq +
+// cr/l µs on s at now, whose backlog was bq + br/l µs: max(tat, now) + c·T,
+// computed from s rather than from now + backlog so that a backlog clamped
+// to H (a clock that stepped back, where only cost 0 passes) leaves s as
+// it is.
+func charged(s TAT, now, bq, br, cq, cr, l int64) TAT {
+	base := TAT{At: now}
+	if bq > 0 || br > 0 {
+		base = s
+	}
+	at, frac := addFrac(base.At, base.Frac, cq, cr, l)
+	return TAT{At: at, Frac: frac}
 }
 
 // remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a

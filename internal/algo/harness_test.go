@@ -85,7 +85,15 @@ func (l *limiter) decide(now, cost int64) Result {
 	case tokenBucket:
 		l.tat, r = TokenBucket(l.p, l.tat, now, cost)
 	case gcra:
-		l.tat, r = GCRA(l.p, l.tat, now, cost)
+		// GCRA decides through Admit, as the stores' hot paths do, and
+		// through TokenBucketTo when Admit declines: every test of GCRA
+		// against the reference model checks Admit too.
+		pp := Prepare(l.p)
+		if ns, remaining, resetAfter, ok := pp.Admit(l.tat, now, cost); ok {
+			l.tat, r = ns, Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+		} else {
+			l.tat = pp.TokenBucketTo(&r, l.tat, now, cost)
+		}
 	case leakyBucket:
 		l.tat, r = LeakyBucket(l.p, l.tat, now, cost, l.maxDelay)
 	case fixedWindow:
