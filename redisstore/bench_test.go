@@ -1,13 +1,17 @@
 package redisstore
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -148,4 +152,89 @@ func BenchmarkBytesPerKey(b *testing.B) {
 			b.ReportMetric((used()-before)/float64(b.N), "B/key")
 		})
 	}
+}
+
+// BenchmarkCallers measures the service's shape of decision (issue 19's
+// allowed-window workload: a fixed window of 1,000,000 a second, every
+// decision admitted, 10,000 keys) from 1, 16 and 64 callers, each making
+// one decision after another, and reports what each decision costs:
+// latency as its caller sees it (p50-µs, p99-µs), the CPU of this process
+// (client-cpu-µs/op: the store, rueidis and the callers' loop) and of
+// redis-server (redis-cpu-µs/op, INFO cpu), and Redis's script calls per
+// decision (calls/op: below 1 when batched).
+//
+//	go test ./redisstore -run '^$' -bench Callers -benchtime 3s
+func BenchmarkCallers(b *testing.B) {
+	st, srv := benchStore(b)
+	p := sluice.FixedWindow(1_000_000, time.Second)
+	for _, callers := range []int{1, 16, 64} {
+		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
+			decide := func(i int64) error {
+				d, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: p, Key: benchKeys[i%int64(len(benchKeys))], Cost: 1})
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("denied: %+v", d)
+				}
+				return err
+			}
+			for i := range callers {
+				if err := decide(int64(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			redis0, calls0 := redisUsage(b, srv)
+			cpu0 := cputime.Process()
+			var next atomic.Int64
+			lat := make([][]time.Duration, callers)
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for c := range callers {
+				wg.Go(func() {
+					own := make([]time.Duration, 0, b.N/callers+1)
+					for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
+						t := time.Now()
+						if err := decide(n); err != nil {
+							b.Error(err)
+							return
+						}
+						own = append(own, time.Since(t))
+					}
+					lat[c] = own
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			cpu := cputime.Process() - cpu0
+			redis, calls := redisUsage(b, srv)
+			all := slices.Concat(lat...)
+			slices.Sort(all)
+			if len(all) == 0 {
+				return
+			}
+			n := float64(b.N)
+			b.ReportMetric(n/elapsed.Seconds(), "decisions/s")
+			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(cpu.Seconds()*1e6/n, "client-cpu-µs/op")
+			b.ReportMetric((redis-redis0).Seconds()*1e6/n, "redis-cpu-µs/op")
+			b.ReportMetric(float64(calls-calls0)/n, "calls/op")
+		})
+	}
+}
+
+// redisUsage returns redis-server's CPU time so far and how many script
+// calls it has run.
+func redisUsage(b *testing.B, srv *redistest.Server) (time.Duration, int64) {
+	b.Helper()
+	cpu, err := srv.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls, _, err := srv.ScriptCalls()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cpu, calls
 }

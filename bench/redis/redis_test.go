@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,42 +168,21 @@ func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, 
 	}
 }
 
-// scriptStats returns how many script calls (EVALSHA and EVAL) Redis has
-// run and the µs it spent in them, from INFO commandstats: the time inside
-// the scripts, without the network.
+// scriptStats returns how many script calls Redis has run and the µs it
+// spent in them (see redistest.Server.ScriptCalls).
 func scriptStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
-	info, err := srv.Info("commandstats")
+	calls, usec, err := srv.ScriptCalls()
 	if err != nil {
 		b.Fatal(err)
-	}
-	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
-		for _, f := range strings.Split(info[name], ",") {
-			k, v, _ := strings.Cut(f, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls += n
-			case "usec":
-				usec += n
-			}
-		}
 	}
 	return calls, usec
 }
 
 // redisCPU returns the CPU time redis-server has used (user + system).
 func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
-	info, err := srv.Info("cpu")
+	cpu, err := srv.CPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, err := strconv.ParseFloat(info[f], 64)
-		if err != nil {
-			b.Fatalf("INFO cpu %s = %q", f, info[f])
-		}
-		total += v
-	}
-	return time.Duration(total * float64(time.Second))
+	return cpu
 }

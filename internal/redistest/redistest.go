@@ -467,6 +467,47 @@ func (s *Server) Info(section string) (map[string]string, error) {
 	return parseInfo(text), nil
 }
 
+// CPU returns the CPU time the server has used so far, user and system
+// (INFO cpu).
+func (s *Server) CPU() (time.Duration, error) {
+	info, err := s.Info("cpu")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_user", "used_cpu_sys"} {
+		v, err := strconv.ParseFloat(info[f], 64)
+		if err != nil {
+			return 0, fmt.Errorf("redistest: INFO cpu %s = %q", f, info[f])
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// ScriptCalls returns how many script calls (EVALSHA and EVAL) the server
+// has run and the µs it spent in them (INFO commandstats): the time inside
+// the scripts, without the network.
+func (s *Server) ScriptCalls() (calls, usec int64, err error) {
+	info, err := s.Info("commandstats")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, name := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		for f := range strings.SplitSeq(info[name], ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls += n
+			case "usec":
+				usec += n
+			}
+		}
+	}
+	return calls, usec, nil
+}
+
 func parseInfo(text string) map[string]string {
 	m := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
