@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/benchrand"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -444,10 +445,7 @@ func TestConcurrentUse(t *testing.T) {
 // the same time given explicitly, and with a MaxDelay (Allow's other path).
 func TestAllowPolicyMatchesAllow(t *testing.T) {
 	ctx := context.Background()
-	now := t0
-	clock := func() time.Time { return now }
-	viaAllow := memstore.New(memstore.Options{Now: clock})
-	viaPolicy := memstore.New(memstore.Options{Now: clock})
+	viaAllow, viaPolicy, clock := teststore.Twins(t0)
 	policies := []sluice.Policy{
 		sluice.TokenBucket(5, time.Second, 8),
 		sluice.GCRA(3, time.Second, 4).Named("gcra"),
@@ -461,13 +459,13 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 	rnd := benchrand.Rand(1)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 5000 {
-		now = now.Add(time.Duration(next(200)) * time.Millisecond)
+		clock.Advance(time.Duration(next(200)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
 		key := "k" + strconv.Itoa(int(next(4)))
 		cost := int64(next(11)) - 1 // -1..9: invalid, in range and over capacity
 		var at time.Time            // the store's clock, or the same time given explicitly
 		if next(2) == 0 {
-			at = now
+			at = clock.Now()
 		}
 		var delay time.Duration // a MaxDelay takes Allow's other path
 		if next(4) == 0 {

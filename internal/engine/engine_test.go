@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -203,10 +204,7 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 // check's results must be the same, for every algorithm and random costs.
 func TestOneCheckAsGeneral(t *testing.T) {
 	ctx := context.Background()
-	now := t0
-	clock := func() time.Time { return now }
-	alone := memstore.New(memstore.Options{Now: clock})
-	beside := memstore.New(memstore.Options{Now: clock})
+	alone, beside, clock := teststore.Twins(t0)
 	policies := []sluice.Policy{
 		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
 		sluice.GCRA(3, time.Second, 4).Named("gcra"),
@@ -219,7 +217,7 @@ func TestOneCheckAsGeneral(t *testing.T) {
 	rnd := benchrand.Rand(7)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 3000 {
-		now = now.Add(time.Duration(next(300)) * time.Millisecond)
+		clock.Advance(time.Duration(next(300)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
 		c := engine.Check{Policy: p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {

@@ -1,7 +1,8 @@
 // Package teststore holds the stores that the tests of several packages
 // share: a Redis store on a private redis-server, a memory store that,
 // like the Redis store on a cluster, cannot decide some requests together,
-// a settable clock for the memory store, and the time zones of calendar
+// a settable clock for the memory store, two memory stores on one such
+// clock for differential tests, and the time zones of calendar
 // policies.
 package teststore
 
@@ -113,6 +114,17 @@ func (c *Clock) Advance(d time.Duration) {
 func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 	c.Advance(d)
 	return ctx.Err()
+}
+
+// Twins returns two memory stores on one Clock at start, for a
+// differential test: it sends both the same requests, each through a
+// different path, advancing the clock between requests, and compares what
+// the two decide.
+func Twins(start time.Time) (a, b *memstore.Store, clock *Clock) {
+	clock = NewClock(start)
+	a = memstore.New(memstore.Options{Now: clock.Now})
+	b = memstore.New(memstore.Options{Now: clock.Now})
+	return a, b, clock
 }
 
 // Zone returns the time zone of the IANA name, from Go's embedded
