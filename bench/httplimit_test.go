@@ -3,8 +3,6 @@ package bench
 import (
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/benchhttp"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -27,58 +25,8 @@ import (
 // CPU time per request, which a machine busy with other work does not
 // inflate as it does ns/op (it includes the garbage collector's share).
 
-// middlewareWriter is a ResponseWriter that reuses its header map.
-type middlewareWriter struct {
-	h    http.Header
-	code int
-}
-
-func (w *middlewareWriter) Header() http.Header         { return w.h }
-func (w *middlewareWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *middlewareWriter) WriteHeader(code int)        { w.code = code }
-
-var statusOK = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-
-func middlewareRequests() []*http.Request {
-	reqs := make([]*http.Request, 1024)
-	for i := range reqs {
-		reqs[i] = httptest.NewRequest("GET", "/items/7", nil)
-		reqs[i].RemoteAddr = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ":1234"
-	}
-	return reqs
-}
-
 func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
-	reqs := middlewareRequests()
-	b.ReportAllocs()
-	defer cputime.Start().Report(b)
-	if !parallel {
-		w := &middlewareWriter{h: make(http.Header, 4)}
-		i := 0
-		for b.Loop() {
-			clear(w.h)
-			h.ServeHTTP(w, reqs[i&1023])
-			i++
-		}
-		if w.code != http.StatusOK {
-			b.Fatalf("status %d, want 200", w.code)
-		}
-		return
-	}
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		w := &middlewareWriter{h: make(http.Header, 4)}
-		i := 0
-		for pb.Next() {
-			clear(w.h)
-			h.ServeHTTP(w, reqs[i&1023])
-			if w.code != http.StatusOK {
-				b.Errorf("status %d, want 200", w.code)
-				return
-			}
-			i++
-		}
-	})
+	benchhttp.Serve(b, h, benchhttp.Requests(nil), parallel)
 }
 
 func sluiceMiddleware(b *testing.B, headers httplimit.HeaderStyle) http.Handler {
@@ -88,7 +36,7 @@ func sluiceMiddleware(b *testing.B, headers httplimit.HeaderStyle) http.Handler 
 	if err != nil {
 		b.Fatal(err)
 	}
-	return m.Handler(statusOK)
+	return m.Handler(benchhttp.OK)
 }
 
 func httprateMiddleware() http.Handler {
@@ -99,7 +47,7 @@ func httprateMiddleware() http.Handler {
 		}
 		return httprate.CanonicalizeIP(host), nil
 	}
-	return httprate.LimitBy(1_000_000_000, time.Minute, byIP)(statusOK)
+	return httprate.LimitBy(1_000_000_000, time.Minute, byIP)(benchhttp.OK)
 }
 
 func BenchmarkMiddleware(b *testing.B) {
@@ -107,7 +55,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		name     string
 		parallel bool
 	}{{"serial", false}, {"parallel", true}} {
-		b.Run("Bare/"+mode.name, func(b *testing.B) { runMiddleware(b, statusOK, mode.parallel) })
+		b.Run("Bare/"+mode.name, func(b *testing.B) { runMiddleware(b, benchhttp.OK, mode.parallel) })
 		b.Run("Sluice/"+mode.name, func(b *testing.B) {
 			runMiddleware(b, sluiceMiddleware(b, httplimit.HeadersIETF), mode.parallel)
 		})

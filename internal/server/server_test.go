@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchhttp"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/teststore"
@@ -706,15 +707,14 @@ func BenchmarkCheck(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				rd := bytes.NewReader(body)
 				req := httptest.NewRequest("POST", "/v1/check", rd)
-				rec := &discardWriter{h: make(http.Header)}
+				rec := benchhttp.NewWriter()
 				for pb.Next() {
 					rd.Reset(body)
 					req.Body = io.NopCloser(rd)
-					clear(rec.h)
-					rec.code = 0
+					rec.Reset()
 					f.h.ServeHTTP(rec, req)
-					if rec.code != http.StatusOK {
-						b.Errorf("status %d", rec.code)
+					if rec.Code != http.StatusOK {
+						b.Errorf("status %d", rec.Code)
 						return
 					}
 				}
@@ -722,16 +722,6 @@ func BenchmarkCheck(b *testing.B) {
 		})
 	}
 }
-
-// discardWriter is a ResponseWriter that keeps only the status.
-type discardWriter struct {
-	h    http.Header
-	code int
-}
-
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 
 // FuzzCheck sends arbitrary bodies to /v1/check: every answer is 200, 400
 // or 404 with a JSON body, and nothing panics.
