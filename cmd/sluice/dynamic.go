@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/plans"
@@ -76,23 +77,16 @@ func openDynamic(cfg config.Store, logger *slog.Logger) *dynamic {
 
 // connect retries the connection until it is made or ctx ends.
 func (d *dynamic) connect(ctx context.Context, opt rueidis.ClientOption, ov *overrides.Redis, logger *slog.Logger) {
-	t := time.NewTicker(redisRetry)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ctxsleep.Every(ctx, redisRetry, func() bool {
 		c, err := rueidis.NewClient(opt)
 		if err != nil {
-			continue
+			return true
 		}
 		d.client.Store(&c)
 		ov.SetClient(c)
 		logger.Info("overrides and plan tables: connected to redis")
-		return
-	}
+		return false
+	})
 }
 
 // redis returns the Redis client, nil while not connected.

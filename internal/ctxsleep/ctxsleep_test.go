@@ -3,6 +3,7 @@ package ctxsleep
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,6 +26,27 @@ func TestSleep(t *testing.T) {
 		}
 		if err := Sleep(t.Context(), -time.Second); err != nil {
 			t.Errorf("Sleep(-1s) = %v, want nil", err)
+		}
+	})
+}
+
+func TestEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		Every(t.Context(), time.Second, func() bool {
+			at = append(at, time.Since(start))
+			return len(at) < 3
+		})
+		if want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}; !slices.Equal(at, want) {
+			t.Errorf("calls at %v, want %v (until f returns false)", at, want)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2500*time.Millisecond)
+		defer cancel()
+		start, calls := time.Now(), 0
+		Every(ctx, time.Second, func() bool { calls++; return true })
+		if calls != 2 || time.Since(start) != 2500*time.Millisecond {
+			t.Errorf("under a 2.5s deadline: %d calls, returned after %v; want 2 calls and the deadline", calls, time.Since(start))
 		}
 	})
 }

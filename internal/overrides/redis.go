@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
 // Defaults of RedisOptions.
@@ -168,16 +169,10 @@ func (r *Redis) Shared() bool { return true }
 
 func (r *Redis) run(ctx context.Context) {
 	defer close(r.done)
-	t := time.NewTicker(r.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.refresh(ctx, false)
-		}
-	}
+	ctxsleep.Every(ctx, r.poll, func() bool {
+		r.refresh(ctx, false)
+		return true
+	})
 }
 
 // refresh reloads the copy when the version changed, or always when force

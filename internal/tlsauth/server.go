@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
 // MinVersion is the lowest TLS version the listeners accept. TLS 1.2
@@ -211,16 +213,10 @@ func (s *Server) Watch(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		return
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Check(false)
-		}
-	}
+	ctxsleep.Every(ctx, every, func() bool {
+		s.Check(false)
+		return true
+	})
 }
 
 // Prepared is material loaded for Apply, from a configuration being
