@@ -25,15 +25,7 @@ limits:
   log: {algorithm: sliding_log, limit: 3, period: 1h}
 `)
 	in := startServe(t, "--config", path)
-	b, err := os.ReadFile(in.readyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ri readyInfo
-	if err := json.Unmarshal(b, &ri); err != nil {
-		t.Fatal(err)
-	}
-	public, admin := "http://"+in.http, "http://"+ri.Admin
+	public, admin := "http://"+in.http, "http://"+in.admin
 	tokenFile := filepath.Join(dir, "token")
 	for range 3 {
 		runSluice(t, nil, "check", "--server", public, "--limit", "tb", "--key", "alice")

@@ -23,6 +23,7 @@ const waitTimeout = 15 * time.Second
 // instance is a sluice serve running in-process, started by startServe.
 type instance struct {
 	http, grpc string // bound addresses, host:port
+	admin      string // the admin listener's, when the configuration has one
 	readyFile  string
 	stderr     *proctest.Log
 	cancel     context.CancelFunc
@@ -59,7 +60,7 @@ func startServe(t *testing.T, args ...string) *instance {
 			if err := json.Unmarshal(b, &ri); err != nil {
 				t.Fatalf("ready file %s holds %q: %v", in.readyFile, b, err)
 			}
-			in.http, in.grpc = ri.HTTP, ri.GRPC
+			in.http, in.grpc, in.admin = ri.HTTP, ri.GRPC, ri.Admin
 			return in
 		}
 		select {
@@ -404,15 +405,10 @@ limits:
   a: {algorithm: gcra, limit: 5, period: 1s}
 `)
 	in := startServe(t, "--config", path)
-	b, err := os.ReadFile(in.readyFile)
-	if err != nil {
-		t.Fatal(err)
+	if in.admin == "" || in.admin == in.http {
+		t.Fatalf("ready file: admin %q, http %q; want an admin address of its own", in.admin, in.http)
 	}
-	var ri readyInfo
-	if err := json.Unmarshal(b, &ri); err != nil || ri.Admin == "" || ri.Admin == ri.HTTP {
-		t.Fatalf("ready file %s: %v; want an admin address of its own", b, err)
-	}
-	admin := &instance{http: ri.Admin}
+	admin := &instance{http: in.admin}
 	get := func(in *instance, path, auth string) int {
 		req, _ := http.NewRequest("GET", in.url(path), nil)
 		if auth != "" {
@@ -450,7 +446,7 @@ limits:
 	if code, _ := admin.check(t, "a", "k"); code == 200 {
 		t.Errorf("POST /v1/check on the admin listener = %d, want it refused", code)
 	}
-	if !strings.Contains(in.stderr.String(), "msg=listening protocol=admin addr="+ri.Admin) {
+	if !strings.Contains(in.stderr.String(), "msg=listening protocol=admin addr="+in.admin) {
 		t.Errorf("the log does not name the admin address:\n%s", in.stderr)
 	}
 }

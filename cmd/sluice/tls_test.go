@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,7 +33,6 @@ const envoySPIFFE = "spiffe://cluster.local/ns/edge/sa/envoy"
 // and listen.admin, its CA and its files.
 type tlsService struct {
 	*instance
-	admin  string
 	ca     *tlstest.CA
 	dir    string // holds tls/server.pem, tls/server-key.pem, tls/ca.pem
 	config string
@@ -80,15 +78,6 @@ func startTLSWith(t *testing.T, yaml string, args ...string) *tlsService {
 	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "ca.pem", s.ca.PEM)
 	s.config = writeConfig(t, filepath.Join(s.dir, "sluice.yaml"), yaml)
 	s.instance = startServe(t, append([]string{"--config", s.config}, args...)...)
-	b, err := os.ReadFile(s.readyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ri readyInfo
-	if err := json.Unmarshal(b, &ri); err != nil {
-		t.Fatal(err)
-	}
-	s.admin = ri.Admin
 	return s
 }
 
@@ -483,15 +472,9 @@ func TestTLSEverywhereExample(t *testing.T) {
 	yaml = strings.Replace(yaml, "  backend: redis\n", "  backend: redis\n  timeout: 2s\n", 1)
 	s := &tlsService{ca: ca, dir: dir}
 	s.instance = startServe(t, "--config", writeConfig(t, filepath.Join(dir, "sluice.yaml"), yaml))
-	b, err := os.ReadFile(s.readyFile)
-	if err != nil {
-		t.Fatal(err)
+	if s.admin == "" || s.grpc == "" {
+		t.Fatalf("ready file: admin %q, grpc %q; want both", s.admin, s.grpc)
 	}
-	var ri readyInfo
-	if err := json.Unmarshal(b, &ri); err != nil || ri.Admin == "" || ri.GRPC == "" {
-		t.Fatalf("ready file %s: %v", b, err)
-	}
-	s.admin = ri.Admin
 
 	client := ca.Issue(t, tlstest.Leaf{Client: true, DNS: []string{"edge.internal"}})
 	c := s.client(t, client, true)
