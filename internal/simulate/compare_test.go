@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -112,11 +113,7 @@ func TestComparisonWriteTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := cmp.WriteTable(&buf); err != nil {
-		t.Fatal(err)
-	}
-	got := buf.String()
+	got := table(t, cmp)
 	for _, want := range []string{
 		"Trace: 4 requests, 1970-01-01T00:00:01Z to 1970-01-01T00:00:01.5Z (500ms), 2 keys\n",
 		"Policy: limit 2 per 1s, burst 3 for token_bucket, gcra, leaky_bucket\n",
@@ -137,11 +134,7 @@ func TestComparisonWriteTableMixed(t *testing.T) {
 	ps := []sluice.Policy{sluice.TokenBucket(2, time.Second, 0), sluice.TokenBucket(5, time.Minute, 1)}
 	cmp := NewComparison(ps)
 	cmp.Add(Request{T: 1, Key: "a", Cost: 1}, []sluice.Decision{{Allowed: true}, {Allowed: false}})
-	var buf bytes.Buffer
-	if err := cmp.WriteTable(&buf); err != nil {
-		t.Fatal(err)
-	}
-	got := buf.String()
+	got := table(t, cmp)
 	for _, want := range []string{
 		"Trace: 1 request, at 1970-01-01T00:00:00.001Z, 1 key\n\n",
 		"MAX COST IN ANY PERIOD: the most cost admitted for one key within any interval of the policy's period,\n" +
@@ -161,6 +154,16 @@ func TestComparisonWriteTableMixed(t *testing.T) {
 			t.Errorf("row %d = %q, want %q", i, got, want)
 		}
 	}
+}
+
+// table returns the table that w (a Comparison or a KeySummary) writes.
+func table(t *testing.T, w interface{ WriteTable(io.Writer) error }) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := w.WriteTable(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
 }
 
 // columns splits a tabwriter row on runs of two or more spaces.

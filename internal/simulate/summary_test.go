@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -30,11 +29,8 @@ func TestKeySummary(t *testing.T) {
 	if got := sum.Keys(); !slices.Equal(got, want) {
 		t.Errorf("Keys() = %+v, want %+v", got, want)
 	}
-	var buf bytes.Buffer
-	if err := sum.WriteTable(&buf); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(buf.String(), "\n")
+	got := table(t, sum)
+	lines := strings.Split(got, "\n")
 	wantLines := []string{
 		"Trace: 6 requests, 1970-01-01T00:00:01Z to 1970-01-01T00:00:01.25Z (250ms), 2 keys",
 		"Policy: leaky_bucket, limit 2 per 1s, burst 2",
@@ -53,19 +49,15 @@ func TestKeySummary(t *testing.T) {
 			t.Errorf("row %d = %q, want %q", i, got, want)
 		}
 	}
-	if want := "1 of the denied requests cost more than the capacity, 2: they can never be admitted.\n"; !strings.HasSuffix(buf.String(), want) {
-		t.Errorf("table does not end with %q:\n%s", want, buf.String())
+	if want := "1 of the denied requests cost more than the capacity, 2: they can never be admitted.\n"; !strings.HasSuffix(got, want) {
+		t.Errorf("table does not end with %q:\n%s", want, got)
 	}
 }
 
 func TestKeySummaryOneKey(t *testing.T) {
 	sum := NewKeySummary(sluice.FixedWindow(1, time.Second))
 	sum.Add(Request{0, "k", 1}, sluice.Decision{Allowed: true})
-	var buf bytes.Buffer
-	if err := sum.WriteTable(&buf); err != nil {
-		t.Fatal(err)
-	}
-	got := buf.String()
+	got := table(t, sum)
 	if !strings.Contains(got, "Trace: 1 request, at 1970-01-01T00:00:00Z, 1 key\nPolicy: fixed_window, limit 1 per 1s\n") {
 		t.Errorf("heading wrong:\n%s", got)
 	}
