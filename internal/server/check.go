@@ -213,7 +213,13 @@ func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state, 
 // decodeCheck is parseCheck before the overrides apply.
 func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, rerr *requestError) {
 	cfg := st.cfg
-	body := http.MaxBytesReader(w, r.Body, maxBody)
+	// A body of a declared length within maxBody cannot be longer:
+	// net/http stops it at its Content-Length (over HTTP/2, a longer one
+	// is an error). Any other is read through http.MaxBytesReader.
+	var body io.Reader = r.Body
+	if r.ContentLength < 0 || r.ContentLength > maxBody {
+		body = http.MaxBytesReader(w, r.Body, maxBody)
+	}
 	buf := bodyBufs.Get().(*bytes.Buffer)
 	defer func() {
 		buf.Reset()
@@ -287,8 +293,10 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 }
 
 // checkOne validates one check; where prefixes field names in messages.
-func checkOne(cfg *config.Config, where string, limit, key *string, cost *int64) (item, *requestError) {
-	if limit == nil || *limit == "" {
+// The limit's name is a string, or the body's bytes (fastCheck's), which
+// are looked up without a copy.
+func checkOne[Name string | []byte](cfg *config.Config, where string, limit *Name, key *string, cost *int64) (item, *requestError) {
+	if limit == nil || len(*limit) == 0 {
 		return item{}, badRequest("%slimit is missing: name a limit of the configuration", where)
 	}
 	if key == nil {
@@ -304,9 +312,9 @@ func checkOne(cfg *config.Config, where string, limit, key *string, cost *int64)
 		}
 		it.cost = *cost
 	}
-	l, ok := cfg.Limit(*limit)
+	l, ok := cfg.Limit(string(*limit))
 	if !ok {
-		return item{}, &requestError{http.StatusNotFound, fmt.Sprintf("%slimit: no limit named %q", where, *limit)}
+		return item{}, &requestError{http.StatusNotFound, fmt.Sprintf("%slimit: no limit named %q", where, string(*limit))}
 	}
 	// A cost above the capacity is not checked here: the engine refuses
 	// it as a decision, once the overrides apply.

@@ -13,7 +13,10 @@ import (
 // nothing after the object. For those, encoding/json decodes the same
 // values (FuzzFastCheck checks it); every other body, valid or not, makes
 // ok false and goes to encoding/json, which says what is wrong with it.
-func fastCheck(b []byte) (limit, key string, cost int64, hasCost, ok bool) {
+//
+// limit is a slice of b: the limit is looked up by name without a copy of
+// it.
+func fastCheck(b []byte) (limit []byte, key string, cost int64, hasCost, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return
@@ -32,7 +35,7 @@ func fastCheck(b []byte) (limit, key string, cost int64, hasCost, ok bool) {
 		i = skipSpace(b, i+1)
 		switch name {
 		case "limit", "key":
-			s, j, good := fastString(b, i)
+			s, j, good := fastBytes(b, i)
 			if !good {
 				return
 			}
@@ -45,7 +48,7 @@ func fastCheck(b []byte) (limit, key string, cost int64, hasCost, ok bool) {
 				if seenKey {
 					return
 				}
-				key, seenKey = s, true
+				key, seenKey = string(s), true
 			}
 			i = j
 		case "cost":
@@ -72,7 +75,7 @@ func fastCheck(b []byte) (limit, key string, cost int64, hasCost, ok bool) {
 		}
 	}
 	if skipSpace(b, i+1) != len(b) || !seenLimit || !seenKey {
-		return "", "", 0, false, false
+		return nil, "", 0, false, false
 	}
 	return limit, key, cost, hasCost, true
 }
@@ -90,8 +93,14 @@ func skipSpace(b []byte, i int) int {
 // UTF-8, no backslash, no control character. It returns the string and the
 // index after its closing quote.
 func fastString(b []byte, i int) (string, int, bool) {
+	s, j, ok := fastBytes(b, i)
+	return string(s), j, ok
+}
+
+// fastBytes is fastString returning the string's bytes, a slice of b.
+func fastBytes(b []byte, i int) ([]byte, int, bool) {
 	if i >= len(b) || b[i] != '"' {
-		return "", 0, false
+		return nil, 0, false
 	}
 	start := i + 1
 	for j := start; j < len(b); j++ {
@@ -99,14 +108,14 @@ func fastString(b []byte, i int) (string, int, bool) {
 		case c == '"':
 			s := b[start:j]
 			if !utf8.Valid(s) {
-				return "", 0, false
+				return nil, 0, false
 			}
-			return string(s), j + 1, true
+			return s, j + 1, true
 		case c == '\\' || c < 0x20:
-			return "", 0, false
+			return nil, 0, false
 		}
 	}
-	return "", 0, false
+	return nil, 0, false
 }
 
 // fastDigits reads a JSON number at b[i] that is a plain positive integer

@@ -250,6 +250,31 @@ func TestCheckShadow(t *testing.T) {
 	}
 }
 
+// TestCheckBodyOfUnknownLength: a body without a Content-Length (chunked)
+// is read within maxBody as one with it is: one within it is decided, a
+// longer one refused.
+func TestCheckBodyOfUnknownLength(t *testing.T) {
+	f := newFixture(t, testYAML)
+	for _, tt := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"limit":"api-key","key":"k1"}`, 200, `{"allowed":true,`},
+		{`{"limit":"tiny","key":"` + strings.Repeat("x", maxBody) + `"}`, 400, "larger than 65536 bytes"},
+	} {
+		req := httptest.NewRequest("POST", "/v1/check", io.MultiReader(strings.NewReader(tt.body)))
+		if req.ContentLength != -1 {
+			req.ContentLength = -1
+		}
+		rec := httptest.NewRecorder()
+		f.h.ServeHTTP(rec, req)
+		if rec.Code != tt.status || !strings.Contains(rec.Body.String(), tt.want) {
+			t.Errorf("a body of %d bytes without a length: %d %s, want %d with %q", len(tt.body), rec.Code, rec.Body, tt.status, tt.want)
+		}
+	}
+}
+
 func TestCheckErrors(t *testing.T) {
 	f := newFixture(t, testYAML)
 	big := `{"limit":"tiny","key":"` + strings.Repeat("x", maxBody) + `"}`
