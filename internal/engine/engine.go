@@ -160,13 +160,15 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	refused, peeked := false, false // refused before the store charged anything
+	total := chargedCost(checks)
 	for i := range checks {
 		c := &checks[i]
 		if c.Mode == Shadow || c.Cost < 1 {
 			continue
 		}
 		sc.idx = append(sc.idx, i)
-		if impossible(checks, i) {
+		// No sum of the checks charged together exceeds their total.
+		if total > c.Policy.Capacity() && impossible(checks, i) {
 			res[i].Decision, res[i].Denied = never(c.Policy), true
 			refused = true
 		}
@@ -261,6 +263,24 @@ func impossible(checks []Check, i int) bool {
 		sum += o.Cost
 	}
 	return sum > c.Policy.Capacity()
+}
+
+// chargedCost returns the summed cost of the enforced and deferred checks
+// that charge (MaxInt64 if it overflows): a bound on the summed cost of
+// any of them on one (policy, key), which impossible computes.
+func chargedCost(checks []Check) int64 {
+	var total int64
+	for i := range checks {
+		c := &checks[i]
+		if c.Mode == Shadow || c.Cost < 1 {
+			continue
+		}
+		if total > math.MaxInt64-c.Cost {
+			return math.MaxInt64
+		}
+		total += c.Cost
+	}
+	return total
 }
 
 // together reports whether a and b are decided in one all-or-nothing call.
