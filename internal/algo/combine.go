@@ -29,18 +29,20 @@ func Combine[D Decision](ds []D) D {
 	if k < 0 {
 		return D{}
 	}
+	// The fields are read through decision(ds[i]).Field, which loads one
+	// field, where a decision(ds[i]) variable would copy the whole struct.
 	out := decision{Allowed: true, Limit: decision(ds[k]).Limit, Remaining: decision(ds[k]).Remaining}
-	for _, d := range ds {
-		d := decision(d)
-		out.Degraded = out.Degraded || d.Degraded
-		out.Delay = max(out.Delay, d.Delay)
-		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
-		if !d.Allowed {
+	for i := range ds {
+		d := &ds[i]
+		out.Degraded = out.Degraded || decision(*d).Degraded
+		out.Delay = max(out.Delay, decision(*d).Delay)
+		out.ResetAfter = max(out.ResetAfter, decision(*d).ResetAfter)
+		if !decision(*d).Allowed {
 			out.Allowed = false
-			if d.RetryAfter == Never || out.RetryAfter == Never {
+			if r := decision(*d).RetryAfter; r == Never || out.RetryAfter == Never {
 				out.RetryAfter = Never
 			} else {
-				out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
+				out.RetryAfter = max(out.RetryAfter, r)
 			}
 		}
 	}
@@ -53,7 +55,7 @@ func Combine[D Decision](ds []D) D {
 func Decider[D Decision](ds []D) int {
 	k := -1
 	for i := range ds {
-		if k < 0 || Precedes(ds[i], ds[k]) {
+		if k < 0 || precedes(&ds[i], &ds[k]) {
 			k = i
 		}
 	}
@@ -64,14 +66,18 @@ func Decider[D Decision](ds []D) int {
 // by: a refusal before an admission; of two refusals, the longer wait
 // (Never the longest); of two admissions, fewer units remaining. Equals do
 // not precede each other.
-func Precedes[D Decision](d, e D) bool {
-	a, b := decision(d), decision(e)
-	switch {
-	case a.Allowed != b.Allowed:
-		return !a.Allowed
-	case !a.Allowed:
-		return b.RetryAfter != Never && (a.RetryAfter == Never || a.RetryAfter > b.RetryAfter)
+func Precedes[D Decision](d, e D) bool { return precedes(&d, &e) }
+
+// precedes is Precedes on pointers, which reads the three fields it
+// compares without copying either decision.
+func precedes[D Decision](d, e *D) bool {
+	switch a, b := decision(*d).Allowed, decision(*e).Allowed; {
+	case a != b:
+		return !a
+	case !a:
+		rd, re := decision(*d).RetryAfter, decision(*e).RetryAfter
+		return re != Never && (rd == Never || rd > re)
 	default:
-		return a.Remaining < b.Remaining
+		return decision(*d).Remaining < decision(*e).Remaining
 	}
 }
