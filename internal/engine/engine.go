@@ -210,27 +210,11 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	return o
 }
 
-// policyAllower is a store with a one-policy path that takes the policy by
-// pointer and returns the decision's fields one by one
-// (memstore.Store.AllowPolicy, which sluice.Limiter prefers too): it
-// decides exactly as Allow does at now for sluice.Request{Policy: *p, Key:
-// key, Cost: cost}, without copying the request on its way through the
-// interface and the decision on its way back.
-type policyAllower interface {
-	AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
-}
-
 // decideOne is Decide for the most common request, one enforced check
 // that can pass: one store call and nothing pooled, with the outcome the
 // general path gives it.
 func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result) Outcome {
-	var d sluice.Decision
-	var err error
-	if pa, ok := store.(policyAllower); ok && c.MaxDelay == 0 {
-		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = pa.AllowPolicy(now, &c.Policy, c.Key, c.Cost)
-	} else {
-		d, err = store.Allow(ctx, now, request(c))
-	}
+	d, err := store.Allow(ctx, now, request(c))
 	switch {
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
 		// A store that finds a cost it can never admit refuses it too.
