@@ -128,8 +128,14 @@ type server struct {
 // startServer starts a server that writes a ready file (sluice serve or
 // gubernatord) and waits until it listens.
 func startServer(name, dir string, argv ...string) (*server, error) {
+	return startServerWith(name, dir, nil, argv...)
+}
+
+// startServerWith is startServer with the environment env (nil: this
+// process's).
+func startServerWith(name, dir string, env []string, argv ...string) (*server, error) {
 	readyPath := filepath.Join(dir, name+".ready.json")
-	p, err := start(name, filepath.Join(dir, name+".log"), append(argv, "--ready-file", readyPath)...)
+	p, err := startWith(name, filepath.Join(dir, name+".log"), env, append(argv, "--ready-file", readyPath)...)
 	if err != nil {
 		return nil, err
 	}
