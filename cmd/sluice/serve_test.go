@@ -103,16 +103,8 @@ func (in *instance) do(t *testing.T, method, path, body string) (int, http.Heade
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
-	return resp.StatusCode, resp.Header, string(b)
+	resp, b := proctest.Do(t, http.DefaultClient, req)
+	return resp.StatusCode, resp.Header, b
 }
 
 // check asks POST /v1/check for one decision and returns status and body.

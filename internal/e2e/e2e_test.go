@@ -3,7 +3,6 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -71,15 +70,14 @@ func (s *sluice) check(t *testing.T, limit, key string) string {
 // decide asks the service for one decision and returns the answer's body;
 // unlike check, it may be called from any goroutine.
 func (s *sluice) decide(limit, key string) (string, error) {
-	resp, err := http.Post("http://"+s.http+"/v1/check", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"limit":%q,"key":%q}`, limit, key)))
+	req, err := http.NewRequest("POST", "http://"+s.http+"/v1/check", strings.NewReader(fmt.Sprintf(`{"limit":%q,"key":%q}`, limit, key)))
 	if err != nil {
-		return "", fmt.Errorf("%s: POST /v1/check: %w", s.Name, err)
+		return "", err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	req.Header.Set("Content-Type", "application/json")
+	resp, b, err := proctest.Fetch(http.DefaultClient, req)
 	if err != nil {
-		return "", fmt.Errorf("%s: POST /v1/check: %w", s.Name, err)
+		return "", fmt.Errorf("%s: %w", s.Name, err)
 	}
 	if resp.StatusCode != 200 {
 		return "", fmt.Errorf("%s: POST /v1/check = %d %s", s.Name, resp.StatusCode, b)

@@ -152,16 +152,8 @@ func get(t *testing.T, c *http.Client, url string, kv ...string) answer {
 	for i := 0; i+1 < len(kv); i += 2 {
 		req.Header.Set(kv[i], kv[i+1])
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	return answer{resp.StatusCode, resp.Header, string(b)}
+	resp, b := proctest.Do(t, c, req)
+	return answer{resp.StatusCode, resp.Header, b}
 }
 
 // problem is the part of an RFC 9457 body the tests look at.

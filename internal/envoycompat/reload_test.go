@@ -2,7 +2,6 @@ package envoycompat
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -117,16 +116,12 @@ func checkReferenceHeaders(t *testing.T, resp *rlsv3.RateLimitResponse, limit, r
 // metrics returns the service's Prometheus metrics.
 func (s *server) metrics(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get("http://" + s.http + "/metrics")
+	req, err := http.NewRequest("GET", "http://"+s.http+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	_, b := proctest.Do(t, http.DefaultClient, req)
+	return b
 }
 
 // checkIETFAfterReload reloads testdata/reload/after.yaml with

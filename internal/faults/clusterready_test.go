@@ -25,12 +25,11 @@ type readyz struct {
 }
 
 func getReadyz(c *http.Client, addr string) (readyz, error) {
-	resp, err := c.Get("http://" + addr + "/readyz")
+	req, err := http.NewRequest("GET", "http://"+addr+"/readyz", nil)
 	if err != nil {
 		return readyz{}, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	resp, b, err := proctest.Fetch(c, req)
 	if err != nil {
 		return readyz{}, err
 	}

@@ -588,12 +588,7 @@ func checkService(ctx context.Context, c *http.Client, addr, limit, key string) 
 		return 0, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, false, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	resp, b, err := proctest.Fetch(c, req)
 	if err != nil {
 		return 0, false, err
 	}

@@ -37,16 +37,8 @@ func post(t *testing.T, c *http.Client, method, url, body string, header ...stri
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	return resp.StatusCode, string(b)
+	resp, b := proctest.Do(t, c, req)
+	return resp.StatusCode, b
 }
 
 func checkBody(t *testing.T, limit, key string) string {

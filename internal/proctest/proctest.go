@@ -8,7 +8,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,33 @@ var (
 	binPath   string
 	buildErr  error
 )
+
+// Fetch sends req with c and returns the response and its whole body,
+// read and closed; an error names the request. Unlike Do, it may be called
+// from any goroutine.
+func Fetch(c *http.Client, req *http.Request) (*http.Response, []byte, error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, nil, err // a *url.Error: it names the method and the URL
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp, b, fmt.Errorf("%s %s: reading the body: %w", req.Method, req.URL, err)
+	}
+	return resp, b, nil
+}
+
+// Do is Fetch on the test's goroutine: it fails t on an error, and returns
+// the body as a string.
+func Do(t testing.TB, c *http.Client, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, b, err := Fetch(c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
 
 // Main runs the package's tests and then removes the binary that Sluice
 // built, if any. Call it from TestMain.

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/proctest"
 )
 
 // echo is an upstream that answers with what it received.
@@ -84,16 +86,7 @@ func get(t *testing.T, client *http.Client, method, url string, body io.Reader, 
 		}
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return proctest.Do(t, client, req)
 }
 
 func TestProxy(t *testing.T) {
