@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/rls/rlstest"
 )
 
 // envoyConfig gives api_key two limits (100 per second and dayLimit per
@@ -37,13 +38,8 @@ envoy:
 `
 }
 
-func descriptor(kv ...string) *rlscommon.RateLimitDescriptor {
-	d := &rlscommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
+// descriptor builds a descriptor from key, value pairs.
+var descriptor = rlstest.Descriptor
 
 func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/rls/rlstest"
 )
 
 func TestMain(m *testing.M) { proctest.Main(m) }
@@ -177,13 +178,7 @@ type call struct {
 }
 
 // d builds a descriptor from key, value pairs.
-func d(kv ...string) *rlscommon.RateLimitDescriptor {
-	out := &rlscommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		out.Entries = append(out.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return out
-}
+var d = rlstest.Descriptor
 
 // dh is d with the descriptor's own hits_addend.
 func dh(hits uint64, kv ...string) *rlscommon.RateLimitDescriptor {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rls/rlstest"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -110,13 +111,7 @@ func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 }
 
 // desc builds a descriptor from key, value pairs.
-func desc(kv ...string) *rlscommon.RateLimitDescriptor {
-	d := &rlscommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlscommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
+var desc = rlstest.Descriptor
 
 func (h *harness) call(t *testing.T, domain string, ds ...*rlscommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 	t.Helper()
