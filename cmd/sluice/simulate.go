@@ -169,19 +169,19 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	f := &simulateFlags{keys: 1, seed: 1}
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
-	fs.Var((*intFlag)(&f.limit), "limit", "cost units per period")
+	fs.Var(numFlag[int64]{&f.limit}, "limit", "cost units per period")
 	fs.Var(&f.period, "period", "the period")
 	fs.StringVar(&f.timeZone, "time-zone", "", "a calendar period's time zone")
 	fs.StringVar(&f.weekStart, "week-starts", "", "a calendar week's first day: monday or sunday")
-	fs.Var((*intFlag)(&f.burst), "burst", "the token-bucket family's capacity")
+	fs.Var(numFlag[int64]{&f.burst}, "burst", "the token-bucket family's capacity")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
 	fs.StringVar(&f.chart, "chart", "", "draw a chart to this .svg or .png file")
 	fs.StringVar(&f.pattern, "pattern", "", "generate traffic in this pattern")
 	fs.StringVar(&f.rate, "rate", "", "the generated traffic's rate per key")
 	fs.Var((*durationFlag)(&f.duration), "duration", "how long the generated traffic lasts")
-	fs.Var((*intFlag)(&f.keys), "keys", "number of keys of the generated traffic")
-	fs.Var((*uintFlag)(&f.seed), "seed", "seed of the poisson pattern")
+	fs.Var(numFlag[int64]{&f.keys}, "keys", "number of keys of the generated traffic")
+	fs.Var(numFlag[uint64]{&f.seed}, "seed", "seed of the poisson pattern")
 	fs.BoolVar(&f.allowEmpty, "allow-empty", false, "accept a trace without requests")
 	return fs, f
 }
@@ -561,47 +561,38 @@ func checkAndRewind(r io.Reader) (_ io.Reader, cleanup func(), _ error) {
 	return tmp, cleanup, nil
 }
 
-// intFlag is an int64 flag whose errors say what is wanted.
-type intFlag int64
+// numFlag is an int64 or uint64 flag whose errors say what is wanted.
+type numFlag[T int64 | uint64] struct{ p *T }
 
-func (v *intFlag) String() string {
-	if v == nil {
+func (v numFlag[T]) String() string {
+	if v.p == nil {
 		return "0"
 	}
-	return strconv.FormatInt(int64(*v), 10)
+	return fmt.Sprint(*v.p)
 }
 
-func (v *intFlag) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		return errors.New("out of range")
+func (v numFlag[T]) Set(s string) error {
+	signed := ^T(0) < 0
+	var n T
+	var err error
+	if signed {
+		var i int64
+		i, err = strconv.ParseInt(s, 10, 64)
+		n = T(i)
+	} else {
+		var u uint64
+		u, err = strconv.ParseUint(s, 10, 64)
+		n = T(u)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return errors.New("out of range")
+	case err != nil && signed:
 		return errors.New("not an integer")
-	}
-	*v = intFlag(n)
-	return nil
-}
-
-// uintFlag is a uint64 flag whose errors say what is wanted.
-type uintFlag uint64
-
-func (v *uintFlag) String() string {
-	if v == nil {
-		return "0"
-	}
-	return strconv.FormatUint(uint64(*v), 10)
-}
-
-func (v *uintFlag) Set(s string) error {
-	n, err := strconv.ParseUint(s, 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		return errors.New("out of range")
-	}
-	if err != nil {
+	case err != nil:
 		return errors.New("not an unsigned integer")
 	}
-	*v = uintFlag(n)
+	*v.p = n
 	return nil
 }
 
