@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -87,23 +88,9 @@ func TestStoreCounts(t *testing.T) {
 // the series of family name whose one label has the value label.
 func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := metricstest.Value(t, reg, name, label)
+	if !ok {
+		t.Fatalf("no series %s{%q}", name, label)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
-				if h := m.GetHistogram(); h != nil {
-					return float64(h.GetSampleCount())
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no series %s{%q}", name, label)
-	return 0
+	return v
 }

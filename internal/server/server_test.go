@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/benchhttp"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/metrics"
+	"github.com/sluicehq/sluice/internal/metrics/metricstest"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -595,37 +596,12 @@ func scrape(t *testing.T, h http.Handler) string {
 	return rec.Body.String()
 }
 
-// counter returns the value of a counter with the given label values.
+// counter returns the value of a counter with the given label values (in
+// any order), 0 when there is no such series.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			lp := m.GetLabel()
-			if len(lp) != len(labels) {
-				continue
-			}
-			// Labels come sorted by name; match values in any order.
-			for _, v := range labels {
-				found := false
-				for _, l := range lp {
-					found = found || l.GetValue() == v
-				}
-				if !found {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	v, _ := metricstest.Value(t, reg, name, labels...)
+	return v
 }
 
 func TestMetrics(t *testing.T) {
