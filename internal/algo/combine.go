@@ -55,7 +55,7 @@ func Combine[D Decision](ds []D) D {
 func Decider[D Decision](ds []D) int {
 	k := -1
 	for i := range ds {
-		if k < 0 || precedes(&ds[i], &ds[k]) {
+		if k < 0 || Precedes(ds[i], ds[k]) {
 			k = i
 		}
 	}
@@ -66,18 +66,14 @@ func Decider[D Decision](ds []D) int {
 // by: a refusal before an admission; of two refusals, the longer wait
 // (Never the longest); of two admissions, fewer units remaining. Equals do
 // not precede each other.
-func Precedes[D Decision](d, e D) bool { return precedes(&d, &e) }
-
-// precedes is Precedes on pointers, which reads the three fields it
-// compares without copying either decision.
-func precedes[D Decision](d, e *D) bool {
-	switch a, b := decision(*d).Allowed, decision(*e).Allowed; {
-	case a != b:
-		return !a
-	case !a:
-		rd, re := decision(*d).RetryAfter, decision(*e).RetryAfter
-		return re != Never && (rd == Never || rd > re)
+func Precedes[D Decision](d, e D) bool {
+	a, b := decision(d), decision(e)
+	switch {
+	case a.Allowed != b.Allowed:
+		return !a.Allowed
+	case !a.Allowed:
+		return b.RetryAfter != Never && (a.RetryAfter == Never || a.RetryAfter > b.RetryAfter)
 	default:
-		return decision(*d).Remaining < decision(*e).Remaining
+		return a.Remaining < b.Remaining
 	}
 }
