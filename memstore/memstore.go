@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/splitmix"
 )
 
 // Options configure a Store. The zero value is valid: the defaults are
@@ -273,7 +274,7 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 		if cal := p.Calendar; cal.Unit != sluice.NoCalendar {
 			f ^= maphash.String(s.seed, "\x00"+cal.String())
 		}
-		c.fp = mix(f)
+		c.fp = splitmix.Mix(f)
 		c.tokenBucket = p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm
 		c.pp = algo.Prepare(engine.Params(p))
 	}
@@ -293,16 +294,6 @@ func (s *Store) hash(c *compiled, key string) uint64 {
 		h = 1
 	}
 	return h
-}
-
-// mix is the splitmix64 finalizer.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
 
 // check validates r and returns its compiled policy.

@@ -1,5 +1,7 @@
 package sluicetest
 
+import "github.com/sluicehq/sluice/internal/splitmix"
+
 // rand is a splitmix64 generator. The suite and RandomTrace use their own
 // generator, not math/rand, so that a seed names the same trace in every Go
 // release and a failing seed can be replayed years later.
@@ -9,10 +11,7 @@ func newRand(seed uint64) *rand { return &rand{state: seed} }
 
 func (r *rand) uint64() uint64 {
 	r.state += 0x9e3779b97f4a7c15
-	z := r.state
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
+	return splitmix.Mix(r.state)
 }
 
 // int63n returns a number in [0, n) for n > 0. The modulo bias, below

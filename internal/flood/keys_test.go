@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/splitmix"
 )
 
 // permute32 is a bijection on uint32 (each step of the lowbias32 mixer is
@@ -14,16 +16,6 @@ func permute32(x uint32) uint32 {
 	x ^= x >> 15
 	x *= 0x846ca68b
 	x ^= x >> 16
-	return x
-}
-
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
 	return x
 }
 
@@ -43,7 +35,7 @@ func floodKey(i, seed uint64) string {
 	var a [16]byte
 	binary.BigEndian.PutUint32(a[0:], 0x20010db8)
 	binary.BigEndian.PutUint32(a[4:], permute32(n^0x5bd1e995))
-	binary.BigEndian.PutUint64(a[8:], mix64(uint64(n)^seed))
+	binary.BigEndian.PutUint64(a[8:], splitmix.Mix(uint64(n)^seed))
 	return netip.AddrFrom16(a).String()
 }
 
