@@ -8,10 +8,7 @@ import (
 )
 
 func TestAdmin(t *testing.T) {
-	c, err := Load("testdata/good/admin.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "admin")
 	if got, want := c.Listen(), (Listen{HTTP: "127.0.0.1:8080", Admin: "127.0.0.1:9090"}); got != want {
 		t.Errorf("Listen() = %+v, want %+v", got, want)
 	}

@@ -9,10 +9,7 @@ import (
 // TestCalendarLimits checks the calendar limits of testdata/good/calendar.yaml
 // and that plans take them as any other limit.
 func TestCalendarLimits(t *testing.T) {
-	c, err := Load("testdata/good/calendar.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "calendar")
 	for _, tt := range []struct {
 		limit, period string
 		alg           sluice.Algorithm

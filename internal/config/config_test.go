@@ -109,10 +109,7 @@ func TestParseGood(t *testing.T) {
 // TestIssueExample checks every value of the example configuration in
 // issue 5.
 func TestIssueExample(t *testing.T) {
-	c, err := Load("testdata/good/issue.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "issue")
 	if got, want := c.Listen(), (Listen{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081"}); got != want {
 		t.Errorf("Listen() = %+v, want %+v", got, want)
 	}
@@ -164,10 +161,7 @@ func TestIssueExample(t *testing.T) {
 }
 
 func TestAnchors(t *testing.T) {
-	c, err := Load("testdata/good/anchors.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "anchors")
 	want := map[string]Limit{
 		"small":    {Policy: sluice.SlidingLog(60, time.Minute).Named("small")},
 		"large":    {Policy: sluice.SlidingLog(600, time.Minute).Named("large")},
@@ -188,10 +182,7 @@ func TestAnchors(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	c, err := Load("testdata/good/redis.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "redis")
 	s := c.Store()
 	want := Store{Backend: RedisBackend, Timeout: 20 * time.Millisecond, OnError: OnErrorLocal,
 		Redis: Redis{Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "redis-3.internal:6379"}, Prefix: "prod:", MaxBatch: 32,
@@ -213,10 +204,7 @@ func TestRedis(t *testing.T) {
 }
 
 func TestEnvoy(t *testing.T) {
-	c, err := Load("testdata/good/envoy.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "envoy")
 	e, ok := c.Envoy()
 	if !ok {
 		t.Fatal("Envoy() = false, want the envoy section")
@@ -230,10 +218,7 @@ func TestEnvoy(t *testing.T) {
 	if again, _ := c.Envoy(); again.Content[0].Content == nil {
 		t.Error("changing the section Envoy returned changed the configuration")
 	}
-	c, err = Load("testdata/good/issue.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c = loadGood(t, "issue")
 	if e, ok := c.Envoy(); ok || e != nil {
 		t.Errorf("Envoy() = %v, %v for a file without an envoy section", e, ok)
 	}
@@ -410,10 +395,7 @@ func TestMatch(t *testing.T) {
 // TestImmutable checks that changing what the accessors return does not
 // change the Config.
 func TestImmutable(t *testing.T) {
-	c, err := Load("testdata/good/issue.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "issue")
 	p, _ := c.Proxy()
 	p.Upstream.Host = "evil:1"
 	p.TrustedProxies[0] = netip.MustParsePrefix("0.0.0.0/0")
@@ -429,10 +411,7 @@ func TestImmutable(t *testing.T) {
 	if l, _ := c.Limit("api-key"); l.Policy.Limit != 10 {
 		t.Errorf("Limit changed through Limits(): %+v", l)
 	}
-	rc, err := Load("testdata/good/redis.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := loadGood(t, "redis")
 	rc.Store().Redis.Addrs[0] = "x:1"
 	if got := rc.Store().Redis.Addrs[0]; got != "10.0.0.1:6379" {
 		t.Errorf("Store() changed through a returned copy: %s", got)
@@ -541,13 +520,21 @@ func FuzzLoad(f *testing.F) {
 // constructors (sluice.TokenBucket(10, time.Second, 0)) and the overrides
 // API.
 func TestBurstZero(t *testing.T) {
-	c, err := Load("testdata/good/burst_zero.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "burst_zero")
 	l, _ := c.Limit("api-key")
 	want := sluice.TokenBucket(10, time.Second, 0).Named("api-key")
 	if l.Policy != want || l.Policy.Capacity() != 10 {
 		t.Errorf("burst: 0 gives %+v (capacity %d), want %+v (capacity 10)", l.Policy, l.Policy.Capacity(), want)
 	}
+}
+
+// loadGood loads testdata/good/NAME.yaml and fails the test if it does not
+// load.
+func loadGood(t *testing.T, name string) *Config {
+	t.Helper()
+	c, err := Load(filepath.Join("testdata", "good", name+".yaml"), testFormats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

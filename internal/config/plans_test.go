@@ -10,10 +10,7 @@ import (
 )
 
 func TestPlans(t *testing.T) {
-	c, err := Load("testdata/good/plans.yaml", testFormats)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadGood(t, "plans")
 	var got []string
 	for _, p := range c.Plans() {
 		got = append(got, p.Name+"="+strings.Join(p.Limits, "+"))
