@@ -177,11 +177,7 @@ func TestSimulateTable(t *testing.T) {
 func TestSimulateFlagErrors(t *testing.T) {
 	base := []string{"simulate", "--algorithm", "token_bucket", "--limit", "10", "--period", "1s"}
 	with := func(extra ...string) []string { return append(slices.Clone(base), extra...) }
-	tests := []struct {
-		name   string
-		args   []string
-		stderr string
-	}{
+	checkUsageErrors(t, []usageErrorCase{
 		{"no algorithm", []string{"simulate", "--limit", "10", "--period", "1s"},
 			"sluice: simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, all)\n"},
 		{"unknown algorithm", []string{"simulate", "--algorithm", "token-bucket", "--limit", "10", "--period", "1s"},
@@ -202,10 +198,28 @@ func TestSimulateFlagErrors(t *testing.T) {
 		{"jsonl for all", []string{"simulate", "--algorithm", "all", "--limit", "5", "--period", "1s", "--format", "jsonl"},
 			"sluice: simulate: --format jsonl needs one algorithm; --algorithm all prints a comparison table\n"},
 		{"positional argument", with("trace.csv"), `sluice: simulate: unexpected argument "trace.csv" (flags only)` + "\n"},
-	}
-	for _, tt := range tests {
+	})
+}
+
+// usageErrorCase is a command line that `sluice` must refuse with a usage
+// error, and the message it must print.
+type usageErrorCase struct {
+	name   string
+	args   []string
+	stderr string
+}
+
+// checkUsageErrors runs checkUsageError on each case in a subtest, in an
+// empty working directory, and checks that no file is left behind.
+func checkUsageErrors(t *testing.T, cases []usageErrorCase) {
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Chdir(dir)
 			checkUsageError(t, tt.args, tt.stderr)
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Errorf("files left behind: %v", left)
+			}
 		})
 	}
 }
@@ -484,11 +498,7 @@ func TestSimulatePatternReproducible(t *testing.T) {
 func TestSimulatePatternFlagErrors(t *testing.T) {
 	base := []string{"simulate", "--algorithm", "fixed_window", "--limit", "10", "--period", "1s"}
 	with := func(extra ...string) []string { return append(slices.Clone(base), extra...) }
-	tests := []struct {
-		name   string
-		args   []string
-		stderr string
-	}{
+	checkUsageErrors(t, []usageErrorCase{
 		{"pattern and trace", with("--pattern", "steady", "--rate", "5", "--duration", "1s", "--trace", "x.csv"),
 			"sluice: simulate: --pattern and --trace cannot be used together: generate traffic or read a trace\n"},
 		{"pattern and trace from stdin", with("--trace", "-", "--pattern", "steady", "--rate", "5", "--duration", "1s"),
@@ -516,17 +526,7 @@ func TestSimulatePatternFlagErrors(t *testing.T) {
 			`sluice: simulate: --chart: chart file "chart.pdf": want a name ending in .svg or .png` + "\n"},
 		{"chart without extension", with("--chart", "chart"),
 			`sluice: simulate: --chart: chart file "chart": want a name ending in .svg or .png` + "\n"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			t.Chdir(dir)
-			checkUsageError(t, tt.args, tt.stderr)
-			if left, _ := os.ReadDir(dir); len(left) != 0 {
-				t.Errorf("files left behind: %v", left)
-			}
-		})
-	}
+	})
 	r := runSluice(t, nil, "simulate", "--seed", "-1")
 	if r.code != 2 || !strings.Contains(r.stderr, `--seed "-1": not an unsigned integer`) {
 		t.Errorf("--seed -1: exit %d, stderr %q", r.code, r.stderr)
