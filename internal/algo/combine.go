@@ -29,20 +29,18 @@ func Combine[D Decision](ds []D) D {
 	if k < 0 {
 		return D{}
 	}
-	// The fields are read through decision(ds[i]).Field, which loads one
-	// field, where a decision(ds[i]) variable would copy the whole struct.
 	out := decision{Allowed: true, Limit: decision(ds[k]).Limit, Remaining: decision(ds[k]).Remaining}
-	for i := range ds {
-		d := &ds[i]
-		out.Degraded = out.Degraded || decision(*d).Degraded
-		out.Delay = max(out.Delay, decision(*d).Delay)
-		out.ResetAfter = max(out.ResetAfter, decision(*d).ResetAfter)
-		if !decision(*d).Allowed {
+	for _, d := range ds {
+		d := decision(d)
+		out.Degraded = out.Degraded || d.Degraded
+		out.Delay = max(out.Delay, d.Delay)
+		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
+		if !d.Allowed {
 			out.Allowed = false
-			if r := decision(*d).RetryAfter; r == Never || out.RetryAfter == Never {
+			if d.RetryAfter == Never || out.RetryAfter == Never {
 				out.RetryAfter = Never
 			} else {
-				out.RetryAfter = max(out.RetryAfter, r)
+				out.RetryAfter = max(out.RetryAfter, d.RetryAfter)
 			}
 		}
 	}
