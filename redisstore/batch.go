@@ -85,21 +85,28 @@ func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, sin
 }
 
 // exec runs script on keys and args (wire, when not nil, in place of args
-// when script runs alone; see Store.eval), at once or in a batch. ctx bounds the
-// wait; a call already sent when ctx ends may still be decided by Redis,
-// as any call whose answer comes too late.
-func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
+// when script runs alone; see Store.eval), at once or in a batch. ctx and
+// deadline, the end of the call's timeout, bound the wait (at deadline,
+// with context.DeadlineExceeded); a call already sent when they end may
+// still be decided by Redis, as any call whose answer comes too late.
+func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
 	b.mu.Lock()
 	if b.inflight < batchInflight {
 		b.inflight++
 		b.peak = max(b.peak, b.inflight)
 		b.mu.Unlock()
-		vals, err := script.Exec(ctx, c, keys, orArgs(wire, args)).AsIntSlice()
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		vals, err := script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
+		cancel()
 		b.release(c)
 		return vals, err
 	}
-	w := &waiter{script: script, keys: keys, args: args, wire: wire, done: make(chan struct{})}
-	w.deadline, _ = ctx.Deadline()
+	w := &waiter{script: script, keys: keys, args: args, wire: wire, deadline: deadline, done: make(chan struct{})}
+	ctxDeadline, ok := ctx.Deadline()
+	own := !ok || deadline.Before(ctxDeadline) // whether the timeout ends the wait before ctx does
+	if !own {
+		w.deadline = ctxDeadline
+	}
 	b.queue = append(b.queue, w)
 	b.queued += len(keys)
 	var full []*waiter
@@ -114,19 +121,29 @@ func (b *batcher) exec(ctx context.Context, c rueidis.Client, script *rueidis.Lu
 	if full != nil {
 		b.spawn(c, full)
 	}
+	var timeout <-chan time.Time
+	if own {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	var err error
 	select {
 	case <-w.done:
 		return w.vals, w.err
 	case <-ctx.Done():
-		b.mu.Lock()
-		if i := slices.Index(b.queue, w); i >= 0 {
-			// Not sent: nothing is charged.
-			b.queue = slices.Delete(b.queue, i, i+1)
-			b.queued -= len(w.keys)
-		}
-		b.mu.Unlock()
-		return nil, ctx.Err()
+		err = ctx.Err()
+	case <-timeout:
+		err = context.DeadlineExceeded
 	}
+	b.mu.Lock()
+	if i := slices.Index(b.queue, w); i >= 0 {
+		// Not sent: nothing is charged.
+		b.queue = slices.Delete(b.queue, i, i+1)
+		b.queued -= len(w.keys)
+	}
+	b.mu.Unlock()
+	return nil, err
 }
 
 // release ends a call in flight: when calls are queued, a new goroutine

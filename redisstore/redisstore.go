@@ -308,6 +308,17 @@ func (s *Store) conn(ctx context.Context) (rueidis.Client, error) {
 	}
 }
 
+// connBy is conn within a call's timeout, which ends at deadline: the
+// client at once when the store has one, else conn.
+func (s *Store) connBy(ctx context.Context, deadline time.Time) (rueidis.Client, error) {
+	if c := s.client.Load(); c != nil {
+		return *c, nil
+	}
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return s.conn(cctx)
+}
+
 func (s *Store) connect(d *dial) {
 	defer s.wg.Done()
 	c, err := rueidis.NewClient(s.clientOpt)
@@ -810,9 +821,13 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 		return nil, ErrClosed
 	}
 	defer s.users.exit()
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	c, err := s.conn(cctx)
+	// The end of the call's timeout (ctx may end it sooner). A call that
+	// waits in the batcher's queue waits on a timer and on ctx, without a
+	// context of its own (see batcher.exec): a context under ctx would
+	// register with ctx and unregister again, which costs more than the
+	// timer on every call.
+	deadline := time.Now().Add(s.timeout)
+	c, err := s.connBy(ctx, deadline)
 	if err == nil && len(keys) > 1 && c.Mode() == rueidis.ClientModeCluster {
 		// The store may have connected only now, after AllowAll's own
 		// check; a command over several slots must never reach the client.
@@ -825,9 +840,11 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 	switch {
 	case err != nil:
 	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster && s.batch.takes(script):
-		vals, err = s.batch.exec(cctx, c, script, keys, args, wire)
+		vals, err = s.batch.exec(ctx, deadline, c, script, keys, args, wire)
 	default:
+		cctx, cancel := context.WithDeadline(ctx, deadline)
 		vals, err = script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
+		cancel()
 	}
 	if c != nil && c.Mode() == rueidis.ClientModeCluster && (err != nil || s.breakers.slots.Load() == nil) {
 		// Learn, or learn again after a failure, which master holds
@@ -847,7 +864,7 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 		// Redis answered, but a key holds something the script refuses.
 		br.success()
 	default:
-		if cctx.Err() != nil {
+		if !time.Now().Before(deadline) {
 			err = fmt.Errorf("redis did not answer within %v: %w", s.timeout, err)
 		}
 		br.failure(probe)
