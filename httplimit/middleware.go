@@ -433,7 +433,7 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	for j, i := range sc.idx {
 		res[i].Decision, res[i].Err = sc.eres[j].Decision, sc.eres[j].Err
 	}
-	dryDenied := m.dryRuns(r, sc)
+	dryDenied := o.DryRunDenied && m.dryRuns(r, sc)
 	status, retry := m.verdict(ctx, &o)
 	if m.onDecision != nil {
 		ev := &sc.ev

@@ -75,3 +75,30 @@ func Precedes[D Decision](d, e D) bool {
 		return a.Remaining < b.Remaining
 	}
 }
+
+// Rank is what Precedes compares of a decision: three fields, passed in
+// registers. A caller that holds decisions of a concrete type compares
+// them through it by pointer, without copying them. The generic functions
+// here keep their own copy of the rule (TestRankAsPrecedes holds the two
+// together): written with Rank, or reading fields of a type parameter's
+// value in place, they made the escape analysis move callers' stack
+// buffers of decisions to the heap (TestShouldRateLimitAllocs and
+// TestCheckAllocs fail).
+type Rank struct {
+	Allowed    bool
+	RetryAfter time.Duration
+	Remaining  int64
+}
+
+// Precedes reports whether a decision of rank r decides before one of
+// rank s: the order of the function Precedes.
+func (r Rank) Precedes(s Rank) bool {
+	switch {
+	case r.Allowed != s.Allowed:
+		return !r.Allowed
+	case !r.Allowed:
+		return s.RetryAfter != Never && (r.RetryAfter == Never || r.RetryAfter > s.RetryAfter)
+	default:
+		return r.Remaining < s.Remaining
+	}
+}

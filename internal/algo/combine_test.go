@@ -45,3 +45,25 @@ func TestCombine(t *testing.T) {
 		})
 	}
 }
+
+// TestRankAsPrecedes: Rank.Precedes orders every pair of a set of
+// decisions (admitted and refused, equal and different waits and
+// remainders, Never) as Precedes does.
+func TestRankAsPrecedes(t *testing.T) {
+	var ds []result
+	for _, allowed := range []bool{false, true} {
+		for _, retry := range []time.Duration{0, time.Second, 2 * time.Second, Never} {
+			for _, remaining := range []int64{-1, 0, 3} {
+				ds = append(ds, result{Allowed: allowed, RetryAfter: retry, Remaining: remaining})
+			}
+		}
+	}
+	rank := func(d result) Rank { return Rank{d.Allowed, d.RetryAfter, d.Remaining} }
+	for _, d := range ds {
+		for _, e := range ds {
+			if got, want := rank(d).Precedes(rank(e)), Precedes(d, e); got != want {
+				t.Errorf("Rank(%+v).Precedes(%+v) = %v, Precedes = %v", d, e, got, want)
+			}
+		}
+	}
+}

@@ -160,7 +160,7 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	refused, peeked := false, false // refused before the store charged anything
-	total := chargedCost(checks)
+	total, shadows, free := scan(checks)
 	for i := range checks {
 		c := &checks[i]
 		if c.Mode == Shadow || c.Cost < 1 {
@@ -199,11 +199,11 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 			}
 		}
 	}
-	if o.Err == nil {
+	if o.Err == nil && shadows {
 		o.DryRunDenied = decideShadows(ctx, store, now, checks, res, o.Allowed)
 	}
 	for i := range checks {
-		if checks[i].Cost < 1 {
+		if free && checks[i].Cost < 1 {
 			res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
 		}
 	}
@@ -249,22 +249,25 @@ func impossible(checks []Check, i int) bool {
 	return sum > c.Policy.Capacity()
 }
 
-// chargedCost returns the summed cost of the enforced and deferred checks
-// that charge (MaxInt64 if it overflows): a bound on the summed cost of
-// any of them on one (policy, key), which impossible computes.
-func chargedCost(checks []Check) int64 {
-	var total int64
+// scan returns the summed cost of the enforced and deferred checks that
+// charge (MaxInt64 if it overflows), a bound on the summed cost of any of
+// them on one (policy, key), which impossible computes; and whether there
+// are shadow checks that charge and checks that charge nothing.
+func scan(checks []Check) (total int64, shadows, free bool) {
 	for i := range checks {
 		c := &checks[i]
-		if c.Mode == Shadow || c.Cost < 1 {
-			continue
+		switch {
+		case c.Cost < 1:
+			free = true
+		case c.Mode == Shadow:
+			shadows = true
+		case total > math.MaxInt64-c.Cost:
+			total = math.MaxInt64
+		default:
+			total += c.Cost
 		}
-		if total > math.MaxInt64-c.Cost {
-			return math.MaxInt64
-		}
-		total += c.Cost
 	}
-	return total
+	return total, shadows, free
 }
 
 // together reports whether a and b are decided in one all-or-nothing call.
@@ -369,29 +372,34 @@ func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, chec
 // (sent): it is the outcome's decision when no deferred check took part,
 // and is combined with the deferred checks' decisions otherwise.
 func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged sluice.Decision, sent bool) {
-	ds := sc.ds[:0]
 	allowed := true
+	k := -1
 	for _, i := range sc.idx {
-		ds = append(ds, res[i].Decision)
 		allowed = allowed && !res[i].Denied
+		if k < 0 || rank(&res[i].Decision).Precedes(rank(&res[k].Decision)) {
+			k = i // Decider's choice, without copying the decisions
+		}
 	}
-	sc.ds = ds
-	if k := Decider(ds); k >= 0 {
-		o.Decider = sc.idx[k]
-	}
+	o.Decider = k
 	switch {
-	case !sent:
-		o.Decision = algo.Combine(ds)
-	case len(sc.at) == len(sc.idx):
+	case sent && len(sc.at) == len(sc.idx):
 		o.Decision = charged
+	case !sent:
+		ds := sc.ds[:0]
+		for _, i := range sc.idx {
+			ds = append(ds, res[i].Decision)
+		}
+		sc.ds = ds
+		o.Decision = algo.Combine(ds)
 	default:
-		ds = ds[:0]
+		ds := sc.ds[:0]
 		for _, i := range sc.idx {
 			if checks[i].Mode == Deferred {
 				ds = append(ds, res[i].Decision)
 			}
 		}
-		o.Decision = algo.Combine(append(ds, charged))
+		sc.ds = append(ds, charged)
+		o.Decision = algo.Combine(sc.ds)
 	}
 	if sent && !charged.Allowed {
 		allowed = false
@@ -522,6 +530,11 @@ func FromPeek(d sluice.Decision, cost, ask int64) sluice.Decision {
 // request returns the store request of check c.
 func request(c *Check) sluice.Request {
 	return sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay}
+}
+
+// rank returns what Decider compares of d.
+func rank(d *sluice.Decision) algo.Rank {
+	return algo.Rank{Allowed: d.Allowed, RetryAfter: d.RetryAfter, Remaining: d.Remaining}
 }
 
 // Decider returns the index of the deciding decision of ds, as the Store
