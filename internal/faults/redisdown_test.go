@@ -91,9 +91,21 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 		t.Errorf("the circuit breaker never opened after Redis was killed")
 		o.opened = o.killed
 	}
-	var before, during, after int
-	var notRedis [2]int // before the kill, after the comeback
+	// The two phases with Redis up: before the kill, and after the comeback.
+	var up [2]int       // calls counted in each
+	var notRedis [2]int // of those, the calls Redis did not decide
 	var noisy [2]int    // calls not counted there: the machine stalled
+	var during int
+	countUp := func(phase int, c call) {
+		if r.noisy(c, redisstore.DefaultBreakerCooldown) {
+			noisy[phase]++
+			return
+		}
+		up[phase]++
+		if c.degraded || c.out == failed {
+			notRedis[phase]++
+		}
+	}
 	var bad violations
 	byKey := map[int32][2]int{} // degraded decisions per key: allowed, all
 	firstBack := time.Duration(-1)
@@ -108,14 +120,7 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 		}
 		switch {
 		case c.end < o.kill:
-			if r.noisy(c, redisstore.DefaultBreakerCooldown) {
-				noisy[0]++
-				break
-			}
-			before++
-			if c.degraded || c.out == failed {
-				notRedis[0]++
-			}
+			countUp(0, c)
 		case c.start >= o.killed && c.end <= o.restart:
 			during++
 			var ok bool
@@ -137,14 +142,7 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 				firstBack = c.end - o.back
 			}
 			if c.start >= o.back+comeback {
-				if r.noisy(c, redisstore.DefaultBreakerCooldown) {
-					noisy[1]++
-					break
-				}
-				after++
-				if c.degraded || c.out == failed {
-					notRedis[1]++
-				}
+				countUp(1, c)
 			}
 		}
 	}
@@ -156,14 +154,14 @@ func checkOutage(t *testing.T, r *result, o *outage) {
 	for i, phase := range []struct {
 		name string
 		n    int
-	}{{"before the kill", before}, {fmt.Sprintf("from %v after Redis came back", comeback), after}} {
+	}{{"before the kill", up[0]}, {fmt.Sprintf("from %v after Redis came back", comeback), up[1]}} {
 		t.Logf("%s: %d of %d calls not decided by Redis (%d more when the machine stalled)", phase.name, notRedis[i], phase.n, noisy[i])
 		if notRedis[i]*100 > phase.n && !overloaded {
 			t.Errorf("%s: %d of %d calls were not decided by Redis, want at most 1%%", phase.name, notRedis[i], phase.n)
 		}
 	}
-	if before == 0 || during == 0 {
-		t.Errorf("%d calls before the kill and %d while Redis was away; want some of each", before, during)
+	if up[0] == 0 || during == 0 {
+		t.Errorf("%d calls before the kill and %d while Redis was away; want some of each", up[0], during)
 	}
 	r.checkBound(t, "with the circuit open", o.opened, o.restart, o.timeout+slack, o.outliers)
 	switch {
