@@ -65,27 +65,23 @@ func BenchmarkHotClock(b *testing.B) {
 	})
 }
 
-// BenchmarkHotCompile is a hit in the compiled-policy cache.
+// BenchmarkHotCompile is a hit in the compiled-policy cache, for an
+// unnamed and for a named policy.
 func BenchmarkHotCompile(b *testing.B) {
-	s := New(Options{})
-	p := hotPolicy
-	cpu := cputime.Start()
-	for b.Loop() {
-		s.compile(&p)
+	for _, bc := range []struct {
+		name   string
+		policy sluice.Policy
+	}{{"unnamed", hotPolicy}, {"named", hotPolicy.Named("api")}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := New(Options{})
+			p := bc.policy
+			cpu := cputime.Start()
+			for b.Loop() {
+				s.compile(&p)
+			}
+			cpu.Report(b)
+		})
 	}
-	cpu.Report(b)
-}
-
-// BenchmarkHotCompileNamed is a hit in the compiled-policy cache for a
-// named policy.
-func BenchmarkHotCompileNamed(b *testing.B) {
-	s := New(Options{})
-	p := hotPolicy.Named("api")
-	cpu := cputime.Start()
-	for b.Loop() {
-		s.compile(&p)
-	}
-	cpu.Report(b)
 }
 
 // BenchmarkHotHash is the hash of a short key under a compiled policy.
