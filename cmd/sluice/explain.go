@@ -13,46 +13,6 @@ import (
 	"github.com/sluicehq/sluice/internal/server"
 )
 
-// explainAnswer is the answer of GET /v1/explain (package server's
-// explainJSON).
-type explainAnswer struct {
-	Limit     string `json:"limit"`
-	Key       string `json:"key"`
-	Algorithm string `json:"algorithm"`
-	Policy    struct {
-		Limit      int64  `json:"limit"`
-		Period     string `json:"period"`
-		TimeZone   string `json:"time_zone"`
-		WeekStarts string `json:"week_starts"`
-		Burst      int64  `json:"burst"`
-		Shadow     bool   `json:"shadow"`
-	} `json:"policy"`
-	At      string `json:"at"`
-	Tracked bool   `json:"tracked"`
-	State   struct {
-		Tokens      string `json:"tokens"`
-		Queued      string `json:"queued"`
-		BacklogUS   *int64 `json:"backlog_us"`
-		FullAt      string `json:"full_at"`
-		WindowStart string `json:"window_start"`
-		WindowEnd   string `json:"window_end"`
-		Current     *int64 `json:"current"`
-		Previous    *int64 `json:"previous"`
-		Estimate    string `json:"estimate"`
-		Entries     *int   `json:"entries"`
-		Counted     *int64 `json:"counted"`
-		Oldest      string `json:"oldest"`
-		Newest      string `json:"newest"`
-	} `json:"state"`
-	Cost         int64  `json:"cost"`
-	Allowed      bool   `json:"allowed"`
-	Remaining    int64  `json:"remaining"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	DelayMS      int64  `json:"delay_ms"`
-	Summary      string `json:"summary"`
-}
-
 // runExplain asks the service what it knows of the key (GET /v1/explain)
 // and prints it, for sluice check --explain. The exit status says what a
 // request would get: 0 allowed, 1 denied, 2 anything else.
@@ -80,7 +40,7 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	name := u.JoinPath("/v1/explain").String()
-	var a explainAnswer
+	var a server.Explanation
 	raw, err := askService(f, req, name, map[int]string{
 		http.StatusUnauthorized: " (pass the admin token with --token-file or SLUICE_ADMIN_TOKEN)",
 		http.StatusNotFound:     " (with listen.admin set, --server must name the admin listener)",
@@ -93,7 +53,7 @@ func runExplain(ctx context.Context, s streams, f *checkFlags, u *url.URL) error
 
 // formatExplain lays an explanation out for people: one line per fact,
 // then the service's summary.
-func formatExplain(a *explainAnswer) string {
+func formatExplain(a *server.Explanation) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
@@ -115,7 +75,7 @@ func formatExplain(a *explainAnswer) string {
 }
 
 // explainPolicy describes the policy of an explanation on one line.
-func explainPolicy(a *explainAnswer) string {
+func explainPolicy(a *server.Explanation) string {
 	policy := fmt.Sprintf("%s, %d per %s", a.Algorithm, a.Policy.Limit, a.Policy.Period)
 	if a.Policy.TimeZone != "" {
 		policy += " in " + a.Policy.TimeZone
@@ -134,7 +94,7 @@ func explainPolicy(a *explainAnswer) string {
 
 // explainState writes the rows of the algorithm's state: the bucket, the
 // windows or the log.
-func explainState(a *explainAnswer, row func(k, format string, args ...any)) {
+func explainState(a *server.Explanation, row func(k, format string, args ...any)) {
 	st := &a.State
 	switch {
 	case st.Tokens != "":
@@ -174,7 +134,7 @@ func explainState(a *explainAnswer, row func(k, format string, args ...any)) {
 }
 
 // explainNext says what a request of the explanation's cost would get.
-func explainNext(a *explainAnswer) string {
+func explainNext(a *server.Explanation) string {
 	next := fmt.Sprintf("cost %d: ", a.Cost)
 	switch {
 	case a.Allowed:

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // TestCheckExplain runs sluice check --explain against a service whose
@@ -77,7 +79,7 @@ limits:
 	}
 
 	r = explain("--server", admin, "--token-file", tokenFile, "--limit", "tb", "--key", "nobody", "--json")
-	var a explainAnswer
+	var a server.Explanation
 	if err := json.Unmarshal([]byte(r.stdout), &a); r.code != 0 || err != nil || a.Tracked || a.State.Tokens != "10" || a.Remaining != 9 {
 		t.Errorf("explain --json of an untracked key: exit %d, %v, %+v", r.code, err, a)
 	}
@@ -110,7 +112,7 @@ limits:
 }
 
 func TestFormatExplain(t *testing.T) {
-	var a explainAnswer
+	var a server.Explanation
 	err := json.Unmarshal([]byte(`{"limit":"per-ip","key":"k","algorithm":"sliding_window",
 		"policy":{"limit":100,"period":"1m","period_ms":60000},"at":"2026-03-14T12:01:20.000000Z","tracked":true,
 		"state":{"window_start":"2026-03-14T12:01:00.000000Z","window_end":"2026-03-14T12:02:00.000000Z","current":0,"previous":50,"estimate":"33 1/3"},
@@ -139,7 +141,7 @@ The estimate is 33 1/3 of 100.
 // TestFormatExplainCalendar prints a calendar limit's explanation: the
 // zone beside the period, and the window's start and end in that zone.
 func TestFormatExplainCalendar(t *testing.T) {
-	var a explainAnswer
+	var a server.Explanation
 	err := json.Unmarshal([]byte(`{"limit":"monthly","key":"k","algorithm":"fixed_window",
 		"policy":{"limit":1000,"period":"calendar_month","period_ms":0,"time_zone":"Europe/Berlin"},"at":"2026-03-31T21:59:00.000000Z","tracked":true,
 		"state":{"window_start":"2026-03-01T00:00:00.000000+01:00","window_end":"2026-04-01T00:00:00.000000+02:00","current":998,"estimate":"998"},

@@ -13,9 +13,10 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 )
 
-// explainJSON is the answer of GET /v1/explain: what the store knows of one
-// key under one limit now, and what a request would get.
-type explainJSON struct {
+// Explanation is the answer of GET /v1/explain: what the store knows of one
+// key under one limit now, and what a request would get. `sluice check
+// --explain` decodes it.
+type Explanation struct {
 	Limit     string     `json:"limit"`
 	Key       string     `json:"key"`
 	Algorithm string     `json:"algorithm"`
@@ -64,16 +65,16 @@ type stateJSON struct {
 	// The token-bucket family: the tokens in the bucket, the units spent
 	// and not yet refilled (the leaky bucket's queue), and the time until
 	// the bucket is full (the queue empty).
-	Tokens    *sluice.Amount `json:"tokens,omitempty"`
-	Queued    *sluice.Amount `json:"queued,omitempty"`
-	BacklogUS *int64         `json:"backlog_us,omitempty"`
-	FullAt    string         `json:"full_at,omitempty"`
+	Tokens    string `json:"tokens,omitempty"`
+	Queued    string `json:"queued,omitempty"`
+	BacklogUS *int64 `json:"backlog_us,omitempty"`
+	FullAt    string `json:"full_at,omitempty"`
 	// The windows.
-	WindowStart string         `json:"window_start,omitempty"`
-	WindowEnd   string         `json:"window_end,omitempty"`
-	Current     *int64         `json:"current,omitempty"`
-	Previous    *int64         `json:"previous,omitempty"`
-	Estimate    *sluice.Amount `json:"estimate,omitempty"`
+	WindowStart string `json:"window_start,omitempty"`
+	WindowEnd   string `json:"window_end,omitempty"`
+	Current     *int64 `json:"current,omitempty"`
+	Previous    *int64 `json:"previous,omitempty"`
+	Estimate    string `json:"estimate,omitempty"`
 	// The sliding log.
 	Entries *int   `json:"entries,omitempty"`
 	Counted *int64 `json:"counted,omitempty"`
@@ -147,10 +148,10 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 }
 
 // explain describes state s of key under limit l.
-func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSON {
+func explain(l config.Limit, key string, cost int64, s sluice.State) *Explanation {
 	p := l.Policy
 	d := s.Decision
-	e := &explainJSON{
+	e := &Explanation{
 		Limit: p.Name, Key: key, Algorithm: p.Algorithm.String(),
 		Policy:  periodJSON(p, l.Shadow),
 		At:      s.At.UTC().Format(timeFormat),
@@ -191,7 +192,7 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *explainJSO
 
 // explainWindow describes the state s of a fixed or sliding window of
 // policy p, in e and in b.
-func explainWindow(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+func explainWindow(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice.State) {
 	loc := p.Calendar.Location()
 	start, end := s.WindowStart.In(loc), s.WindowEnd.In(loc)
 	if end.IsZero() || !end.After(start) { // a store that reports only the start
@@ -199,7 +200,7 @@ func explainWindow(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice
 	}
 	e.State = stateJSON{
 		WindowStart: start.Format(timeFormat), WindowEnd: end.Format(timeFormat),
-		Current: &s.Current, Estimate: &s.Estimate,
+		Current: &s.Current, Estimate: s.Estimate.String(),
 	}
 	if p.Algorithm == sluice.FixedWindowAlgorithm {
 		fmt.Fprintf(b, "The window that ends in %s has counted %d of %d.", human(end.Sub(s.At)), s.Current, p.Limit)
@@ -219,7 +220,7 @@ func explainWindow(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice
 
 // explainLog describes the state s of a sliding log of policy p, in e and
 // in b.
-func explainLog(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+func explainLog(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice.State) {
 	e.State = stateJSON{Entries: &s.Entries, Counted: &s.Counted}
 	if s.Entries > 0 {
 		e.State.Oldest, e.State.Newest = s.Oldest.UTC().Format(timeFormat), s.Newest.UTC().Format(timeFormat)
@@ -232,10 +233,10 @@ func explainLog(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.St
 
 // explainBucket describes the state s of a bucket (token bucket, GCRA,
 // leaky bucket) of policy p, in e and in b.
-func explainBucket(e *explainJSON, b *strings.Builder, p sluice.Policy, s sluice.State) {
+func explainBucket(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice.State) {
 	e.Policy.Burst = p.Capacity()
 	us := int64(s.Backlog / time.Microsecond)
-	e.State = stateJSON{Tokens: &s.Tokens, Queued: &s.Queued, BacklogUS: &us}
+	e.State = stateJSON{Tokens: s.Tokens.String(), Queued: s.Queued.String(), BacklogUS: &us}
 	if s.Backlog > 0 {
 		e.State.FullAt = s.At.Add(s.Backlog).UTC().Format(timeFormat)
 	}
