@@ -210,6 +210,9 @@ func runServe(ctx context.Context, s streams, args []string) error {
 		return err
 	}
 	logger := newLogger(s.stderr, f.logFormat, f.logLevel)
+	if gogc, fromEnv := setServeGC(os.Getenv); fromEnv {
+		logger.Debug("garbage collector: GOGC from the environment", "gogc", gogc)
+	}
 
 	cfg, src, err := loadInitial(f.config)
 	if err != nil {

@@ -2,7 +2,7 @@
 // Go server that answers POST /v1/check and Envoy's ShouldRateLimit with
 // the shape of Sluice's answers but decides nothing, over the same
 // net/http and grpc-go servers as `sluice serve`, with the same gRPC
-// server options (rls.ServerOptions). What a Sluice run costs
+// server options (rls.ServerOptions) and garbage collector target. What a Sluice run costs
 // beyond a bared run is what Sluice itself does: decoding, deciding,
 // metrics, headers.
 //
@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -31,6 +32,11 @@ import (
 )
 
 func main() {
+	// The garbage collector's target of sluice serve (cmd/sluice/gc.go),
+	// so that the floor runs the same runtime settings.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
