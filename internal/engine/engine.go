@@ -216,17 +216,18 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result) Outcome {
 	d, err := store.Allow(ctx, now, request(c))
 	switch {
+	case err == nil:
+		*r = Result{Decision: d, Charged: d.Allowed, Denied: !d.Allowed}
+		return Outcome{Allowed: d.Allowed, Decision: d, Decider: 0}
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
 		// A store that finds a cost it can never admit refuses it too.
 		d = sluice.Decision{RetryAfter: sluice.Never}
 		*r = Result{Decision: d, Denied: true}
 		return Outcome{Decision: d, Decider: 0}
-	case err != nil:
+	default:
 		*r = Result{Err: err}
 		return Outcome{Err: err, Decider: -1}
 	}
-	*r = Result{Decision: d, Charged: d.Allowed, Denied: !d.Allowed}
-	return Outcome{Allowed: d.Allowed, Decision: d, Decider: 0}
 }
 
 // impossible reports whether check i can never pass: its cost, summed with
