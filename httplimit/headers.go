@@ -222,12 +222,18 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 	}
 	d := results[decider].Decision
 	if style.has(HeadersIETF) {
-		// Both values are built in one buffer and share one string and
-		// one slice: two allocations, not four. With the shared
-		// RateLimit-Policy value, the RateLimit value and its slice of one.
-		var buf [224]byte
-		b := buf[:0]
-		if policyField == nil {
+		if policyField != nil {
+			// The shared field: only the RateLimit value is this
+			// response's own, built in a buffer of its size (zeroed on
+			// every call).
+			var buf [96]byte
+			h[hdrPolicy] = policyField
+			h[hdrRateLimit] = []string{string(AppendRateLimit(buf[:0], results[decider].Policy.Name, d))}
+		} else {
+			// Both values are built in one buffer and share one string
+			// and one slice: two allocations, not four.
+			var buf [224]byte
+			b := buf[:0]
 			for i := range results {
 				if !results[i].counts() {
 					continue
@@ -237,15 +243,8 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 				}
 				b = AppendPolicyAt(b, results[i].Policy, now())
 			}
-		}
-		n := len(b)
-		s := string(AppendRateLimit(b, results[decider].Policy.Name, d))
-		if policyField != nil {
-			// The shared field: only the RateLimit value is this
-			// response's own.
-			h[hdrPolicy] = policyField
-			h[hdrRateLimit] = []string{s}
-		} else {
+			n := len(b)
+			s := string(AppendRateLimit(b, results[decider].Policy.Name, d))
 			vals := make([]string, 2)
 			vals[0], vals[1] = s[:n], s[n:]
 			h[hdrPolicy] = vals[0:1:1]
