@@ -216,25 +216,14 @@ func TestBatchingUnderLoad(t *testing.T) {
 				wg.Go(func() {
 					for range attempts {
 						if g%2 == 0 {
-							d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "one", Cost: 1})
-							if err != nil {
-								t.Error(err)
+							if !countAdmitted(t, st, &admitted, sluice.Request{Policy: p, Key: "one", Cost: 1}) {
 								return
-							}
-							if d.Allowed {
-								admitted.Add(1)
 							}
 							continue
 						}
 						// Two policies on one key: all or nothing.
-						reqs := []sluice.Request{{Policy: p, Key: "two", Cost: 1}, {Policy: sluice.FixedWindow(1000, time.Hour), Key: "two", Cost: 1}}
-						d, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil)
-						if err != nil {
-							t.Error(err)
+						if !countAdmitted(t, st, &admittedAll, sluice.Request{Policy: p, Key: "two", Cost: 1}, sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "two", Cost: 1}) {
 							return
-						}
-						if d.Allowed {
-							admittedAll.Add(1)
 						}
 					}
 				})
@@ -251,6 +240,27 @@ func TestBatchingUnderLoad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countAdmitted makes one call on st at its own clock, Allow for one
+// request and AllowAll for more, and counts it in admitted if it was
+// allowed. It reports an error with t.Error and returns false.
+func countAdmitted(t *testing.T, st *Store, admitted *atomic.Int64, reqs ...sluice.Request) bool {
+	var d sluice.Decision
+	var err error
+	if len(reqs) == 1 {
+		d, err = st.Allow(t.Context(), time.Time{}, reqs[0])
+	} else {
+		d, err = st.AllowAll(t.Context(), time.Time{}, reqs, nil)
+	}
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	if d.Allowed {
+		admitted.Add(1)
+	}
+	return true
 }
 
 // TestBatchWaitersTimeOut pauses Redis while many callers wait: every call
@@ -314,13 +324,8 @@ func TestFullBatchesGoAtOnce(t *testing.T) {
 	for range 48 {
 		wg.Go(func() {
 			for range 8 {
-				d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "full", Cost: 1})
-				if err != nil {
-					t.Error(err)
+				if !countAdmitted(t, st, &admitted, sluice.Request{Policy: p, Key: "full", Cost: 1}) {
 					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
 				}
 			}
 		})
