@@ -593,12 +593,21 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, sc *scratch,
 	return false
 }
 
+// release puts sc back in the pool without what could keep a request's
+// data alive there (the request, its keys, errors); the rest is written
+// anew by the next request, so it is not cleared.
 func (m *Middleware) release(sc *scratch) {
-	clear(sc.res) // drop keys and errors
-	clear(sc.checks[:cap(sc.checks)])
-	clear(sc.eres[:cap(sc.eres)])
+	for i := range sc.res {
+		sc.res[i].Key, sc.res[i].Err = "", nil
+	}
+	for i := range sc.checks { // this request's; those past them were cleared before
+		sc.checks[i].Key = ""
+	}
+	for i := range sc.eres {
+		sc.eres[i].Err = nil
+	}
 	clear(sc.viol)
-	sc.ev = Event{}
+	sc.ev.Request, sc.ev.Results, sc.ev.Err = nil, nil, nil
 	m.pool.Put(sc)
 }
 
