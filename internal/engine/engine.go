@@ -143,7 +143,9 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 func (sc *scratch) release() {
-	clear(sc.reqs) // keep no key alive in the pool
+	for i := range sc.reqs {
+		sc.reqs[i].Key = "" // keep no key alive in the pool; the rest is written anew
+	}
 	sc.idx, sc.reqs, sc.at, sc.out, sc.ds = sc.idx[:0], sc.reqs[:0], sc.at[:0], sc.out[:0], sc.ds[:0]
 	scratchPool.Put(sc)
 }
