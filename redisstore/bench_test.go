@@ -2,15 +2,14 @@ package redisstore
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchloop"
 	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -183,40 +182,11 @@ func BenchmarkCallers(b *testing.B) {
 			}
 			redis0, calls0 := redisUsage(b, srv)
 			cpu0 := cputime.Process()
-			var next atomic.Int64
-			lat := make([][]time.Duration, callers)
-			var wg sync.WaitGroup
 			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			for c := range callers {
-				wg.Go(func() {
-					own := make([]time.Duration, 0, b.N/callers+1)
-					for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
-						t := time.Now()
-						if err := decide(n); err != nil {
-							b.Error(err)
-							return
-						}
-						own = append(own, time.Since(t))
-					}
-					lat[c] = own
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
+			benchloop.Run(b, callers, decide)
 			cpu := cputime.Process() - cpu0
 			redis, calls := redisUsage(b, srv)
-			all := slices.Concat(lat...)
-			slices.Sort(all)
-			if len(all) == 0 {
-				return
-			}
 			n := float64(b.N)
-			b.ReportMetric(n/elapsed.Seconds(), "decisions/s")
-			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 			b.ReportMetric(cpu.Seconds()*1e6/n, "client-cpu-µs/op")
 			b.ReportMetric((redis-redis0).Seconds()*1e6/n, "redis-cpu-µs/op")
 			b.ReportMetric(float64(calls-calls0)/n, "calls/op")

@@ -18,10 +18,7 @@ package redis
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +26,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/benchloop"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -124,43 +122,9 @@ func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, 
 	}
 	cpu0 := redisCPU(b, srv)
 	calls0, usec0 := scriptStats(b, srv)
-	var next atomic.Int64
-	lat := make([][]time.Duration, callers)
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
-	for c := range callers {
-		wg.Go(func() {
-			own := make([]time.Duration, 0, b.N/callers+1)
-			for {
-				n := next.Add(1)
-				if n > int64(b.N) {
-					break
-				}
-				t := time.Now()
-				if err := decide(ctx, int(n%keys)); err != nil {
-					failed.CompareAndSwap(nil, err)
-					break
-				}
-				own = append(own, time.Since(t))
-			}
-			lat[c] = own
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(err)
-	}
+	benchloop.Run(b, callers, func(n int64) error { return decide(ctx, int(n%keys)) })
 	cpu := redisCPU(b, srv) - cpu0
 	calls, usec := scriptStats(b, srv)
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
 	b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/op")
 	if calls > calls0 {
 		b.ReportMetric(float64(usec-usec0)/float64(calls-calls0), "script-µs/call")
