@@ -16,7 +16,7 @@ GO ?= go
 test:
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/internal/faults$$')
 	$(GO) test -count=1 -p 1 -timeout 10m ./internal/faults
-	$(GO) test -count=1 -run 'Allocs$$' ./internal/rls ./memstore
+	$(GO) test -count=1 -run 'Allocs$$' ./internal/rls ./internal/server ./memstore
 
 test-short:
 	$(GO) test -count=1 ./...
