@@ -162,7 +162,7 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	refused, peeked := false, false // refused before the store charged anything
-	total, shadows, free := scan(checks)
+	total, shadows, deferred, free := scan(checks)
 	for i := range checks {
 		c := &checks[i]
 		if c.Mode == Shadow || c.Cost < 1 {
@@ -176,7 +176,7 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 		}
 	}
 	if len(sc.idx) > 0 {
-		if !refused {
+		if !refused && deferred {
 			refused, peeked = peekDeferred(ctx, store, now, checks, res, sc.idx, &o), true
 		}
 		switch {
@@ -255,10 +255,12 @@ func impossible(checks []Check, i int) bool {
 // scan returns the summed cost of the enforced and deferred checks that
 // charge (MaxInt64 if it overflows), a bound on the summed cost of any of
 // them on one (policy, key), which impossible computes; and whether there
-// are shadow checks that charge and checks that charge nothing.
-func scan(checks []Check) (total int64, shadows, free bool) {
+// are shadow checks that charge, deferred checks that charge and checks
+// that charge nothing.
+func scan(checks []Check) (total int64, shadows, deferred, free bool) {
 	for i := range checks {
 		c := &checks[i]
+		deferred = deferred || c.Mode == Deferred && c.Cost >= 1
 		switch {
 		case c.Cost < 1:
 			free = true
@@ -270,7 +272,7 @@ func scan(checks []Check) (total int64, shadows, free bool) {
 			total += c.Cost
 		}
 	}
-	return total, shadows, free
+	return total, shadows, deferred, free
 }
 
 // together reports whether a and b are decided in one all-or-nothing call.
