@@ -157,6 +157,9 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	if len(checks) == 1 && checks[0].Mode == Enforced && checks[0].Cost >= 1 && checks[0].Cost <= checks[0].Policy.Capacity() {
 		return decideOne(ctx, store, now, &checks[0], &res[0])
 	}
+	if enforcedOnly(checks) {
+		return decideAll(ctx, store, now, checks, res)
+	}
 	clear(res)
 	o := Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
 	sc := scratchPool.Get().(*scratch)
@@ -230,6 +233,80 @@ func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check,
 		*r = Result{Err: err}
 		return Outcome{Err: err, Decider: -1}
 	}
+}
+
+// enforcedOnly reports whether checks are several enforced checks that
+// charge and whose summed cost fits every one's capacity, so that none can
+// be impossible: the request decideAll decides.
+func enforcedOnly(checks []Check) bool {
+	if len(checks) < 2 {
+		return false
+	}
+	var total int64
+	for i := range checks {
+		c := &checks[i]
+		if c.Mode != Enforced || c.Cost < 1 || total > math.MaxInt64-c.Cost {
+			return false
+		}
+		total += c.Cost
+	}
+	for i := range checks {
+		if total > checks[i].Policy.Capacity() {
+			return false
+		}
+	}
+	return true
+}
+
+// decideAll is Decide for several enforced checks that can pass
+// (enforcedOnly): one AllowAll call, with the outcome and results the
+// general path gives them, without its bookkeeping of which checks take
+// part (TestEnforcedAsGeneral).
+func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result) Outcome {
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	for i := range checks {
+		sc.reqs = append(sc.reqs, request(&checks[i]))
+	}
+	if cap(sc.out) < len(sc.reqs) {
+		sc.out = make([]sluice.Decision, len(sc.reqs))
+	}
+	out := sc.out[:len(sc.reqs)]
+	sc.out = out
+	d, err := store.AllowAll(ctx, now, sc.reqs, out)
+	switch {
+	case err == nil:
+	case errors.Is(err, sluice.ErrCostExceedsCapacity):
+		// A store that finds a cost it can never admit refuses it too.
+		d = sluice.Decision{RetryAfter: sluice.Never}
+		for i := range res {
+			res[i] = Result{Decision: d, Denied: true}
+		}
+		return Outcome{Decision: d, Decider: 0}
+	default:
+		for i := range res {
+			res[i] = Result{Err: err}
+		}
+		return Outcome{Err: err, Decider: -1}
+	}
+	allowed := d.Allowed
+	k := 0
+	for i := range res {
+		r := &res[i]
+		r.Decision, r.Err = out[i], nil
+		if d.Degraded {
+			// The failure policy decided the whole: its verdict is every
+			// check's.
+			r.Decision.Allowed, r.Decision.Degraded = d.Allowed, true
+		}
+		r.Charged, r.Denied = d.Allowed, !r.Decision.Allowed
+		allowed = allowed && !r.Denied
+		if rank(&r.Decision).Precedes(rank(&res[k].Decision)) {
+			k = i // Decider's choice, as settle makes it
+		}
+	}
+	d.Allowed = allowed
+	return Outcome{Allowed: allowed, Decision: d, Decider: k}
 }
 
 // impossible reports whether check i can never pass: its cost, summed with

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -230,5 +231,61 @@ func TestOneCheckAsGeneral(t *testing.T) {
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
 		}
+	}
+}
+
+// TestEnforcedAsGeneral checks Decide's shortcut for a request of several
+// enforced checks (decideAll) against its general path, as
+// TestOneCheckAsGeneral does for one: two stores on one clock see the same
+// two or three enforced checks, alone (the shortcut, when their summed
+// cost fits every capacity; else the general path on both sides) and with
+// a shadow check beside them on a limit that never refuses; the outcomes
+// and the enforced checks' results must be the same, for every algorithm,
+// shared and separate keys and policies, and random costs.
+func TestEnforcedAsGeneral(t *testing.T) {
+	ctx := context.Background()
+	alone, beside, clock := teststore.Twins(t0)
+	policies := []sluice.Policy{
+		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
+		sluice.GCRA(3, time.Second, 4).Named("gcra"),
+		sluice.LeakyBucket(4, time.Second, 6).Named("lb"),
+		sluice.FixedWindow(7, time.Second).Named("fw"),
+		sluice.SlidingWindow(6, time.Second).Named("sw"),
+		sluice.SlidingLog(5, time.Second).Named("sl"),
+	}
+	roomy := sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
+	rnd := benchrand.Rand(11)
+	next := func(n uint64) uint64 { return rnd.Next() % n }
+	shortcuts := 0
+	for i := range 6000 {
+		clock.Advance(time.Duration(next(300)) * time.Millisecond)
+		checks := make([]engine.Check, 2+next(2))
+		fits := true
+		var total int64
+		for j := range checks {
+			p := policies[next(uint64(len(policies)))]
+			c := engine.Check{Policy: p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}
+			if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
+				c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
+			}
+			checks[j] = c
+			total += c.Cost
+		}
+		for _, c := range checks {
+			fits = fits && total <= c.Policy.Capacity()
+		}
+		if fits {
+			shortcuts++
+		}
+		got := make([]engine.Result, len(checks))
+		o := engine.Decide(ctx, alone, time.Time{}, checks, got)
+		want := make([]engine.Result, len(checks)+1)
+		w := engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want)
+		if o != w || !slices.Equal(got, want[:len(checks)]) {
+			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)
+		}
+	}
+	if shortcuts < 1000 {
+		t.Fatalf("only %d of the requests took the shortcut", shortcuts)
 	}
 }
