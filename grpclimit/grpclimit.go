@@ -266,7 +266,8 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 		idx = append(idx, i)
 	}
 	eres := make([]engine.Result, len(checks))
-	o := engine.Decide(ctx, l.store, time.Time{}, checks, eres)
+	var o engine.Outcome
+	engine.Decide(ctx, l.store, time.Time{}, checks, eres, &o)
 	dry := false
 	for j, i := range idx {
 		res[i].Decision, res[i].Err = eres[j].Decision, eres[j].Err

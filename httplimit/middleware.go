@@ -429,7 +429,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	ctx := r.Context()
 	res := sc.res
 	static := m.prepare(r, sc)
-	o := engine.Decide(ctx, m.store, time.Time{}, sc.checks, sc.eres)
+	var o engine.Outcome
+	engine.Decide(ctx, m.store, time.Time{}, sc.checks, sc.eres, &o)
 	for j, i := range sc.idx {
 		res[i].Decision, res[i].Err = sc.eres[j].Decision, sc.eres[j].Err
 	}

@@ -151,17 +151,22 @@ func (sc *scratch) release() {
 }
 
 // Decide decides a request under checks through store at now (a zero now
-// means the store's clock) and writes each check's result to res, which
-// must have len(checks). It keeps neither slice after it returns.
-func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result) Outcome {
+// means the store's clock), writes each check's result to res, which must
+// have len(checks), and the outcome to *o. It keeps none of them after it
+// returns. The outcome is written in place rather than returned: an
+// Outcome is too big for result registers, so a returned one is copied
+// through the stack at every layer it passes.
+func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
 	if len(checks) == 1 && checks[0].Mode == Enforced && checks[0].Cost >= 1 && checks[0].Cost <= checks[0].Policy.Capacity() {
-		return decideOne(ctx, store, now, &checks[0], &res[0])
+		decideOne(ctx, store, now, &checks[0], &res[0], o)
+		return
 	}
 	if enforcedOnly(checks) {
-		return decideAll(ctx, store, now, checks, res)
+		decideAll(ctx, store, now, checks, res, o)
+		return
 	}
 	clear(res)
-	o := Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
+	*o = Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	refused, peeked := false, false // refused before the store charged anything
@@ -180,7 +185,7 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	}
 	if len(sc.idx) > 0 {
 		if !refused && deferred {
-			refused, peeked = peekDeferred(ctx, store, now, checks, res, sc.idx, &o), true
+			refused, peeked = peekDeferred(ctx, store, now, checks, res, sc.idx, o), true
 		}
 		switch {
 		case o.Err != nil:
@@ -212,27 +217,38 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 			res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
 		}
 	}
-	return o
 }
 
 // decideOne is Decide for the most common request, one enforced check
 // that can pass: one store call and nothing pooled, with the outcome the
 // general path gives it.
-func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result) Outcome {
+func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result, o *Outcome) {
 	d, err := store.Allow(ctx, now, request(c))
 	switch {
 	case err == nil:
-		*r = Result{Decision: d, Charged: d.Allowed, Denied: !d.Allowed}
-		return Outcome{Allowed: d.Allowed, Decision: d, Decider: 0}
+		r.Err, r.Charged, r.Denied = nil, d.Allowed, !d.Allowed
+		put(&r.Decision, &d)
+		o.Allowed, o.Decider, o.Err, o.DryRunDenied = d.Allowed, 0, nil, false
+		put(&o.Decision, &d)
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
 		// A store that finds a cost it can never admit refuses it too.
 		d = sluice.Decision{RetryAfter: sluice.Never}
 		*r = Result{Decision: d, Denied: true}
-		return Outcome{Decision: d, Decider: 0}
+		*o = Outcome{Decision: d, Decider: 0}
 	default:
 		*r = Result{Err: err}
-		return Outcome{Err: err, Decider: -1}
+		*o = Outcome{Err: err, Decider: -1}
 	}
+}
+
+// put writes d's fields to *dst one by one. d is a store's decision as an
+// interface call returned it: in registers, which the caller spilled to
+// the stack with 8- and 1-byte stores. Copied whole, it would be read back
+// 16 bytes at a time, each load spanning two of those stores, which the
+// CPU cannot forward to a load: it waits for them to reach the cache.
+func put(dst, d *sluice.Decision) {
+	dst.Allowed, dst.Limit, dst.Remaining = d.Allowed, d.Limit, d.Remaining
+	dst.RetryAfter, dst.ResetAfter, dst.Delay, dst.Degraded = d.RetryAfter, d.ResetAfter, d.Delay, d.Degraded
 }
 
 // enforcedOnly reports whether checks are several enforced checks that
@@ -262,7 +278,7 @@ func enforcedOnly(checks []Check) bool {
 // (enforcedOnly): one AllowAll call, with the outcome and results the
 // general path gives them, without its bookkeeping of which checks take
 // part (TestEnforcedAsGeneral).
-func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result) Outcome {
+func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
 	sc := scratchPool.Get().(*scratch)
 	defer sc.release()
 	for i := range checks {
@@ -282,12 +298,14 @@ func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []
 		for i := range res {
 			res[i] = Result{Decision: d, Denied: true}
 		}
-		return Outcome{Decision: d, Decider: 0}
+		*o = Outcome{Decision: d, Decider: 0}
+		return
 	default:
 		for i := range res {
 			res[i] = Result{Err: err}
 		}
-		return Outcome{Err: err, Decider: -1}
+		*o = Outcome{Err: err, Decider: -1}
+		return
 	}
 	allowed := d.Allowed
 	k := 0
@@ -306,7 +324,7 @@ func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []
 		}
 	}
 	d.Allowed = allowed
-	return Outcome{Allowed: allowed, Decision: d, Decider: k}
+	*o = Outcome{Allowed: allowed, Decision: d, Decider: k}
 }
 
 // impossible reports whether check i can never pass: its cost, summed with

@@ -19,7 +19,9 @@ var t0 = time.Unix(1_700_000_000, 0)
 func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outcome, []engine.Result) {
 	t.Helper()
 	res := make([]engine.Result, len(checks))
-	return engine.Decide(context.Background(), st, t0, checks, res), res
+	var o engine.Outcome
+	engine.Decide(context.Background(), st, t0, checks, res, &o)
+	return o, res
 }
 
 func remaining(t *testing.T, st sluice.Store, p sluice.Policy, key string) int64 {
@@ -225,9 +227,10 @@ func TestOneCheckAsGeneral(t *testing.T) {
 			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 		}
 		one := make([]engine.Result, 1)
-		got := engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one)
+		var got, want engine.Outcome
+		engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one, &got)
 		two := make([]engine.Result, 2)
-		want := engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two)
+		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two, &want)
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
 		}
@@ -278,9 +281,10 @@ func TestEnforcedAsGeneral(t *testing.T) {
 			shortcuts++
 		}
 		got := make([]engine.Result, len(checks))
-		o := engine.Decide(ctx, alone, time.Time{}, checks, got)
+		var o, w engine.Outcome
+		engine.Decide(ctx, alone, time.Time{}, checks, got, &o)
 		want := make([]engine.Result, len(checks)+1)
-		w := engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want)
+		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)
 		}

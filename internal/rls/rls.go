@@ -404,7 +404,8 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 	} else {
 		res = make([]engine.Result, len(checks))
 	}
-	o := engine.Decide(ctx, s.store, now, checks, res)
+	var o engine.Outcome
+	engine.Decide(ctx, s.store, now, checks, res, &o)
 	if o.Err != nil {
 		return ds, false, false, storeError(o.Err)
 	}

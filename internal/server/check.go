@@ -165,7 +165,8 @@ func (h *Handler) decideChecks(ctx context.Context, items []item, results []http
 		checks = append(checks, c)
 	}
 	eres = eres[:len(checks)]
-	o := engine.Decide(ctx, h.store, time.Time{}, checks, eres)
+	var o engine.Outcome
+	engine.Decide(ctx, h.store, time.Time{}, checks, eres, &o)
 	if o.Err != nil {
 		return sluice.Decision{}, o.Err
 	}
