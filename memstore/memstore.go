@@ -386,6 +386,16 @@ func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost in
 	return sh.allowTAT(s, c, p, key, cost, h, t, i, found)
 }
 
+// AllowPolicyValue is AllowPolicy with the policy passed by value, for a
+// caller that reaches the store through an interface (the engine behind
+// Sluice's front doors): a pointer passed to an interface method escapes,
+// and with it whatever holds the policy, such as a caller's stack buffer
+// of requests. It decides exactly as AllowPolicy, and returns the
+// decision's fields in registers as AllowPolicy does.
+func (s *Store) AllowPolicyValue(now time.Time, p sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+	return s.AllowPolicy(now, &p, key, cost)
+}
+
 // allowPolicy is AllowPolicy for a request that is not a valid token-bucket
 // or GCRA request, or whose policy is not compiled yet.
 func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {

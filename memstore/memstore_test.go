@@ -436,7 +436,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // TestAllowPolicyMatchesAllow checks that AllowPolicy, the path
-// sluice.Limiter and Allow take, with its token-bucket and GCRA shortcut,
+// sluice.Limiter and Allow take (and AllowPolicyValue, the engine's), with its token-bucket and GCRA shortcut,
 // decides every request exactly as the store's general path does (AllowAll
 // of one request, which runs every algorithm through the same code): two
 // stores on the same clock see the same requests, one through each method,
@@ -474,13 +474,16 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		want, wantErr := viaAllow.AllowAll(ctx, at, []sluice.Request{{Policy: p, Key: key, Cost: cost, MaxDelay: delay}}, nil)
 		var got sluice.Decision
 		var gotErr error
-		if delay == 0 {
+		switch {
+		case delay == 0 && next(2) == 0:
 			got.Allowed, got.Limit, got.Remaining, got.RetryAfter, got.ResetAfter, got.Delay, gotErr = viaPolicy.AllowPolicy(at, &p, key, cost)
-		} else {
+		case delay == 0:
+			got.Allowed, got.Limit, got.Remaining, got.RetryAfter, got.ResetAfter, got.Delay, gotErr = viaPolicy.AllowPolicyValue(at, p, key, cost)
+		default:
 			got, gotErr = viaPolicy.Allow(ctx, at, sluice.Request{Policy: p, Key: key, Cost: cost, MaxDelay: delay})
 		}
 		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-			t.Fatalf("request %d (%v, %q, cost %d, at %v, max delay %v): AllowPolicy or Allow = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, at, delay, got, gotErr, want, wantErr)
+			t.Fatalf("request %d (%v, %q, cost %d, at %v, max delay %v): AllowPolicy, AllowPolicyValue or Allow = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, at, delay, got, gotErr, want, wantErr)
 		}
 	}
 }

@@ -219,33 +219,47 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	}
 }
 
+// valueAllower is a store with a one-policy path that returns the
+// decision's fields in registers (memstore.Store.AllowPolicyValue): it
+// decides exactly as Allow does at now for sluice.Request{Policy: p, Key:
+// key, Cost: cost}. The policy goes by value: a pointer to the check's
+// would make every door's buffer of checks escape to the heap.
+type valueAllower interface {
+	AllowPolicyValue(now time.Time, p sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
+}
+
 // decideOne is Decide for the most common request, one enforced check
 // that can pass: one store call and nothing pooled, with the outcome the
-// general path gives it.
+// general path gives it. The store's decision is written to r field by
+// field and copied to o the same way (put).
 func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result, o *Outcome) {
-	d, err := store.Allow(ctx, now, request(c))
+	d := &r.Decision
+	var err error
+	if va, ok := store.(valueAllower); ok && c.MaxDelay == 0 {
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = va.AllowPolicyValue(now, c.Policy, c.Key, c.Cost)
+		d.Degraded = false
+	} else {
+		*d, err = store.Allow(ctx, now, request(c))
+	}
 	switch {
 	case err == nil:
 		r.Err, r.Charged, r.Denied = nil, d.Allowed, !d.Allowed
-		put(&r.Decision, &d)
 		o.Allowed, o.Decider, o.Err, o.DryRunDenied = d.Allowed, 0, nil, false
-		put(&o.Decision, &d)
+		put(&o.Decision, d)
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
 		// A store that finds a cost it can never admit refuses it too.
-		d = sluice.Decision{RetryAfter: sluice.Never}
-		*r = Result{Decision: d, Denied: true}
-		*o = Outcome{Decision: d, Decider: 0}
+		*r = Result{Decision: sluice.Decision{RetryAfter: sluice.Never}, Denied: true}
+		*o = Outcome{Decision: sluice.Decision{RetryAfter: sluice.Never}, Decider: 0}
 	default:
 		*r = Result{Err: err}
 		*o = Outcome{Err: err, Decider: -1}
 	}
 }
 
-// put writes d's fields to *dst one by one. d is a store's decision as an
-// interface call returned it: in registers, which the caller spilled to
-// the stack with 8- and 1-byte stores. Copied whole, it would be read back
-// 16 bytes at a time, each load spanning two of those stores, which the
-// CPU cannot forward to a load: it waits for them to reach the cache.
+// put writes d's fields to *dst one by one. d was just written field by
+// field, with 8- and 1-byte stores; copied whole, it would be read back 16
+// bytes at a time, each load spanning two of those stores, which the CPU
+// cannot forward to a load: it waits for them to reach the cache.
 func put(dst, d *sluice.Decision) {
 	dst.Allowed, dst.Limit, dst.Remaining = d.Allowed, d.Limit, d.Remaining
 	dst.RetryAfter, dst.ResetAfter, dst.Delay, dst.Degraded = d.RetryAfter, d.ResetAfter, d.Delay, d.Degraded
