@@ -458,13 +458,20 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 // prepare fills sc with the limits that apply to r: sc.res for every
 // limit, sc.checks (and sc.idx, their limits) for those that apply. It
 // reports whether every enforced limit applies with its static policy.
+//
+// A check the previous request of sc left at the same place for the same
+// limit, with its static policy, is kept but for its key and cost: its
+// policy, mode and MaxDelay are the limit's, and only release touches the
+// checks between requests (their keys).
 func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 	res := sc.res
+	prev := sc.idx // the limit of each check of the previous request
 	checks, idx := sc.checks[:0], sc.idx[:0]
 	static = true
 	for i := range m.limits {
 		l := &m.limits[i]
-		res[i] = Result{Policy: l.policy, Shadow: l.shadow}
+		rs := &res[i]
+		rs.Policy, rs.Shadow = l.policy, l.shadow
 		key, ok := l.key(r)
 		cost := l.cost
 		if ok && l.costFunc != nil {
@@ -477,23 +484,30 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 				if p.Name == "" {
 					p.Name = l.policy.Name
 				}
-				res[i].Policy = p
+				rs.Policy = p
 				static = static && (p == l.policy || l.shadow)
 			}
 		}
 		if !ok {
+			rs.Key, rs.Cost, rs.Applied, rs.Decision, rs.Err = "", 0, false, sluice.Decision{}, nil
 			static = static && l.shadow
 			continue
 		}
-		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
-		c := engine.Check{Policy: res[i].Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
-		switch {
-		case l.shadow:
-			c.Mode = engine.Shadow
-		case l.chargeOn != nil:
-			c.Mode, c.MaxDelay = engine.Deferred, 0
+		rs.Key, rs.Cost, rs.Applied = key, cost, true
+		n := len(checks)
+		checks = checks[:n+1]
+		c := &checks[n]
+		if n < len(prev) && prev[n] == i && l.policyFunc == nil {
+			c.Key, c.Cost = key, cost
+		} else {
+			*c = engine.Check{Policy: rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
+			switch {
+			case l.shadow:
+				c.Mode = engine.Shadow
+			case l.chargeOn != nil:
+				c.Mode, c.MaxDelay = engine.Deferred, 0
+			}
 		}
-		checks = append(checks, c)
 		idx = append(idx, i)
 	}
 	sc.checks, sc.idx = checks, idx

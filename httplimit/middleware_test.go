@@ -801,3 +801,60 @@ func TestParseHeaderStyle(t *testing.T) {
 		}
 	}
 }
+
+// TestChecksShiftBetweenRequests checks that a request whose limits apply
+// differently from the previous one's (a limit without a key moves the
+// next limit's check up a place, a PolicyFunc changes a policy) is decided
+// under each limit's own policy: prepare keeps a check of the previous
+// request only for the same limit at the same place. The remaining units
+// tell which policy each key was charged under.
+func TestChecksShiftBetweenRequests(t *testing.T) {
+	c := newClock()
+	st := newStore(c)
+	var got []Result
+	m, err := New(st, []Limit{
+		{Policy: sluice.FixedWindow(10, time.Hour).Named("per-key"), Key: Header("X-API-Key")},
+		{Policy: sluice.FixedWindow(100, time.Hour).Named("per-ip")},
+		{Policy: sluice.FixedWindow(1000, time.Hour).Named("tier"), Key: Header("X-Tier"),
+			PolicyFunc: func(_ *http.Request, tier string) (sluice.Policy, bool) {
+				if tier == "plat" {
+					return sluice.FixedWindow(20, time.Hour).Named("plat"), true
+				}
+				return sluice.FixedWindow(50, time.Hour), tier == "gold"
+			}},
+	}, &Options{OnDecision: func(ev *Event) { got = append(got[:0], ev.Results...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(okHandler)
+	for i, tc := range []struct {
+		apiKey, tier string
+		want         [3]int64 // each limit's remaining, -1 when it does not apply
+	}{
+		{"k", "gold", [3]int64{9, 99, 49}},
+		{"", "", [3]int64{-1, 98, -1}},
+		{"", "gold", [3]int64{-1, 97, 48}},
+		{"k", "", [3]int64{8, 96, -1}},
+		{"k", "silver", [3]int64{7, 95, -1}},
+		{"k", "gold", [3]int64{6, 94, 47}},
+		{"k", "plat", [3]int64{5, 93, 19}},
+		{"k", "gold", [3]int64{4, 92, 46}},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		if tc.apiKey != "" {
+			r.Header.Set("X-API-Key", tc.apiKey)
+		}
+		if tc.tier != "" {
+			r.Header.Set("X-Tier", tc.tier)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		for j, want := range tc.want {
+			res := got[j]
+			if res.Applied != (want >= 0) || want >= 0 && (res.Decision.Remaining != want || !res.Decision.Allowed) ||
+				want < 0 && res.Decision != (sluice.Decision{}) {
+				t.Errorf("request %d, limit %d: %+v, want remaining %d (-1: not applied)", i, j, res, want)
+			}
+		}
+	}
+}
