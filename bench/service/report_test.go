@@ -41,6 +41,7 @@ func TestReportTargets(t *testing.T) {
 			flood(w, "grpc", 64, "sluice-redis", 40000, 6000, 0.5)
 			flood(w, "grpc", 64, "ratelimit-cache", 20000, 5000, 2)
 		}
+		flood("flood", "grpc", 64, "bare", 30000, 4000, 0)
 		flood("calm", "http", 0, "sluice-redis", 0, 0, 30)
 	}
 	got := report(rs)
@@ -56,6 +57,8 @@ func TestReportTargets(t *testing.T) {
 		"| 64 | grpc | ratelimit-cache | 20.0k | 1.25 ms | 5.00 ms | 100 | 900 µs | – | 2.00 | evalsha 2.0 | 5.0 µs | 1.0 µs |",
 		"| 64 | http | 2.50× | 0.80× | 1.00× | met |",
 		"| 64 | grpc | 2.00× | 1.20× | 1.00× | missed |",
+		// The floor against ratelimit-cache: 30k/20k.
+		"| 64 | grpc (bare, the floor) | 1.50× | 0.80× | – | – |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report has no line containing\n%s\nin\n%s", want, got)
