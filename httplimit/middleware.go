@@ -191,6 +191,7 @@ type scratch struct {
 	checks []engine.Check  // the limits that apply to the request
 	idx    []int           // the limit of each check
 	eres   []engine.Result // the engine's result of each check
+	eb     engine.Buffers  // the engine's buffers
 	viol   []string
 	ev     Event
 }
@@ -430,7 +431,7 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 	res := sc.res
 	static := m.prepare(r, sc)
 	var o engine.Outcome
-	engine.Decide(ctx, m.store, time.Time{}, sc.checks, sc.eres, &o)
+	sc.eb.Decide(ctx, m.store, time.Time{}, sc.checks, sc.eres, &o)
 	for j, i := range sc.idx {
 		res[i].Decision, res[i].Err = sc.eres[j].Decision, sc.eres[j].Err
 	}

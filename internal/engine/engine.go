@@ -142,12 +142,30 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-func (sc *scratch) release() {
+// reset empties sc for the next call, keeping no key alive; the rest is
+// written anew.
+func (sc *scratch) reset() {
 	for i := range sc.reqs {
-		sc.reqs[i].Key = "" // keep no key alive in the pool; the rest is written anew
+		sc.reqs[i].Key = ""
 	}
 	sc.idx, sc.reqs, sc.at, sc.out, sc.ds = sc.idx[:0], sc.reqs[:0], sc.at[:0], sc.out[:0], sc.ds[:0]
+}
+
+// release puts sc back in the pool.
+func (sc *scratch) release() {
+	sc.reset()
 	scratchPool.Put(sc)
+}
+
+// Buffers are Decide's buffers for a door that keeps them in its own
+// pooled scratch, instead of a round trip through the engine's pool on
+// every request of several checks. The zero value is ready to use; a
+// Buffers serves one call at a time.
+type Buffers struct{ sc scratch }
+
+// Decide is the package's Decide with b's buffers.
+func (b *Buffers) Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
+	decide(ctx, store, now, checks, res, o, &b.sc)
 }
 
 // Decide decides a request under checks through store at now (a zero now
@@ -157,18 +175,28 @@ func (sc *scratch) release() {
 // Outcome is too big for result registers, so a returned one is copied
 // through the stack at every layer it passes.
 func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
+	decide(ctx, store, now, checks, res, o, nil)
+}
+
+// decide is Decide with the buffers sc, or (nil) buffers from the pool
+// when the request needs them.
+func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome, sc *scratch) {
 	if len(checks) == 1 && checks[0].Mode == Enforced && checks[0].Cost >= 1 && checks[0].Cost <= checks[0].Policy.Capacity() {
 		decideOne(ctx, store, now, &checks[0], &res[0], o)
 		return
 	}
+	if sc == nil {
+		sc = scratchPool.Get().(*scratch)
+		defer sc.release()
+	} else {
+		defer sc.reset()
+	}
 	if enforcedOnly(checks) {
-		decideAll(ctx, store, now, checks, res, o)
+		decideAll(ctx, store, now, checks, res, o, sc)
 		return
 	}
 	clear(res)
 	*o = Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
 	refused, peeked := false, false // refused before the store charged anything
 	total, shadows, deferred, free := scan(checks)
 	for i := range checks {
@@ -292,9 +320,7 @@ func enforcedOnly(checks []Check) bool {
 // (enforcedOnly): one AllowAll call, with the outcome and results the
 // general path gives them, without its bookkeeping of which checks take
 // part (TestEnforcedAsGeneral).
-func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
-	sc := scratchPool.Get().(*scratch)
-	defer sc.release()
+func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome, sc *scratch) {
 	for i := range checks {
 		sc.reqs = append(sc.reqs, request(&checks[i]))
 	}

@@ -244,7 +244,8 @@ func TestOneCheckAsGeneral(t *testing.T) {
 // cost fits every capacity; else the general path on both sides) and with
 // a shadow check beside them on a limit that never refuses; the outcomes
 // and the enforced checks' results must be the same, for every algorithm,
-// shared and separate keys and policies, and random costs.
+// shared and separate keys and policies, and random costs. The requests
+// alone go through one Buffers, as a door that keeps its own.
 func TestEnforcedAsGeneral(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
@@ -260,6 +261,7 @@ func TestEnforcedAsGeneral(t *testing.T) {
 	rnd := benchrand.Rand(11)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	shortcuts := 0
+	var buf engine.Buffers // a door's, kept across its requests
 	for i := range 6000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
 		checks := make([]engine.Check, 2+next(2))
@@ -282,7 +284,7 @@ func TestEnforcedAsGeneral(t *testing.T) {
 		}
 		got := make([]engine.Result, len(checks))
 		var o, w engine.Outcome
-		engine.Decide(ctx, alone, time.Time{}, checks, got, &o)
+		buf.Decide(ctx, alone, time.Time{}, checks, got, &o)
 		want := make([]engine.Result, len(checks)+1)
 		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
