@@ -493,10 +493,10 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	}
 	var hbuf [8]uint64
 	var ibuf [8]int
-	var dbuf [8]sluice.Decision
-	hs, idx, ds := hbuf[:0], ibuf[:0], dbuf[:0]
-	if out != nil {
-		ds = out[:0]
+	hs, idx, ds := hbuf[:0], ibuf[:0], out[:0]
+	if out == nil {
+		var dbuf [8]sluice.Decision // zeroed (448 bytes) only when it is used
+		ds = dbuf[:0]
 	}
 	for i := range reqs {
 		h := s.hash(cs[i], reqs[i].Key)
