@@ -284,7 +284,7 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 func closest(results []Result) int {
 	best := -1
 	for i := range results {
-		if results[i].counts() && (best < 0 || engine.Precedes(results[i].Decision, results[best].Decision)) {
+		if results[i].counts() && (best < 0 || engine.Precedes(&results[i].Decision, &results[best].Decision)) {
 			best = i
 		}
 	}

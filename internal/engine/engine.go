@@ -684,5 +684,6 @@ func rank(d *sluice.Decision) algo.Rank {
 func Decider(ds []sluice.Decision) int { return algo.Decider(ds) }
 
 // Precedes reports whether d decides before e in Decider's order (see
-// algo.Precedes), for a door that picks among its own results.
-func Precedes(d, e sluice.Decision) bool { return algo.Precedes(d, e) }
+// algo.Precedes), for a door that picks among its own results. It reads
+// them in place (through algo.Rank), without copying them.
+func Precedes(d, e *sluice.Decision) bool { return rank(d).Precedes(rank(e)) }
