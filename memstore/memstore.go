@@ -561,16 +561,20 @@ func (s *Store) unlockAll(locked []int) {
 // must be locked.
 func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64, allowed bool) {
 	for i := range reqs {
-		// MaxDelay was checked already, against the summed cost of a
-		// repeated (policy, key); charging the second of two must not
-		// check it again against the first's delay.
-		r := reqs[i]
-		r.MaxDelay = 0
+		r := &reqs[i]
+		if r.MaxDelay != 0 {
+			// MaxDelay was checked already, against the summed cost of a
+			// repeated (policy, key); charging the second of two must not
+			// check it again against the first's delay.
+			c := *r
+			c.MaxDelay = 0
+			r = &c
+		}
 		switch {
 		case allowed:
-			s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, r.Cost, true)
+			s.shards[idx[i]].run(s, cs[i], r, hs[i], t, r.Cost, true) // the decision is ds[i] already
 		case ds[i].Allowed:
-			ds[i] = s.shards[idx[i]].decide(s, cs[i], &r, hs[i], t, 0, false)
+			ds[i] = s.shards[idx[i]].decide(s, cs[i], r, hs[i], t, 0, false)
 			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
