@@ -516,12 +516,12 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 				cost += reqs[j].Cost
 			}
 		}
-		d := s.shards[idx[i]].decide(s, cs[i], &reqs[i], hs[i], t, cost, false)
-		if d.RetryAfter == sluice.Never {
-			return d, capacityError(&reqs[i])
+		r := s.shards[idx[i]].run(s, cs[i], &reqs[i], hs[i], t, cost, false)
+		if r.RetryAfter == sluice.Never {
+			return decision(r, reqs[i].Policy.Limit), capacityError(&reqs[i])
 		}
-		allowed = allowed && d.Allowed
-		ds = append(ds, d)
+		allowed = allowed && r.Allowed
+		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
 	}
 	s.settleAll(reqs, cs, hs, idx, ds, t, allowed)
 	return algo.Combine(ds), nil
