@@ -82,6 +82,12 @@ type Metrics struct {
 	redisErrors    prometheus.Counter
 	rlsDecisions   *prometheus.CounterVec // domain, descriptor, outcome
 	descriptors    descriptorLabels
+	// rlsCounters holds the counter of each label set of rlsDecisions
+	// counted so far (rlsLabels -> prometheus.Counter): a lookup of the
+	// vector hashes and checks the three values on every decision. Its
+	// series are never deleted, so a counter once found stays the one
+	// the registry reports.
+	rlsCounters sync.Map
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -314,8 +320,19 @@ const maxRLSDescriptors = 1000
 // rls.Event.Key) and its outcome (allowed, denied, shadow_denied,
 // unlimited or degraded).
 func (m *Metrics) RLSDecision(domain, descriptor, outcome string) {
-	m.rlsDecisions.WithLabelValues(domain, m.descriptors.label(descriptor), outcome).Inc()
+	k := rlsLabels{domain, m.descriptors.label(descriptor), outcome}
+	if c, ok := m.rlsCounters.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.rlsDecisions.WithLabelValues(k.domain, k.descriptor, k.outcome)
+	m.rlsCounters.Store(k, c)
+	c.Inc()
 }
+
+// rlsLabels are the label values of one series of
+// sluice_rls_decisions_total.
+type rlsLabels struct{ domain, descriptor, outcome string }
 
 // descriptorLabels bounds the descriptor label values in use.
 type descriptorLabels struct {

@@ -94,3 +94,33 @@ func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	}
 	return v
 }
+
+// TestRLSDecisionCounts checks that RLSDecision counts each decision in
+// the series of its domain, descriptor and outcome, also once the series'
+// counter is cached, and not in any other series.
+func TestRLSDecisionCounts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		m.RLSDecision("api", "user", "denied")
+	}
+	m.RLSDecision("api", "user", "allowed")
+	m.RLSDecision("web", "user", "denied")
+	m.RLSDecision("api", "override:user", "denied")
+	for _, tt := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"api", "user", "denied"}, 3},
+		{[]string{"api", "user", "allowed"}, 1},
+		{[]string{"web", "user", "denied"}, 1},
+		{[]string{"api", "override", "denied"}, 1},
+	} {
+		if got, _ := metricstest.Value(t, reg, "sluice_rls_decisions_total", tt.labels...); got != tt.want {
+			t.Errorf("sluice_rls_decisions_total%v = %v, want %v", tt.labels, got, tt.want)
+		}
+	}
+}
