@@ -199,6 +199,21 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 	return f.Allow(ctx, now, req)
 }
 
+// policies are one small policy of every algorithm, for the random
+// requests of TestOneCheckAsGeneral and TestEnforcedAsGeneral; roomy is a
+// limit that never refuses them.
+var (
+	policies = []sluice.Policy{
+		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
+		sluice.GCRA(3, time.Second, 4).Named("gcra"),
+		sluice.LeakyBucket(4, time.Second, 6).Named("lb"),
+		sluice.FixedWindow(7, time.Second).Named("fw"),
+		sluice.SlidingWindow(6, time.Second).Named("sw"),
+		sluice.SlidingLog(5, time.Second).Named("sl"),
+	}
+	roomy = sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
+)
+
 // TestOneCheckAsGeneral checks Decide's shortcut for a request of one
 // enforced check against its general path: two stores on one clock see the
 // same requests, one alone (the shortcut) and one with a shadow check
@@ -208,15 +223,6 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 func TestOneCheckAsGeneral(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
-	policies := []sluice.Policy{
-		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
-		sluice.GCRA(3, time.Second, 4).Named("gcra"),
-		sluice.LeakyBucket(4, time.Second, 6).Named("lb"),
-		sluice.FixedWindow(7, time.Second).Named("fw"),
-		sluice.SlidingWindow(6, time.Second).Named("sw"),
-		sluice.SlidingLog(5, time.Second).Named("sl"),
-	}
-	roomy := sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
 	rnd := benchrand.Rand(7)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 3000 {
@@ -249,15 +255,6 @@ func TestOneCheckAsGeneral(t *testing.T) {
 func TestEnforcedAsGeneral(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
-	policies := []sluice.Policy{
-		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
-		sluice.GCRA(3, time.Second, 4).Named("gcra"),
-		sluice.LeakyBucket(4, time.Second, 6).Named("lb"),
-		sluice.FixedWindow(7, time.Second).Named("fw"),
-		sluice.SlidingWindow(6, time.Second).Named("sw"),
-		sluice.SlidingLog(5, time.Second).Named("sl"),
-	}
-	roomy := sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
 	rnd := benchrand.Rand(11)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	shortcuts := 0
