@@ -3,6 +3,7 @@ package tlsauth_test
 import (
 	"crypto/x509"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,7 +40,8 @@ func FuzzParseTokens(f *testing.F) {
 			if !tok.Match("Bearer " + s) {
 				t.Fatalf("token %q does not match", s)
 			}
-			if tok.Match("Bearer " + s + "x") {
+			// s with a byte more matches only when that is a token too.
+			if tok.Match("Bearer "+s+"x") && !slices.Contains(lines, s+"x") {
 				t.Fatalf("token %q with a byte more matches", s)
 			}
 		}
