@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,5 +163,87 @@ func BenchmarkMemstoreAllow(b *testing.B) {
 		if err != nil || !d.Allowed {
 			b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 		}
+	}
+}
+
+// BenchmarkCheckHandlerFlood is POST /v1/check for the flood workload's
+// refused key (limit flood_key, key attacker) through the service's
+// handler, from parallel callers: the service's part of a refused flood.
+func BenchmarkCheckHandlerFlood(b *testing.B) {
+	cfg := benchConfig(b)
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	ms, m, reg := measured(b, st)
+	h, err := sluiceserver.New(cfg, ms, sluiceserver.Options{Registry: reg, Metrics: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	limit, key := floodLimit.request(0)
+	body := []byte(`{"limit":"` + limit + `","key":"` + key + `"}`)
+	u, _ := url.Parse("http://127.0.0.1/v1/check")
+	var allowed atomic.Int64
+	defer checkFlood(b, time.Now(), &allowed)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		rd := bytes.NewReader(nil)
+		req := &http.Request{Method: http.MethodPost, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"application/json"}}, Host: "127.0.0.1", RemoteAddr: "127.0.0.1:1234"}
+		req = req.WithContext(context.Background())
+		w := &recorder{h: http.Header{}}
+		for pb.Next() {
+			rd.Reset(body)
+			req.Body = io.NopCloser(rd)
+			req.ContentLength = int64(len(body))
+			clear(w.h)
+			h.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				b.Fatalf("POST /v1/check = %d %s, want 200", w.status, w.body)
+			}
+			if !bytes.HasPrefix(w.body, []byte(`{"allowed":false`)) {
+				allowed.Add(1)
+			}
+		}
+	})
+}
+
+// BenchmarkShouldRateLimitFlood is Envoy's ShouldRateLimit for the flood
+// workload's refused descriptor (domain flood, user attacker), without
+// gRPC, from parallel callers.
+func BenchmarkShouldRateLimitFlood(b *testing.B) {
+	cfg := benchConfig(b)
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	ms, m, _ := measured(b, st)
+	svc := rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
+		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
+	}})
+	_, key := floodLimit.request(0)
+	req := &rlsv3.RateLimitRequest{Domain: floodLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{
+		Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: key}},
+	}}}
+	ctx := context.Background()
+	var allowed atomic.Int64
+	defer checkFlood(b, time.Now(), &allowed)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := svc.ShouldRateLimit(ctx, req)
+			if err != nil {
+				b.Fatalf("ShouldRateLimit = %v, %v", resp, err)
+			}
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+				allowed.Add(1)
+			}
+		}
+	})
+}
+
+// checkFlood fails a flood benchmark that began at start if its key was
+// allowed more often than the flood key's limit (a fixed window of
+// floodPerMinute a minute) allows in the minutes it ran through.
+func checkFlood(b *testing.B, start time.Time, allowed *atomic.Int64) {
+	windows := int64(time.Now().Truncate(time.Minute).Sub(start.Truncate(time.Minute))/time.Minute) + 1
+	if n := allowed.Load(); n > windows*floodPerMinute {
+		b.Fatalf("the flood key was allowed %d times in %d windows, want at most %d a window", n, windows, floodPerMinute)
 	}
 }
