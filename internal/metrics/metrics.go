@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,13 @@ type Metrics struct {
 	// series are never deleted, so a counter once found stays the one
 	// the registry reports.
 	rlsCounters sync.Map
+	// decisionCounters holds the counter of each label set of decisions
+	// counted so far (decisionLabels -> prometheus.Counter), for the same
+	// reason. SetLimits deletes series, so it starts a new map: a counter
+	// found before it may be the deleted series', and a decision that
+	// began before it counts there (as it would have without the cache)
+	// and stores into the map that is no longer used.
+	decisionCounters atomic.Pointer[sync.Map]
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -147,7 +155,7 @@ func (m *Metrics) Unregister() {
 }
 
 func newCollectors() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		decisions: counterVec("sluice_decisions_total",
 			"Decisions by limit and outcome: allowed, denied, shadow_denied (a dry-run limit would have denied), degraded (the store's failure policy decided).",
 			"limit", "outcome"),
@@ -177,6 +185,8 @@ func newCollectors() *Metrics {
 			"Envoy rate limit service: descriptors that matched a limit, by domain, configured descriptor (as envoyproxy/ratelimit names its stats) and outcome: allowed, denied, shadow_denied, unlimited, degraded.",
 			"domain", "descriptor", "outcome"),
 	}
+	m.decisionCounters.Store(new(sync.Map))
+	return m
 }
 
 // counter, gauge, counterVec and histogramVec build the collectors of
@@ -243,13 +253,26 @@ func (m *Metrics) SetLimits(old, cur []string) {
 			m.decisions.DeletePartialMatch(prometheus.Labels{"limit": name})
 		}
 	}
+	m.decisionCounters.Store(new(sync.Map))
 	m.limits.Set(float64(len(cur)))
 }
 
 // Decision counts one limit's decision under an outcome (see Outcome).
 func (m *Metrics) Decision(limit, outcome string) {
-	m.decisions.WithLabelValues(limit, outcome).Inc()
+	cache := m.decisionCounters.Load()
+	k := decisionLabels{limit, outcome}
+	if c, ok := cache.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.decisions.WithLabelValues(limit, outcome)
+	cache.Store(k, c)
+	c.Inc()
 }
+
+// decisionLabels are the label values of one series of
+// sluice_decisions_total.
+type decisionLabels struct{ limit, outcome string }
 
 // Applied records that a configuration was applied at t: the first one,
 // or a reload when reload is set.
@@ -274,10 +297,10 @@ func (m *Metrics) Handler(name string, next http.Handler) http.Handler {
 	codes := m.requests.MustCurryWith(prometheus.Labels{"handler": name})
 	var byCode sync.Map // int -> prometheus.Counter, to skip the label lookup
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+		start := time.Since(epoch)
 		sw := statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(&sw, r)
-		dur.Observe(time.Since(start).Seconds())
+		dur.Observe((time.Since(epoch) - start).Seconds())
 		c, ok := byCode.Load(sw.status)
 		if !ok {
 			c, _ = byCode.LoadOrStore(sw.status, codes.WithLabelValues(strconv.Itoa(sw.status)))

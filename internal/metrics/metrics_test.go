@@ -124,3 +124,42 @@ func TestRLSDecisionCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionCountsAcrossSetLimits checks that sluice_decisions_total
+// counts every decision, and that the counters Decision keeps do not
+// outlive a limit that SetLimits removes: once the limit is configured
+// again, its decisions count on the registered series.
+func TestDecisionCountsAcrossSetLimits(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(limit, outcome string) (float64, bool) {
+		return metricstest.Value(t, reg, "sluice_decisions_total", limit, outcome)
+	}
+	m.SetLimits(nil, []string{"a", "b"})
+	for range 3 {
+		m.Decision("a", "denied")
+	}
+	m.Decision("b", "allowed")
+	if got, _ := value("a", "denied"); got != 3 {
+		t.Errorf(`sluice_decisions_total{a, denied} = %v, want 3`, got)
+	}
+	if got, _ := value("b", "allowed"); got != 1 {
+		t.Errorf(`sluice_decisions_total{b, allowed} = %v, want 1`, got)
+	}
+	m.SetLimits([]string{"a", "b"}, []string{"b"})
+	if _, ok := value("a", "denied"); ok {
+		t.Error("sluice_decisions_total{a, denied} is still reported after SetLimits removed a")
+	}
+	m.SetLimits([]string{"b"}, []string{"a", "b"})
+	m.Decision("a", "denied")
+	if got, _ := value("a", "denied"); got != 1 {
+		t.Errorf(`sluice_decisions_total{a, denied} = %v after a was removed and configured again, want 1`, got)
+	}
+	m.Decision("b", "allowed")
+	if got, _ := value("b", "allowed"); got != 2 {
+		t.Errorf(`sluice_decisions_total{b, allowed} = %v, want 2 (b was kept)`, got)
+	}
+}

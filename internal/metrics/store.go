@@ -49,8 +49,12 @@ func (m *Metrics) Store(next sluice.Store) *Store {
 // sluice.Store (sluice.Inspector, Ping, Len).
 func (s *Store) Unwrap() sluice.Store { return s.next }
 
-func observe(start time.Time, dur prometheus.Observer, errs prometheus.Counter, err error) {
-	dur.Observe(time.Since(start).Seconds())
+// epoch is the base of the store calls' timings: time.Since(epoch) reads
+// the monotonic clock alone, where time.Now reads the wall clock as well.
+var epoch = time.Now()
+
+func observe(start time.Duration, dur prometheus.Observer, errs prometheus.Counter, err error) {
+	dur.Observe((time.Since(epoch) - start).Seconds())
 	if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) && !errors.Is(err, sluice.ErrInvalidCost) {
 		errs.Inc()
 	}
@@ -58,7 +62,7 @@ func observe(start time.Time, dur prometheus.Observer, errs prometheus.Counter, 
 
 // Allow implements sluice.Store.
 func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	start := time.Now()
+	start := time.Since(epoch)
 	d, err := s.next.Allow(ctx, now, req)
 	observe(start, s.allowDur, s.allowErr, err)
 	return d, err
@@ -66,7 +70,7 @@ func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (s
 
 // AllowAll implements sluice.Store.
 func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	start := time.Now()
+	start := time.Since(epoch)
 	d, err := s.next.AllowAll(ctx, now, reqs, out)
 	observe(start, s.allowAllDur, s.allowAllErr, err)
 	return d, err
@@ -74,7 +78,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 
 // Peek implements sluice.Store.
 func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	start := time.Now()
+	start := time.Since(epoch)
 	d, err := s.next.Peek(ctx, now, req)
 	observe(start, s.peekDur, s.peekErr, err)
 	return d, err

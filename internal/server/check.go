@@ -104,10 +104,13 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the store failed to decide; see the server's log")
 		return
 	}
+	// One reading of the clock for the status page's second, the
+	// headers and the answer.
+	now := h.now()
 	for i := range results {
 		res := &results[i]
 		if res.Err == nil {
-			h.record(res.Policy.Name, res.Key, res.Decision, res.Shadow)
+			h.record(now, res.Policy.Name, res.Key, res.Decision, res.Shadow)
 		}
 	}
 	if !d.Allowed && h.logger.Enabled(ctx, slog.LevelDebug) {
@@ -122,7 +125,7 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if !d.Degraded {
-		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, results, h.now())
+		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, results, now)
 	}
 	ab := answerBufs.Get().(*[]byte)
 	b := (*ab)[:0]
@@ -132,7 +135,6 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 			answerBufs.Put(ab)
 		}
 	}()
-	now := h.now()
 	if multi {
 		b = appendMulti(b, d, results, items, plan, now)
 	} else {

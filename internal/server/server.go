@@ -368,12 +368,13 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 
 // countEvent records a rule's decision in the metrics.
 func (h *Handler) countEvent(ev *httplimit.Event) {
+	now := h.now()
 	for i := range ev.Results {
 		r := &ev.Results[i]
 		if !r.Applied || (r.Err != nil && r.Decision == (sluice.Decision{})) {
 			continue
 		}
-		h.record(r.Policy.Name, r.Key, r.Decision, r.Shadow)
+		h.record(now, r.Policy.Name, r.Key, r.Decision, r.Shadow)
 	}
 }
 

@@ -70,10 +70,9 @@ type slot struct {
 	n   [numOutcomes]atomic.Uint64
 }
 
-// record counts one limit's decision for key. Keys go to the denied-keys
-// sketch only, never to metrics.
-func (b *board) record(limit, key string, o int) {
-	now := b.now()
+// record counts one limit's decision for key, made at now. Keys go to the
+// denied-keys sketch only, never to metrics.
+func (b *board) record(now time.Time, limit, key string, o int) {
 	sec := now.Unix()
 	r := b.ring(limit)
 	s := &r.slots[uint64(sec)%statusSeconds]
@@ -173,10 +172,10 @@ func outcomeIndex(o string) int {
 // record counts one limit's decision for key in the metrics (by limit and
 // outcome) and on the status board. Every decision the Handler makes goes
 // through it.
-func (h *Handler) record(limit, key string, d sluice.Decision, shadow bool) {
+func (h *Handler) record(now time.Time, limit, key string, d sluice.Decision, shadow bool) {
 	o := metrics.Outcome(d, shadow)
 	h.metrics.Decision(limit, o)
-	h.board.record(limit, key, outcomeIndex(o))
+	h.board.record(now, limit, key, outcomeIndex(o))
 }
 
 // statusJSON is the answer of GET /v1/status.

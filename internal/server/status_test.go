@@ -193,7 +193,7 @@ func TestBoardConcurrent(t *testing.T) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				b.record("l", fmt.Sprint("k", (w*each+i)%50), (w+i)%numOutcomes)
+				b.record(now, "l", fmt.Sprint("k", (w*each+i)%50), (w+i)%numOutcomes)
 			}
 		})
 	}
