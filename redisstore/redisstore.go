@@ -344,46 +344,65 @@ func (s *Store) BreakerState() BreakerState { return s.breakers.state() }
 // Allow decides req and charges it when admitted. now is ignored (Redis's
 // TIME decides) unless Options.CallerTime is set.
 func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.one(ctx, now, req, opAllow)
+	return s.one(ctx, now, &req, opAllow)
 }
 
 // Peek decides req as Allow would, without charging it.
 func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.one(ctx, now, req, opPeek)
+	return s.one(ctx, now, &req, opPeek)
 }
 
-func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op string) (sluice.Decision, error) {
-	c, err := s.check(&req)
+// one decides req for Allow or Peek: refused locally when its cached
+// state refuses it, else by Redis (oneRemote). Only what a local refusal
+// needs comes before it: the Redis key is built after, and the caller's
+// time is passed as a number. A local refusal's fields are written one by
+// one into d, which the return reads one by one: a Decision made whole
+// and returned would be copied through the stack 16 bytes at a time, each
+// load waiting for the two 8-byte stores it spans to reach the cache.
+func (s *Store) one(ctx context.Context, now time.Time, req *sluice.Request, op string) (d sluice.Decision, err error) {
+	c, err := s.check(req)
 	if err != nil {
-		return sluice.Decision{}, err
+		return d, err
 	}
-	nowArg, err := s.timeArg(now)
+	us, err := s.micros(now)
 	if err != nil {
-		return sluice.Decision{}, err
+		return d, err
 	}
-	var buf [128]byte
-	var kb []byte
 	var e *entry
-	var sent int64
 	if rf := s.refusals; rf != nil {
 		if e = rf.hotGet(c, req.Key); e == nil {
-			kb = c.appendKey(buf[:0], s.prefix, req.Key)
-			e = rf.get(kb, &req.Policy)
+			e = rf.getFor(c, s.prefix, req.Key)
 		}
-		if e != nil {
-			if d, ok := s.refuseOne(e, nowArg, &req); ok {
-				return d, nil
-			}
-			nowArg = e.timeArg(nowArg)
+		var r algo.Result
+		if e != nil && s.refuseOne(e, us, req, &r) {
+			d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = req.Policy.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay
+			return d, nil
 		}
-		rf.remote.Add(1)
+	}
+	return s.oneRemote(ctx, now, req, op, c, e, us)
+}
+
+// oneRemote is one for a request that was not refused locally: Redis
+// decides it. e is its cached state, if any, and us the caller's time in
+// µs, or -1 for Redis's clock.
+func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Request, op string, c *compiled, e *entry, us int64) (sluice.Decision, error) {
+	var nowArg string
+	if us >= 0 {
+		if e != nil && e.caller {
+			// The latest time e has seen, as Redis would have recorded it
+			// had the local refusals gone to Redis.
+			us = max(us, e.w.Load())
+		}
+		nowArg = strconv.FormatInt(us, 10)
+	}
+	var sent int64
+	if rf := s.refusals; rf != nil {
+		rf.remote.add()
 		sent = rf.mono()
 	}
-	if kb == nil {
-		kb = c.appendKey(buf[:0], s.prefix, req.Key)
-	}
-	key := string(kb)
-	keys, args, wire, err := s.oneArgs(c, key, &req, op, nowArg, now)
+	var buf [128]byte
+	key := string(c.appendKey(buf[:0], s.prefix, req.Key))
+	keys, args, wire, err := s.oneArgs(c, key, req, op, nowArg, now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -406,11 +425,11 @@ func (s *Store) one(ctx context.Context, now time.Time, req sluice.Request, op s
 		if ctx.Err() != nil {
 			return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
 		}
-		reqs := [1]sluice.Request{req}
+		reqs := [1]sluice.Request{*req}
 		return s.degrade(ctx, now, reqs[:], nil, op, err)
 	}
 	if d.RetryAfter == sluice.Never {
-		return d, capacityError(&req)
+		return d, capacityError(req)
 	}
 	return d, nil
 }
@@ -434,21 +453,20 @@ func (s *Store) oneReply(vals []int64) (v [replyWidth]int64, st []int64, err err
 	return v, st, nil
 }
 
-// refuseOne decides req on its cached state e, and reports whether that
-// refuses it (then d is the decision). nowArg is the scripts' time
-// argument: "" for Redis's clock, else the caller's time in µs.
-func (s *Store) refuseOne(e *entry, nowArg string, req *sluice.Request) (d sluice.Decision, ok bool) {
-	t, ok := s.refusals.at(e, callerMicros(nowArg), nowArg != "")
+// refuseOne decides req on its cached state e into r, and reports whether
+// that refuses it. us is the caller's time in µs, or -1 for Redis's clock.
+func (s *Store) refuseOne(e *entry, us int64, req *sluice.Request, r *algo.Result) bool {
+	t, ok := s.refusals.at(e, us, us >= 0)
 	if !ok {
-		return d, false
+		return false
 	}
-	r := e.decide(t, req.Cost, req.MaxDelay)
+	e.decide(r, t, req.Cost, req.MaxDelay)
 	if r.Allowed || r.RetryAfter == algo.Never {
-		return d, false
+		return false
 	}
 	e.seen(t)
-	e.count.Add(1)
-	return decisionOf(&req.Policy, r), true
+	e.count.add()
+	return true
 }
 
 // callerMicros returns the caller's time of a time argument, or 0 for
@@ -527,7 +545,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		if done {
 			return d, nil
 		}
-		rf.remote.Add(1)
+		rf.remote.add()
 		sent = rf.mono()
 		for _, e := range es {
 			if e != nil {
@@ -602,7 +620,7 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 				cost += reqs[j].Cost
 			}
 		}
-		res[i] = es[i].decide(ts[i], cost, reqs[i].MaxDelay)
+		es[i].decide(&res[i], ts[i], cost, reqs[i].MaxDelay)
 		if res[i].RetryAfter == algo.Never {
 			return es, d, false // the script reports it, with its error
 		}
@@ -618,14 +636,14 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 	}
 	counted := false
 	for i := range reqs {
-		r := res[i]
+		r := &res[i]
 		if r.Allowed {
 			// Not charged: the state as it stays.
-			r = es[i].decide(ts[i], 0, 0)
+			es[i].decide(r, ts[i], 0, 0)
 			r.Delay = 0
 		} else if !counted {
 			// One decision, counted under the first policy that refused.
-			es[i].count.Add(1)
+			es[i].count.add()
 			counted = true
 		}
 		es[i].seen(ts[i])
@@ -764,14 +782,24 @@ func capacityError(r *sluice.Request) error {
 // timeArg returns the scripts' now argument: empty for Redis's TIME, unless
 // the store takes caller time and now is set.
 func (s *Store) timeArg(now time.Time) (string, error) {
+	us, err := s.micros(now)
+	if err != nil || us < 0 {
+		return "", err
+	}
+	return strconv.FormatInt(us, 10), nil
+}
+
+// micros is timeArg as a number: the caller's time in µs, or -1 for
+// Redis's TIME.
+func (s *Store) micros(now time.Time) (int64, error) {
 	if !s.callerTime || now.IsZero() {
-		return "", nil
+		return -1, nil
 	}
 	us := now.UnixMicro()
 	if us < 0 || us >= maxTime {
-		return "", fmt.Errorf("redisstore: time %v is outside the range the Redis store accepts (1970 to 2112)", now)
+		return 0, fmt.Errorf("redisstore: time %v is outside the range the Redis store accepts (1970 to 2112)", now)
 	}
-	return strconv.FormatInt(us, 10), nil
+	return us, nil
 }
 
 // maxDelayArg returns MaxDelay in whole µs, rounded down, or -1 for none.

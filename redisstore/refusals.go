@@ -87,17 +87,57 @@ type refusals struct {
 	// its put and cleared from it by its removal, both under its shard's
 	// lock, so a dropped or evicted entry never comes back.
 	hot        [hotSlots]atomic.Pointer[entry]
-	maxEntries int // per shard
-	maxBytes   int // per shard
-	mono       func() int64
+	maxEntries int       // per shard
+	maxBytes   int       // per shard
+	base       time.Time // the origin of mono
 
 	// remote counts the calls that were not refused locally (the calls
 	// refused locally are counted by policy name, in byName), so that a
-	// local refusal costs one shared counter.
-	remote atomic.Uint64
+	// local refusal adds to one counter. Allocated on its own (1 KiB, so
+	// at a multiple of 1 KiB): its stripes share no cache line with the
+	// fields a local refusal reads.
+	remote *counter
 
 	namesMu sync.Mutex
-	byName  map[string]*atomic.Uint64
+	byName  map[string]*counter
+}
+
+// counterStripes is the number of cache lines a counter is spread over.
+const counterStripes = 16
+
+// counter is a count that callers on different cores add to on different
+// cache lines, summed when read: a count on one cache line, which every
+// local refusal of a flood adds to, would bounce that line between the
+// cores deciding the flood. 1 KiB; allocated on its own, it is aligned
+// to its size, so no other data shares its cache lines.
+type counter struct {
+	stripes [counterStripes]struct {
+		n atomic.Uint64
+		_ [56]byte // one stripe per 64-byte cache line
+	}
+}
+
+// add adds 1 to c, on the stripe of the calling goroutine's stack.
+func (c *counter) add() {
+	c.stripes[stripe()].n.Add(1)
+}
+
+// load returns c's count: the sum of its stripes.
+func (c *counter) load() uint64 {
+	var n uint64
+	for i := range c.stripes {
+		n += c.stripes[i].n.Load()
+	}
+	return n
+}
+
+// stripe returns the calling goroutine's stripe of a counter: a hash of
+// the address of its stack, so that the goroutines running at one time,
+// each on its own core, mostly add on different cache lines. Which stripe
+// a goroutine adds to never changes a count, only where it is kept.
+func stripe() uint64 {
+	var b byte
+	return (uint64(uintptr(unsafe.Pointer(&b))>>13) * 0x9e3779b97f4a7c15) >> 60 // counterStripes = 1<<4
 }
 
 type refusalShard struct {
@@ -134,7 +174,7 @@ type entry struct {
 	redisAt, sentAt int64
 	until           int64 // local monotonic µs when the state is back to initial
 	size            int
-	count           *atomic.Uint64 // local refusals under the policy's name
+	count           *counter // local refusals under the policy's name
 }
 
 // newRefusals returns the cache for o, or nil when it is off.
@@ -148,18 +188,23 @@ func newRefusals(o LocalRefusals) *refusals {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultLocalRefusalBytes
 	}
-	base := time.Now()
 	rf := &refusals{
 		seed:       maphash.MakeSeed(),
 		maxEntries: max(1, (o.MaxEntries+refusalShards-1)/refusalShards),
 		maxBytes:   int(min(o.MaxBytes/refusalShards+1, math.MaxInt32)),
-		mono:       func() int64 { return int64(time.Since(base) / time.Microsecond) },
-		byName:     make(map[string]*atomic.Uint64),
+		base:       time.Now(),
+		remote:     new(counter),
+		byName:     make(map[string]*counter),
 	}
 	for i := range rf.shards {
 		rf.shards[i].m = make(map[string]*entry)
 	}
 	return rf
+}
+
+// mono returns the local monotonic time in µs.
+func (rf *refusals) mono() int64 {
+	return int64(time.Since(rf.base) / time.Microsecond)
 }
 
 func (rf *refusals) shard(key []byte) *refusalShard {
@@ -184,6 +229,13 @@ func (rf *refusals) hotGet(c *compiled, userKey string) *entry {
 		return e
 	}
 	return nil
+}
+
+// getFor returns the entry of the caller's key userKey under c, whose
+// Redis key has the prefix prefix, or nil.
+func (rf *refusals) getFor(c *compiled, prefix, userKey string) *entry {
+	var buf [128]byte
+	return rf.get(c.appendKey(buf[:0], prefix, userKey), &c.policy)
 }
 
 // get returns the entry of the Redis key key under policy p, or nil.
@@ -273,7 +325,7 @@ func (rf *refusals) drop(key string) {
 }
 
 // counter returns the count of local refusals under a policy name.
-func (rf *refusals) counter(name string) *atomic.Uint64 {
+func (rf *refusals) counter(name string) *counter {
 	rf.namesMu.Lock()
 	defer rf.namesMu.Unlock()
 	if c := rf.byName[name]; c != nil {
@@ -285,7 +337,7 @@ func (rf *refusals) counter(name string) *atomic.Uint64 {
 			return c
 		}
 	}
-	c := new(atomic.Uint64)
+	c := new(counter)
 	rf.byName[name] = c
 	return c
 }
@@ -309,26 +361,22 @@ func (rf *refusals) at(e *entry, callerNow int64, caller bool) (int64, bool) {
 }
 
 // decide decides a request of the given cost on e's state at t, as the
-// scripts would.
-func (e *entry) decide(t, cost int64, maxDelay time.Duration) algo.Result {
-	p := e.pp.Params
+// scripts would, into r (a Result returned by value would be copied
+// through the stack at each call).
+func (e *entry) decide(r *algo.Result, t, cost int64, maxDelay time.Duration) {
 	switch e.policy.Algorithm {
 	case sluice.LeakyBucketAlgorithm:
 		// The scripts take MaxDelay in whole µs, rounded down.
-		_, r := e.pp.LeakyBucket(e.tat, t, cost, maxDelay/time.Microsecond*time.Microsecond)
-		return r
+		_, *r = e.pp.LeakyBucket(e.tat, t, cost, maxDelay/time.Microsecond*time.Microsecond)
 	case sluice.FixedWindowAlgorithm:
-		_, r := algo.FixedWindow(p, e.win, t, cost)
-		return r
+		_, *r = algo.FixedWindow(e.pp.Params, e.win, t, cost)
 	case sluice.SlidingWindowAlgorithm:
-		_, r := algo.SlidingWindow(p, e.win, t, cost)
-		return r
+		_, *r = algo.SlidingWindow(e.pp.Params, e.win, t, cost)
 	case sluice.SlidingLogAlgorithm:
-		return algo.SlidingLogPeek(p, e.log, t, cost)
+		*r = algo.SlidingLogPeek(e.pp.Params, e.log, t, cost)
+	default:
+		e.pp.TokenBucketTo(r, e.tat, t, cost)
 	}
-	var r algo.Result
-	e.pp.TokenBucketTo(&r, e.tat, t, cost)
-	return r
 }
 
 // seen raises an entry read at a caller's time to t, as a call at t would
@@ -346,7 +394,7 @@ func (e *entry) seen(t int64) {
 }
 
 // decisionOf turns an algorithm's result under p into a Decision.
-func decisionOf(p *sluice.Policy, r algo.Result) sluice.Decision {
+func decisionOf(p *sluice.Policy, r *algo.Result) sluice.Decision {
 	return sluice.Decision{
 		Allowed:    r.Allowed,
 		Limit:      p.Limit,
@@ -426,12 +474,12 @@ func (s *Store) LocalRefusalStats() LocalRefusalStats {
 	if rf == nil {
 		return LocalRefusalStats{}
 	}
-	remote := rf.remote.Load()
+	remote := rf.remote.load()
 	st := LocalRefusalStats{On: true}
 	rf.namesMu.Lock()
 	st.ByPolicy = make(map[string]uint64, len(rf.byName))
 	for name, c := range rf.byName {
-		n := c.Load()
+		n := c.load()
 		st.ByPolicy[name] = n
 		st.Local += n
 	}

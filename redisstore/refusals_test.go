@@ -339,8 +339,7 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 		t.Run(offset.String(), func(t *testing.T) {
 			start := time.Now()
 			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
-			real := st.refusals.mono
-			st.refusals.mono = func() int64 { return real() + int64(offset/time.Microsecond) }
+			st.refusals.base = st.refusals.base.Add(-offset) // mono reads offset more
 			p := sluice.TokenBucket(50, time.Second, 3)
 			req := sluice.Request{Policy: p, Key: "k", Cost: 2}
 			c := st.policies.get(&p)
@@ -603,5 +602,33 @@ func TestLocalRefusalsHotSlot(t *testing.T) {
 	}
 	if held == 0 || held > st.LocalRefusalStats().Entries {
 		t.Errorf("%d entries in hot slots, %d cached", held, st.LocalRefusalStats().Entries)
+	}
+}
+
+// TestCounterExact: a counter's stripes sum to every add, from goroutines
+// adding at once (and so, mostly, to different stripes).
+func TestCounterExact(t *testing.T) {
+	const goroutines, adds = 64, 20_000
+	var c counter
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range adds {
+				c.add()
+			}
+		})
+	}
+	wg.Wait()
+	if got := c.load(); got != goroutines*adds {
+		t.Errorf("%d goroutines × %d adds counted %d", goroutines, adds, got)
+	}
+	used := 0
+	for i := range c.stripes {
+		if c.stripes[i].n.Load() > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Errorf("%d goroutines added to %d of %d stripes", goroutines, used, counterStripes)
 	}
 }
