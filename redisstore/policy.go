@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
-	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,7 @@ type compiled struct {
 	code    string // the script's algorithm code
 	l, p, b string // L, P (µs) and B as script arguments
 	ln, pn  int64  // L and P as numbers (the token-bucket family's, packed by packOne)
-	salt    uint64 // random, mixed into the hash of a local refusal's hot slot (see refusals.hot)
+	salt    uint64 // the policy's hash, mixed into the hash of a local refusal's hot slot (see refusals.hot)
 	fp      string
 	// pp holds the numbers the scripts decide with (L and P divided by
 	// their gcd for the token-bucket family), for local refusals.
@@ -140,9 +139,15 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
+// saltSeed seeds compiled.salt: a hash of the policy, the same for every
+// compiled copy of it, so that a policy compiled again (its slot of the
+// policy cache taken by another policy in between) finds its local
+// refusals' hot slots where the previous copy put them.
+var saltSeed = maphash.MakeSeed()
+
 // compile checks p and works out its arguments.
 func compile(p sluice.Policy) *compiled {
-	c := &compiled{policy: p, salt: rand.Uint64()}
+	c := &compiled{policy: p, salt: maphash.Comparable(saltSeed, p)}
 	if err := p.Validate(); err != nil {
 		c.err = fmt.Errorf("redisstore: %w", err)
 		return c

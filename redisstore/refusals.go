@@ -223,9 +223,10 @@ func (rf *refusals) hotSlot(c *compiled, userKey string) *atomic.Pointer[entry] 
 }
 
 // hotGet returns the entry of the caller's key userKey under c if it is in
-// its hot slot, else nil (get may still find it).
+// its hot slot, else nil (get may still find it). The entry may have been
+// made under another compiled copy of c's policy (see saltSeed).
 func (rf *refusals) hotGet(c *compiled, userKey string) *entry {
-	if e := rf.hotSlot(c, userKey).Load(); e != nil && e.c == c && e.userKey == userKey {
+	if e := rf.hotSlot(c, userKey).Load(); e != nil && (e.c == c || e.policy == c.policy) && e.userKey == userKey {
 		return e
 	}
 	return nil

@@ -579,6 +579,16 @@ func TestLocalRefusalsHotSlot(t *testing.T) {
 	if d := allow("k", time.Second/2); d.Allowed || st.LocalRefusalStats().Local != local+1 {
 		t.Errorf("a request the cached state refuses = %+v, with %d local refusals (want %d)", d, st.LocalRefusalStats().Local, local+1)
 	}
+	// The policy compiled again, as when another policy took its slot of
+	// the policy cache in between: the hot slot still finds the entry.
+	for i := range st.policies.slots {
+		if st.policies.slots[i].Load() == c {
+			st.policies.slots[i].Store(compile(p))
+		}
+	}
+	if c2 := st.policies.get(&p); c2 == c || st.refusals.hotGet(c2, "k") != e {
+		t.Errorf("the policy compiled again (a new copy: %v) does not find the entry in the hot slot", c2 != c)
+	}
 	if d := allow("k", time.Second); !d.Allowed {
 		t.Fatalf("a request once the bucket refilled = %+v, want admitted", d)
 	}
