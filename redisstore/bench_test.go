@@ -73,6 +73,29 @@ func BenchmarkAllowSerial(b *testing.B) {
 	}
 }
 
+// BenchmarkLocalRefusal measures one local refusal (docs/BENCHMARKS.md,
+// "Refused floods"): one caller on one key whose cached state refuses
+// every request (10 an hour), never reaching Redis.
+func BenchmarkLocalRefusal(b *testing.B) {
+	st, _ := benchStore(b)
+	req := sluice.Request{Policy: sluice.TokenBucket(10, time.Hour, 10).Named("flood"), Key: "abuser", Cost: 1}
+	for range 11 {
+		if _, err := st.Allow(b.Context(), time.Time{}, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	local := st.LocalRefusalStats().Local
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := st.Allow(b.Context(), time.Time{}, req); err != nil || d.Allowed {
+			b.Fatalf("Allow = %+v, %v; want a refusal", d, err)
+		}
+	}
+	if n := st.LocalRefusalStats().Local - local; n < uint64(b.N) {
+		b.Fatalf("%d of %d refusals were local", n, b.N)
+	}
+}
+
 // BenchmarkAllowAll measures one all-or-nothing decision over two
 // policies of one key.
 func BenchmarkAllowAll(b *testing.B) {
