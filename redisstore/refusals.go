@@ -93,33 +93,47 @@ type refusals struct {
 
 	// remote counts the calls that were not refused locally (the calls
 	// refused locally are counted by policy name, in byName), so that a
-	// local refusal adds to one counter. Allocated on its own (1 KiB, so
-	// at a multiple of 1 KiB): its stripes share no cache line with the
-	// fields a local refusal reads.
+	// local refusal adds to one counter. Allocated on its own (see
+	// counter): its stripes share no cache line with the fields a local
+	// refusal reads.
 	remote *counter
 
 	namesMu sync.Mutex
 	byName  map[string]*counter
 }
 
-// counterStripes is the number of cache lines a counter is spread over.
-const counterStripes = 16
+// counterStripes is the number of stripes a counter is spread over: one
+// a processor up to GOMAXPROCS 8, shared by two or more beyond.
+const counterStripes = 8
 
 // counter is a count that callers on different cores add to on different
 // cache lines, summed when read: a count on one cache line, which every
-// local refusal of a flood adds to, would bounce that line between the
-// cores deciding the flood. 1 KiB; allocated on its own, it is aligned
-// to its size, so no other data shares its cache lines.
+// local refusal of a flood adds to, would move that line from core to
+// core at every refusal. 1,152 bytes; allocated on its own, it starts at
+// a multiple of 128 bytes, so no other data shares its cache lines.
 type counter struct {
+	// The bytes a nil check of c reads: no stripe is there, so no write
+	// takes the line from the cores that read it.
+	_       [128]byte
 	stripes [counterStripes]struct {
 		n atomic.Uint64
-		_ [56]byte // one stripe per 64-byte cache line
+		// 128 bytes a stripe: a core that writes a cache line also
+		// fetches the line next to it.
+		_ [120]byte
 	}
 }
 
-// add adds 1 to c, on the stripe of the calling goroutine's stack.
+// add adds 1 to c, on the stripe of the processor (Go's P) the caller
+// runs on (see stripeTokens). A stripe chosen by goroutine, by the address
+// of its stack, was tried: a flood's goroutines move from core to core,
+// and their stripes with them.
 func (c *counter) add() {
-	c.stripes[stripe()].n.Add(1)
+	t, _ := stripeTokens.Get().(*stripeToken)
+	if t == nil {
+		t = &stripeToken{i: nextStripe.Add(1) % counterStripes}
+	}
+	c.stripes[t.i].n.Add(1)
+	stripeTokens.Put(t)
 }
 
 // load returns c's count: the sum of its stripes.
@@ -131,14 +145,19 @@ func (c *counter) load() uint64 {
 	return n
 }
 
-// stripe returns the calling goroutine's stripe of a counter: a hash of
-// the address of its stack, so that the goroutines running at one time,
-// each on its own core, mostly add on different cache lines. Which stripe
-// a goroutine adds to never changes a count, only where it is kept.
-func stripe() uint64 {
-	var b byte
-	return (uint64(uintptr(unsafe.Pointer(&b))>>13) * 0x9e3779b97f4a7c15) >> 60 // counterStripes = 1<<4
-}
+// stripeTokens holds the stripe tokens, one a processor: a sync.Pool
+// keeps the token a goroutine puts back in its processor's own slot, where
+// the next goroutine to run there takes it, so that the callers on one
+// core add to one stripe, which stays in that core's cache, whatever
+// goroutine they run in. Which stripe a caller adds to never changes a
+// count, only where it is kept; a token the pool drops is replaced.
+var stripeTokens sync.Pool
+
+// stripeToken names a stripe of every counter.
+type stripeToken struct{ i uint32 }
+
+// nextStripe hands out the stripes to new tokens in turn.
+var nextStripe atomic.Uint32
 
 type refusalShard struct {
 	mu    sync.RWMutex
@@ -460,7 +479,8 @@ type LocalRefusalStats struct {
 	// ByPolicy counts local refusals by policy name (sluice.Policy.Name; a
 	// refused AllowAll counts once, under the first of its policies, in
 	// request order, that refused it). Past 1,024 names, the others count
-	// together under "(other)".
+	// together under "(other)". Each name's count takes 1,152 bytes,
+	// outside LocalRefusals.MaxBytes.
 	ByPolicy map[string]uint64
 	// Entries is the number of states held, and Bytes what they count
 	// against LocalRefusals.MaxBytes.
