@@ -13,7 +13,8 @@ BENCH='^BenchmarkFlood$' COUNT=${COUNT:-3} "$here/run.sh" "$out"
 # Within-round ratios of issue 15's targets: the closed-loop flood's
 # decisions/s and CPU per decision, Redis store with local refusals against
 # the memory store; the well-behaved keys' p99 with each flood against
-# without, on the Redis store with local refusals.
+# without, on the Redis store with local refusals, and with the control
+# flood (spin: the closed loop's callers asking no store) against without.
 awk '
 	/^# round/ { round++ }
 	/^BenchmarkFlood\// {
@@ -32,9 +33,10 @@ awk '
 			if (mc > 0 && lc > 0)
 				printf ", CPU per decision memory/redis-local %.2f", mc / lc
 			if (g > 0)
-				printf ", good p99 closed/none %.2f, paced/none %.2f",
+				printf ", good p99 closed/none %.2f, paced/none %.2f, spin (no store)/none %.2f",
 					v[r, "store=redis-local", "flood=closed", "good-p99-µs"] / g,
-					v[r, "store=redis-local", "flood=paced", "good-p99-µs"] / g
+					v[r, "store=redis-local", "flood=paced", "good-p99-µs"] / g,
+					v[r, "store=redis-local", "flood=spin", "good-p99-µs"] / g
 			printf "\n"
 		}
 	}' "$out/raw.txt" | tee "$out/ratios.txt"
