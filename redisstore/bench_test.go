@@ -96,6 +96,37 @@ func BenchmarkLocalRefusal(b *testing.B) {
 	}
 }
 
+// BenchmarkLocalRefusalAll measures one local refusal of an AllowAll
+// (docs/BENCHMARKS.md, "Refused floods"): one caller, three policies of
+// different algorithms on one key, whose cached states the store holds
+// after Redis refused the whole; the token bucket (10 an hour) refuses
+// every request, the two windows would admit theirs. Nothing reaches
+// Redis.
+func BenchmarkLocalRefusalAll(b *testing.B) {
+	st, _ := benchStore(b)
+	reqs := []sluice.Request{
+		{Policy: sluice.FixedWindow(1_000_000, time.Hour).Named("hourly"), Key: "abuser", Cost: 1},
+		{Policy: sluice.TokenBucket(10, time.Hour, 10).Named("flood"), Key: "abuser", Cost: 1},
+		{Policy: sluice.SlidingWindow(1_000_000, time.Minute).Named("minutely"), Key: "abuser", Cost: 1},
+	}
+	out := make([]sluice.Decision, len(reqs))
+	for range 11 {
+		if _, err := st.AllowAll(b.Context(), time.Time{}, reqs, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	local := st.LocalRefusalStats().Local
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := st.AllowAll(b.Context(), time.Time{}, reqs, out); err != nil || d.Allowed || out[1].Allowed || !out[0].Allowed {
+			b.Fatalf("AllowAll = %+v, %v (%+v); want the token bucket's refusal", d, err, out)
+		}
+	}
+	if n := st.LocalRefusalStats().Local - local; n < uint64(b.N) {
+		b.Fatalf("%d of %d refusals were local", n, b.N)
+	}
+}
+
 // BenchmarkAllowAll measures one all-or-nothing decision over two
 // policies of one key.
 func BenchmarkAllowAll(b *testing.B) {
