@@ -80,6 +80,13 @@ func (c *compiled) appendKey(b []byte, prefix, key string) []byte {
 	return append(b, c.fp...)
 }
 
+// keyText returns the key text of key, the Redis key of a caller's key
+// under c with prefix prefix (see key): the caller's key as appendText
+// wrote it.
+func keyText(key, prefix string, c *compiled) string {
+	return key[len(prefix)+len("{k:") : len(key)-len("}")-len(c.fp)]
+}
+
 // fingerprint returns the policy part of a state key: the algorithm, the
 // policy's numbers as given (a Burst of 0 stays 0) and its name, such as
 // ":tb:100:1m0s:20:api" or ":fw:100:1h0m0s:0". Policies that differ in any

@@ -418,7 +418,7 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 		if err != nil {
 			s.report(err)
 		} else if s.refusals != nil {
-			s.learn(c, key, req.Key, e, d.Allowed, st, nowArg != "", sent, v[3])
+			s.learn(c, key, req.Key, false, e, d.Allowed, st, nowArg != "", sent, v[3])
 		}
 	}
 	if err != nil {
@@ -494,16 +494,16 @@ func (e *entry) timeArg(nowArg string) string {
 }
 
 // learn keeps what a script's decision under c on key (the caller's key
-// userKey, or "" to keep the state out of the hot slots) says about the
-// key: after a refusal with a state (st: the script's time, then the
-// state; see STATE in lib.lua), the state; after an admission, nothing
-// (the entry old, if any, is dropped). reset is the decision's ResetAfter
-// in µs.
-func (s *Store) learn(c *compiled, key, userKey string, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
+// userKey, or "" to keep the state out of the hot slots; inKey when
+// userKey is part of key, see refusals.put) says about the key: after a
+// refusal with a state (st: the script's time, then the state; see STATE
+// in lib.lua), the state; after an admission, nothing (the entry old, if
+// any, is dropped). reset is the decision's ResetAfter in µs.
+func (s *Store) learn(c *compiled, key, userKey string, inKey bool, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
 	rf := s.refusals
 	if !allowed && len(st) > 0 {
 		if e, ok := newEntry(c, st, caller, sent, reset); ok {
-			rf.put(key, userKey, e)
+			rf.put(key, userKey, inKey, e)
 			return
 		}
 		s.report(fmt.Errorf("redisstore: malformed state %v from the script for %q", st, key))
@@ -518,6 +518,9 @@ func (s *Store) learn(c *compiled, key, userKey string, old *entry, allowed bool
 // as one request of their summed cost. On Redis Cluster all the requests'
 // keys must lie in one hash slot (as every policy of one key does), else
 // the call fails with ErrCrossSlot.
+//
+// A local refusal (see refuseMany) comes before the Redis keys are built:
+// of up to maxLocalAll requests, it allocates nothing.
 func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
 	if len(reqs) == 0 {
 		return sluice.Decision{}, errors.New("redisstore: AllowAll: no requests")
@@ -525,33 +528,59 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if out != nil && len(out) != len(reqs) {
 		return sluice.Decision{}, fmt.Errorf("redisstore: AllowAll: out has %d decisions for %d requests", len(out), len(reqs))
 	}
-	nowArg, err := s.timeArg(now)
+	us, err := s.micros(now)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	cs, keys, err := s.manyKeys(reqs)
-	if err != nil {
-		return sluice.Decision{}, err
+	var csBuf [maxLocalAll]*compiled
+	cs := csBuf[:0]
+	if len(reqs) > len(csBuf) {
+		cs = make([]*compiled, 0, len(reqs))
 	}
-	if err := s.sameSlot(keys); err != nil {
-		return sluice.Decision{}, err
+	for i := range reqs {
+		c, err := s.check(&reqs[i])
+		if err != nil {
+			return sluice.Decision{}, err
+		}
+		cs = append(cs, c)
 	}
+	var keys []string
+	if len(reqs) > 1 && !oneKey(reqs) && s.cluster() {
+		// Keys of different slots fail before anything, a local refusal
+		// included. The keys of one caller's key share its slot.
+		keys = s.keysOf(cs, reqs)
+		if err := checkSlots(keys); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	var esBuf [maxLocalAll]*entry
 	var es []*entry
 	var sent int64
 	if rf := s.refusals; rf != nil {
+		es = esBuf[:0]
+		if len(reqs) > len(esBuf) {
+			es = make([]*entry, 0, len(reqs))
+		}
 		var d sluice.Decision
 		var done bool
-		es, d, done = s.refuseMany(cs, keys, reqs, out, nowArg)
+		es, d, done = s.refuseMany(cs, reqs, out, us, es)
 		if done {
 			return d, nil
 		}
 		rf.remote.add()
 		sent = rf.mono()
-		for _, e := range es {
-			if e != nil {
-				nowArg = e.timeArg(nowArg)
-			}
+	}
+	var nowArg string
+	if us >= 0 {
+		nowArg = strconv.FormatInt(us, 10)
+	}
+	for _, e := range es {
+		if e != nil {
+			nowArg = e.timeArg(nowArg)
 		}
+	}
+	if keys == nil {
+		keys = s.keysOf(cs, reqs)
 	}
 	args, err := s.manyArgs(cs, reqs, nowArg, now)
 	if err != nil {
@@ -564,7 +593,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		d, done, err = s.parseMany(vals, reqs, out)
 		if done {
 			if err == nil && s.refusals != nil {
-				s.learnMany(cs, keys, es, d.Allowed, vals, nowArg != "", sent)
+				s.learnMany(cs, keys, reqs, es, d.Allowed, vals, nowArg != "", sent)
 			}
 			return d, err
 		}
@@ -576,34 +605,68 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	return s.degrade(ctx, now, reqs, out, opMany, err)
 }
 
-// refuseMany decides an AllowAll on the cached states of its requests: when
-// every request has one and at least one of them refuses, the whole is
-// refused (done), with the decisions the script would make on those
-// states. es are the entries found (nil where none).
-func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request, out []sluice.Decision, nowArg string) (es []*entry, d sluice.Decision, done bool) {
+// maxLocalAll is the most requests of an AllowAll whose local refusal
+// keeps its work on the stack.
+const maxLocalAll = 8
+
+// oneKey reports whether every request of reqs has the same key.
+func oneKey(reqs []sluice.Request) bool {
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].Key != reqs[0].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// refuseMany decides an AllowAll on the cached states of its requests, at
+// us (the caller's time in µs, or -1 for Redis's clock): when every request
+// has one and at least one of them refuses, the whole is refused (done),
+// with the decisions the script would make on those states. It appends to
+// es the entries found (nil where none), found as Allow finds them: in
+// their hot slots, else by their Redis keys built on the stack.
+func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.Decision, us int64, es []*entry) (_ []*entry, d sluice.Decision, done bool) {
 	rf := s.refusals
-	es = make([]*entry, len(reqs))
 	complete := true
 	for i := range reqs {
-		es[i] = rf.get([]byte(keys[i]), &reqs[i].Policy)
-		complete = complete && es[i] != nil
+		e := rf.hotGet(cs[i], reqs[i].Key)
+		if e == nil {
+			e = rf.getFor(cs[i], s.prefix, reqs[i].Key)
+		}
+		es = append(es, e)
+		complete = complete && e != nil
 	}
 	if !complete {
 		return es, d, false
 	}
 	// One time for every request, as the script has: with a caller's time
 	// the latest any of the keys has seen; on Redis's clock each entry's
-	// own bound of Redis's clock (the keys share one slot, so one Redis).
-	caller, callerNow := nowArg != "", callerMicros(nowArg)
-	ts := make([]int64, len(reqs))
-	for i, e := range es {
-		t, ok := rf.at(e, callerNow, caller)
+	// own bound of Redis's clock (the keys share one slot, so one Redis),
+	// all at one reading of the local clock.
+	caller, callerNow := us >= 0, max(us, 0)
+	var mono int64
+	if !caller {
+		mono = rf.mono()
+	}
+	var tbuf [maxLocalAll]int64
+	ts := tbuf[:0]
+	if len(reqs) > len(tbuf) {
+		ts = make([]int64, 0, len(reqs))
+	}
+	for _, e := range es {
+		var t int64
+		var ok bool
+		if caller {
+			t, ok = rf.at(e, callerNow, true)
+		} else {
+			t, ok = e.redisClock(mono)
+		}
 		if !ok {
 			return es, d, false
 		}
-		ts[i], callerNow = t, max(callerNow, t)
+		ts, callerNow = append(ts, t), max(callerNow, t)
 	}
-	var buf [8]algo.Result
+	var buf [maxLocalAll]algo.Result
 	res := buf[:0]
 	if len(reqs) > len(buf) {
 		res = make([]algo.Result, 0, len(reqs))
@@ -616,7 +679,8 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 		}
 		cost := reqs[i].Cost
 		for j := range i {
-			if keys[j] == keys[i] {
+			// The same Redis key: one request of their summed cost.
+			if es[j].key == es[i].key {
 				cost += reqs[j].Cost
 			}
 		}
@@ -629,33 +693,51 @@ func (s *Store) refuseMany(cs []*compiled, keys []string, reqs []sluice.Request,
 	if !refused {
 		return es, d, false
 	}
-	var dbuf [8]sluice.Decision
-	ds := dbuf[:0]
-	if out != nil {
-		ds = out[:0]
-	}
+	// The decisions are combined here as algo.Combine would combine them,
+	// read in place: none is Degraded, none waits Never (see above), and
+	// one refuses. Combine copies each, which costs a sixth of a refusal.
 	counted := false
+	k := -1 // the decider (algo.Decider)
 	for i := range reqs {
 		r := &res[i]
 		if r.Allowed {
 			// Not charged: the state as it stays.
 			es[i].decide(r, ts[i], 0, 0)
 			r.Delay = 0
-		} else if !counted {
-			// One decision, counted under the first policy that refused.
-			es[i].count.add()
-			counted = true
+		} else {
+			if !counted {
+				// One decision, counted under the first policy that refused.
+				es[i].count.add()
+				counted = true
+			}
+			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
 		}
 		es[i].seen(ts[i])
-		ds = append(ds, decisionOf(&reqs[i].Policy, r))
+		if out != nil {
+			out[i] = decisionOf(&reqs[i].Policy, r)
+		}
+		if k < 0 || rankOf(r).Precedes(rankOf(&res[k])) {
+			k = i
+		}
+		d.ResetAfter = max(d.ResetAfter, r.ResetAfter)
+		d.Delay = max(d.Delay, r.Delay)
 	}
-	return es, algo.Combine(ds), true
+	d.Limit, d.Remaining = reqs[k].Policy.Limit, res[k].Remaining
+	return es, d, true
+}
+
+// rankOf returns what algo.Decider compares of a result's decision.
+func rankOf(r *algo.Result) algo.Rank {
+	return algo.Rank{Allowed: r.Allowed, RetryAfter: r.RetryAfter, Remaining: r.Remaining}
 }
 
 // learnMany keeps what AllowAll's reply vals says about its keys: after a
 // refusal, the state of every request (see many.lua); after an admission,
-// nothing (the entries es found before are dropped).
-func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bool, vals []int64, caller bool, sent int64) {
+// nothing (the entries es found before are dropped). A state goes to its
+// hot slot, as Allow's, when the caller's key is written as itself in the
+// Redis key: the entry then holds that part of the Redis key as the
+// caller's key, which takes no memory of its own.
+func (s *Store) learnMany(cs []*compiled, keys []string, reqs []sluice.Request, es []*entry, allowed bool, vals []int64, caller bool, sent int64) {
 	n := len(keys)
 	st := vals[min(len(vals), replyHeader+replyWidth*n):]
 	if allowed || len(st) == 0 {
@@ -679,7 +761,11 @@ func (s *Store) learnMany(cs []*compiled, keys []string, es []*entry, allowed bo
 		if es != nil {
 			old = es[i]
 		}
-		s.learn(cs[i], keys[i], "", old, m == 0, state, caller, sent, vals[replyHeader+replyWidth*i+3])
+		var userKey string
+		if text := keyText(keys[i], s.prefix, cs[i]); text == reqs[i].Key {
+			userKey = text
+		}
+		s.learn(cs[i], keys[i], userKey, true, old, m == 0, state, caller, sent, vals[replyHeader+replyWidth*i+3])
 	}
 }
 
@@ -704,14 +790,22 @@ func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg
 
 // manyKeys checks reqs and returns their compiled policies and keys.
 func (s *Store) manyKeys(reqs []sluice.Request) (cs []*compiled, keys []string, err error) {
-	cs, keys = make([]*compiled, len(reqs)), make([]string, len(reqs))
+	cs = make([]*compiled, len(reqs))
 	for i := range reqs {
 		if cs[i], err = s.check(&reqs[i]); err != nil {
 			return nil, nil, err
 		}
-		keys[i] = cs[i].key(s.prefix, reqs[i].Key)
 	}
-	return cs, keys, nil
+	return cs, s.keysOf(cs, reqs), nil
+}
+
+// keysOf returns the Redis keys of reqs, whose compiled policies are cs.
+func (s *Store) keysOf(cs []*compiled, reqs []sluice.Request) []string {
+	keys := make([]string, len(reqs))
+	for i, c := range cs {
+		keys[i] = c.key(s.prefix, reqs[i].Key)
+	}
+	return keys
 }
 
 // manyArgs returns the arguments of the AllowAll script for reqs, whose
@@ -812,15 +906,10 @@ func maxDelayArg(d time.Duration) string {
 	return strconv.FormatInt(min(int64(d/time.Microsecond), maxTime), 10)
 }
 
-// sameSlot checks, on Redis Cluster, that keys share one hash slot.
-func (s *Store) sameSlot(keys []string) error {
-	if len(keys) < 2 {
-		return nil
-	}
-	if c := s.client.Load(); c != nil && (*c).Mode() == rueidis.ClientModeCluster {
-		return checkSlots(keys)
-	}
-	return nil
+// cluster reports whether the store is connected to Redis Cluster.
+func (s *Store) cluster() bool {
+	c := s.client.Load()
+	return c != nil && (*c).Mode() == rueidis.ClientModeCluster
 }
 
 // checkSlots returns an error wrapping ErrCrossSlot unless all keys share

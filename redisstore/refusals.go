@@ -173,7 +173,8 @@ type entry struct {
 	policy sluice.Policy
 	// c and userKey are the compiled policy and the caller's key of an
 	// entry in the hot slot hot (see refusals.hot); userKey is "" for
-	// one that is not.
+	// one that is not. An entry refused by AllowAll holds as userKey the
+	// part of key that is the caller's key (see Store.learnMany).
 	c       *compiled
 	userKey string
 	hot     *atomic.Pointer[entry]
@@ -272,9 +273,14 @@ func (rf *refusals) get(key []byte, p *sluice.Policy) *entry {
 
 // put stores e as key's entry, evicting others when the shard is full:
 // first entries whose state is back to initial, then any; and with a
-// userKey (the caller's key), in its hot slot.
-func (rf *refusals) put(key, userKey string, e *entry) {
-	e.size = EntryBytes(len(key)+len(userKey), 0)
+// userKey (the caller's key), in its hot slot. inKey says that userKey is
+// part of key (AllowAll's; see Store.learnMany), which holds no memory of
+// its own and is not counted.
+func (rf *refusals) put(key, userKey string, inKey bool, e *entry) {
+	e.size = EntryBytes(len(key), 0)
+	if !inKey {
+		e.size += len(userKey)
+	}
 	if e.log != nil {
 		e.size += 16 * e.log.Len()
 	}
@@ -373,10 +379,16 @@ func (rf *refusals) at(e *entry, callerNow int64, caller bool) (int64, bool) {
 	if caller {
 		return max(callerNow, e.w.Load()), e.caller
 	}
+	return e.redisClock(rf.mono())
+}
+
+// redisClock returns e's upper bound of Redis's clock at local monotonic time
+// mono (see refusals.at), and whether e is on Redis's clock.
+func (e *entry) redisClock(mono int64) (int64, bool) {
 	if e.caller {
 		return 0, false
 	}
-	d := max(rf.mono()-e.sentAt, 0)
+	d := max(mono-e.sentAt, 0)
 	return e.redisAt + d + d>>10 + 1, true
 }
 

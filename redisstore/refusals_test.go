@@ -616,6 +616,54 @@ func TestLocalRefusalsHotSlot(t *testing.T) {
 	}
 }
 
+// TestLocalRefusalsHotSlotAllowAll: the states an AllowAll refused by
+// Redis learns go to their hot slots too, holding as the caller's key the
+// part of the Redis key that is that key (no memory of their own, so not
+// counted), unless the Redis key escapes it; either way the next refusal
+// is local, and an admission empties the slots.
+func TestLocalRefusalsHotSlotAllowAll(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, CallerTime: true})
+	p, q := sluice.TokenBucket(1, time.Second, 1), sluice.FixedWindow(100, time.Hour)
+	cp, cq := st.policies.get(&p), st.policies.get(&q)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	allowAll := func(key string, at time.Duration) sluice.Decision {
+		t.Helper()
+		d, err := st.AllowAll(t.Context(), t0.Add(at), []sluice.Request{{Policy: q, Key: key, Cost: 1}, {Policy: p, Key: key, Cost: 1}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, key := range []string{"k", "a:b"} {
+		allowAll(key, 0)
+		if d := allowAll(key, 0); d.Allowed {
+			t.Fatalf("%s: second request in the same second admitted: %+v", key, d)
+		}
+		ep, eq := st.refusals.hotGet(cp, key), st.refusals.hotGet(cq, key)
+		if key == "k" {
+			if ep == nil || eq == nil || ep.userKey != key || eq.userKey != key {
+				t.Fatalf("%s: hot slots hold %v and %v after a refusal by Redis, want both entries", key, ep, eq)
+			}
+			if want := int64(EntryBytes(len(ep.key), 0) + EntryBytes(len(eq.key), 0)); st.LocalRefusalStats().Bytes != want {
+				t.Errorf("%s: %d bytes counted, want %d (the Redis keys only)", key, st.LocalRefusalStats().Bytes, want)
+			}
+		} else if ep != nil || eq != nil {
+			t.Errorf("%s: an escaped key's entries are in hot slots: %v, %v", key, ep, eq)
+		}
+		local := st.LocalRefusalStats().Local
+		if d := allowAll(key, time.Second/2); d.Allowed || st.LocalRefusalStats().Local != local+1 {
+			t.Errorf("%s: a request the cached state refuses = %+v, with %d local refusals (want %d)", key, d, st.LocalRefusalStats().Local, local+1)
+		}
+		if d := allowAll(key, time.Second); !d.Allowed {
+			t.Fatalf("%s: a request once the bucket refilled = %+v, want admitted", key, d)
+		}
+		if st.refusals.hotGet(cp, key) != nil || st.refusals.hotGet(cq, key) != nil || st.LocalRefusalStats().Entries != 0 {
+			t.Errorf("%s: entries left after an admission by Redis: %+v", key, st.LocalRefusalStats())
+		}
+	}
+}
+
 // TestCounterExact: a counter's stripes sum to every add, from goroutines
 // adding at once on 8 times as many processors as stripes (so that
 // processors share stripes, as on a machine of more than 8 cores).
