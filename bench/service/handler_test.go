@@ -85,16 +85,24 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// BenchmarkCheckHandler is POST /v1/check through the service's handler.
-func BenchmarkCheckHandler(b *testing.B) {
+// checkHandler returns the service's HTTP handler on the benchmark's
+// configuration and a measured memory store, closed when b ends.
+func checkHandler(b *testing.B) *sluiceserver.Handler {
+	b.Helper()
 	cfg := benchConfig(b)
 	st := memstore.New(memstore.Options{})
-	defer st.Close()
+	b.Cleanup(func() { st.Close() })
 	ms, m, reg := measured(b, st)
 	h, err := sluiceserver.New(cfg, ms, sluiceserver.Options{Registry: reg, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return h
+}
+
+// BenchmarkCheckHandler is POST /v1/check through the service's handler.
+func BenchmarkCheckHandler(b *testing.B) {
+	h := checkHandler(b)
 	bodies := make([][]byte, benchKeys)
 	for k := range bodies {
 		bodies[k] = []byte(`{"limit":"bench","key":"` + keyName(k) + `"}`)
@@ -119,16 +127,24 @@ func BenchmarkCheckHandler(b *testing.B) {
 	}
 }
 
+// rlsService returns the service's Envoy rate limit service on the
+// benchmark's configuration and a measured memory store, closed when b
+// ends, counting its decisions as sluice serve does.
+func rlsService(b *testing.B) *rls.Service {
+	b.Helper()
+	cfg := benchConfig(b)
+	st := memstore.New(memstore.Options{})
+	b.Cleanup(func() { st.Close() })
+	ms, m, _ := measured(b, st)
+	return rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
+		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
+	}})
+}
+
 // BenchmarkShouldRateLimit is Envoy's ShouldRateLimit through the
 // service's implementation, without gRPC.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	cfg := benchConfig(b)
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	ms, m, _ := measured(b, st)
-	svc := rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
-		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
-	}})
+	svc := rlsService(b)
 	reqs := make([]*rlsv3.RateLimitRequest, benchKeys)
 	for k := range reqs {
 		reqs[k] = &rlsv3.RateLimitRequest{Domain: allowedLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{
@@ -170,14 +186,7 @@ func BenchmarkMemstoreAllow(b *testing.B) {
 // refused key (limit flood_key, key attacker) through the service's
 // handler, from parallel callers: the service's part of a refused flood.
 func BenchmarkCheckHandlerFlood(b *testing.B) {
-	cfg := benchConfig(b)
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	ms, m, reg := measured(b, st)
-	h, err := sluiceserver.New(cfg, ms, sluiceserver.Options{Registry: reg, Metrics: m})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := checkHandler(b)
 	limit, key := floodLimit.request(0)
 	body := []byte(`{"limit":"` + limit + `","key":"` + key + `"}`)
 	u, _ := url.Parse("http://127.0.0.1/v1/check")
@@ -210,13 +219,7 @@ func BenchmarkCheckHandlerFlood(b *testing.B) {
 // workload's refused descriptor (domain flood, user attacker), without
 // gRPC, from parallel callers.
 func BenchmarkShouldRateLimitFlood(b *testing.B) {
-	cfg := benchConfig(b)
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	ms, m, _ := measured(b, st)
-	svc := rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
-		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
-	}})
+	svc := rlsService(b)
 	_, key := floodLimit.request(0)
 	req := &rlsv3.RateLimitRequest{Domain: floodLimit.name, Descriptors: []*rlscommon.RateLimitDescriptor{{
 		Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "user", Value: key}},
