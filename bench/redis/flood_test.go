@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/splitmix"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -117,11 +118,7 @@ var spinSink atomic.Uint64
 func spin(seed uint64) {
 	x := seed
 	for range spinWork {
-		x += 0x9e3779b97f4a7c15
-		z := x
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-		z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-		x = z ^ (z >> 31)
+		x = splitmix.Mix(x + 0x9e3779b97f4a7c15)
 	}
 	if x == 0 {
 		spinSink.Add(1)
