@@ -693,42 +693,29 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 	if !refused {
 		return es, d, false
 	}
-	// The decisions are combined here as algo.Combine would combine them,
-	// read in place: none is Degraded, none waits Never (see above), and
-	// one refuses. Combine copies each, which costs a sixth of a refusal.
+	var dbuf [maxLocalAll]sluice.Decision
+	ds := dbuf[:0]
+	if out != nil {
+		ds = out[:0]
+	} else if len(reqs) > len(dbuf) {
+		ds = make([]sluice.Decision, 0, len(reqs))
+	}
 	counted := false
-	k := -1 // the decider (algo.Decider)
 	for i := range reqs {
 		r := &res[i]
 		if r.Allowed {
 			// Not charged: the state as it stays.
 			es[i].decide(r, ts[i], 0, 0)
 			r.Delay = 0
-		} else {
-			if !counted {
-				// One decision, counted under the first policy that refused.
-				es[i].count.add()
-				counted = true
-			}
-			d.RetryAfter = max(d.RetryAfter, r.RetryAfter)
+		} else if !counted {
+			// One decision, counted under the first policy that refused.
+			es[i].count.add()
+			counted = true
 		}
 		es[i].seen(ts[i])
-		if out != nil {
-			out[i] = decisionOf(&reqs[i].Policy, r)
-		}
-		if k < 0 || rankOf(r).Precedes(rankOf(&res[k])) {
-			k = i
-		}
-		d.ResetAfter = max(d.ResetAfter, r.ResetAfter)
-		d.Delay = max(d.Delay, r.Delay)
+		ds = append(ds, decisionOf(&reqs[i].Policy, r))
 	}
-	d.Limit, d.Remaining = reqs[k].Policy.Limit, res[k].Remaining
-	return es, d, true
-}
-
-// rankOf returns what algo.Decider compares of a result's decision.
-func rankOf(r *algo.Result) algo.Rank {
-	return algo.Rank{Allowed: r.Allowed, RetryAfter: r.RetryAfter, Remaining: r.Remaining}
+	return es, algo.Combine(ds), true
 }
 
 // learnMany keeps what AllowAll's reply vals says about its keys: after a
