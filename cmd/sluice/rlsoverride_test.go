@@ -49,8 +49,10 @@ func TestRLSAdminOverride(t *testing.T) {
 				srv := redistest.Start(t)
 				store = fmt.Sprintf("store: {backend: redis, redis: {addrs: [%q], prefix: \"rlsov:\"}, timeout: 2s, on_error: error}", srv.Addr)
 			}
-			path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), rlsOverrideConfig(store))
+			const token = "rls-override-admin-token-0123456789"
+			path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), rlsOverrideConfig(store)+"admin: {token: "+token+"}\n")
 			in := startServe(t, "--config", path)
+			in.auth = "Bearer " + token
 			testRLSAdminOverride(t, in)
 		})
 	}

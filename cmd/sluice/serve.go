@@ -527,6 +527,7 @@ func (s *service) start(hls []*httpListener, gs *grpc.Server, grpcLn net.Listene
 		ready.GRPC = grpcLn.Addr().String()
 		s.logger.Info("listening", "protocol", "grpc", "addr", ready.GRPC, "service", "envoy.service.ratelimit.v3.RateLimitService")
 	}
+	s.logger.Info("admin endpoints", "where", server.AdminEndpoints(s.handler.Config(), s.adminAddr != ""))
 	return servers, ready
 }
 

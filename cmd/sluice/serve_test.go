@@ -25,11 +25,13 @@ type instance struct {
 	http, grpc string // bound addresses, host:port
 	admin      string // the admin listener's, when the configuration has one
 	readyFile  string
-	stderr     *proctest.Log
-	cancel     context.CancelFunc
-	done       chan error
-	stopped    bool
-	err        error
+	// auth, when not empty, is the Authorization header do sends.
+	auth    string
+	stderr  *proctest.Log
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
+	err     error
 }
 
 // startServe runs `sluice serve` with args (and a --ready-file) in-process
@@ -102,6 +104,9 @@ func (in *instance) do(t *testing.T, method, path, body string) (int, http.Heade
 	req, err := http.NewRequest(method, in.url(path), strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if in.auth != "" {
+		req.Header.Set("Authorization", in.auth)
 	}
 	resp, b := proctest.Do(t, http.DefaultClient, req)
 	return resp.StatusCode, resp.Header, b
@@ -440,5 +445,34 @@ limits:
 	}
 	if !strings.Contains(in.stderr.String(), "msg=listening protocol=admin addr="+in.admin) {
 		t.Errorf("the log does not name the admin address:\n%s", in.stderr)
+	}
+}
+
+// TestAdminEndpointsLogged: serve says at start where the admin
+// endpoints are served, and when a proxying listen.http serves none.
+func TestAdminEndpointsLogged(t *testing.T) {
+	t.Parallel()
+	const limits = "limits:\n  a: {algorithm: fixed_window, limit: 5, period: 1m}\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"one listener", `listen: {http: "127.0.0.1:0"}` + "\n",
+			"served on listen.http without a token; overrides are read-only (writing them needs admin.token or admin.token_file)"},
+		{"proxy alone", `listen: {http: "127.0.0.1:0"}` + "\nproxy: {upstream: \"http://127.0.0.1:1\"}\n",
+			"no admin endpoint is served: listen.http proxies to the upstream, so the status page, /v1/status, /v1/explain, /metrics and /v1/overrides need listen.admin"},
+		{"proxy and admin listener", `listen: {http: "127.0.0.1:0", admin: "127.0.0.1:0"}` + "\nproxy: {upstream: \"http://127.0.0.1:1\"}\n",
+			"served on listen.admin without a token; overrides are read-only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), tt.yaml+limits)
+			in := startServe(t, "--config", path)
+			if err := in.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(in.stderr.String(), "msg=\"admin endpoints\"") || !strings.Contains(in.stderr.String(), tt.want) {
+				t.Errorf("the log does not say %q:\n%s", tt.want, in.stderr)
+			}
+		})
 	}
 }

@@ -40,8 +40,12 @@ func TestProxyMode(t *testing.T) {
 		fmt.Fprintf(w, "%s %s host=%s xff=%s body=%s", r.Method, r.URL.Path, r.Host, r.Header.Get("X-Forwarded-For"), body)
 	}))
 	t.Cleanup(up.Close)
-	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), proxyConfig(up.URL))
+	// On a listener that proxies, the admin endpoints (/metrics here)
+	// need an admin token.
+	const token = "proxy-mode-admin-token-0123456789"
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), proxyConfig(up.URL)+"admin: {token: "+token+"}\n")
 	in := startServe(t, "--config", path)
+	in.auth = "Bearer " + token
 
 	for i := range 2 {
 		code, hd, body := in.do(t, "POST", "/api/items", "x=1")

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/config"
 )
 
 // The Handler's endpoints fall in three groups:
@@ -18,7 +20,11 @@ import (
 //     balancers and orchestrators can reach them.
 //
 // The Handler itself serves all three, for a service with one listener
-// (listen.http alone). With listen.admin set, bind Public to listen.http
+// (listen.http alone). On such a listener that also proxies (with
+// proxy.upstream), the admin endpoints are the application's clients' to
+// reach: there they are served only when an admin token is configured,
+// and answer 404 naming listen.admin and admin.token otherwise. Writing
+// overrides needs an admin token on every listener (overrides.go). With listen.admin set, bind Public to listen.http
 // and Admin to listen.admin:
 //
 //	if addr := cfg.Listen().Admin; addr != "" {
@@ -50,9 +56,52 @@ func (h *Handler) Admin() http.Handler { return h.admin }
 
 // handleAdmin registers an admin endpoint, behind the admin token.
 func (h *Handler) handleAdmin(pattern, name string, fn http.HandlerFunc) {
-	in := h.instrument(name, h.needToken(fn))
-	h.mux.Handle(pattern, in)
-	h.admin.Handle(pattern, in)
+	in := h.needToken(fn)
+	h.mux.Handle(pattern, h.instrument(name, h.notWhereProxied(in)))
+	h.admin.Handle(pattern, h.instrument(name, in))
+}
+
+// notWhereProxied answers 404 to an admin request on the Handler itself
+// (one listener for everything) while the configuration proxies and sets
+// no admin token, so that the proxy's clients cannot read the status,
+// the keys' states or the metrics, nor change overrides.
+func (h *Handler) notWhereProxied(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		st := h.state.Load()
+		if st.proxy != nil && st.cfg.Admin().Token == "" {
+			writeProblemJSON(w, http.StatusNotFound, "Not Found", r.URL.Path+
+				" is an admin endpoint, which a listener that also proxies serves only behind an admin token:"+
+				" set listen.admin to serve the admin endpoints on a listener of their own, or admin.token_file.")
+			return
+		}
+		next(w, r)
+	}
+}
+
+// AdminEndpoints says where the admin endpoints of cfg are served, for
+// the log at start: split says that listen.admin is set.
+func AdminEndpoints(cfg *config.Config, split bool) string {
+	token := cfg.Admin().Token != ""
+	p, _ := cfg.Proxy()
+	proxied := p.Upstream != nil
+	writes := "overrides are read-only (writing them needs admin.token or admin.token_file)"
+	if token {
+		writes = "overrides can be written with the admin token"
+	}
+	switch {
+	case split && token:
+		return "the status page, /v1/status, /v1/explain, /metrics and /v1/overrides are served on listen.admin behind the admin token"
+	case split:
+		return "the status page, /v1/status, /v1/explain, /metrics and /v1/overrides are served on listen.admin without a token; " + writes
+	case proxied && token:
+		return "/v1/status, /v1/explain, /metrics and /v1/overrides are served on listen.http behind the admin token; the status page is not served (/ goes to the upstream): set listen.admin to see it"
+	case proxied:
+		return "no admin endpoint is served: listen.http proxies to the upstream, so the status page, /v1/status, /v1/explain, /metrics and /v1/overrides need listen.admin (a listener of their own) or admin.token_file"
+	case token:
+		return "the status page, /v1/status, /v1/explain, /metrics and /v1/overrides are served on listen.http behind the admin token"
+	default:
+		return "the status page, /v1/status, /v1/explain, /metrics and /v1/overrides are served on listen.http without a token; " + writes
+	}
 }
 
 // handleProbe registers an endpoint served on every listener, without a

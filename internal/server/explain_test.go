@@ -247,7 +247,8 @@ func TestExplainWithoutInspector(t *testing.T) {
 // TestExplainOverride checks that an explanation says when a runtime
 // override sets the key's numbers.
 func TestExplainOverride(t *testing.T) {
-	f := newFixture(t, testYAML)
+	f := newFixture(t, testYAML+"admin: {token: "+ovToken+"}\n")
+	f.auth = "Bearer " + ovToken
 	if rec := f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`); rec.Code != http.StatusCreated {
 		t.Fatalf("PUT override = %d %s", rec.Code, rec.Body)
 	}

@@ -37,16 +37,21 @@ func (h *Handler) needClientToken(next http.HandlerFunc) http.HandlerFunc {
 // handleExplain registers /v1/explain: an admin endpoint, behind the
 // admin token; where listen.http serves it (no listen.admin) and no admin
 // token is configured, behind the decision API's tokens instead, when
-// listen.tokens_file is set.
+// listen.tokens_file is set, and with neither, not where listen.http
+// proxies (notWhereProxied).
 func (h *Handler) handleExplain(fn http.HandlerFunc) {
 	const pattern, name = "/v1/explain", "explain"
 	h.admin.Handle(pattern, h.instrument(name, h.needToken(fn)))
 	h.mux.Handle(pattern, h.instrument(name, h.needToken(func(w http.ResponseWriter, r *http.Request) {
-		if h.state.Load().cfg.Admin().Token != "" {
+		cfg := h.state.Load().cfg
+		switch {
+		case cfg.Admin().Token != "":
 			fn(w, r) // the admin token was checked
-			return
+		case cfg.Tokens() == nil:
+			h.notWhereProxied(fn)(w, r)
+		default:
+			h.needClientToken(fn)(w, r)
 		}
-		h.needClientToken(fn)(w, r)
 	})))
 }
 

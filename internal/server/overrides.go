@@ -30,7 +30,9 @@ import (
 //	DELETE /v1/overrides/{limit}/{key}    remove one
 //
 // They are admin endpoints: on listen.admin when it is set, behind the
-// admin token when one is configured. A key with a '/' is written %2F.
+// admin token when one is configured. PUT and DELETE need an admin token
+// wherever they are served: with none configured they answer 404 saying
+// how to turn them on. A key with a '/' is written %2F.
 
 // maxOverrideBody is the largest body a PUT of an override may have.
 const maxOverrideBody = 4 << 10
@@ -138,6 +140,11 @@ func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 	l, known := h.limitNamed(st.cfg, name)
 	if !known && r.Method == http.MethodPut {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no limit named %q", name))
+		return
+	}
+	if (r.Method == http.MethodPut || r.Method == http.MethodDelete) && st.cfg.Admin().Token == "" {
+		writeProblemJSON(w, http.StatusNotFound, "Not Found", "writing overrides is off: it needs an admin token,"+
+			" so set admin.token_file (or admin.token), and preferably listen.admin to serve the admin endpoints on a listener of their own")
 		return
 	}
 	switch r.Method {

@@ -10,7 +10,7 @@ import (
 // key of a per-minute limit gets 1000 per calendar month in Berlin.
 func TestOverrideCalendar(t *testing.T) {
 	f, _ := ovFixture(t, "", nil)
-	rec := serve(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":1000,"period":"calendar_month","time_zone":"Europe/Berlin"}`)
+	rec := f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":1000,"period":"calendar_month","time_zone":"Europe/Berlin"}`)
 	if rec.Code != 201 || !strings.Contains(rec.Body.String(), `"limit":1000,"period":"calendar_month","period_ms":0,"time_zone":"Europe/Berlin"`) {
 		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
 	}
@@ -29,7 +29,7 @@ func TestOverrideCalendar(t *testing.T) {
 		`{"limit":5,"period":"calendar_week","week_starts":"friday"}`:      `unknown week start \"friday\"`,
 		`{"limit":5,"period":"calendar_month","algorithm":"gcra"}`:         "gcra cannot use calendar windows",
 	} {
-		if rec := serve(f.h, "PUT", "/v1/overrides/tiny/k2", body); rec.Code != 400 || !strings.Contains(rec.Body.String(), msg) {
+		if rec := f.do("PUT", "/v1/overrides/tiny/k2", body); rec.Code != 400 || !strings.Contains(rec.Body.String(), msg) {
 			t.Errorf("PUT %s = %d %s, want 400 with %q", body, rec.Code, rec.Body, msg)
 		}
 	}

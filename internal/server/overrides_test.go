@@ -43,6 +43,12 @@ func ovFixture(t *testing.T, extra string, store overrides.Store) (*fixture, *by
 	ms := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
 	var logs bytes.Buffer
+	auth := ""
+	if !strings.Contains(extra, "admin:") {
+		// Writing overrides needs an admin token.
+		extra += "admin: {token: " + ovToken + "}\n"
+		auth = "Bearer " + ovToken
+	}
 	h, err := New(parse(t, ovYAML+extra), ms, Options{
 		Registry: reg, Now: c.Now, Overrides: store,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
@@ -50,7 +56,7 @@ func ovFixture(t *testing.T, extra string, store overrides.Store) (*fixture, *by
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return &fixture{h: h, store: ms, clock: c, reg: reg}, &logs
+	return &fixture{h: h, store: ms, clock: c, reg: reg, auth: auth}, &logs
 }
 
 func TestOverridesAuth(t *testing.T) {
@@ -92,11 +98,28 @@ func TestOverridesAuth(t *testing.T) {
 			}
 		})
 	}
-	// Without a token configured, the admin API is open (on the admin
-	// listener, which should be bound to a private address).
-	open, _ := ovFixture(t, "", nil)
-	if rec := serve(open.h, "PUT", "/v1/overrides/api-key/k1", body); rec.Code != 201 {
-		t.Errorf("PUT without a configured token = %d %s, want 201", rec.Code, rec.Body)
+}
+
+// TestOverrideWritesNeedAToken: without an admin token configured, the
+// overrides can be read but not written, on any listener; the refusal
+// says how to turn writing on.
+func TestOverrideWritesNeedAToken(t *testing.T) {
+	for _, extra := range []string{"listen: {admin: 127.0.0.1:0}\n", "listen: {admin: 127.0.0.1:0}\nadmin: {}\n"} {
+		f, _ := ovFixture(t, extra, nil)
+		for _, h := range []http.Handler{f.h, f.h.Admin()} {
+			for _, method := range []string{"PUT", "DELETE"} {
+				rec := serve(h, method, "/v1/overrides/api-key/k1", `{"limit":100,"period":"1s"}`)
+				if rec.Code != 404 || !strings.Contains(rec.Body.String(), "admin.token_file") {
+					t.Errorf("%s without a configured token = %d %s, want 404 naming admin.token_file", method, rec.Code, rec.Body)
+				}
+			}
+			if rec := serve(h, "GET", "/v1/overrides", ""); rec.Code != 200 {
+				t.Errorf("GET without a configured token = %d %s, want 200", rec.Code, rec.Body)
+			}
+		}
+		if got := f.check(`{"limit":"api-key","key":"k1"}`).Body.String(); !strings.Contains(got, `"limit":10,`) {
+			t.Errorf("after refused writes, check = %s, want the configured limit 10", got)
+		}
 	}
 }
 
@@ -142,7 +165,7 @@ func TestOverridesValidation(t *testing.T) {
 			if tt.code == 405 {
 				method = "POST"
 			}
-			rec := serve(f.h, method, tt.target, tt.body)
+			rec := f.do(method, tt.target, tt.body)
 			var got struct{ Error string }
 			json.Unmarshal(rec.Body.Bytes(), &got)
 			if rec.Code != tt.code || !strings.Contains(got.Error, tt.want) {
@@ -150,7 +173,7 @@ func TestOverridesValidation(t *testing.T) {
 			}
 		})
 	}
-	if rec := serve(f.h, "GET", "/v1/overrides", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"overrides":[],"shared":false}` {
+	if rec := f.do("GET", "/v1/overrides", ""); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"overrides":[],"shared":false}` {
 		t.Errorf("after refused PUTs, GET /v1/overrides = %d %s, want none", rec.Code, rec.Body)
 	}
 }
@@ -159,7 +182,7 @@ func TestOverridesValidation(t *testing.T) {
 // and the Go API.
 func TestOverrideBurstZero(t *testing.T) {
 	f, _ := ovFixture(t, "", nil)
-	if rec := serve(f.h, "PUT", "/v1/overrides/api-key/k0", `{"limit":7,"period":"1s","burst":0}`); rec.Code != 201 || !strings.Contains(rec.Body.String(), `"limit":7,"period":"1s","period_ms":1000,"burst":7`) {
+	if rec := f.do("PUT", "/v1/overrides/api-key/k0", `{"limit":7,"period":"1s","burst":0}`); rec.Code != 201 || !strings.Contains(rec.Body.String(), `"limit":7,"period":"1s","period_ms":1000,"burst":7`) {
 		t.Errorf("PUT with burst 0 = %d %s, want 201 and burst 7", rec.Code, rec.Body)
 	}
 }
@@ -169,7 +192,7 @@ func TestOverrideBurstZero(t *testing.T) {
 // limit.
 func TestOverridesApply(t *testing.T) {
 	f, logs := ovFixture(t, "", nil)
-	rec := serve(f.h, "PUT", "/v1/overrides/api-key/k1", `{"limit":100,"period":"1s","burst":200}`)
+	rec := f.do("PUT", "/v1/overrides/api-key/k1", `{"limit":100,"period":"1s","burst":200}`)
 	if rec.Code != 201 {
 		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
 	}
@@ -177,7 +200,7 @@ func TestOverridesApply(t *testing.T) {
 		Override, Before *overrideJSON
 	}
 	json.Unmarshal(rec.Body.Bytes(), &put)
-	if o := put.Override; o == nil || o.LimitName != "api-key" || o.Key != "k1" || o.Algorithm != "token_bucket" || o.Limit != 100 || o.Period != "1s" || o.Burst != 200 || o.SetBy != "no-token@192.0.2.1:1234" || put.Before != nil {
+	if o := put.Override; o == nil || o.LimitName != "api-key" || o.Key != "k1" || o.Algorithm != "token_bucket" || o.Limit != 100 || o.Period != "1s" || o.Burst != 200 || o.SetBy != "token:9ee0948e@192.0.2.10:40000" || put.Before != nil {
 		t.Errorf("PUT answer = %s", rec.Body)
 	}
 	// The decision API: k1 has 200, k2 the limit's 10.
@@ -194,7 +217,7 @@ func TestOverridesApply(t *testing.T) {
 		t.Errorf("check k2 = %s, want %s", got, want)
 	}
 	// Forward-auth: k3 gets 3 a minute (with another algorithm), others 10.
-	if rec := serve(f.h, "PUT", "/v1/overrides/api-key/k3", `{"limit":3,"period":"1m","algorithm":"fixed_window"}`); rec.Code != 201 {
+	if rec := f.do("PUT", "/v1/overrides/api-key/k3", `{"limit":3,"period":"1m","algorithm":"fixed_window"}`); rec.Code != 201 {
 		t.Fatalf("PUT k3 = %d %s", rec.Code, rec.Body)
 	}
 	if got, policy := f.admitted(20, "api", "X-API-Key", "k3"); got != 3 || policy != `"api-key";q=3;w=60` {
@@ -204,25 +227,25 @@ func TestOverridesApply(t *testing.T) {
 		t.Errorf("forward-auth k4 admitted %d with %q, want 10", got, policy)
 	}
 	// Listing and reading.
-	rec = serve(f.h, "GET", "/v1/overrides/api-key", "")
+	rec = f.do("GET", "/v1/overrides/api-key", "")
 	if rec.Code != 200 || strings.Count(rec.Body.String(), `"limit_name":"api-key"`) != 2 || !strings.Contains(rec.Body.String(), `"shared":false`) {
 		t.Errorf("GET /v1/overrides/api-key = %d %s", rec.Code, rec.Body)
 	}
-	if rec := serve(f.h, "GET", "/v1/overrides/tiny", ""); strings.TrimSpace(rec.Body.String()) != `{"overrides":[],"shared":false}` {
+	if rec := f.do("GET", "/v1/overrides/tiny", ""); strings.TrimSpace(rec.Body.String()) != `{"overrides":[],"shared":false}` {
 		t.Errorf("GET /v1/overrides/tiny = %s", rec.Body)
 	}
-	if rec := serve(f.h, "GET", "/v1/overrides/api-key/k9", ""); rec.Code != 404 {
+	if rec := f.do("GET", "/v1/overrides/api-key/k9", ""); rec.Code != 404 {
 		t.Errorf("GET of a key without an override = %d", rec.Code)
 	}
 	// Removing k3's restores the limit for it.
-	rec = serve(f.h, "DELETE", "/v1/overrides/api-key/k3", "")
+	rec = f.do("DELETE", "/v1/overrides/api-key/k3", "")
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"deleted":{"limit_name":"api-key","key":"k3"`) {
 		t.Errorf("DELETE = %d %s", rec.Code, rec.Body)
 	}
 	if got, _ := f.admitted(20, "api", "X-API-Key", "k3"); got != 10 {
 		t.Errorf("after DELETE, k3 admitted %d, want the limit's 10", got)
 	}
-	if rec := serve(f.h, "DELETE", "/v1/overrides/api-key/k3", ""); rec.Code != 404 {
+	if rec := f.do("DELETE", "/v1/overrides/api-key/k3", ""); rec.Code != 404 {
 		t.Errorf("second DELETE = %d, want 404", rec.Code)
 	}
 	// Every change is logged with who, what, before and after.
@@ -237,7 +260,7 @@ func TestOverridesApply(t *testing.T) {
 		t.Fatalf("%d override log lines, want 3:\n%s", len(lines), logs)
 	}
 	first, last := lines[0], lines[2]
-	if first["msg"] != "override set" || first["who"] != "no-token@192.0.2.1:1234" || first["limit"] != "api-key" || first["key"] != "k1" ||
+	if first["msg"] != "override set" || first["who"] != "token:9ee0948e@192.0.2.10:40000" || first["limit"] != "api-key" || first["key"] != "k1" ||
 		first["before"] != "the limit's own: api-key: token_bucket 10/1s burst 10" || first["after"] != "api-key: token_bucket 100/1s burst 200" {
 		t.Errorf("first log line = %v", first)
 	}
@@ -250,12 +273,12 @@ func TestOverridesApply(t *testing.T) {
 // handler's clock, and then the limit's own policy is back.
 func TestOverrideExpiry(t *testing.T) {
 	f, _ := ovFixture(t, "", nil)
-	rec := serve(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":5,"period":"1m","ttl":"30s"}`)
+	rec := f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":5,"period":"1m","ttl":"30s"}`)
 	if rec.Code != 201 || !strings.Contains(rec.Body.String(), `"expires_at":"2023-11-14T22:13:50Z"`) {
 		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
 	}
 	at := start.Add(time.Minute).UTC().Format(time.RFC3339)
-	if rec := serve(f.h, "PUT", "/v1/overrides/tiny/k2", `{"limit":5,"period":"1m","expires_at":"`+at+`"}`); rec.Code != 201 {
+	if rec := f.do("PUT", "/v1/overrides/tiny/k2", `{"limit":5,"period":"1m","expires_at":"`+at+`"}`); rec.Code != 201 {
 		t.Fatalf("PUT k2 = %d %s", rec.Code, rec.Body)
 	}
 	limitOf := func(key string) string {
@@ -274,7 +297,7 @@ func TestOverrideExpiry(t *testing.T) {
 	if a, b := limitOf("k1"), limitOf("k2"); a != "2" || b != "5" {
 		t.Errorf("at k1's expiry the limits are %s and %s, want 2 and 5", a, b)
 	}
-	if rec := serve(f.h, "GET", "/v1/overrides/tiny/k1", ""); rec.Code != 404 {
+	if rec := f.do("GET", "/v1/overrides/tiny/k1", ""); rec.Code != 404 {
 		t.Errorf("GET of an expired override = %d %s", rec.Code, rec.Body)
 	}
 	f.clock.Advance(30 * time.Second)
@@ -296,11 +319,11 @@ func TestOverridesShared(t *testing.T) {
 		t.Cleanup(client.Close)
 		ov := overrides.NewRedis(client, overrides.RedisOptions{})
 		t.Cleanup(func() { ov.Close() })
-		h, err := New(parse(t, ovYAML), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry(), Overrides: ov})
+		h, err := New(parse(t, ovYAML+"admin: {token: "+ovToken+"}\n"), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry(), Overrides: ov})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs[i] = &fixture{h: h}
+		fs[i] = &fixture{h: h, auth: "Bearer " + ovToken}
 	}
 	limitOn := func(f *fixture, key string) string {
 		body := f.check(`{"limit":"api-key","key":"` + key + `"}`).Body.String()
@@ -326,7 +349,7 @@ func TestOverridesShared(t *testing.T) {
 		return 0
 	}
 	begin := time.Now()
-	rec := serve(fs[0].h, "PUT", "/v1/overrides/api-key/shared", `{"limit":777,"period":"1s"}`)
+	rec := fs[0].do("PUT", "/v1/overrides/api-key/shared", `{"limit":777,"period":"1s"}`)
 	if rec.Code != 201 {
 		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
 	}
@@ -340,11 +363,11 @@ func TestOverridesShared(t *testing.T) {
 		t.Errorf("the override took %v to apply on every instance, want at most 1s", d)
 	}
 	// Listed from any instance, as shared.
-	if rec := serve(fs[2].h, "GET", "/v1/overrides", ""); !strings.Contains(rec.Body.String(), `"limit":777`) || !strings.Contains(rec.Body.String(), `"shared":true`) {
+	if rec := fs[2].do("GET", "/v1/overrides", ""); !strings.Contains(rec.Body.String(), `"limit":777`) || !strings.Contains(rec.Body.String(), `"shared":true`) {
 		t.Errorf("GET on another instance = %s", rec.Body)
 	}
 	begin = time.Now()
-	if rec := serve(fs[1].h, "DELETE", "/v1/overrides/api-key/shared", ""); rec.Code != 200 {
+	if rec := fs[1].do("DELETE", "/v1/overrides/api-key/shared", ""); rec.Code != 200 {
 		t.Fatalf("DELETE = %d %s", rec.Code, rec.Body)
 	}
 	waitAll("shared", "10")
@@ -355,7 +378,7 @@ func TestOverridesShared(t *testing.T) {
 	}
 	// A ttl ends on every instance at once, at its expiry.
 	set := time.Now()
-	if rec := serve(fs[2].h, "PUT", "/v1/overrides/api-key/brief", `{"limit":55,"period":"1s","ttl":"1500ms"}`); rec.Code != 201 {
+	if rec := fs[2].do("PUT", "/v1/overrides/api-key/brief", `{"limit":55,"period":"1s","ttl":"1500ms"}`); rec.Code != 201 {
 		t.Fatalf("PUT brief = %d %s", rec.Code, rec.Body)
 	}
 	waitAll("brief", "55")
@@ -368,11 +391,11 @@ func TestOverridesShared(t *testing.T) {
 // TestOverrideExplain: /v1/explain describes a key under its override.
 func TestOverrideExplain(t *testing.T) {
 	f, _ := ovFixture(t, "", nil)
-	if rec := serve(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`); rec.Code != 201 {
+	if rec := f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`); rec.Code != 201 {
 		t.Fatalf("PUT = %d %s", rec.Code, rec.Body)
 	}
 	for key, want := range map[string]string{"k1": `"policy":{"limit":7,`, "k2": `"policy":{"limit":2,`} {
-		rec := serve(f.h, "GET", "/v1/explain?limit=tiny&key="+key, "")
+		rec := f.do("GET", "/v1/explain?limit=tiny&key="+key, "")
 		if rec.Code != 200 || !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("explain %s = %d %s, want %s", key, rec.Code, rec.Body, want)
 		}
@@ -423,28 +446,28 @@ proxy:
 // the new configuration no longer has stay visible and removable.
 func TestOverridesAfterReload(t *testing.T) {
 	f, logs := ovFixture(t, "", nil)
-	serve(f.h, "PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`)
-	serve(f.h, "PUT", "/v1/overrides/api-key/k1", `{"limit":70,"period":"1s"}`)
-	if err := f.h.Reload(parse(t, strings.Replace(ovYAML, "  tiny: {algorithm: fixed_window, limit: 2, period: 1m}\n", "", 1))); err != nil {
+	f.do("PUT", "/v1/overrides/tiny/k1", `{"limit":7,"period":"1m"}`)
+	f.do("PUT", "/v1/overrides/api-key/k1", `{"limit":70,"period":"1s"}`)
+	if err := f.h.Reload(parse(t, strings.Replace(ovYAML, "  tiny: {algorithm: fixed_window, limit: 2, period: 1m}\n", "", 1)+"admin: {token: "+ovToken+"}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.check(`{"limit":"api-key","key":"k1"}`).Body.String(); !strings.Contains(got, `"limit":70`) {
 		t.Errorf("after the reload, check = %s, want the override's 70", got)
 	}
-	if rec := serve(f.h, "GET", "/v1/overrides/tiny", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"key":"k1"`) {
+	if rec := f.do("GET", "/v1/overrides/tiny", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"key":"k1"`) {
 		t.Errorf("GET /v1/overrides/tiny = %d %s, want the orphan listed", rec.Code, rec.Body)
 	}
-	if rec := serve(f.h, "PUT", "/v1/overrides/tiny/k2", `{"limit":7,"period":"1m"}`); rec.Code != 404 {
+	if rec := f.do("PUT", "/v1/overrides/tiny/k2", `{"limit":7,"period":"1m"}`); rec.Code != 404 {
 		t.Errorf("PUT on a removed limit = %d, want 404", rec.Code)
 	}
-	if rec := serve(f.h, "DELETE", "/v1/overrides/tiny/k1", ""); rec.Code != 200 {
+	if rec := f.do("DELETE", "/v1/overrides/tiny/k1", ""); rec.Code != 200 {
 		t.Errorf("DELETE of the orphan = %d %s", rec.Code, rec.Body)
 	}
 	if !strings.Contains(logs.String(), `"after":"none (the limit is not in the configuration)"`) {
 		t.Errorf("the removal's log line does not say the limit is gone:\n%s", logs)
 	}
 	for _, target := range []string{"/v1/overrides/tiny/k1", "/v1/overrides/tiny"} {
-		if rec := serve(f.h, "GET", target, ""); rec.Code != 404 || !strings.Contains(rec.Body.String(), `no limit named \"tiny\"`) {
+		if rec := f.do("GET", target, ""); rec.Code != 404 || !strings.Contains(rec.Body.String(), `no limit named \"tiny\"`) {
 			t.Errorf("GET %s = %d %s, want 404", target, rec.Code, rec.Body)
 		}
 	}

@@ -63,6 +63,9 @@ type fixture struct {
 	store *memstore.Store
 	clock *clock
 	reg   *prometheus.Registry
+	// auth, when not empty, is the Authorization header that do sends
+	// when the caller gives none.
+	auth string
 }
 
 func newFixture(t testing.TB, yaml string) *fixture {
@@ -103,6 +106,9 @@ func (f *fixture) do(method, target, body string, header ...string) *httptest.Re
 			continue
 		}
 		req.Header.Set(header[i], header[i+1])
+	}
+	if f.auth != "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", f.auth)
 	}
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
