@@ -258,8 +258,8 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 	default:
 		return nil, false, "", badRequest("the body holds more than one JSON value")
 	}
-	if f := duplicateField(buf.Bytes()); readErr == nil && f != "" {
-		return nil, false, "", badRequest("%s is given twice; each field may appear only once", f)
+	if msg := fieldProblem(buf.Bytes()); readErr == nil && msg != "" {
+		return nil, false, "", badRequest("%s", msg)
 	}
 	if cb.Plan != nil || cb.PlanTable != nil {
 		return h.planCheck(r, st, &cb)

@@ -3,33 +3,48 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 )
 
-// duplicateField returns the path of the first field that appears twice in
-// one object of the JSON document b (such as `key` or `checks[1].cost`),
-// or "" if none does. Names are compared as encoding/json matches them to
-// struct fields, ignoring case: {"key":"a","Key":"b"} names key twice.
-// encoding/json itself keeps the last value of a repeated field, so a body
-// such as {"limit":"a","key":"a","key":"b"} would be decided for a key the
-// client may not have meant. b must be valid JSON; for anything else
-// duplicateField returns "" and leaves the complaint to the decoder.
-func duplicateField(b []byte) string {
+// fieldProblem returns what is wrong with the field names or null values
+// of the JSON document b that encoding/json lets pass, or "" if nothing
+// is. encoding/json matches names to struct fields ignoring case (and
+// folds some non-ASCII letters, such as the Kelvin sign, to ASCII ones),
+// keeps the last value of a field given twice, and reads null as absent.
+// A gateway or firewall that inspects the same body may read it
+// otherwise, so the decision API accepts only one reading:
+//
+//   - every field name is exact: lower-case ASCII letters, digits and
+//     '_', as the API's fields are; {"LIMIT":"a"} is refused;
+//   - no field appears twice in one object, such as `key` or
+//     `checks[1].cost`;
+//   - no field is null: a field left out takes its default, and null is
+//     refused rather than read as either.
+//
+// b must be valid JSON that encoding/json decoded with
+// DisallowUnknownFields; for anything else fieldProblem returns "" and
+// leaves the complaint to the decoder.
+func fieldProblem(b []byte) string {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	path, _ := dupValue(dec, "")
-	return path
+	msg, _ := fieldValue(dec, "")
+	return msg
 }
 
-// dupValue reads one value from dec; path names it in messages. It
-// returns the path of a repeated field, and false when dec failed.
-func dupValue(dec *json.Decoder, path string) (string, bool) {
+// fieldValue reads one value from dec; path names it in messages. It
+// returns fieldProblem's message, and false when dec failed.
+func fieldValue(dec *json.Decoder, path string) (string, bool) {
 	tok, err := dec.Token()
 	if err != nil {
 		return "", false
 	}
 	switch tok {
+	case nil:
+		if path != "" {
+			return fmt.Sprintf("%s is null: give a value, or leave the field out for its default", path), true
+		}
 	case json.Delim('{'):
 		var seen []string
 		for dec.More() {
@@ -42,26 +57,41 @@ func dupValue(dec *json.Decoder, path string) (string, bool) {
 			if path != "" {
 				field = path + "." + name
 			}
+			if !exactName(name) {
+				return fmt.Sprintf("unknown field %q: field names are matched exactly, in lower case (%s)", field, strings.ToLower(name)), true
+			}
 			for _, s := range seen {
-				if strings.EqualFold(s, name) {
-					return field, true
+				if s == name {
+					return fmt.Sprintf("%s is given twice; each field may appear only once", field), true
 				}
 			}
 			seen = append(seen, name)
-			if dup, ok := dupValue(dec, field); dup != "" || !ok {
-				return dup, ok
+			if msg, ok := fieldValue(dec, field); msg != "" || !ok {
+				return msg, ok
 			}
 		}
 		_, err = dec.Token() // '}'
 		return "", err == nil
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if dup, ok := dupValue(dec, path+"["+strconv.Itoa(i)+"]"); dup != "" || !ok {
-				return dup, ok
+			if msg, ok := fieldValue(dec, path+"["+strconv.Itoa(i)+"]"); msg != "" || !ok {
+				return msg, ok
 			}
 		}
 		_, err = dec.Token() // ']'
 		return "", err == nil
 	}
 	return "", true
+}
+
+// exactName reports whether name is made of lower-case ASCII letters,
+// digits and '_' alone, as every field of the API's bodies is: such a
+// name that encoding/json matched to a field is that field's own.
+func exactName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return name != ""
 }

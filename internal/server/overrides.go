@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -185,7 +186,13 @@ func (h *Handler) serveOverride(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request, cfg *config.Config, l config.Limit, key string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxOverrideBody))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxOverrideBody))
+	if err != nil {
+		rerr := bodyError(err)
+		writeError(w, rerr.status, rerr.msg)
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var body overrideBody
 	if err := dec.Decode(&body); err != nil {
@@ -198,6 +205,10 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request, cfg *confi
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		writeError(w, http.StatusBadRequest, "the body holds more than one JSON value")
+		return
+	}
+	if msg := fieldProblem(raw); msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	now := h.now()

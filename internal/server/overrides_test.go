@@ -131,6 +131,9 @@ func TestOverridesValidation(t *testing.T) {
 		want               string
 	}{
 		{"unknown limit", "/v1/overrides/nope/k", `{"limit":1,"period":"1s"}`, 404, `no limit named "nope"`},
+		{"name in capitals", "/v1/overrides/api-key/k", `{"LIMIT":5,"period":"1s"}`, 400, `unknown field "LIMIT": field names are matched exactly`},
+		{"null burst", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","burst":null}`, 400, `burst is null`},
+		{"field twice", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","limit":500}`, 400, `limit is given twice`},
 		{"empty body", "/v1/overrides/api-key/k", ``, 400, "the body is empty; send a JSON object"},
 		{"not JSON", "/v1/overrides/api-key/k", `limit=5`, 400, "the body is not valid JSON"},
 		{"two values", "/v1/overrides/api-key/k", `{"limit":1,"period":"1s"} {}`, 400, "the body holds more than one JSON value"},
