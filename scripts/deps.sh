@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || need+=(openssl) # cmd/sluice: the TLS steps of docs/operations.md
 command -v caddy >/dev/null 2>&1 || need+=(caddy)   # internal/e2e: forward_auth in front of sluice
 # internal/e2e: auth_request in front of sluice (Debian installs it in /usr/sbin)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
