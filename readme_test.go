@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -86,6 +87,36 @@ func routes(store sluice.Store, orders http.Handler) (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/orders", m.Handler(orders))
 	return mux, nil
+}
+
+// README }
+
+// README {
+// apiPlans limits each API key by its plan, looked up in table (such as
+// plans.OpenFile("customers.csv", ...)); keys the table does not hold are
+// refused with 403 instead of getting the default plan.
+func apiPlans(store sluice.Store, table plans.Table, api http.Handler) (http.Handler, error) {
+	set, err := plans.NewSet("free",
+		plans.Plan{Name: "free", Policies: []sluice.Policy{sluice.SlidingWindow(100, time.Hour).Named("free-hourly")}},
+		plans.Plan{Name: "pro", Policies: []sluice.Policy{sluice.SlidingWindow(10_000, time.Hour).Named("pro-hourly")}},
+	)
+	if err != nil {
+		return nil, err
+	}
+	pick := plans.FromTable(table, nil)
+	m, err := httplimit.New(store, httplimit.PlanLimits(set, httplimit.Header("X-API-Key"), pick), nil)
+	if err != nil {
+		return nil, err
+	}
+	limited := m.Handler(api)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := pick(r, r.Header.Get("X-API-Key"))
+		if _, known := set.Plan(name); !ok || !known {
+			http.Error(w, "unknown API key", http.StatusForbidden)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	}), nil
 }
 
 // README }
@@ -159,6 +190,47 @@ func TestREADMERoutes(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != 200 || w.Body.String() != "ordered" || !strings.Contains(w.Header().Get("RateLimit-Policy"), `"per-user";q=1000;w=3600`) {
 		t.Errorf("POST /v1/orders: %d %q, RateLimit-Policy %q", w.Code, w.Body, w.Header().Get("RateLimit-Policy"))
+	}
+}
+
+// TestREADMEPlans runs the plans snippet: a free key gets its 100 an
+// hour, a pro key more, and a key the table does not hold (or none) 403.
+func TestREADMEPlans(t *testing.T) {
+	path := t.TempDir() + "/customers.csv"
+	if err := os.WriteFile(path, []byte("key,plan\nk-free,free\nk-pro,pro\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table, err := plans.OpenFile(path, plans.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	h, err := apiPlans(memstore.New(memstore.Options{}), table, api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := func(key string, n int) (ok int, last int) {
+		for range n {
+			r := httptest.NewRequest("GET", "/", nil)
+			if key != "" {
+				r.Header.Set("X-API-Key", key)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code == 200 {
+				ok++
+			}
+			last = w.Code
+		}
+		return ok, last
+	}
+	for _, tt := range []struct {
+		key        string
+		ok, status int
+	}{{"k-free", 100, 429}, {"k-pro", 150, 200}, {"k-unknown", 0, 403}, {"", 0, 403}} {
+		if ok, status := admitted(tt.key, 150); ok != tt.ok || status != tt.status {
+			t.Errorf("key %q: %d of 150 admitted, last status %d; want %d and %d", tt.key, ok, status, tt.ok, tt.status)
+		}
 	}
 }
 

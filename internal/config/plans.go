@@ -69,8 +69,12 @@ type RulePlan struct {
 	// looked up.
 	Table string
 	// Default is the plan of clients for whom nothing names a known plan:
-	// the rule's default, else the table's.
+	// the rule's default, else the table's; empty with RefuseUnknown.
 	Default string
+	// RefuseUnknown (unknown: refuse) refuses, with 403, the requests of
+	// clients for whom nothing names a known plan, instead of giving
+	// them the default plan.
+	RefuseUnknown bool
 	// Cost is what one request costs under the plan's limits.
 	Cost int64
 }
@@ -330,9 +334,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-// rulePlan decodes a rule's plan: {key, from | table, default, cost}.
+// rulePlan decodes a rule's plan: {key, from | table, default | unknown,
+// cost}.
 func (d *decoder) rulePlan(at, n *yaml.Node, path string) (*RulePlan, bool) {
-	o, ok := d.mapping(at, n, path, "key", "from", "table", "default", "cost")
+	o, ok := d.mapping(at, n, path, "key", "from", "table", "default", "unknown", "cost")
 	if !ok {
 		return nil, false
 	}
@@ -351,7 +356,25 @@ func (d *decoder) rulePlan(at, n *yaml.Node, path string) (*RulePlan, bool) {
 		good = false
 	}
 	good = d.planSource(at, o, path, p) && good
-	if v := o.get("default"); v != nil {
+	if v := o.get("unknown"); v != nil {
+		s, ok := d.nonEmpty(v, join(path, "unknown"))
+		switch {
+		case !ok:
+			good = false
+		case s == "refuse":
+			p.RefuseUnknown, p.Default = true, ""
+			if o.get("default") != nil {
+				d.add(deref(v), join(path, "unknown"), "refuse cannot be combined with default: a client for whom nothing names a known plan is either refused or given the default plan")
+				good = false
+			}
+		case s != "default":
+			d.add(deref(v), join(path, "unknown"), "must be refuse (answer 403 to a client for whom nothing names a known plan) or default (give it the default plan), got %q", s)
+			good = false
+		}
+	}
+	if p.RefuseUnknown {
+		// No default plan is needed.
+	} else if v := o.get("default"); v != nil {
 		if s, ok := d.planName(v, join(path, "default"), d.plans); ok {
 			p.Default = s
 		} else {

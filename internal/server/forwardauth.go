@@ -56,7 +56,12 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The limits of the client's plan, if the rule has one (plans.go).
-	if a := ru.choose(orig); a.mw == nil || a.mw.Check(w, orig) {
+	a := ru.choose(orig)
+	if a == nil {
+		ru.refuseUnknownPlan(w)
+		return
+	}
+	if a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
 	}

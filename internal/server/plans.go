@@ -56,9 +56,14 @@ type rulePlan struct {
 	pick   plans.Picker
 	set    *plans.Set
 	byPlan map[string]*applied
+	// refuseUnknown: a client for whom no known plan is named gets no
+	// plan (unknown: refuse) rather than the default.
+	refuseUnknown bool
 }
 
-// choose returns the middleware that applies to r under the rule.
+// choose returns the middleware that applies to r under the rule, and
+// nil for a request the rule refuses because no known plan is named for
+// its client (unknown: refuse); refuseUnknownPlan answers it.
 func (ru *rule) choose(r *http.Request) *applied {
 	if ru.plan == nil {
 		return ru.base
@@ -68,7 +73,19 @@ func (ru *rule) choose(r *http.Request) *applied {
 		return ru.base
 	}
 	name, ok := ru.plan.pick(r, key)
+	if ru.plan.refuseUnknown {
+		if _, known := ru.plan.set.Plan(name); !ok || !known {
+			return nil
+		}
+	}
 	return ru.plan.byPlan[ru.plan.set.Resolve(name, ok).Name]
+}
+
+// refuseUnknownPlan answers a request that choose refused: 403, since
+// no wait can make the client known.
+func (ru *rule) refuseUnknownPlan(w http.ResponseWriter) {
+	writeProblemJSON(w, http.StatusForbidden, "Forbidden",
+		fmt.Sprintf("no plan is known for this client: rule %q refuses clients without one (plan.unknown: refuse)", ru.cfg.Name))
 }
 
 // buildRule compiles rule i of the configuration.
@@ -139,11 +156,15 @@ func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, 
 		}
 		out.byPlan[cp.Name] = a
 	}
-	set, err := plans.NewSet(rp.Default, ps...)
+	def := rp.Default
+	if rp.RefuseUnknown && len(ps) > 0 {
+		def = ps[0].Name // never used: choose refuses first
+	}
+	set, err := plans.NewSet(def, ps...)
 	if err != nil {
 		return nil, err
 	}
-	out.set = set
+	out.set, out.refuseUnknown = set, rp.RefuseUnknown
 	switch {
 	case rp.From != "":
 		from, err := httplimit.ParseKey(rp.From, keys)

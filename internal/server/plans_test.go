@@ -291,3 +291,51 @@ func TestPlansProxy(t *testing.T) {
 		t.Errorf("statuses = %s, want 200 200 429", codes)
 	}
 }
+
+// TestPlansRefuseUnknown: with plan.unknown: refuse, a client whose key
+// the table does not hold gets 403 from forward-auth and from the proxy,
+// which forwards nothing; known clients get their plans, and a request
+// without the key gets the rule's own limits.
+func TestPlansRefuseUnknown(t *testing.T) {
+	up := &echo{}
+	upstream := httptest.NewServer(up)
+	t.Cleanup(upstream.Close)
+	path := filepath.Join(t.TempDir(), "customers.csv")
+	if err := os.WriteFile(path, []byte("key,plan\nk-pro,pro\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	yaml := strings.Replace(plansYAML, "TABLE", path, 1) +
+		"      limits: [{limit: per-ip, key: ip}]\n" +
+		"    - name: known-only\n      match: {path_prefix: /k/}\n      plan: {key: \"header:X-API-Key\", table: customers, unknown: refuse}\n"
+	yaml = strings.Replace(yaml, "proxy:\n", "proxy:\n  upstream: "+upstream.URL+"\n", 1)
+	c := teststore.NewClock(start)
+	store := memstore.New(memstore.Options{Now: c.Now})
+	h, err := New(parse(t, yaml), store, Options{Registry: prometheus.NewRegistry(), Now: c.Now, OpenTable: openTableFile})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	f := &fixture{h: h, store: store, clock: c}
+	if got, _ := f.admitted(5, "known-only", "X-API-Key", "k-other"); got != 0 {
+		t.Errorf("forward-auth admitted %d requests of an unknown key, want 0", got)
+	}
+	rec := f.do("GET", "/v1/forward-auth?rule=known-only", "", "X-API-Key", "k-other")
+	if rec.Code != 403 || !strings.Contains(rec.Body.String(), "plan.unknown: refuse") {
+		t.Errorf("forward-auth of an unknown key = %d %s, want 403 naming plan.unknown", rec.Code, rec.Body)
+	}
+	if got, _ := f.admitted(5, "known-only", "X-API-Key", "k-pro"); got != 3 {
+		t.Errorf("forward-auth admitted %d requests of a pro key, want its plan's 3", got)
+	}
+	if got, _ := f.admitted(5, "known-only"); got != 5 {
+		t.Errorf("forward-auth admitted %d requests without a key, want 5 (no limits of the rule's own)", got)
+	}
+	if rec := f.do("GET", "/k/x", "", "X-API-Key", "k-other"); rec.Code != 403 {
+		t.Errorf("proxy of an unknown key = %d %s, want 403", rec.Code, rec.Body)
+	}
+	f.clock.Advance(time.Second) // past the pro plan's second
+	if rec := f.do("GET", "/k/x", "", "X-API-Key", "k-pro"); rec.Code != 200 {
+		t.Errorf("proxy of a known key = %d %s, want 200", rec.Code, rec.Body)
+	}
+	if n := up.hits.Load(); n != 1 {
+		t.Errorf("the upstream saw %d requests, want 1 (the known key's)", n)
+	}
+}

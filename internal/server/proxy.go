@@ -80,7 +80,12 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	// The rule's limits, and its client's plan's (plans.go); limits with
 	// charge_on are charged after the upstream answers.
-	if a := ru.choose(r); a.mw != nil {
+	a := ru.choose(r)
+	if a == nil {
+		ru.refuseUnknownPlan(w)
+		return
+	}
+	if a.mw != nil {
 		a.proxied.ServeHTTP(w, r)
 		return
 	}
