@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/mdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -640,5 +642,44 @@ func TestSimulateChartErrors(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("%d files in the directory, want only the old chart", len(entries))
+	}
+}
+
+// TestSimulateDocCommands runs every sluice simulate command that
+// docs/simulate.md shows, with the repository's files, and wants each to
+// succeed: a page cannot name a trace that is not there.
+func TestSimulateDocCommands(t *testing.T) {
+	md, err := os.ReadFile("../../docs/simulate.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, b := range mdtest.Blocks(string(md)) {
+		text := strings.ReplaceAll(b.Text, "\\\n", " ")
+		for _, line := range strings.Split(text, "\n") {
+			cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "go run ./cmd/sluice ")
+			if !ok {
+				cmd, ok = strings.CutPrefix(strings.TrimSpace(line), "sluice ")
+			}
+			if !ok || !strings.HasPrefix(cmd, "simulate ") || strings.Contains(cmd, "ALG|all") {
+				continue
+			}
+			args := strings.Fields(cmd)
+			for i := 1; i < len(args); i++ {
+				switch args[i-1] {
+				case "--trace":
+					args[i] = filepath.Join("../..", args[i])
+				case "--chart":
+					args[i] = filepath.Join(t.TempDir(), filepath.Base(args[i]))
+				}
+			}
+			if r := runSluice(t, nil, args...); r.code != 0 {
+				t.Errorf("docs/simulate.md line %d: sluice %s: exit %d\n%s", b.Line, cmd, r.code, r.stderr)
+			}
+			ran++
+		}
+	}
+	if ran < 5 {
+		t.Errorf("ran %d commands of docs/simulate.md, want at least 5", ran)
 	}
 }
