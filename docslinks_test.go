@@ -111,3 +111,59 @@ func headingAnchors(md string) map[string]bool {
 	}
 	return out
 }
+
+// metricName matches a metric name written in Go source.
+var metricName = regexp.MustCompile(`"(sluice_[a-z_]*[a-z])"`)
+
+// TestMetricsDocumented checks that every metric the module's code names
+// has a row in configuration.md's /metrics table, the one reference of
+// them.
+func TestMetricsDocumented(t *testing.T) {
+	md, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(md), "### `/metrics`\n")
+	table, _, _ = strings.Cut(table, "\n#")
+	documented := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 2 {
+			for _, m := range regexp.MustCompile("`(sluice_[a-z_]+)`").FindAllStringSubmatch(cells[1], -1) {
+				documented[m[1]] = true
+			}
+		}
+	}
+	found := 0
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == "bench" || strings.HasPrefix(d.Name(), ".")) && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range metricName.FindAllStringSubmatch(string(b), -1) {
+			name := m[1]
+			if strings.HasSuffix(name, "_bucket") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_sum") {
+				continue
+			}
+			found++
+			if !documented[name] {
+				t.Errorf("%s names the metric %s, which configuration.md's /metrics table lacks", path, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 15 {
+		t.Errorf("found %d metric names in the code, want the service's many", found)
+	}
+}
