@@ -16,7 +16,8 @@
 // A Waiter's client interceptors do the opposite: they wait, honouring the
 // call's context, until the limits admit a call before sending it, and
 // after a ResourceExhausted with retry information from the server they
-// hold further calls until it has passed.
+// hold every further call until it has passed, the calls already waiting
+// for the limits included.
 package grpclimit
 
 import (
@@ -412,8 +413,11 @@ type WaiterOptions struct {
 }
 
 // Waiter keeps outgoing calls within limits: its interceptors wait until
-// the limits admit a call before sending it. It is safe for concurrent
-// use.
+// the limits admit a call before sending it. After a call fails with
+// ResourceExhausted and a RetryInfo detail (as a Limiter's refusals do), no
+// call is sent until that retry time has passed (at most MaxBackoff),
+// whether it started before or after the refusal: see Wait. It is safe for
+// concurrent use.
 type Waiter struct {
 	store      sluice.Store
 	limits     []limit
@@ -448,22 +452,15 @@ func NewWaiter(store sluice.Store, limits []Limit, opts *WaiterOptions) (*Waiter
 	return w, nil
 }
 
-// Wait blocks until the limits admit a call to fullMethod, honouring ctx:
-// it returns ctx's error when ctx ends first, and fails at once with an
-// error wrapping context.DeadlineExceeded when the wait would pass ctx's
-// deadline. Key functions read the outgoing context.
+// Wait blocks until the limits admit a call to fullMethod and no hold
+// from a server's refusal is in force, honouring ctx: it returns ctx's
+// error when ctx ends first, and fails at once with an error wrapping
+// context.DeadlineExceeded when the wait would pass ctx's deadline. When
+// a hold begins while the call waits for the limits, the call waits for
+// the hold and then for the limits again (what they charged is not given
+// back), so that the calls that were waiting do not all leave together
+// when it ends. Key functions read the outgoing context.
 func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
-	w.mu.Lock()
-	hold := w.hold
-	w.mu.Unlock()
-	if d := time.Until(hold); d > 0 {
-		if dl, ok := ctx.Deadline(); ok && hold.After(dl) {
-			return fmt.Errorf("grpclimit: held for %v after the server's refusal, past the deadline: %w", d, context.DeadlineExceeded)
-		}
-		if err := ctxsleep.Sleep(ctx, d); err != nil {
-			return err
-		}
-	}
 	reqs := make([]sluice.Request, 0, len(w.limits))
 	for i := range w.limits {
 		lm := &w.limits[i]
@@ -473,13 +470,45 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 		}
 		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
 	}
-	if len(reqs) == 0 {
-		return nil
+	for {
+		if err := w.waitHold(ctx); err != nil {
+			return err
+		}
+		if len(reqs) == 0 {
+			return nil
+		}
+		if _, err := sluice.WaitAll(ctx, w.store, reqs); err != nil {
+			return fmt.Errorf("grpclimit: %w", err)
+		}
+		if !w.holdUntil().After(time.Now()) {
+			return nil
+		}
 	}
-	if _, err := sluice.WaitAll(ctx, w.store, reqs); err != nil {
-		return fmt.Errorf("grpclimit: %w", err)
+}
+
+// holdUntil returns the time before which no call may start.
+func (w *Waiter) holdUntil() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hold
+}
+
+// waitHold sleeps until the hold, if any, has passed, and fails at once
+// when it would pass ctx's deadline.
+func (w *Waiter) waitHold(ctx context.Context) error {
+	for {
+		hold := w.holdUntil()
+		d := time.Until(hold)
+		if d <= 0 {
+			return nil
+		}
+		if dl, ok := ctx.Deadline(); ok && hold.After(dl) {
+			return fmt.Errorf("grpclimit: held for %v after the server's refusal, past the deadline: %w", d, context.DeadlineExceeded)
+		}
+		if err := ctxsleep.Sleep(ctx, d); err != nil {
+			return err
+		}
 	}
-	return nil
 }
 
 // observe holds further calls after a refusal that carries a retry time.
