@@ -69,7 +69,7 @@
 // Transport is an http.RoundTripper that waits, honouring the request's
 // context, until every limit admits a request before sending it (30/s
 // overall AND 1/s per chat for the Telegram Bot API), and after a 429 from
-// the remote side holds further requests to the same key until its
-// Retry-After has passed. With a shared store (Redis) several processes
-// share one outbound budget.
+// the remote side holds every request to the same key, those already
+// waiting included, until its Retry-After has passed. With a shared store
+// (Redis) several processes share one outbound budget.
 package httplimit

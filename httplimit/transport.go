@@ -54,9 +54,10 @@ type TransportOptions struct {
 // request's context: when the context ends, or its deadline would pass
 // before the request fits, RoundTrip returns the context's error without
 // sending anything. After a 429 Too Many Requests from the remote side, it
-// holds further requests with the same backoff key until the response's
-// Retry-After (seconds or an HTTP date) has passed; the 429 itself is
-// returned to the caller, not retried.
+// holds every request with the same backoff key, those already waiting for
+// the limits included, until the response's Retry-After (seconds or an
+// HTTP date) has passed; the 429 itself is returned to the caller, not
+// retried.
 //
 // With a shared store (redisstore), every process using the same policies
 // shares one outbound budget; the backoff after a remote 429 is kept in
@@ -138,12 +139,6 @@ func urlHost(r *http.Request) (string, bool) {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	bkey, hasBKey := t.backoffKey(req)
-	if hasBKey {
-		if err := t.waitHold(ctx, bkey); err != nil {
-			closeBody(req)
-			return nil, err
-		}
-	}
 	reqs := make([]sluice.Request, 0, len(t.limits))
 	for i := range t.limits {
 		l := &t.limits[i]
@@ -159,11 +154,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		reqs = append(reqs, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
 	}
-	if len(reqs) > 0 {
-		if _, err := sluice.WaitAll(ctx, t.store, reqs); err != nil {
-			closeBody(req)
-			return nil, fmt.Errorf("httplimit: transport: %w", err)
-		}
+	if err := t.wait(ctx, bkey, hasBKey, reqs); err != nil {
+		closeBody(req)
+		return nil, err
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests && hasBKey {
@@ -174,6 +167,30 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.hold(bkey, time.Now().Add(min(d, t.maxBackoff)))
 	}
 	return resp, err
+}
+
+// wait waits until a request may be sent: until its backoff key (if it
+// has one) is not held, and until the limits admit reqs. When a hold
+// begins while it waits for the limits, it waits for the hold and then for
+// the limits again, so that the requests that were waiting do not all
+// leave together when the hold ends; what the limits charged is not given
+// back.
+func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, reqs []sluice.Request) error {
+	for {
+		if hasBKey {
+			if err := t.waitHold(ctx, bkey); err != nil {
+				return err
+			}
+		}
+		if len(reqs) > 0 {
+			if _, err := sluice.WaitAll(ctx, t.store, reqs); err != nil {
+				return fmt.Errorf("httplimit: transport: %w", err)
+			}
+		}
+		if !hasBKey || !t.holdUntil(bkey).After(time.Now()) {
+			return nil
+		}
+	}
 }
 
 func closeBody(req *http.Request) {
@@ -202,26 +219,39 @@ func (t *Transport) hold(key string, until time.Time) {
 	}
 }
 
+// holdUntil returns the time before which no request with key may start
+// (zero when key is not held).
+func (t *Transport) holdUntil(key string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holds[key]
+}
+
 // waitHold sleeps until key's hold, if any, has passed.
 func (t *Transport) waitHold(ctx context.Context, key string) error {
 	for {
-		t.mu.Lock()
-		until, ok := t.holds[key]
-		t.mu.Unlock()
-		if !ok {
+		until := t.holdUntil(key)
+		if !until.After(time.Now()) {
 			return nil
 		}
-		d := time.Until(until)
-		if d <= 0 {
-			return nil
-		}
-		if dl, ok := ctx.Deadline(); ok && until.After(dl) {
-			return fmt.Errorf("httplimit: transport: %q is held for %v after a 429, past the deadline: %w", key, d, context.DeadlineExceeded)
-		}
-		if err := ctxsleep.Sleep(ctx, d); err != nil {
+		if err := sleepUntil(ctx, until, fmt.Sprintf("%q, held after a 429,", key)); err != nil {
 			return err
 		}
 	}
+}
+
+// sleepUntil sleeps until until (not at all when it has passed), and
+// fails at once when it would pass ctx's deadline; what names what waits,
+// for the error.
+func sleepUntil(ctx context.Context, until time.Time, what string) error {
+	d := time.Until(until)
+	if d <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+		return fmt.Errorf("httplimit: transport: %s would wait %v, past the deadline: %w", what, d, context.DeadlineExceeded)
+	}
+	return ctxsleep.Sleep(ctx, d)
 }
 
 // ParseRetryAfter parses a Retry-After field value (RFC 9110 section
