@@ -7,7 +7,9 @@ package sluice_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -126,11 +128,28 @@ func newBotClient(store sluice.Store) (*http.Client, error) {
 	t, err := httplimit.NewTransport(nil, store, []httplimit.OutLimit{
 		{Policy: sluice.TokenBucket(30, time.Second, 0).Named("bot")},                           // 30/s overall
 		{Policy: sluice.GCRA(1, time.Second, 0).Named("chat"), Key: httplimit.Query("chat_id")}, // 1/s per chat
-	}, nil)
+	}, &httplimit.TransportOptions{
+		RetryDelay: telegramRetryAfter, // a 429's delay is in its body
+		Retries:    2,                  // send a message again after it, at most twice
+	})
 	if err != nil {
 		return nil, err
 	}
 	return &http.Client{Transport: t}, nil
+}
+
+// telegramRetryAfter reads the delay of a 429 from the Bot API's body:
+// {"ok":false,"error_code":429,"parameters":{"retry_after":3}}.
+func telegramRetryAfter(resp *http.Response) (time.Duration, bool) {
+	var body struct {
+		Parameters struct {
+			RetryAfter int64 `json:"retry_after"`
+		} `json:"parameters"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Parameters.RetryAfter <= 0 {
+		return 0, false // then Retry-After, or a second
+	}
+	return time.Duration(body.Parameters.RetryAfter) * time.Second, true
 }
 
 // README }
@@ -247,4 +266,23 @@ func TestREADMEClients(t *testing.T) {
 		t.Fatalf("newBotClient() = %v, %v", c, err)
 	}
 	_ = serve // serve listens on :8080; ExamplePerIP (package httplimit) runs PerIP
+}
+
+// TestREADMETelegramRetryAfter checks the outbound snippet's reading of a
+// 429's delay; httplimit's ExampleTransportOptions runs such a client.
+func TestREADMETelegramRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		body string
+		want time.Duration
+		ok   bool
+	}{
+		{`{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 3","parameters":{"retry_after":3}}`, 3 * time.Second, true},
+		{`{"ok":false,"error_code":429}`, 0, false},
+		{`<html>busy</html>`, 0, false},
+	} {
+		resp := &http.Response{StatusCode: 429, Body: io.NopCloser(strings.NewReader(tt.body))}
+		if got, ok := telegramRetryAfter(resp); got != tt.want || ok != tt.ok {
+			t.Errorf("telegramRetryAfter(%s) = %v, %v, want %v, %v", tt.body, got, ok, tt.want, tt.ok)
+		}
+	}
 }

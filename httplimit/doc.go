@@ -72,4 +72,18 @@
 // the remote side holds every request to the same key, those already
 // waiting included, until its Retry-After has passed. With a shared store
 // (Redis) several processes share one outbound budget.
+//
+// A remote that gives the delay of a 429 elsewhere, as Telegram's Bot API
+// does in its JSON body (parameters.retry_after), is read by
+// TransportOptions.RetryDelay, which sees the body's first 64 KiB and
+// leaves all of it to the caller. By default the 429 goes back to the
+// caller; TransportOptions.Retries sends the request again once the delay
+// has passed, at most that many times, if its body can be sent again and
+// the delay ends before the request's deadline (otherwise the 429 is
+// returned at once):
+//
+//	t, err := httplimit.NewTransport(nil, store, limits, &httplimit.TransportOptions{
+//		RetryDelay: telegramRetryAfter, // see the TransportOptions example
+//		Retries:    2,
+//	})
 package httplimit

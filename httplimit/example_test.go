@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -138,4 +139,63 @@ func ExampleNewTransport() {
 	// Output:
 	// arrived: [1 2 1]
 	// third message held about a second: true
+}
+
+// Telegram's Bot API gives the delay of a 429 in its JSON body, in
+// parameters.retry_after. RetryDelay reads it there, and Retries sends the
+// message again once that delay has passed; meanwhile every other request
+// to the API waits too.
+func ExampleTransportOptions() {
+	var mu sync.Mutex
+	calls := 0
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 1","parameters":{"retry_after":1}}`)
+			return
+		}
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer api.Close()
+
+	retryAfter := func(resp *http.Response) (time.Duration, bool) {
+		var body struct {
+			Parameters struct {
+				RetryAfter int64 `json:"retry_after"`
+			} `json:"parameters"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Parameters.RetryAfter <= 0 {
+			return 0, false // Retry-After, then DefaultBackoff, apply
+		}
+		return time.Duration(body.Parameters.RetryAfter) * time.Second, true
+	}
+	tr, err := httplimit.NewTransport(nil, memstore.New(memstore.Options{}), []httplimit.OutLimit{
+		{Policy: sluice.TokenBucket(30, time.Second, 0).Named("bot")},
+		{Policy: sluice.GCRA(1, time.Second, 0).Named("chat"), Key: httplimit.Query("chat_id")},
+	}, &httplimit.TransportOptions{RetryDelay: retryAfter, Retries: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+
+	start := time.Now()
+	resp, err := client.PostForm(api.URL+"/bot123/sendMessage?chat_id=1", url.Values{"text": {"hi"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Println(resp.StatusCode, string(body))
+	fmt.Println("sent twice:", calls == 2)
+	fmt.Println("the second time after retry_after:", time.Since(start) >= time.Second)
+	// Output:
+	// 200 {"ok":true}
+	// sent twice: true
+	// the second time after retry_after: true
 }

@@ -1,9 +1,11 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,17 +38,41 @@ type OutLimit struct {
 // valid: the defaults are given with each field.
 type TransportOptions struct {
 	// BackoffKey returns the key that a 429 from the remote side holds:
-	// after one, requests with the same backoff key wait until its
-	// Retry-After has passed. Nil means the request's URL host, which
-	// holds every request to that host.
+	// after one, requests with the same backoff key wait until the delay
+	// it asks for (its Retry-After, or what RetryDelay reads) has passed.
+	// Nil means the request's URL host, which holds every request to that
+	// host.
 	BackoffKey KeyFunc
-	// DefaultBackoff is how long a 429 without a usable Retry-After holds
-	// its key; default 1s.
+	// DefaultBackoff is the delay of a 429 that gives no usable one;
+	// default 1s.
 	DefaultBackoff time.Duration
-	// MaxBackoff caps a remote Retry-After, so that a wrong or hostile
+	// MaxBackoff caps the delay a 429 asks for, so that a wrong or hostile
 	// value cannot stop a client for days; default 10 minutes.
 	MaxBackoff time.Duration
+	// RetryDelay, when set, reads the delay that a 429 asks for from the
+	// response, for remotes that give it elsewhere than in Retry-After
+	// (Telegram's Bot API puts it in the JSON body, at
+	// parameters.retry_after). It returns false when the response names
+	// none; Retry-After, then DefaultBackoff, apply. It may read
+	// resp.Body, which holds the body's first 64 KiB: the caller still
+	// reads the whole body. It is called only for 429 responses.
+	RetryDelay func(resp *http.Response) (time.Duration, bool)
+	// Retries is how many times a request answered 429 is sent again,
+	// each time once the delay the 429 asks for has passed and the limits
+	// admit it again; the responses replaced are closed. The default, 0,
+	// returns the 429 to the caller. A request is retried only when its
+	// body can be sent again (it has none, or GetBody, which
+	// http.NewRequest sets for in-memory bodies) and the delay ends before
+	// its context's deadline; otherwise the 429 is returned at once. If
+	// the context ends while the retry waits, RoundTrip returns its error.
+	// A remote that answers 429 has normally not acted on the request, but
+	// the Transport cannot know: set Retries only for requests that are
+	// safe to send twice.
+	Retries int
 }
+
+// retryDelayPeek is how much of a 429's body RetryDelay sees.
+const retryDelayPeek = 64 << 10
 
 // Transport is an http.RoundTripper that keeps outgoing requests within
 // someone else's limits. Before each request it waits until every limit
@@ -55,9 +81,10 @@ type TransportOptions struct {
 // before the request fits, RoundTrip returns the context's error without
 // sending anything. After a 429 Too Many Requests from the remote side, it
 // holds every request with the same backoff key, those already waiting for
-// the limits included, until the response's Retry-After (seconds or an
-// HTTP date) has passed; the 429 itself is returned to the caller, not
-// retried.
+// the limits included, until the delay the response asks for (its
+// Retry-After, seconds or an HTTP date, or what TransportOptions.RetryDelay
+// reads) has passed. The 429 itself is returned to the caller, or, with
+// TransportOptions.Retries, sent again after the delay.
 //
 // With a shared store (redisstore), every process using the same policies
 // shares one outbound budget; the backoff after a remote 429 is kept in
@@ -69,6 +96,8 @@ type Transport struct {
 	backoffKey KeyFunc
 	defBackoff time.Duration
 	maxBackoff time.Duration
+	retryDelay func(*http.Response) (time.Duration, bool)
+	retries    int
 
 	mu      sync.Mutex
 	holds   map[string]time.Time // backoff key -> no request before
@@ -87,6 +116,9 @@ func NewTransport(base http.RoundTripper, store sluice.Store, limits []OutLimit,
 	if opts == nil {
 		opts = &TransportOptions{}
 	}
+	if opts.Retries < 0 {
+		return nil, fmt.Errorf("httplimit: transport: Retries must not be negative, got %d", opts.Retries)
+	}
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -97,6 +129,8 @@ func NewTransport(base http.RoundTripper, store sluice.Store, limits []OutLimit,
 		backoffKey: opts.BackoffKey,
 		defBackoff: opts.DefaultBackoff,
 		maxBackoff: opts.MaxBackoff,
+		retryDelay: opts.RetryDelay,
+		retries:    opts.Retries,
 		holds:      make(map[string]time.Time),
 	}
 	if t.backoffKey == nil {
@@ -135,7 +169,8 @@ func urlHost(r *http.Request) (string, bool) {
 }
 
 // RoundTrip waits for the limits and any backoff, then sends req through
-// the base transport. It implements http.RoundTripper.
+// the base transport; after a 429 it records the backoff and, with
+// Retries, sends req again. It implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	bkey, hasBKey := t.backoffKey(req)
@@ -154,28 +189,45 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		reqs = append(reqs, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
 	}
-	if err := t.wait(ctx, bkey, hasBKey, reqs); err != nil {
-		closeBody(req)
-		return nil, err
-	}
-	resp, err := t.base.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusTooManyRequests && hasBKey {
-		d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-		if !ok {
-			d = t.defBackoff
+	var notBefore time.Time // after a 429: when req may be sent again
+	for retries := t.retries; ; retries-- {
+		if err := t.wait(ctx, bkey, hasBKey, notBefore, reqs); err != nil {
+			closeBody(req)
+			return nil, err
 		}
-		t.hold(bkey, time.Now().Add(min(d, t.maxBackoff)))
+		resp, err := t.base.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+			return resp, err
+		}
+		notBefore = time.Now().Add(t.delay(resp))
+		if hasBKey {
+			t.hold(bkey, notBefore)
+		}
+		if retries == 0 {
+			return resp, nil
+		}
+		if dl, ok := ctx.Deadline(); ok && notBefore.After(dl) {
+			return resp, nil
+		}
+		next, ok := rewind(req)
+		if !ok {
+			return resp, nil
+		}
+		discard(resp)
+		req = next
 	}
-	return resp, err
 }
 
-// wait waits until a request may be sent: until its backoff key (if it
-// has one) is not held, and until the limits admit reqs. When a hold
-// begins while it waits for the limits, it waits for the hold and then for
-// the limits again, so that the requests that were waiting do not all
-// leave together when the hold ends; what the limits charged is not given
-// back.
-func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, reqs []sluice.Request) error {
+// wait waits until a request may be sent: until notBefore, until its
+// backoff key (if it has one) is not held, and until the limits admit
+// reqs. When a hold begins while it waits for the limits, it waits for the
+// hold and then for the limits again, so that the requests that were
+// waiting do not all leave together when the hold ends; what the limits
+// charged is not given back.
+func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefore time.Time, reqs []sluice.Request) error {
+	if err := sleepUntil(ctx, notBefore, "the retry after a 429"); err != nil {
+		return err
+	}
 	for {
 		if hasBKey {
 			if err := t.waitHold(ctx, bkey); err != nil {
@@ -191,6 +243,75 @@ func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, reqs []
 			return nil
 		}
 	}
+}
+
+// delay returns how long a 429 response asks the client to wait: what
+// RetryDelay reads, else its Retry-After, else DefaultBackoff; at most
+// MaxBackoff.
+func (t *Transport) delay(resp *http.Response) time.Duration {
+	d, ok := time.Duration(0), false
+	if t.retryDelay != nil {
+		d, ok = t.peekDelay(resp)
+	}
+	if !ok {
+		d, ok = ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	if !ok {
+		d = t.defBackoff
+	}
+	return min(max(d, 0), t.maxBackoff)
+}
+
+// peekDelay calls RetryDelay with the first retryDelayPeek bytes of resp's
+// body, and leaves the whole body to be read from resp.Body again.
+func (t *Transport) peekDelay(resp *http.Response) (time.Duration, bool) {
+	body := resp.Body
+	if body == nil {
+		return t.retryDelay(resp)
+	}
+	head, err := io.ReadAll(io.LimitReader(body, retryDelayPeek))
+	resp.Body = io.NopCloser(bytes.NewReader(head))
+	d, ok := t.retryDelay(resp)
+	rest := io.Reader(body)
+	if err != nil {
+		rest = errReader{err} // the caller meets the error where it happened
+	}
+	resp.Body = readCloser{io.MultiReader(bytes.NewReader(head), rest), body}
+	return d, ok
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// rewind returns a copy of req to send again, with a fresh body, and false
+// when req's body cannot be sent again.
+func rewind(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req.Clone(req.Context()), true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	next := req.Clone(req.Context())
+	next.Body = body
+	return next, true
+}
+
+// discard reads a little of a response that is not returned, so that its
+// connection can be reused, and closes it.
+func discard(resp *http.Response) {
+	io.CopyN(io.Discard, resp.Body, 4<<10)
+	resp.Body.Close()
 }
 
 func closeBody(req *http.Request) {

@@ -1,6 +1,11 @@
 package httplimit
 
 import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -202,3 +207,206 @@ func TestTransportHoldsWaitingRequests(t *testing.T) {
 
 // bubbleStart is the time at which a synctest bubble starts.
 var bubbleStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// telegramRetryAfter reads the delay of a Telegram Bot API 429 from its
+// body: {"ok":false,"error_code":429,"parameters":{"retry_after":3}}.
+func telegramRetryAfter(resp *http.Response) (time.Duration, bool) {
+	var v struct {
+		Parameters struct {
+			RetryAfter int64 `json:"retry_after"`
+		} `json:"parameters"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || v.Parameters.RetryAfter <= 0 {
+		return 0, false
+	}
+	return time.Duration(v.Parameters.RetryAfter) * time.Second, true
+}
+
+func TestTransportRetries(t *testing.T) {
+	const telegram429 = `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 2","parameters":{"retry_after":2}}`
+	first := func(retryAfter, body string) func(int, time.Time) (int, string, string) {
+		return func(n int, at time.Time) (int, string, string) {
+			if n == 0 {
+				return http.StatusTooManyRequests, retryAfter, body
+			}
+			return 0, "", ""
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		opts    TransportOptions
+		answer  func(n int, at time.Time) (int, string, string)
+		method  string // default POST with the body "hi", which GetBody can send again
+		noRetry bool   // a POST body without GetBody
+		timeout time.Duration
+		status  int
+		want    string // arrivals
+		after   time.Duration
+	}{
+		{name: "off by default", answer: first("3", ""),
+			status: 429, want: "429@0s"},
+		{name: "retry-after seconds", opts: TransportOptions{Retries: 1}, answer: first("3", ""),
+			status: 200, want: "429@0s 200@3s", after: 3 * time.Second},
+		{name: "retry-after date", opts: TransportOptions{Retries: 1},
+			answer: func(n int, at time.Time) (int, string, string) {
+				if n == 0 {
+					return 429, at.Add(5 * time.Second).UTC().Format(http.TimeFormat), ""
+				}
+				return 0, "", ""
+			},
+			status: 200, want: "429@0s 200@5s", after: 5 * time.Second},
+		{name: "default backoff", opts: TransportOptions{Retries: 1, DefaultBackoff: 1500 * time.Millisecond}, answer: first("", ""),
+			status: 200, want: "429@0s 200@1.5s", after: 1500 * time.Millisecond},
+		{name: "capped", opts: TransportOptions{Retries: 1, MaxBackoff: time.Second}, answer: first("60", ""),
+			status: 200, want: "429@0s 200@1s", after: time.Second},
+		{name: "delay from the body", opts: TransportOptions{Retries: 1, RetryDelay: telegramRetryAfter}, answer: first("", telegram429),
+			status: 200, want: "429@0s 200@2s", after: 2 * time.Second},
+		{name: "the body before Retry-After", opts: TransportOptions{Retries: 1, RetryDelay: telegramRetryAfter}, answer: first("9", telegram429),
+			status: 200, want: "429@0s 200@2s", after: 2 * time.Second},
+		{name: "no delay in the body: Retry-After", opts: TransportOptions{Retries: 1, RetryDelay: telegramRetryAfter}, answer: first("4", `{"ok":false}`),
+			status: 200, want: "429@0s 200@4s", after: 4 * time.Second},
+		{name: "at most Retries times", opts: TransportOptions{Retries: 2},
+			answer: func(int, time.Time) (int, string, string) { return 429, "1", "" },
+			status: 429, want: "429@0s 429@1s 429@2s", after: 2 * time.Second},
+		{name: "no body", opts: TransportOptions{Retries: 1}, answer: first("1", ""), method: "GET",
+			status: 200, want: "429@0s 200@1s", after: time.Second},
+		{name: "body cannot be sent again", opts: TransportOptions{Retries: 1}, answer: first("1", ""), noRetry: true,
+			status: 429, want: "429@0s"},
+		{name: "delay past the deadline", opts: TransportOptions{Retries: 1}, answer: first("3", ""), timeout: 2 * time.Second,
+			status: 429, want: "429@0s"},
+		{name: "delay before the deadline", opts: TransportOptions{Retries: 1}, answer: first("3", ""), timeout: 4 * time.Second,
+			status: 200, want: "429@0s 200@3s", after: 3 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newLoopback(t, tt.answer)
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				tr, err := NewTransport(srv.Client(), memstore.New(memstore.Options{}), []OutLimit{
+					{Policy: sluice.GCRA(10, time.Second, 0)},
+				}, &tt.opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if tt.timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+					defer cancel()
+				}
+				var body io.Reader = strings.NewReader("hi")
+				switch {
+				case tt.method == "GET":
+					body = nil
+				case tt.noRetry:
+					body = io.NopCloser(body) // NewRequest sets no GetBody
+				}
+				req, err := http.NewRequestWithContext(ctx, cmp.Or(tt.method, "POST"), srv.url+"/send", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := (&http.Client{Transport: tr}).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != tt.status {
+					t.Errorf("status %d (%s), want %d", resp.StatusCode, got, tt.status)
+				}
+				if el := time.Since(start); el != tt.after {
+					t.Errorf("returned after %v, want %v", el, tt.after)
+				}
+				if n := srv.openBodies(); n != 0 {
+					t.Errorf("%d response bodies left open", n)
+				}
+			})
+			if got := srv.arrivals(bubbleStart); got != tt.want {
+				t.Errorf("arrivals %s, want %s", got, tt.want)
+			}
+			want := "hi"
+			if tt.method == "GET" {
+				want = ""
+			}
+			for i, a := range srv.got {
+				if a.body != want {
+					t.Errorf("request %d carried the body %q, want %q", i+1, a.body, want)
+				}
+			}
+		})
+	}
+}
+
+func TestTransportRetryCancelled(t *testing.T) {
+	srv := newLoopback(t, func(int, time.Time) (int, string, string) { return 429, "3", "" })
+	synctest.Test(t, func(t *testing.T) {
+		tr, err := NewTransport(srv.Client(), memstore.New(memstore.Options{}), []OutLimit{
+			{Policy: sluice.GCRA(10, time.Second, 0)},
+		}, &TransportOptions{Retries: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.url+"/send", strings.NewReader("hi"))
+		start := time.Now()
+		if _, err := (&http.Client{Transport: tr}).Do(req); !errors.Is(err, context.Canceled) {
+			t.Errorf("Do = %v, want Canceled", err)
+		}
+		if el := time.Since(start); el != time.Second {
+			t.Errorf("returned after %v, want 1s (when the context ended)", el)
+		}
+		if n := srv.openBodies(); n != 0 {
+			t.Errorf("%d response bodies left open", n)
+		}
+	})
+	if got, want := srv.arrivals(bubbleStart), "429@0s"; got != want {
+		t.Errorf("arrivals %s, want %s", got, want)
+	}
+}
+
+func TestTransportRetryDelayKeepsBody(t *testing.T) {
+	// A 429 body longer than what RetryDelay may read: the function sees
+	// its first 64 KiB, the caller reads all of it.
+	big := `{"ok":false,"pad":"` + strings.Repeat("x", 100<<10) + `"}`
+	srv := newLoopback(t, func(int, time.Time) (int, string, string) { return 429, "", big })
+	synctest.Test(t, func(t *testing.T) {
+		var seen int
+		tr, err := NewTransport(srv.Client(), memstore.New(memstore.Options{}), []OutLimit{
+			{Policy: sluice.GCRA(10, time.Second, 0)},
+		}, &TransportOptions{RetryDelay: func(resp *http.Response) (time.Duration, bool) {
+			b, _ := io.ReadAll(resp.Body)
+			seen = len(b)
+			return 2 * time.Second, true
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: tr}
+		resp, err := c.Get(srv.url + "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(got, []byte(big)) {
+			t.Errorf("the caller read %d bytes (%v), want the whole body of %d", len(got), err, len(big))
+		}
+		if seen != 64<<10 {
+			t.Errorf("RetryDelay read %d bytes, want 64 KiB", seen)
+		}
+		// The delay it returned holds the next request.
+		start := time.Now()
+		if resp, err := c.Get(srv.url + "/b"); err == nil {
+			resp.Body.Close()
+		}
+		if el := time.Since(start); el != 2*time.Second {
+			t.Errorf("the next request waited %v, want 2s", el)
+		}
+		if n := srv.openBodies(); n != 0 {
+			t.Errorf("%d response bodies left open", n)
+		}
+	})
+}

@@ -266,16 +266,18 @@ func TestNewTransportErrors(t *testing.T) {
 		name   string
 		store  sluice.Store
 		limits []OutLimit
+		opts   *TransportOptions
 		want   string
 	}{
-		{"nil store", nil, []OutLimit{{Policy: ok}}, "store is nil"},
-		{"no limits", store, nil, "no limits"},
-		{"invalid", store, []OutLimit{{Policy: sluice.GCRA(0, time.Second, 0)}}, `limit 1 ("out-1"): invalid policy`},
-		{"duplicate", store, []OutLimit{{Policy: ok.Named("x")}, {Policy: ok.Named("x")}}, "already used"},
-		{"cost", store, []OutLimit{{Policy: ok, Cost: 5}}, "exceeds the policy's capacity"},
+		{"nil store", nil, []OutLimit{{Policy: ok}}, nil, "store is nil"},
+		{"no limits", store, nil, nil, "no limits"},
+		{"invalid", store, []OutLimit{{Policy: sluice.GCRA(0, time.Second, 0)}}, nil, `limit 1 ("out-1"): invalid policy`},
+		{"duplicate", store, []OutLimit{{Policy: ok.Named("x")}, {Policy: ok.Named("x")}}, nil, "already used"},
+		{"cost", store, []OutLimit{{Policy: ok, Cost: 5}}, nil, "exceeds the policy's capacity"},
+		{"retries", store, []OutLimit{{Policy: ok}}, &TransportOptions{Retries: -1}, "Retries must not be negative, got -1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := NewTransport(nil, tt.store, tt.limits, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := NewTransport(nil, tt.store, tt.limits, tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("NewTransport = %v, want an error containing %q", err, tt.want)
 			}
 		})
