@@ -298,7 +298,18 @@ func suggest(s string, known []string) string {
 		}
 	}
 	if best == "" {
-		return ""
+		// A known name that begins with s, such as leaky_bucket for
+		// leaky, or several (sliding for sliding_log or sliding_window).
+		var starts []string
+		for _, k := range known {
+			if strings.HasPrefix(k, strings.ToLower(s)) {
+				starts = append(starts, strconv.Quote(k))
+			}
+		}
+		if len(starts) == 0 || len(starts) > 3 {
+			return ""
+		}
+		return "; did you mean " + strings.Join(starts, " or ") + "?"
 	}
 	return fmt.Sprintf("; did you mean %q?", best)
 }

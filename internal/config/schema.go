@@ -186,10 +186,13 @@ func (d *decoder) store(top object) Store {
 	if !ok {
 		return s
 	}
+	backendKnown := true
 	if v := o.get("backend"); v != nil {
-		if b, ok := d.oneOf(v, "store.backend", "backend", backends); ok {
+		b, ok := d.oneOf(v, "store.backend", "backend", backends)
+		if ok {
 			s.Backend = Backend(b)
 		}
+		backendKnown = ok
 	}
 	if v := o.get("timeout"); v != nil {
 		if t, ok := d.duration(v, "store.timeout", time.Minute); ok {
@@ -207,7 +210,7 @@ func (d *decoder) store(top object) Store {
 		d.add(o.fields["backend"].key, "store.redis", "missing: the redis backend needs store.redis.addrs")
 	case rv == nil:
 	default:
-		if s.Backend != RedisBackend {
+		if s.Backend != RedisBackend && backendKnown {
 			d.add(o.fields["redis"].key, "store.redis", "is set but store.backend is %q; set backend: redis, or remove this section", s.Backend)
 		}
 		d.redis(o.fields["redis"].key, rv, &s.Redis)
@@ -223,7 +226,7 @@ func (d *decoder) oneOf(n *yaml.Node, path, what string, known []string) (string
 		return "", false
 	}
 	if !slices.Contains(known, s) {
-		d.add(deref(n), path, "unknown %s %q (want %s)", what, s, list(known))
+		d.add(deref(n), path, "unknown %s %q (want %s)%s", what, s, list(known), suggest(s, known))
 		return "", false
 	}
 	return s, true
