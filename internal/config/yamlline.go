@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -19,8 +20,13 @@ func (d *decoder) placeSyntax(data []byte) {
 		if p := &d.problems[i]; strings.HasPrefix(p.Message, "invalid YAML: ") {
 			if line := syntaxLine(data); line > 0 {
 				p.Line = line
-				if tabIndented(data, line) {
+				switch {
+				case tabIndented(data, line):
 					p.Message += " (a tab in the indentation: YAML indents with spaces only)"
+				case indentationMessage(p.Message):
+					here, above := indentations(data, line)
+					p.Message += fmt.Sprintf(" (check the indentation: this line is indented by %d spaces, the line above by %d;"+
+						" the keys of one mapping line up, and a nested mapping starts deeper, under a key that ends with ':')", here, above)
 				}
 			}
 		}
@@ -98,4 +104,34 @@ func tabIndented(data []byte, n int) bool {
 		return false
 	}
 	return false
+}
+
+// indentationMessage reports whether a syntax message of yaml.v3 is one
+// that a line indented wrongly gives.
+func indentationMessage(msg string) bool {
+	for _, m := range []string{"did not find expected key", "mapping values are not allowed in this context",
+		"did not find expected '-' indicator", "block sequence entries are not allowed in this context"} {
+		if strings.HasSuffix(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// indentations returns the spaces that begin line n (from 1) of data and
+// those of the nearest line above it that holds more than white space or
+// a comment.
+func indentations(data []byte, n int) (here, above int) {
+	lines := strings.Split(string(data), "\n")
+	if n < 1 || n > len(lines) {
+		return 0, 0
+	}
+	spaces := func(l string) int { return len(l) - len(strings.TrimLeft(l, " ")) }
+	here = spaces(lines[n-1])
+	for i := n - 2; i >= 0; i-- {
+		if t := strings.TrimSpace(lines[i]); t != "" && !strings.HasPrefix(t, "#") {
+			return here, spaces(lines[i])
+		}
+	}
+	return here, 0
 }
