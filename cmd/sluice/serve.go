@@ -435,6 +435,9 @@ func (s *service) run(ctx context.Context, src *source) error {
 	cfg := s.started
 	st := cfg.Store()
 	s.logger.Info("configuration loaded", "source", cfg.Source(), "limits", len(cfg.Limits()), "store", string(st.Backend))
+	if w, ok := cfg.LimitsNothing(); ok {
+		s.logger.Warn(w.Message, "source", cfg.Source())
+	}
 	if st.Backend == config.RedisBackend {
 		s.store.checkReachable(ctx, cfg, s.logger)
 	}

@@ -389,6 +389,19 @@ func TestValidate(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "validate: name a configuration file") {
 		t.Errorf("validate without a file: exit %d, stderr %q", r.code, r.stderr)
 	}
+
+	// Valid, but limiting nothing: a warning.
+	r = runSluice(t, strings.NewReader("store: {backend: memory}\n"), "validate", "-")
+	if want := "warning: <stdin>:1: limits: no limits are defined (and no envoy section): this configuration limits nothing"; r.code != 0 || r.stdout != "ok: <stdin>\n" || !strings.HasPrefix(r.stderr, want) {
+		t.Errorf("validate - (no limits): exit %d, stdout %q, stderr %q; want 0, ok and %q", r.code, r.stdout, r.stderr, want)
+	}
+
+	// The example message of validate -h is one validate prints.
+	r = runSluice(t, strings.NewReader("limits:\n  api-key: {algorithm: token_bucket, limit: 10, period: 1s, burst: -1}\n"), "validate", "-")
+	msg, _ := strings.CutPrefix(strings.TrimSpace(r.stderr), "<stdin>:2: ")
+	if r.code != 1 || !strings.Contains(strings.Join(strings.Fields(validateUsage), " "), msg) {
+		t.Errorf("validate -h's example %q is not what validate prints for a negative burst: %q", validateUsage, r.stderr)
+	}
 }
 
 // TestServeAdminListener checks that with listen.admin the admin

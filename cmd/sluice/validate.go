@@ -20,7 +20,9 @@ one it prints every problem on standard error, one per line:
 
   FILE:LINE: PATH: MESSAGE
 
-such as "sluice.yaml:16: limits.api-key.burst: must be at least 1". The
+such as "sluice.yaml:16: limits.api-key.burst: must be from 0 to
+1000000000, got -1". A configuration that defines no limit (and no envoy
+section) is valid but limits nothing: a "warning: " line says so. The
 files a configuration names are checked too: listen.tls's certificate,
 key and CA (they exist, parse, the key is the certificate's, the
 certificate has not expired; a certificate that expires within 14 days is

@@ -130,22 +130,38 @@ func (d *decoder) listenTLS(at, v *yaml.Node) *ListenTLS {
 	return t
 }
 
-// Warnings returns what is not wrong with the configuration but soon will
-// be: a serving certificate (listen.tls.cert_file) that expires within
-// tlsauth.ExpiryWarning of now.
+// Warnings returns what is valid in the configuration but deserves a look:
+// a serving certificate (listen.tls.cert_file) that expires within
+// tlsauth.ExpiryWarning of now, and a configuration that limits nothing
+// (LimitsNothing).
 func (c *Config) Warnings(now time.Time) []Problem {
+	var out []Problem
+	if p, ok := c.LimitsNothing(); ok {
+		out = append(out, p)
+	}
 	t := c.listen.TLS
 	if t == nil || t.certAt == nil {
-		return nil
+		return out
 	}
 	left := t.notAfter.Sub(now)
 	if left >= tlsauth.ExpiryWarning {
-		return nil
+		return out
 	}
-	return []Problem{{
+	return append(out, Problem{
 		File: c.source, Line: t.certAt.Line, Column: t.certAt.Column, Path: "listen.tls.cert_file",
 		Message: fmt.Sprintf("the certificate in %s expires in %s (at %s); renew it", t.CertFile, roundDays(left), t.notAfter.UTC().Format(time.RFC3339)),
-	}}
+	})
+}
+
+// LimitsNothing returns a warning, and true, when the configuration
+// defines no limit and no envoy section: valid, but every request that
+// reaches the service passes (the decision API knows no limit name).
+func (c *Config) LimitsNothing() (Problem, bool) {
+	if len(c.names) > 0 || c.envoy != nil {
+		return Problem{}, false
+	}
+	return Problem{File: c.source, Line: 1, Path: "limits",
+		Message: "no limits are defined (and no envoy section): this configuration limits nothing; define some under limits"}, true
 }
 
 // roundDays describes a duration in days, or hours below two days.
