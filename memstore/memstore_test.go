@@ -509,3 +509,28 @@ func TestNowCarriesMonotonicReading(t *testing.T) {
 		t.Errorf("Now() with Options.Now = %v, want %v", got, want)
 	}
 }
+
+// TestLongKeysKeepNoString checks what configuration.md says of long
+// keys: the memory store keeps a hash of each key, not the key, so 2,000
+// keys of 32 KiB (64 MiB of keys) take about what 2,000 short keys take.
+func TestLongKeysKeepNoString(t *testing.T) {
+	ctx := t.Context()
+	for _, p := range []sluice.Policy{sluice.TokenBucket(1, time.Hour, 0), sluice.SlidingWindow(1, time.Hour)} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			base := heapInUse()
+			st := memstore.New(memstore.Options{Shards: 1})
+			long := make([]byte, 32<<10)
+			for i := range 2000 {
+				copy(long, fmt.Sprintf("%08d", i))
+				st.Allow(ctx, t0, sluice.Request{Policy: p, Key: string(long), Cost: 1})
+			}
+			if n := st.Len(); n != 2000 {
+				t.Fatalf("Len() = %d, want 2000", n)
+			}
+			if used := heapInUse() - base; used > 1<<20 {
+				t.Errorf("2,000 keys of 32 KiB take %d bytes of heap, want under 1 MiB (no key kept)", used)
+			}
+			runtime.KeepAlive(st)
+		})
+	}
+}
