@@ -64,10 +64,25 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 
 // serveProxy limits a request by the first rule that selects it, if any,
 // and forwards it upstream when it is admitted.
+//
+// The rules match the normal form of the request's path (normalPath), and
+// that same form goes upstream, so that the rules and the upstream see
+// one resource; a path that servers read in different ways is refused
+// with 400.
 func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	if st.proxy == nil {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
+		return
+	}
+	r, err := withNormalPath(r)
+	if err != nil {
+		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "Sluice does not forward this request: "+err.Error()+".")
+		return
+	}
+	if reservedPath(r.URL.Path) {
+		// Only a request the ServeMux does not clean (CONNECT) gets here.
+		writeProblemJSON(w, http.StatusNotFound, "Not Found", "No such Sluice endpoint: "+r.URL.Path+". listen.http keeps /v1/ and /metrics for Sluice and never forwards them to the upstream.")
 		return
 	}
 	ru := st.match(r.Method, r.URL.Path)
@@ -90,4 +105,23 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.proxy.ServeHTTP(w, r)
+}
+
+// withNormalPath returns r with its path in normal form (normalPath): r
+// itself when it is, else a shallow copy with a URL of its own.
+func withNormalPath(r *http.Request) (*http.Request, error) {
+	esc := r.URL.EscapedPath()
+	p, err := normalPath(esc)
+	if err != nil || p == esc {
+		return r, err
+	}
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return r, errPathEscape // normalPath's result always decodes
+	}
+	u := *r.URL
+	u.Path, u.RawPath = dec, p
+	r = r.WithContext(r.Context())
+	r.URL = &u
+	return r, nil
 }

@@ -234,3 +234,71 @@ func TestProxyUpstreamDown(t *testing.T) {
 		t.Errorf("no upstream = %d, want 404", rec.Code)
 	}
 }
+
+// TestProxyPathTricks checks that a rule cannot be passed by writing its
+// path another way: once the login and api rules refuse a client, the
+// same resource written with dot segments, repeated slashes or encoded
+// dots and slashes never reaches the upstream, while paths in normal form
+// pass, and the upstream gets the normal form that the rules matched.
+func TestProxyPathTricks(t *testing.T) {
+	f, up, front := proxyFixture(t)
+	c := front.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+	// The upstream gets the path the rules match: unreserved characters
+	// decoded, other escapes in upper case, the query as sent.
+	for _, tt := range []struct{ path, want string }{
+		{"/%7Euser/caf%c3%a9?q=%2F", "GET /base/~user/caf%C3%A9?q=%2F "},
+		{"/items/a%20b;v=1/", "GET /base/items/a%20b;v=1/ "},
+		{"/%6Cogin", "GET /base/login "},
+	} {
+		if resp, body := get(t, c, "GET", front.URL+tt.path, nil); resp.StatusCode != 200 || !strings.HasPrefix(body, tt.want) {
+			t.Errorf("GET %s = %d %q, want 200 %q", tt.path, resp.StatusCode, body, tt.want)
+		}
+	}
+
+	for _, rule := range []struct {
+		name, method, path string
+		tricks             []string
+	}{
+		{"login", "POST", "/login", []string{"/x/%2e%2e/login", "/%2e/login", "/%2flogin", "/x/..%2flogin", "/api/%2e%2e/login",
+			"/%2E%2E/login", "/x/..;/login", "/x/%2e%2e;/login", "/login%00", `/x\..\login`, "/x/..%5clogin"}},
+		{"api", "GET", "/api/items", []string{"/x/%2e%2e/api/items", "/%2e/api/items", "/%2fapi/items", "/x/..%2fapi/items",
+			"/api%2Fitems", "/login/%2e%2e/api/items", "/x/..;/api/items"}},
+	} {
+		for i, want := range []int{200, 200, 429} {
+			if resp, body := get(t, c, rule.method, front.URL+rule.path, nil, "X-API-Key", "k"); resp.StatusCode != want {
+				t.Fatalf("%s %s, request %d = %d %q, want %d", rule.method, rule.path, i, resp.StatusCode, body, want)
+			}
+		}
+		hits := up.hits.Load()
+		for _, p := range rule.tricks {
+			resp, body := get(t, c, rule.method, front.URL+p, nil, "X-API-Key", "k")
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(body, "Sluice does not forward this request: the path has") {
+				t.Errorf("%s %s after the %s rule refused = %d %q, want 400 problem+json", rule.method, p, rule.name, resp.StatusCode, body)
+			}
+		}
+		// Literal dot segments and repeated slashes are redirected to the
+		// normal path by the ServeMux, where the rule refuses them.
+		for _, p := range []string{"/x/.." + rule.path, "/" + rule.path, "/." + rule.path} {
+			resp, body := get(t, c, rule.method, front.URL+p, nil, "X-API-Key", "k")
+			if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != rule.path {
+				t.Errorf("%s %s = %d (Location %q) %q, want 307 to %s", rule.method, p, resp.StatusCode, resp.Header.Get("Location"), body, rule.path)
+			}
+		}
+		if got := up.hits.Load() - hits; got != 0 {
+			t.Errorf("the upstream saw %d requests of the refused %s client, want 0", got, rule.name)
+		}
+	}
+	if got := counter(t, f.reg, "sluice_http_requests_total", "400", "proxy"); got != 18 {
+		t.Errorf("sluice_http_requests_total of the proxy's 400 = %v, want 18", got)
+	}
+
+	// A request the ServeMux does not clean cannot reach Sluice's own
+	// paths upstream either.
+	hits := up.hits.Load()
+	if rec := f.do("CONNECT", "//v1/status", ""); rec.Code != http.StatusNotFound || up.hits.Load() != hits {
+		t.Errorf("CONNECT //v1/status = %d %s, want 404 without reaching the upstream", rec.Code, rec.Body)
+	}
+}
