@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -22,13 +24,22 @@ import (
 // X-Forwarded-For); otherwise those headers are ignored and the request is
 // taken as it is. A request no rule selects is let through.
 //
+// The path of X-Forwarded-Uri is matched in normal form (normalPath), as
+// the proxy's own requests are; one that servers read in different ways
+// is refused with 400, since the gateway forwards it as it is.
+//
 // ?deny_status=401 or 403 replaces the 429 of a denial, for nginx's
 // auth_request, which treats any other status as an error.
 func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	orig, msg := st.original(r)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+	orig, err := original(r, st.trustedPeer(r.RemoteAddr))
+	var pe pathError
+	if errors.As(err, &pe) {
+		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "X-Forwarded-Uri: "+pe.Error()+"; Sluice refuses such requests.")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	q := r.URL.Query()
@@ -113,16 +124,18 @@ func (c *problemCapture) Write(b []byte) (int, error) {
 func (c *problemCapture) WriteHeader(int) {}
 
 // original returns the request a trusted proxy asks about, rebuilt from
-// its X-Forwarded-* headers, or r itself when the peer is not trusted.
-func (st *state) original(r *http.Request) (*http.Request, string) {
-	if !st.trustedPeer(r.RemoteAddr) {
-		return r, ""
+// its X-Forwarded-* headers with the path of X-Forwarded-Uri in normal
+// form, or r itself when the peer is not trusted. The error is a
+// pathError when that path is refused.
+func original(r *http.Request, trusted bool) (*http.Request, error) {
+	if !trusted {
+		return r, nil
 	}
 	method := r.Header.Get("X-Forwarded-Method")
 	uri := r.Header.Get("X-Forwarded-Uri")
 	host := r.Header.Get("X-Forwarded-Host")
 	if method == "" && uri == "" && host == "" {
-		return r, ""
+		return r, nil
 	}
 	o := r.WithContext(r.Context()) // a shallow copy
 	if method != "" {
@@ -131,7 +144,24 @@ func (st *state) original(r *http.Request) (*http.Request, string) {
 	if uri != "" {
 		u, err := url.ParseRequestURI(uri)
 		if err != nil {
-			return nil, "X-Forwarded-Uri is not a request URI: " + strconv.Quote(uri)
+			return nil, errors.New("X-Forwarded-Uri is not a request URI: " + strconv.Quote(uri))
+		}
+		// The path as the gateway sent it: u's would be decoded, and
+		// re-encoded where the gateway's encoding is not Go's.
+		raw, query, hasQuery := strings.Cut(uri, "?")
+		p, err := normalPath(raw)
+		if err != nil {
+			return nil, err
+		}
+		if p != raw {
+			normal := p
+			if hasQuery {
+				normal += "?" + query
+			}
+			if u, err = url.ParseRequestURI(normal); err != nil {
+				return nil, errors.New("X-Forwarded-Uri is not a request URI: " + strconv.Quote(uri))
+			}
+			uri = normal
 		}
 		o.URL = u
 		o.RequestURI = uri
@@ -139,7 +169,7 @@ func (st *state) original(r *http.Request) (*http.Request, string) {
 	if host != "" {
 		o.Host = host
 	}
-	return o, ""
+	return o, nil
 }
 
 // trustedPeer reports whether the connection comes from a trusted proxy.
