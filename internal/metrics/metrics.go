@@ -1,10 +1,11 @@
 // Package metrics holds the Prometheus metrics of sluice serve, in one
 // place: the decisions by limit and outcome, the store calls (through
 // Store, a decorator of any sluice.Store), the HTTP requests, the
-// configuration's reloads, Redis errors and the decisions of Envoy's rate
-// limit service. cmd/sluice builds one Metrics and hands it, with the
-// store it decorates, to every front door and to the status page, so that
-// each series counts the traffic of all of them.
+// configuration's reloads, Redis errors, the decisions of Envoy's rate
+// limit service and the forward-auth requests of untrusted peers.
+// cmd/sluice builds one Metrics and hands it, with the store it
+// decorates, to every front door and to the status page, so that each
+// series counts the traffic of all of them.
 //
 // Labels are limit names, handler names, store operations and configured
 // descriptors, never keys, so their number is bounded by the
@@ -83,6 +84,9 @@ type Metrics struct {
 	redisErrors    prometheus.Counter
 	rlsDecisions   *prometheus.CounterVec // domain, descriptor, outcome
 	descriptors    descriptorLabels
+	// forwardAuthUntrusted counts forward-auth requests whose
+	// X-Forwarded-* fields were ignored.
+	forwardAuthUntrusted prometheus.Counter
 	// rlsCounters holds the counter of each label set of rlsDecisions
 	// counted so far (rlsLabels -> prometheus.Counter): a lookup of the
 	// vector hashes and checks the three values on every decision. Its
@@ -116,7 +120,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := newCollectors()
 	m.reg = reg
 	if err := m.register(m.decisions, m.storeDuration, m.storeErrors, m.requests, m.duration,
-		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions); err != nil {
+		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions, m.forwardAuthUntrusted); err != nil {
 		return nil, err
 	}
 	for _, op := range []string{opAllow, opAllowAll, opPeek} {
@@ -184,6 +188,8 @@ func newCollectors() *Metrics {
 		rlsDecisions: counterVec("sluice_rls_decisions_total",
 			"Envoy rate limit service: descriptors that matched a limit, by domain, configured descriptor (as envoyproxy/ratelimit names its stats) and outcome: allowed, denied, shadow_denied, unlimited, degraded.",
 			"domain", "descriptor", "outcome"),
+		forwardAuthUntrusted: counter("sluice_forward_auth_untrusted_total",
+			"Forward-auth requests whose X-Forwarded-* fields were ignored because the peer is not in proxy.trusted_proxies: rules matched the forward-auth request itself, and ip keys were the peer's address."),
 	}
 	m.decisionCounters.Store(new(sync.Map))
 	return m
@@ -289,6 +295,10 @@ func (m *Metrics) ReloadFailed() { m.reloadFailures.Inc() }
 
 // RedisError counts a failed call to Redis.
 func (m *Metrics) RedisError() { m.redisErrors.Inc() }
+
+// ForwardAuthUntrusted counts a forward-auth request whose X-Forwarded-*
+// fields were ignored because its peer is not a trusted proxy.
+func (m *Metrics) ForwardAuthUntrusted() { m.forwardAuthUntrusted.Inc() }
 
 // Handler counts and times the requests next serves under the handler
 // label name.

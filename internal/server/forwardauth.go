@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -22,7 +24,8 @@ import (
 // proxy, the original request is described by X-Forwarded-Method,
 // X-Forwarded-Uri and X-Forwarded-Host (and the client address by
 // X-Forwarded-For); otherwise those headers are ignored and the request is
-// taken as it is. A request no rule selects is let through.
+// taken as it is, and the first such request from each peer is logged. A
+// request no rule selects is let through.
 //
 // The path of X-Forwarded-Uri is matched in normal form (normalPath), as
 // the proxy's own requests are; one that servers read in different ways
@@ -32,7 +35,11 @@ import (
 // auth_request, which treats any other status as an error.
 func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	orig, err := original(r, st.trustedPeer(r.RemoteAddr))
+	trusted := st.trustedPeer(r.RemoteAddr)
+	if !trusted && hasForwarded(r.Header) {
+		h.untrustedForwardAuth(st, r)
+	}
+	orig, err := original(r, trusted)
 	var pe pathError
 	if errors.As(err, &pe) {
 		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "X-Forwarded-Uri: "+pe.Error()+"; Sluice refuses such requests.")
@@ -170,6 +177,66 @@ func original(r *http.Request, trusted bool) (*http.Request, error) {
 		o.Host = host
 	}
 	return o, nil
+}
+
+// hasForwarded reports whether a forward-auth request carries any of the
+// X-Forwarded-* fields that a trusted proxy's requests are read from.
+func hasForwarded(h http.Header) bool {
+	for _, k := range []string{"X-Forwarded-Method", "X-Forwarded-Uri", "X-Forwarded-Host", "X-Forwarded-For"} {
+		if len(h[k]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// untrustedForwardAuth counts a forward-auth request whose X-Forwarded-*
+// fields are ignored because its peer is not a trusted proxy, and logs
+// the first from each peer address under the configuration st: with a
+// gateway missing from proxy.trusted_proxies, rules match the
+// forward-auth request itself (mostly none, so everything is let
+// through) and ip keys are the gateway's address.
+func (h *Handler) untrustedForwardAuth(st *state, r *http.Request) {
+	h.metrics.ForwardAuthUntrusted()
+	peer := r.RemoteAddr
+	if ap, err := netip.ParseAddrPort(peer); err == nil {
+		peer = ap.Addr().Unmap().String()
+	}
+	if !st.untrustedPeers.add(peer) {
+		return
+	}
+	h.logger.LogAttrs(r.Context(), slog.LevelWarn, "forward-auth: X-Forwarded-* fields ignored from a peer not in proxy.trusted_proxies",
+		slog.String("peer", peer),
+		slog.String("effect", "rules match the forward-auth request itself, not the one it asks about, and ip keys are the peer's address"),
+		slog.String("fix", "if the peer is your gateway, add its address to proxy.trusted_proxies"),
+		slog.String("note", "logged once per peer; sluice_forward_auth_untrusted_total counts every such request"))
+}
+
+// maxLoggedPeers bounds the peers peerSet remembers, and so the log
+// lines of untrusted forward-auth requests under one configuration.
+const maxLoggedPeers = 64
+
+// peerSet is the set of peer addresses already logged, at most
+// maxLoggedPeers of them. The zero value is empty; it is safe for
+// concurrent use.
+type peerSet struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+// add reports whether peer is new to the set and was added: false for a
+// peer already in it, and for every peer once the set is full.
+func (s *peerSet) add(peer string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[peer]; ok || len(s.seen) >= maxLoggedPeers {
+		return false
+	}
+	if s.seen == nil {
+		s.seen = make(map[string]struct{})
+	}
+	s.seen[peer] = struct{}{}
+	return true
 }
 
 // trustedPeer reports whether the connection comes from a trusted proxy.

@@ -161,6 +161,9 @@ type state struct {
 	proxy *httputil.ReverseProxy
 	// tables are the plan tables, by name.
 	tables map[string]*planTable
+	// untrustedPeers are the peers whose ignored X-Forwarded-* fields
+	// have been logged (forwardauth.go).
+	untrustedPeers peerSet
 }
 
 // maxBody is the largest request body /v1/check reads.
