@@ -606,6 +606,9 @@ func (d *decoder) match(at, n *yaml.Node, path string) (Match, bool) {
 		} else if s[0] != '/' {
 			d.add(deref(v), pp, "must start with /, got %q", s)
 			good = false
+		} else if why := unmatchablePrefix(s); why != "" {
+			d.add(deref(v), pp, "%q can never match: %s", s, why)
+			good = false
 		} else {
 			m.PathPrefix = s
 		}
@@ -629,6 +632,22 @@ func (d *decoder) match(at, n *yaml.Node, path string) (Match, bool) {
 		good = good && ok
 	}
 	return m, good
+}
+
+// unmatchablePrefix says why no request path can start with the path
+// prefix p, or returns "" when one can. Rules match the path in normal
+// form (package server's normalPath, decoded): it has no empty or dot
+// segment, and no backslash or NUL, which are refused.
+func unmatchablePrefix(p string) string {
+	switch {
+	case strings.Contains(p, "//"):
+		return "requests are matched with repeated slashes merged"
+	case strings.Contains(p, "/./") || strings.Contains(p, "/../"):
+		return "requests are matched with dot segments removed"
+	case strings.ContainsAny(p, "\\\x00"):
+		return "a path with a backslash or NUL is refused"
+	}
+	return ""
 }
 
 // httpToken reports whether s is an RFC 9110 token, the syntax of a
