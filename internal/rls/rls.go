@@ -186,15 +186,28 @@ type item struct {
 	first int
 }
 
+// MaxDescriptors is the most descriptors one request may carry, as the
+// decision API takes at most 128 checks per request. Envoy sends one
+// descriptor per rate_limits entry that applies to a route, a handful in
+// practice; the bound keeps one request's work small, in the service and
+// in the store (on Redis, one script that every other caller waits for).
+const MaxDescriptors = 128
+
+// MaxEntries is the most entries one descriptor of a request may carry:
+// the deepest nesting of configured descriptors, so that no descriptor a
+// configuration could limit is refused.
+const MaxEntries = maxDepth
+
 // ShouldRateLimit decides a request: it matches each descriptor to its
 // limits in the request's domain, charges all of them at once or none, and
 // answers OVER_LIMIT when a limit that is not in shadow mode is over.
 //
 // A descriptor that matches no limit, and every descriptor of an unknown
 // domain, is answered OK with no current_limit. A request without a domain
-// or descriptors is InvalidArgument. When the store fails (and its failure
-// policy did not decide), the call fails with Unavailable, and Envoy
-// applies its failure_mode_deny setting.
+// or descriptors, with more than MaxDescriptors descriptors or with a
+// descriptor of more than MaxEntries entries is InvalidArgument. When the
+// store fails (and its failure policy did not decide), the call fails with
+// Unavailable, and Envoy applies its failure_mode_deny setting.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	domain := req.GetDomain()
 	if domain == "" {
@@ -203,6 +216,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rls: the request has no descriptors")
+	}
+	if err := checkSize(descs); err != nil {
+		return nil, err
 	}
 	resp, spare := newResponse(len(descs))
 	cfg := s.cfg.Load()
@@ -274,6 +290,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	resp.ResponseHeadersToAdd = cfg.responseHeaders(descs, items, resp)
 	return resp, nil
+}
+
+// checkSize returns an InvalidArgument error for descriptors beyond
+// MaxDescriptors, or a descriptor with more than MaxEntries entries.
+func checkSize(descs []*rlscommon.RateLimitDescriptor) error {
+	if len(descs) > MaxDescriptors {
+		return status.Errorf(codes.InvalidArgument, "rls: the request has %d descriptors; at most %d are allowed", len(descs), MaxDescriptors)
+	}
+	for i, d := range descs {
+		if n := len(d.GetEntries()); n > MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "rls: descriptor %d has %d entries; at most %d are allowed", i, n, MaxEntries)
+		}
+	}
+	return nil
 }
 
 // matchDescriptor fills it with the limits that apply to descriptor d.
