@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -85,6 +86,42 @@ descriptors:
 	_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "unknown", Descriptors: descriptors(MaxDescriptors + 1)})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("ShouldRateLimit(unknown domain, %d descriptors) = %v, want InvalidArgument", MaxDescriptors+1, err)
+	}
+}
+
+// TestContextDone: a call whose context has ended before the store is
+// asked charges nothing and fails with the context's gRPC code.
+func TestContextDone(t *testing.T) {
+	cs := &countingStore{Store: memstore.New(memstore.Options{})}
+	cfg := compile(t, "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	svc := New(cs, cfg, Options{})
+	req := &rlsv3.RateLimitRequest{Domain: "c", Descriptors: descriptors(MaxDescriptors)}
+
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
+	defer cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"canceled", canceled, codes.Canceled},
+		{"deadline exceeded", expired, codes.DeadlineExceeded},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := svc.ShouldRateLimit(tt.ctx, req)
+			if status.Code(err) != tt.want {
+				t.Errorf("ShouldRateLimit = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if calls := cs.calls(); calls != 0 {
+		t.Errorf("the store was called %d times, want 0", calls)
+	}
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c", Descriptors: descriptors(1)})
+	if err != nil || resp.Statuses[0].GetLimitRemaining() != 4 {
+		t.Errorf("the next call = %v, %v; want 4 left (nothing charged before)", resp, err)
 	}
 }
 

@@ -205,9 +205,11 @@ const MaxEntries = maxDepth
 // A descriptor that matches no limit, and every descriptor of an unknown
 // domain, is answered OK with no current_limit. A request without a domain
 // or descriptors, with more than MaxDescriptors descriptors or with a
-// descriptor of more than MaxEntries entries is InvalidArgument. When the
-// store fails (and its failure policy did not decide), the call fails with
-// Unavailable, and Envoy applies its failure_mode_deny setting.
+// descriptor of more than MaxEntries entries is InvalidArgument. When ctx
+// ends before the store is asked, nothing is charged and the call fails
+// with Canceled or DeadlineExceeded. When the store fails (and its failure
+// policy did not decide), the call fails with Unavailable, and Envoy
+// applies its failure_mode_deny setting.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	domain := req.GetDomain()
 	if domain == "" {
@@ -267,6 +269,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 	}
 
+	// A caller that has gone (Envoy's timeout) gets nothing charged.
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
 	var now time.Time
 	if s.now != nil {
 		now = s.now()
