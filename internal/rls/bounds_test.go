@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -10,7 +11,10 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/memstore"
@@ -86,6 +90,76 @@ descriptors:
 	_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "unknown", Descriptors: descriptors(MaxDescriptors + 1)})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("ShouldRateLimit(unknown domain, %d descriptors) = %v, want InvalidArgument", MaxDescriptors+1, err)
+	}
+}
+
+// rawCodec sends the bytes it is given as a call's message, and receives
+// a reply as bytes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// TestMalformedRequest: bytes that are not a RateLimitRequest, sent on a
+// real gRPC connection, are answered InvalidArgument by a server with
+// ServerOptions; a well-formed request is decided on it, and on a server
+// without those options.
+func TestMalformedRequest(t *testing.T) {
+	h := start(t, "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tests := []struct {
+		name string
+		msg  []byte
+	}{
+		{"truncated field", []byte{0x0a, 0x05, 'e'}},                  // domain: 5 bytes announced, 1 sent
+		{"invalid wire type", []byte{0x0f}},                           // field 1, wire type 7
+		{"invalid UTF-8 domain", []byte{0x0a, 0x02, 0xff, 0xfe}},      // a proto3 string must be UTF-8
+		{"truncated varint", []byte{0x18, 0xff}},                      // hits_addend's varint cut short
+		{"truncated descriptor", []byte{0x0a, 0x01, 'm', 0x12, 0x04}}, // descriptors: 4 bytes announced, none sent
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var reply []byte
+			err := conn.Invoke(context.Background(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, tt.msg, &reply, grpc.ForceCodecV2(rawCodec{}))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("ShouldRateLimit(% x) = %v, want InvalidArgument", tt.msg, err)
+			}
+		})
+	}
+	resp := h.call(t, "m", desc("k", "v"))
+	if resp.OverallCode != ok || resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 5 {
+		t.Errorf("a well-formed request: %v, want OK under 5 per minute", resp)
+	}
+
+	// Without ServerOptions the handler still decodes requests.
+	srv := grpc.NewServer()
+	New(memstore.New(memstore.Options{}), compile(t, "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), Options{}).Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	plain, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	resp, err = rlsv3.NewRateLimitServiceClient(plain).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "m", Descriptors: descriptors(1)})
+	if err != nil || resp.OverallCode != ok || resp.Statuses[0].GetLimitRemaining() != 4 {
+		t.Errorf("ShouldRateLimit on a server without ServerOptions = %v, %v; want OK with 4 left", resp, err)
 	}
 }
 

@@ -141,9 +141,12 @@ func (s *Service) SetConfig(cfg *Config) {
 // Config returns the configuration in use.
 func (s *Service) Config() *Config { return s.cfg.Load() }
 
-// Register registers the service on a gRPC server.
+// Register registers the service on a gRPC server. On a server built
+// with ServerOptions, a request whose bytes are not a RateLimitRequest is
+// answered InvalidArgument; on another, Internal, as grpc-go answers any
+// message it cannot decode.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
-	rlsv3.RegisterRateLimitServiceServer(r, s)
+	r.RegisterService(&serviceDesc, s)
 }
 
 // StreamWorkers is how many goroutines of the gRPC server that
@@ -160,9 +163,11 @@ const StreamWorkers = 64
 // service benchmark that growth was about 15% of the server's CPU. When
 // every worker is busy, a call gets a new goroutine as without the
 // option, so no call waits for a worker: what is served, in what order and
-// how soon is unchanged.
+// how soon is unchanged. Its codec is grpc-go's protobuf codec, except
+// that it leaves a request it cannot decode for the service to answer
+// InvalidArgument (see Register and wire.go).
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers)}
+	return []grpc.ServerOption{grpc.NumStreamWorkers(StreamWorkers), grpc.ForceServerCodecV2(newCodec())}
 }
 
 // item is one descriptor of a request being decided.

@@ -59,6 +59,7 @@ type harness struct {
 	clock  *clock
 	events *events
 	svc    *Service
+	addr   string // the server's address
 }
 
 // compile decodes and compiles an envoy section given as YAML.
@@ -91,6 +92,7 @@ func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.addr = lis.Addr().String()
 	srv := grpc.NewServer(ServerOptions()...)
 	h.svc.Register(srv)
 	done := make(chan error, 1)
