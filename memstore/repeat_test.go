@@ -1,0 +1,70 @@
+package memstore
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// TestSummedCosts: the running sums of repeated hashes are right, and
+// above smallRepeat requests no pair of hashes is compared, so that the
+// work grows linearly with the requests (the pairs compared before grew
+// with their square: 200 million for 20,000 requests).
+func TestSummedCosts(t *testing.T) {
+	for _, n := range []int{1, 2, smallRepeat, smallRepeat + 1, 20_000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			const keys = 3
+			hs := make([]uint64, n)
+			reqs := make([]sluice.Request, n)
+			for i := range n {
+				hs[i] = uint64(i%keys) * 0x9e3779b97f4a7c15
+				reqs[i].Cost = int64(i%keys + 1)
+			}
+			sums, compared := summedCosts(hs, reqs, nil)
+			if len(sums) != n {
+				t.Fatalf("summedCosts returned %d sums, want %d", len(sums), n)
+			}
+			for i, got := range sums {
+				// Request i is the (i/keys+1)th on its hash, each of cost
+				// i%keys+1.
+				if want := int64(i/keys+1) * int64(i%keys+1); got != want {
+					t.Fatalf("sums[%d] = %d, want %d", i, got, want)
+				}
+			}
+			if maxPairs := min(n, smallRepeat) * (min(n, smallRepeat) - 1) / 2; compared > maxPairs || n > smallRepeat && compared != 0 {
+				t.Errorf("summedCosts compared %d pairs of hashes for %d requests, want at most %d (none above %d requests)", compared, n, maxPairs, smallRepeat)
+			}
+		})
+	}
+}
+
+// TestAllowAllManyRepeats: an AllowAll of many requests on a few keys
+// decides each as one request of the summed cost up to it, and charges
+// them all.
+func TestAllowAllManyRepeats(t *testing.T) {
+	const n, limit = 3000, 10_000
+	st := New(Options{})
+	p := sluice.FixedWindow(limit, time.Hour)
+	reqs := make([]sluice.Request, n)
+	for i := range reqs {
+		reqs[i] = sluice.Request{Policy: p, Key: "k" + strconv.Itoa(i%3), Cost: 2}
+	}
+	now := time.Unix(1_700_000_000, 0)
+	out := make([]sluice.Decision, n)
+	d, err := st.AllowAll(context.Background(), now, reqs, out)
+	if err != nil || !d.Allowed {
+		t.Fatalf("AllowAll = %+v, %v; want allowed", d, err)
+	}
+	for i, o := range out {
+		if want := int64(limit - 2*(i/3+1)); !o.Allowed || o.Remaining != want {
+			t.Fatalf("out[%d] = %+v, want allowed with %d remaining", i, o, want)
+		}
+	}
+	got, err := st.Peek(context.Background(), now, sluice.Request{Policy: p, Key: "k0", Cost: 1})
+	if want := int64(limit - 2*n/3 - 1); err != nil || got.Remaining != want {
+		t.Errorf("after AllowAll, Peek(k0) = %+v, %v; want %d remaining", got, err, want)
+	}
+}
