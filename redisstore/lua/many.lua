@@ -62,15 +62,13 @@ local function allow_all(kb, ab, n)
   end
 
   -- Decide every request without charging, a repeated key seeing the cost of
-  -- the requests before it; then charge all, or none.
-  local res, sts, all = {}, {}, true
+  -- the requests before it (summed holds each key's running sum, so the work
+  -- grows linearly with the requests); then charge all, or none.
+  local res, sts, all, summed = {}, {}, true, {}
   for i = 1, n do
-    local cost = tonumber(field(i, 5))
-    for j = 1, i - 1 do
-      if KEYS[kb + j] == KEYS[kb + i] then
-        cost = cost + tonumber(field(j, 5))
-      end
-    end
+    local key = KEYS[kb + i]
+    local cost = (summed[key] or 0) + tonumber(field(i, 5))
+    summed[key] = cost
     local ok, rem, retry, reset, delay, st = decide(i, now, cost, false, tonumber(field(i, 6)))
     sts[i] = st
     if retry == -1 then
