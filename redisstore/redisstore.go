@@ -672,19 +672,15 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		res = make([]algo.Result, 0, len(reqs))
 	}
 	res = res[:len(reqs)]
+	// The same Redis key: one request of their summed cost.
+	var sbuf [maxLocalAll]int64
+	sums, _ := summedCosts(es, reqs, sbuf[:0])
 	refused := false
 	for i := range reqs {
 		if caller {
 			ts[i] = callerNow
 		}
-		cost := reqs[i].Cost
-		for j := range i {
-			// The same Redis key: one request of their summed cost.
-			if es[j].key == es[i].key {
-				cost += reqs[j].Cost
-			}
-		}
-		es[i].decide(&res[i], ts[i], cost, reqs[i].MaxDelay)
+		es[i].decide(&res[i], ts[i], sums[i], reqs[i].MaxDelay)
 		if res[i].RetryAfter == algo.Never {
 			return es, d, false // the script reports it, with its error
 		}
@@ -716,6 +712,36 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		ds = append(ds, decisionOf(&reqs[i].Policy, r))
 	}
 	return es, algo.Combine(ds), true
+}
+
+// summedCosts appends to sums, for each request of reqs, its cost plus
+// the costs of the requests before it on the same Redis key (their
+// entries es hold it), as AllowAll's script sums them, and returns sums.
+// Up to maxLocalAll requests it compares each key with the ones before
+// it, allocating nothing; for more it keeps a running sum per key in a
+// map, comparing no pair, so that its work grows linearly with the
+// requests. compared is the number of pairs of keys it compared.
+func summedCosts(es []*entry, reqs []sluice.Request, sums []int64) (_ []int64, compared int) {
+	if len(reqs) <= maxLocalAll {
+		for i := range reqs {
+			cost := reqs[i].Cost
+			for j := range i {
+				if es[j].key == es[i].key {
+					cost += reqs[j].Cost
+				}
+			}
+			sums = append(sums, cost)
+			compared += i
+		}
+		return sums, compared
+	}
+	running := make(map[string]int64, len(reqs))
+	for i := range reqs {
+		sum := running[es[i].key] + reqs[i].Cost
+		running[es[i].key] = sum
+		sums = append(sums, sum)
+	}
+	return sums, 0
 }
 
 // learnMany keeps what AllowAll's reply vals says about its keys: after a
