@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/proctest"
@@ -178,5 +179,55 @@ func TestRecoverUnary(t *testing.T) {
 	resp, err = ic(context.Background(), nil, info, func(context.Context, any) (any, error) { return "ok", nil })
 	if resp != "ok" || err != nil {
 		t.Errorf("a method that returns = %v, %v; want ok, nil", resp, err)
+	}
+}
+
+// TestGRPCTokens serves Envoy's rate limit service with listen.tokens_file
+// and calls it over a loopback connection: without a token, or with one
+// not in the file, ShouldRateLimit is Unauthenticated, with one of the
+// file's tokens in the authorization metadata it is decided, and the
+// health service needs none. A reload with another tokens file applies at
+// once.
+func TestGRPCTokens(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeConfig(t, filepath.Join(dir, "tokens.txt"), "# Envoy\nenvoy-0123456789abcdef\n")
+	yaml := strings.Replace(envoyConfig("100"), "listen: {", "listen: {tokens_file: tokens.txt, ", 1)
+	path := writeConfig(t, filepath.Join(dir, "sluice.yaml"), yaml)
+	in := startServe(t, "--config", path, "--watch", "20ms")
+	conn := dialGRPC(t, in.grpc)
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	call := func(auth string) codes.Code {
+		c := ctx
+		if auth != "" {
+			c = metadata.AppendToOutgoingContext(ctx, "authorization", auth)
+		}
+		_, err := client.ShouldRateLimit(c, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "k1")}})
+		return status.Code(err)
+	}
+	for _, tt := range []struct {
+		name, auth string
+		want       codes.Code
+	}{
+		{"no token", "", codes.Unauthenticated},
+		{"wrong token", "Bearer envoy-0123456789abcdeX", codes.Unauthenticated},
+		{"token", "Bearer envoy-0123456789abcdef", codes.OK},
+	} {
+		if got := call(tt.auth); got != tt.want {
+			t.Errorf("%s: ShouldRateLimit = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health Check without a token = %v, %v; want SERVING", hc, err)
+	}
+
+	// Another tokens file, named by a changed configuration.
+	writeConfig(t, filepath.Join(dir, "tokens-2.txt"), "envoy-fedcba9876543210\n")
+	writeConfig(t, path, strings.Replace(yaml, "tokens.txt", "tokens-2.txt", 1))
+	proctest.WaitFor(t, waitTimeout, "the new tokens", func() bool { return call("Bearer envoy-fedcba9876543210") == codes.OK })
+	if got := call("Bearer envoy-0123456789abcdef"); got != codes.Unauthenticated {
+		t.Errorf("the old token after the reload: ShouldRateLimit = %v, want Unauthenticated", got)
 	}
 }

@@ -162,6 +162,7 @@ func (s *service) apply(trigger string, data []byte) bool {
 		return false
 	}
 	s.tls.commit(tlsNext)
+	s.tokens.Store(cfg.Tokens())
 	s.store.reportSplit(cfg, log)
 	if s.rls != nil {
 		s.rls.SetConfig(envoy)

@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/internal/metrics"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/tlsauth"
 )
 
 const serveUsage = `Usage: sluice serve [--config FILE] [flags]
@@ -280,6 +282,10 @@ type service struct {
 	rls      *rls.Service   // nil without a gRPC listener
 	health   *health.Server // nil without a gRPC listener
 	tls      *serveTLS      // nil without listen.tls (tls.go)
+	// tokens are listen.tokens_file's tokens in use (nil without the
+	// file), which Envoy's rate limit service asks of its callers as the
+	// decision API does; a reload replaces them.
+	tokens atomic.Pointer[tlsauth.Tokens]
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 }
@@ -290,6 +296,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s := &service{flags: f, logger: logger, started: cfg, reg: prometheus.NewRegistry()}
+	s.tokens.Store(cfg.Tokens())
 	l := cfg.Listen()
 	s.httpAddr, s.grpcAddr, s.adminAddr = l.HTTP, l.GRPC, l.Admin
 	if f.admin != "" {
@@ -449,7 +456,8 @@ func (s *service) run(ctx context.Context, src *source) error {
 	var gs *grpc.Server
 	if grpcLn != nil {
 		opts := append(rls.ServerOptions(), s.tls.grpcOptions()...)
-		gs = grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(recoverUnary(s.logger)))...)
+		opts = append(opts, grpc.ChainUnaryInterceptor(tlsauth.TokenUnary(rls.ServiceName, s.tokens.Load), recoverUnary(s.logger)))
+		gs = grpc.NewServer(opts...)
 		s.rls.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/proctest"
@@ -120,6 +121,12 @@ func decide(c *http.Client, addr string) (int, string, string, error) {
 // certificate.
 func (s *tlsService) rls(t *testing.T, cert *tlstest.Issued) (*rlspb.RateLimitResponse, error) {
 	t.Helper()
+	return s.rlsWithToken(t, cert, "")
+}
+
+// rlsWithToken is rls with a token of listen.tokens_file ("" for none).
+func (s *tlsService) rlsWithToken(t *testing.T, cert *tlstest.Issued, token string) (*rlspb.RateLimitResponse, error) {
+	t.Helper()
 	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, s.ca, cert))))
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +134,9 @@ func (s *tlsService) rls(t *testing.T, cert *tlstest.Issued) (*rlspb.RateLimitRe
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
 	return rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{
 		Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "k")},
 	})
@@ -433,8 +443,8 @@ func TestValidateTLSFiles(t *testing.T) {
 // its addresses on loopback and its Redis a private redis-server that
 // accepts only TLS and a password, and files made by the test at the paths
 // the example names: a client with an allowed certificate and a token gets
-// decisions from Redis over HTTPS and gRPC, and the admin listener answers
-// with the admin token.
+// decisions from Redis over HTTPS and gRPC (and none without the token),
+// and the admin listener answers with the admin token.
 func TestTLSEverywhereExample(t *testing.T) {
 	t.Parallel()
 	example, err := os.ReadFile("../../examples/tls.yaml")
@@ -500,8 +510,12 @@ func TestTLSEverywhereExample(t *testing.T) {
 	if n, err := srv.Do("DBSIZE"); err != nil || fmt.Sprint(n) == "0" {
 		t.Errorf("Redis holds %v keys (%v), want the decision's", n, err)
 	}
-	if r, err := s.rls(t, ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})); err != nil || r.GetOverallCode() != rlspb.RateLimitResponse_OK {
-		t.Errorf("gRPC from Envoy's identity: %v %v, want OK", r, err)
+	envoy := ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	if _, err := s.rls(t, envoy); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("gRPC from Envoy's identity without a token: %v, want Unauthenticated", err)
+	}
+	if r, err := s.rlsWithToken(t, envoy, "edge-0123456789abcdef"); err != nil || r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+		t.Errorf("gRPC from Envoy's identity with a token: %v %v, want OK", r, err)
 	}
 	req, _ := http.NewRequest("GET", "https://"+s.admin+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer admin-0123456789abcdef")

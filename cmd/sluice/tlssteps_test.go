@@ -17,6 +17,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/mdtest"
 )
@@ -122,11 +123,12 @@ func TestTLSCertificateSteps(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.Fields(read("tokens.txt"))[1])
 	resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{
 		Domain:      "edge",
 		Descriptors: []*rlscommon.RateLimitDescriptor{{Entries: []*rlscommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k"}}}},
 	})
 	if err != nil || resp.GetOverallCode() != rlspb.RateLimitResponse_OK {
-		t.Errorf("gRPC with Envoy's certificate: %v %v, want OK", resp, err)
+		t.Errorf("gRPC with Envoy's certificate and a token: %v %v, want OK", resp, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"go.yaml.in/yaml/v3"
@@ -35,6 +35,20 @@ func yamlBlocks(t *testing.T, path string) []string {
 		blocks = append(blocks, part[:end])
 	}
 	return blocks
+}
+
+// yamlJSON returns the YAML text y as JSON, for protojson.
+func yamlJSON(t *testing.T, y string) []byte {
+	t.Helper()
+	var tree any
+	if err := yaml.Unmarshal([]byte(y), &tree); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // validateAll runs the generated validation of m and of every message
@@ -79,37 +93,49 @@ func validateAll(t *testing.T, m proto.Message) {
 
 // TestEnvoyBootstrapInDocs loads each Envoy block of docs/envoy.md (the
 // bootstrap, and the cluster over mutual TLS) into
-// go-control-plane's Bootstrap and validates it, so the documented field
-// names and types are Envoy's; and checks that the documented Sluice
-// configuration decodes.
+// go-control-plane's Bootstrap, and each list of HTTP filters (the rate
+// limit filter with a token) into its HttpFilter, and validates them, so
+// the documented field names and types are Envoy's; and checks that the
+// documented Sluice configuration decodes.
 func TestEnvoyBootstrapInDocs(t *testing.T) {
-	var envoyYAMLs []string
+	var envoyYAMLs, filterYAMLs []string
 	var sluiceYAML string
 	for _, b := range yamlBlocks(t, "../../docs/envoy.md") {
 		switch {
 		case strings.HasPrefix(b, "static_resources:"):
 			envoyYAMLs = append(envoyYAMLs, b)
+		case strings.HasPrefix(b, "- name: envoy.filters.http."):
+			filterYAMLs = append(filterYAMLs, b)
 		case strings.HasPrefix(b, "listen:"):
 			sluiceYAML = b
 		}
 	}
-	if len(envoyYAMLs) < 2 || sluiceYAML == "" {
-		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster or no sluice.yaml block")
+	if len(envoyYAMLs) < 2 || len(filterYAMLs) < 1 || sluiceYAML == "" {
+		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster, no filter with a token or no sluice.yaml block")
 	}
 	for i, envoyYAML := range envoyYAMLs {
-		var tree any
-		if err := yaml.Unmarshal([]byte(envoyYAML), &tree); err != nil {
-			t.Fatal(err)
-		}
-		js, err := json.Marshal(tree)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var boot bootstrapv3.Bootstrap
-		if err := protojson.Unmarshal(js, &boot); err != nil {
+		if err := protojson.Unmarshal(yamlJSON(t, envoyYAML), &boot); err != nil {
 			t.Fatalf("Envoy block %d does not load as a Bootstrap: %v", i+1, err)
 		}
 		validateAll(t, &boot)
+	}
+	for i, filterYAML := range filterYAMLs {
+		var filters []any
+		if err := yaml.Unmarshal([]byte(filterYAML), &filters); err != nil {
+			t.Fatal(err)
+		}
+		for j, f := range filters {
+			js, err := json.Marshal(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hf hcmv3.HttpFilter
+			if err := protojson.Unmarshal(js, &hf); err != nil {
+				t.Fatalf("filter %d of Envoy filter block %d does not load as an HttpFilter: %v", j+1, i+1, err)
+			}
+			validateAll(t, &hf)
+		}
 	}
 
 	if _, ps := Decode(envoyNode(t, []byte(sluiceYAML)), "envoy"); len(ps) > 0 {

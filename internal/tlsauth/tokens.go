@@ -3,10 +3,16 @@ package tlsauth
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // MinTokenLen is the shortest token accepted: a token is a secret, and a
@@ -17,7 +23,8 @@ const MinTokenLen = 16
 const MaxTokensFile = 1 << 20
 
 // Tokens is a set of bearer tokens (listen.tokens_file). A request carries
-// one in "Authorization: Bearer TOKEN". A nil *Tokens holds none. A Tokens
+// one in "Authorization: Bearer TOKEN", a gRPC call in its "authorization"
+// metadata (TokenUnary). A nil *Tokens holds none. A Tokens
 // is immutable and safe for concurrent use.
 type Tokens struct {
 	sums [][32]byte // SHA-256 of each token, in file order
@@ -105,4 +112,30 @@ func (t *Tokens) Match(auth string) bool {
 		match |= subtle.ConstantTimeCompare(got[:], t.sums[i][:])
 	}
 	return match == 1
+}
+
+// TokenUnary is a gRPC interceptor that refuses, with Unauthenticated, the
+// unary calls of the service named service (such as
+// "envoy.service.ratelimit.v3.RateLimitService") whose "authorization"
+// metadata does not carry one of the tokens as "Bearer TOKEN", as an HTTP
+// request carries it in its Authorization header. tokens is called on
+// every call, so that the tokens of the configuration in use apply; when
+// it returns nil (no tokens file), every call passes. Calls of other
+// services, such as the health service, pass.
+func TokenUnary(service string, tokens func() *Tokens) grpc.UnaryServerInterceptor {
+	prefix := "/" + service + "/"
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !strings.HasPrefix(info.FullMethod, prefix) {
+			return handler(ctx, req)
+		}
+		t := tokens()
+		if t == nil {
+			return handler(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		if auth := md.Get("authorization"); len(auth) != 1 || !t.Match(auth[0]) {
+			return nil, status.Error(codes.Unauthenticated, "this service needs a token of listen.tokens_file: send the metadata authorization: Bearer TOKEN")
+		}
+		return handler(ctx, req)
+	}
 }
