@@ -26,6 +26,11 @@ on one line, such as
   allowed: limit "demo", key "alice", cost 1: 9 of 10 remaining, full again in 6s
   denied: limit "demo", key "alice", cost 1: 0 of 10 remaining, retry in 5.999s
 
+Remaining counts up to the limit; for a limit of the token-bucket family
+whose burst is not its limit, up to the burst, which the line names:
+
+  allowed: limit "api-key", key "k1", cost 1: 49 of burst 50 remaining (limit 10), full again in 100ms
+
 An allowed request is charged, as any call of the decision API is.
 
 Flags:
@@ -58,6 +63,7 @@ the limit's capacity is denied (1), "never".
 type checkAnswer struct {
 	Allowed      bool  `json:"allowed"`
 	Limit        int64 `json:"limit"`
+	Burst        int64 `json:"burst"` // when it is not Limit
 	Remaining    int64 `json:"remaining"`
 	RetryAfterMS int64 `json:"retry_after_ms"`
 	ResetAfterMS int64 `json:"reset_after_ms"`
@@ -257,7 +263,13 @@ func formatAnswer(f *checkFlags, a *checkAnswer) string {
 	default:
 		b.WriteString("denied")
 	}
-	fmt.Fprintf(&b, ": limit %s, key %s, cost %d: %d of %d remaining", strconv.Quote(f.limit), strconv.Quote(f.key), f.cost, a.Remaining, a.Limit)
+	fmt.Fprintf(&b, ": limit %s, key %s, cost %d: ", strconv.Quote(f.limit), strconv.Quote(f.key), f.cost)
+	if a.Burst > 0 && a.Burst != a.Limit {
+		// A bucket's remaining counts up to its burst, not its limit.
+		fmt.Fprintf(&b, "%d of burst %d remaining (limit %d)", a.Remaining, a.Burst, a.Limit)
+	} else {
+		fmt.Fprintf(&b, "%d of %d remaining", a.Remaining, a.Limit)
+	}
 	if !a.Allowed || a.ShadowDenied {
 		switch {
 		case a.RetryAfterMS < 0:

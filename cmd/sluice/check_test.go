@@ -10,11 +10,12 @@ import (
 	"testing"
 )
 
-// checkConfig has a token bucket "tb" of 2 per minute, a leaky bucket that
-// delays, and a dry-run limit.
+// checkConfig has a token bucket "tb" of 2 per minute, one whose burst is
+// above its limit, a leaky bucket that delays, and a dry-run limit.
 const checkConfig = `listen: {http: "127.0.0.1:0"}
 limits:
   tb: {algorithm: token_bucket, limit: 2, period: 1m}
+  bursty: {algorithm: token_bucket, limit: 20, period: 1m, burst: 50}
   queue: {algorithm: leaky_bucket, limit: 10, period: 1s, burst: 5}
   dry: {algorithm: fixed_window, limit: 1, period: 1h, shadow: true}
 `
@@ -45,11 +46,13 @@ func TestCheckCommand(t *testing.T) {
 			`{"allowed":false,"limit":2,"remaining":0,"retry_after_ms":...`, ""},
 		{"cost", []string{"--limit", "tb", "--key", "bob", "--cost", "2"}, 0,
 			`allowed: limit "tb", key "bob", cost 2: 0 of 2 remaining, full again in 1m0s` + "\n", ""},
+		{"burst above the limit", []string{"--limit", "bursty", "--key", "b"}, 0,
+			`allowed: limit "bursty", key "b", cost 1: 49 of burst 50 remaining (limit 20), full again in 3s` + "\n", ""},
 		{"queue", []string{"--limit", "queue", "--key", "q", "--cost", "2"}, 0,
-			`allowed: limit "queue", key "q", cost 2: 3 of 10 remaining, full again in 200ms` + "\n", ""},
+			`allowed: limit "queue", key "q", cost 2: 3 of burst 5 remaining (limit 10), full again in 200ms` + "\n", ""},
 		// The times depend on the time between the two calls.
 		{"delay", []string{"--limit", "queue", "--key", "q", "--cost", "2"}, 0,
-			`allowed: limit "queue", key "q", cost 2: 1 of 10 remaining, full again in ...`, "ms, wait "},
+			`allowed: limit "queue", key "q", cost 2: 1 of burst 5 remaining (limit 10), full again in ...`, "ms, wait "},
 		{"dry run", []string{"--limit", "dry", "--key", "d"}, 0, `allowed: limit "dry", key "d", cost 1: 0 of 1 remaining, full again in ...`, ""},
 		{"dry run denied", []string{"--limit", "dry", "--key", "d"}, 0, `allowed (dry run: the limit would have denied): limit "dry", key "d", cost 1: 0 of 1 remaining, retry in ...`, ""},
 		{"key with quotes", []string{"--limit", "tb", "--key", `a "b"` + "\n"}, 0, `allowed: limit "tb", key "a \"b\"\n", cost 1: 1 of 2 remaining...`, ""},

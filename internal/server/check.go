@@ -399,6 +399,12 @@ func appendResult(b []byte, r *httplimit.Result, it *item, now time.Time) []byte
 	}
 	b = append(b, `,"limit":`...)
 	b = strconv.AppendInt(b, r.Policy.Limit, 10)
+	if c := r.Policy.Capacity(); c != r.Policy.Limit {
+		// A bucket whose burst is not its limit: remaining counts up to
+		// the burst.
+		b = append(b, `,"burst":`...)
+		b = strconv.AppendInt(b, c, 10)
+	}
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	b = append(b, `,"retry_after_ms":`...)

@@ -207,7 +207,7 @@ func TestOverridesApply(t *testing.T) {
 		t.Errorf("PUT answer = %s", rec.Body)
 	}
 	// The decision API: k1 has 200, k2 the limit's 10.
-	want := `{"allowed":true,"limit":100,"remaining":199,"retry_after_ms":0,"reset_after_ms":10,"override":true}`
+	want := `{"allowed":true,"limit":100,"burst":200,"remaining":199,"retry_after_ms":0,"reset_after_ms":10,"override":true}`
 	if got := strings.TrimSpace(f.check(`{"limit":"api-key","key":"k1"}`).Body.String()); got != want {
 		t.Errorf("check k1 = %s, want %s", got, want)
 	}

@@ -184,10 +184,12 @@ func TestCheckFixedWindow(t *testing.T) {
 	}
 }
 
+// TestCheckLeakyDelay checks the answer of a leaky bucket whose burst (5)
+// is not its limit (10): it says the burst, which remaining counts up to.
 func TestCheckLeakyDelay(t *testing.T) {
 	f := newFixture(t, testYAML)
 	f.check(`{"limit":"leaky","key":"q"}`)
-	want := `{"allowed":true,"limit":10,"remaining":3,"retry_after_ms":0,"reset_after_ms":200,"delay_ms":100}`
+	want := `{"allowed":true,"limit":10,"burst":5,"remaining":3,"retry_after_ms":0,"reset_after_ms":200,"delay_ms":100}`
 	if got := strings.TrimSpace(f.check(`{"limit":"leaky","key":"q"}`).Body.String()); got != want {
 		t.Errorf("second leaky check = %s, want %s", got, want)
 	}
