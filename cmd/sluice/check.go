@@ -31,6 +31,11 @@ whose burst is not its limit, up to the burst, which the line names:
 
   allowed: limit "api-key", key "k1", cost 1: 49 of burst 50 remaining (limit 10), full again in 100ms
 
+"Full again in" is when the key's whole quota is back if no other request
+comes (the t of the RateLimit header field). For a sliding_window it can
+be up to twice the period (a window of 1m may say 1m43s): what a window
+admitted still counts, less and less, until the end of the next window.
+
 An allowed request is charged, as any call of the decision API is.
 
 Flags:

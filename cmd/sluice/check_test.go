@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // checkConfig has a token bucket "tb" of 2 per minute, one whose burst is
@@ -143,5 +144,27 @@ func TestServerURL(t *testing.T) {
 		case err != nil || u.String() != tt.want:
 			t.Errorf("serverURL(%q) = %v, %v; want %s", tt.in, u, err, tt.want)
 		}
+	}
+}
+
+// TestCheckSlidingWindowReset checks that sluice check -h says why a
+// sliding window of a minute may be full again only in more than a
+// minute, as the first check of a key on one shows.
+func TestCheckSlidingWindowReset(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+limits:
+  sw: {algorithm: sliding_window, limit: 10, period: 1m}
+`)
+	in := startServe(t, "--config", path)
+	r := runSluice(t, nil, "check", "--server", "http://"+in.http, "--limit", "sw", "--key", "k")
+	_, after, ok := strings.Cut(r.stdout, "full again in ")
+	d, err := time.ParseDuration(strings.TrimSpace(after))
+	if r.code != 0 || !ok || err != nil || d <= time.Minute || d > 2*time.Minute {
+		t.Fatalf("first check on a sliding window of 1m: exit %d, %q; want full again in (1m, 2m]", r.code, r.stdout)
+	}
+	h := runSluice(t, nil, "check", "-h")
+	if !strings.Contains(h.stdout, "For a sliding_window it can\nbe up to twice the period") {
+		t.Errorf("sluice check -h does not say that a sliding window may be full again only after more than its period:\n%s", h.stdout)
 	}
 }

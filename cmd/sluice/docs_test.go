@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -282,4 +284,53 @@ func TestDocsCheckExamples(t *testing.T) {
 			t.Errorf("POST /v1/check %s = %s, the page says %s", req, got, want)
 		}
 	})
+}
+
+// rateLimitTRE finds the documented RateLimit field of a sliding window's
+// first request, and the second of the minute it was sent at.
+var (
+	rateLimitTRE = regexp.MustCompile(`RateLimit: "per-ip";r=99;t=(\d+)`)
+	intoMinuteRE = regexp.MustCompile(`(\d+) s into a minute`)
+)
+
+// TestDocsRateLimitT checks what docs/configuration.md says of the t of
+// the RateLimit field for a sliding window of 60 s: its example is the
+// first request's t at the second of the minute the page gives, above the
+// window, and the service running the page's configuration answers a
+// first request with that t for the second it is at.
+func TestDocsRateLimitT(t *testing.T) {
+	t.Parallel()
+	const doc = "../../docs/configuration.md"
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	m, into := rateLimitTRE.FindStringSubmatch(page), intoMinuteRE.FindStringSubmatch(page)
+	if m == nil || into == nil {
+		t.Fatalf("%s: no RateLimit example of per-ip's first request and the second it was sent at", doc)
+	}
+	docT, _ := strconv.Atoi(m[1])
+	sec, _ := strconv.Atoi(into[1])
+	// The window's count weighs until the end of the next window.
+	if want := 60 - sec + 60; docT != want || docT <= 60 {
+		t.Errorf("%s: per-ip's first request %d s into a minute reads t=%d, want t=%d (above w=60)", doc, sec, docT, want)
+	}
+
+	in := serveDoc(t, docBlocks(t, doc, "yaml")[0]) // "A complete example"
+	tAt := func(now time.Time) int64 {
+		end := now.Truncate(time.Minute).Add(2 * time.Minute)
+		return int64((end.Sub(now) + time.Second - 1) / time.Second)
+	}
+	before := tAt(time.Now())
+	code, h, body := in.do(t, "POST", "/v1/check", `{"limit":"per-ip","key":"first"}`)
+	after := tAt(time.Now())
+	if code != 200 {
+		t.Fatalf("POST /v1/check = %d %s", code, body)
+	}
+	got := h.Get("RateLimit")
+	var live int64
+	if _, err := fmt.Sscanf(got, `"per-ip";r=99;t=%d`, &live); err != nil || (live != before && live != after) || live <= 60 {
+		t.Errorf("RateLimit of a first request on per-ip = %q, want t=%d (or %d): the end of the next minute", got, before, after)
+	}
 }

@@ -109,7 +109,9 @@ reset_after_ms:
   delay_ms        leaky_bucket's wait before an admitted request proceeds,
                   rounded up to whole ms; 0 for the other algorithms
   reset_after_ms  whole ms (rounded up) until the key's state is back to
-                  initial if nothing else came
+                  initial if nothing else came; for sliding_window up to
+                  twice the period, as a window's count weighs until the
+                  end of the next window
 A jsonl run reads the trace twice, so that a bad line stops it before any
 output; standard input that cannot seek (a pipe) is copied to a temporary file.
 
