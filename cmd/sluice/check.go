@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,9 +94,9 @@ type checkFlags struct {
 	http   *http.Client
 }
 
-func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
+// checkFlagSet returns the flags of sluice check, parsed into f.
+func checkFlagSet(f *checkFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	f := &checkFlags{}
 	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's URL")
 	fs.StringVar(&f.limit, "limit", "", "the limit's name")
 	fs.StringVar(&f.key, "key", "", "the key")
@@ -104,6 +105,12 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
 	fs.BoolVar(&f.explain, "explain", false, "explain the key's state, charging nothing")
 	f.client.register(fs, false)
+	return fs
+}
+
+func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, error) {
+	f := &checkFlags{}
+	fs := checkFlagSet(f)
 	if err := parseFlags(fs, "check", "check", checkUsage, args); err != nil {
 		return nil, nil, err
 	}
@@ -130,6 +137,21 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 	return f, u, nil
 }
 
+// overridesAt returns the index in args of the word overrides when it
+// is the first argument after check's flags, and -1 otherwise.
+func overridesAt(args []string) int {
+	fs := checkFlagSet(&checkFlags{})
+	fs.SetOutput(io.Discard)
+	if fs.Parse(args) != nil || fs.Arg(0) != "overrides" {
+		return -1
+	}
+	i := len(args) - fs.NArg()
+	if i > 0 && args[i-1] == "--" {
+		return -1
+	}
+	return i
+}
+
 // serverURL parses --server, with http:// assumed.
 func serverURL(s string) (*url.URL, error) {
 	if !strings.Contains(s, "://") {
@@ -153,9 +175,10 @@ func serverURL(s string) (*url.URL, error) {
 func runCheck(ctx context.Context, s streams, args []string) error {
 	// `sluice check overrides ...` is `sluice overrides ...`: checking a
 	// key and changing its limit are both things a script asks the
-	// service.
-	if len(args) > 0 && args[0] == "overrides" {
-		return runOverrides(ctx, s, args[1:])
+	// service. Flags before the word overrides are the flags of sluice
+	// overrides too (sluice check --server URL overrides list).
+	if i := overridesAt(args); i >= 0 {
+		return runOverrides(ctx, s, slices.Concat(args[:i], args[i+1:]))
 	}
 	f, u, err := parseCheckFlags(args, s.stderr)
 	if err != nil {

@@ -41,6 +41,29 @@ func parseFlags(fs *flag.FlagSet, cmd, usageCmd, usage string, args []string) er
 	return &usageError{err: fmt.Errorf("%s: %s", cmd, flagProblem(fs, args, err.Error())), cmd: usageCmd, brief: true}
 }
 
+// parseInterleaved parses args into fs as parseFlags does, with the
+// flags anywhere among the other arguments, and returns those in order.
+// After "--" every argument is one of them, so that one may start with
+// '-'.
+func parseInterleaved(fs *flag.FlagSet, cmd, usageCmd, usage string, args []string) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if err := parseFlags(fs, cmd, usageCmd, usage, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return pos, nil
+}
+
 // flagProblem rewrites one of the flag package's messages.
 func flagProblem(fs *flag.FlagSet, args []string, msg string) string {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {

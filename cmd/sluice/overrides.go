@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-const overridesUsage = `Usage: sluice overrides [--server URL] [--token-file FILE] [--json] COMMAND ...
+const overridesUsage = `Usage: sluice overrides [flags] COMMAND [flags] ...
 
 Lists, sets and removes the runtime overrides of a running sluice serve:
 another policy for one key of one limit, until removed or until it
@@ -41,7 +41,9 @@ Commands:
         --expires-at TIME      at an RFC 3339 time
   rm LIMIT KEY                 remove one
 
-Flags:
+Flags, which like all the flags here may come before COMMAND or among its
+arguments (after --, every argument is LIMIT or KEY, even one that starts
+with -):
   --server URL       the service's admin address (default
                      http://127.0.0.1:8080; http:// is assumed, https://
                      when a TLS flag is set)
@@ -98,14 +100,17 @@ func (a *ovAnswer) policy() string {
 	return s
 }
 
-func runOverrides(ctx context.Context, s streams, args []string) error {
-	fs := flag.NewFlagSet("overrides", flag.ContinueOnError)
-	f := &ovFlags{}
+// register adds the flags of sluice overrides to fs.
+func (f *ovFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", "http://127.0.0.1:8080", "the service's admin URL")
 	f.client.register(fs, true)
 	fs.BoolVar(&f.json, "json", false, "print the JSON answer")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long to wait")
-	if err := parseFlags(fs, "overrides", "overrides", overridesUsage, args); err != nil {
+}
+
+func runOverrides(ctx context.Context, s streams, args []string) error {
+	f, cmd, pos, sub, err := parseOverrides(args)
+	if err != nil {
 		return err
 	}
 	if f.timeout <= 0 {
@@ -124,46 +129,81 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("overrides: %w", err)}
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		return usageErrorf("overrides", "overrides: name a command: list, get, set or rm")
-	}
 	c := &ovClient{base: u, token: token, timeout: f.timeout, json: f.json, out: s.stdout, http: hc}
-	switch cmd, rest := rest[0], rest[1:]; cmd {
-	case "list", "ls":
-		if len(rest) > 1 {
-			return usageErrorf("overrides", "overrides list: unexpected argument %q (list [LIMIT])", rest[1])
+	switch cmd {
+	case "list":
+		if len(pos) > 1 {
+			return usageErrorf("overrides", "overrides list: unexpected argument %q (list [LIMIT])", pos[1])
 		}
 		path := "/v1/overrides"
-		if len(rest) == 1 {
-			path += "/" + url.PathEscape(rest[0])
+		if len(pos) == 1 {
+			path += "/" + url.PathEscape(pos[0])
 		}
 		return c.list(ctx, path)
 	case "get":
-		if len(rest) != 2 {
+		if len(pos) != 2 {
 			return usageErrorf("overrides", "overrides get: want LIMIT KEY")
 		}
-		return c.one(ctx, http.MethodGet, rest[0], rest[1], nil)
-	case "rm", "delete":
-		if len(rest) != 2 {
+		return c.one(ctx, http.MethodGet, pos[0], pos[1], nil)
+	case "rm":
+		if len(pos) != 2 {
 			return usageErrorf("overrides", "overrides rm: want LIMIT KEY")
 		}
-		return c.one(ctx, http.MethodDelete, rest[0], rest[1], nil)
-	case "set":
-		body, limit, key, err := ovSetArgs(rest, s.stderr)
+		return c.one(ctx, http.MethodDelete, pos[0], pos[1], nil)
+	default: // set
+		body, err := ovSetBody(sub, pos)
 		if err != nil {
 			return err
 		}
-		return c.one(ctx, http.MethodPut, limit, key, body)
-	default:
-		return usageErrorf("overrides", "overrides: unknown command %q (want list, get, set or rm)", cmd)
+		return c.one(ctx, http.MethodPut, pos[0], pos[1], body)
 	}
 }
 
-// ovSetArgs parses the flags and arguments of "set" into a PUT body.
-func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) {
-	// Each flag is the body's field of its name, '-' written '_'.
-	fs := flag.NewFlagSet("overrides set", flag.ContinueOnError)
+// parseOverrides parses the command line of sluice overrides: its flags
+// (in f), the command, and the command's arguments pos; sub holds the
+// flags given, those of "set" among them.
+func parseOverrides(args []string) (f *ovFlags, cmd string, pos []string, sub *flag.FlagSet, err error) {
+	fs := flag.NewFlagSet("overrides", flag.ContinueOnError)
+	f = &ovFlags{}
+	f.register(fs)
+	if err := parseFlags(fs, "overrides", "overrides", overridesUsage, args); err != nil {
+		return nil, "", nil, nil, err
+	}
+	if fs.NArg() == 0 {
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: name a command: list, get, set or rm")
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
+	case "ls":
+		cmd = "list"
+	case "delete":
+		cmd = "rm"
+	case "list", "get", "set", "rm":
+	default:
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: unknown command %q (want list, get, set or rm)", cmd)
+	}
+	// The flags of overrides may also come after the command, among its
+	// own: sluice overrides set --server URL api-key k --limit 5 ...
+	sub = flag.NewFlagSet("overrides "+cmd, flag.ContinueOnError)
+	fs.VisitAll(func(fl *flag.Flag) { sub.Var(fl.Value, fl.Name, fl.Usage) })
+	if cmd == "set" {
+		registerSetFlags(sub)
+	}
+	if pos, err = parseInterleaved(sub, "overrides "+cmd, "overrides", overridesUsage, rest); err != nil {
+		return nil, "", nil, nil, err
+	}
+	return f, cmd, pos, sub, nil
+}
+
+// setFlags are the flags of "set": each is the PUT body's field of its
+// name, '-' written '_'.
+var setFlags = map[string]bool{
+	"limit": true, "period": true, "time-zone": true, "week-starts": true,
+	"burst": true, "algorithm": true, "ttl": true, "expires-at": true,
+}
+
+// registerSetFlags adds the flags of "set" to fs.
+func registerSetFlags(fs *flag.FlagSet) {
 	fs.Int64("limit", 0, "cost units per period")
 	fs.String("period", "", "the period")
 	fs.String("time-zone", "", "a calendar period's zone")
@@ -172,30 +212,21 @@ func ovSetArgs(args []string, stderr io.Writer) ([]byte, string, string, error) 
 	fs.String("algorithm", "", "the algorithm")
 	fs.String("ttl", "", "remove after")
 	fs.String("expires-at", "", "remove at")
-	// LIMIT KEY may come before or after the flags.
-	var pos []string
-	for len(args) > 0 {
-		if err := parseFlags(fs, "overrides set", "overrides", overridesUsage, args); err != nil {
-			return nil, "", "", err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			pos = append(pos, args[0])
-			args = args[1:]
-		}
-	}
+}
+
+// ovSetBody makes the PUT body of "set" from the flags of "set" given in
+// fs and checks its arguments pos: LIMIT KEY.
+func ovSetBody(fs *flag.FlagSet, pos []string) ([]byte, error) {
 	if len(pos) != 2 {
-		return nil, "", "", usageErrorf("overrides", "overrides set: want LIMIT KEY and --limit N --period DUR")
+		return nil, usageErrorf("overrides", "overrides set: want LIMIT KEY and --limit N --period DUR")
 	}
 	body := map[string]any{} // the flags given
 	fs.Visit(func(fl *flag.Flag) {
-		body[strings.ReplaceAll(fl.Name, "-", "_")] = fl.Value.(flag.Getter).Get()
+		if setFlags[fl.Name] {
+			body[strings.ReplaceAll(fl.Name, "-", "_")] = fl.Value.(flag.Getter).Get()
+		}
 	})
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, "", "", err
-	}
-	return b, pos[0], pos[1], nil
+	return json.Marshal(body)
 }
 
 // ovClient calls the admin API.

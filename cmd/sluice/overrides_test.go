@@ -1,11 +1,11 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +79,20 @@ limits:
 				s.name, strings.Join(s.args, " "), r.code, r.stdout, r.stderr, s.code, s.stdout, s.stderr)
 		}
 	}
+	// The flags of overrides after the command, as after the command's
+	// own flags.
+	r = runSluice(t, nil, "overrides", "set", "--server", srv.URL, "api-key", "late", "--limit", "7", "--period", "1s", "--token-file", tokenFile)
+	if r.code != 0 || !strings.Contains(r.stdout, `set: limit "api-key", key "late": token_bucket 7/1s`) {
+		t.Errorf("sluice overrides set --server URL ... --token-file FILE: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = runSluice(t, nil, "check", "overrides", "rm", "api-key", "late", "--server", srv.URL, "--token-file", tokenFile, "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"deleted"`) {
+		t.Errorf("sluice check overrides rm LIMIT KEY --server URL --token-file FILE --json: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = runSluice(t, nil, "check", "--server", srv.URL, "--token-file", tokenFile, "overrides", "--json", "list")
+	if r.code != 0 || !strings.Contains(r.stdout, `{"overrides":[],"shared":false}`) {
+		t.Errorf("sluice check --server URL --token-file FILE overrides --json list: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
 	// The override applies to decisions while it is set.
 	ov("set", "api-key", "vip", "--limit", "1000", "--period", "1s")
 	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"limit":"api-key","key":"vip"}`))
@@ -98,8 +112,9 @@ limits:
 }
 
 // TestOverridesSetBody checks the PUT body of `sluice overrides set`: the
-// flags given, each as the field of its name with '-' written '_', and
-// no other field.
+// flags of set given, each as the field of its name with '-' written '_',
+// and no other field (not the flags of overrides, which may come among
+// them).
 func TestOverridesSetBody(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -109,10 +124,60 @@ func TestOverridesSetBody(t *testing.T) {
 		{[]string{"--limit", "5", "--period", "calendar_week", "--time-zone", "Europe/Berlin", "--week-starts", "sunday",
 			"--burst", "7", "--algorithm", "token_bucket", "--ttl", "1h", "--expires-at", "2027-01-01T00:00:00Z", "api", "user:1"},
 			`{"algorithm":"token_bucket","burst":7,"expires_at":"2027-01-01T00:00:00Z","limit":5,"period":"calendar_week","time_zone":"Europe/Berlin","ttl":"1h","week_starts":"sunday"}`},
+		{[]string{"--server", "sluice.internal:9090", "api", "--json", "--limit", "3", "user:1", "--token-file", "t", "--timeout", "1s"}, `{"limit":3}`},
+		{[]string{"--limit", "3", "--", "api", "user:1"}, `{"limit":3}`},
 	} {
-		body, limit, key, err := ovSetArgs(tt.args, io.Discard)
-		if err != nil || string(body) != tt.want || limit != "api" || key != "user:1" {
-			t.Errorf("ovSetArgs(%q) = %s, %q, %q, %v; want %s, api, user:1", tt.args, body, limit, key, err, tt.want)
+		_, cmd, pos, sub, err := parseOverrides(append([]string{"set"}, tt.args...))
+		if err != nil || cmd != "set" {
+			t.Errorf("parseOverrides(set %q) = %q, %v", tt.args, cmd, err)
+			continue
+		}
+		body, err := ovSetBody(sub, pos)
+		if err != nil || string(body) != tt.want || pos[0] != "api" || pos[1] != "user:1" {
+			t.Errorf("set %q: body %s, arguments %q, %v; want %s, [api user:1]", tt.args, body, pos, err, tt.want)
+		}
+	}
+}
+
+// TestOverridesFlagsAnywhere checks that the flags of sluice overrides
+// may come before the command, after it, or among its arguments, and
+// that after -- a key may start with '-'.
+func TestOverridesFlagsAnywhere(t *testing.T) {
+	for _, tt := range []struct {
+		args         []string
+		cmd          string
+		pos          []string
+		server, file string
+		json         bool
+	}{
+		{[]string{"--server", "a:1", "list"}, "list", nil, "a:1", "", false},
+		{[]string{"list", "--server", "a:1", "--json"}, "list", nil, "a:1", "", true},
+		{[]string{"ls", "api", "--token-file", "t"}, "list", []string{"api"}, "http://127.0.0.1:8080", "t", false},
+		{[]string{"get", "api", "--server=b:2", "k"}, "get", []string{"api", "k"}, "b:2", "", false},
+		{[]string{"--server", "a:1", "rm", "--server", "b:2", "api", "k"}, "rm", []string{"api", "k"}, "b:2", "", false},
+		{[]string{"delete", "--json", "--", "api", "-k", "--server"}, "rm", []string{"api", "-k", "--server"}, "http://127.0.0.1:8080", "", true},
+		{[]string{"set", "--server", "a:1", "api", "k", "--limit", "5", "--period", "1s", "--token-file", "t"}, "set", []string{"api", "k"}, "a:1", "t", false},
+	} {
+		f, cmd, pos, _, err := parseOverrides(tt.args)
+		if err != nil {
+			t.Errorf("parseOverrides(%q): %v", tt.args, err)
+			continue
+		}
+		if cmd != tt.cmd || !slices.Equal(pos, tt.pos) || f.server != tt.server || f.client.tokenFile != tt.file || f.json != tt.json {
+			t.Errorf("parseOverrides(%q) = %q %q, server %q, token file %q, json %v, %v; want %q %q, %q, %q, %v",
+				tt.args, cmd, pos, f.server, f.client.tokenFile, f.json, err, tt.cmd, tt.pos, tt.server, tt.file, tt.json)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"list", "--limit", "5"}, "overrides list: unknown flag --limit"},
+		{[]string{"get", "api", "-k"}, "overrides get: unknown flag -k"},
+		{[]string{"set", "api", "k", "--server"}, "overrides set: --server needs a value"},
+	} {
+		if _, _, _, _, err := parseOverrides(tt.args); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("parseOverrides(%q) = %v, want an error with %q", tt.args, err, tt.err)
 		}
 	}
 }
