@@ -98,12 +98,31 @@ func (b BreakerState) String() string {
 	return fmt.Sprintf("BreakerState(%d)", int32(b))
 }
 
+// Recovery is Redis answering again after calls failed, as
+// Options.OnRecover reports it.
+type Recovery struct {
+	// Failures is how many calls to Redis failed since it last answered,
+	// the probes of an open breaker included (not the calls the open
+	// breaker kept from Redis).
+	Failures int64
+	// Down is the time from the first of those failures to the answer.
+	Down time.Duration
+	// Addr is the Redis Cluster master that answered again; empty when the
+	// store's one breaker covers the call (a single Redis, Sentinel's
+	// master, or a cluster whose slot map is not read yet).
+	Addr string
+}
+
 // breaker is a consecutive-failure circuit breaker. Its hot path (closed,
-// no failures) is two atomic loads.
+// no failures) is three atomic loads.
 type breaker struct {
 	threshold int64
 	cooldown  time.Duration
 	onChange  func(from, to BreakerState)
+	// onRecover, if set, is told of each answer after failures; addr is
+	// the master the breaker serves, for it.
+	onRecover func(Recovery)
+	addr      string
 
 	base  time.Time // origin of the monotonic times below
 	state atomic.Int32
@@ -111,6 +130,13 @@ type breaker struct {
 	until atomic.Int64 // when an open breaker lets a probe through, since base
 
 	mu sync.Mutex // serialises transitions, so onChange sees them in order
+
+	// The failures since Redis last answered, probes included, and when
+	// the first of them was (since base); written under runMu, read
+	// without it on the hot path.
+	runMu    sync.Mutex
+	run      atomic.Int64
+	runSince int64
 }
 
 func newBreaker(threshold int, cooldown time.Duration, onChange func(from, to BreakerState)) *breaker {
@@ -133,18 +159,34 @@ func (b *breaker) allow() (ok, probe bool) {
 	return false, false
 }
 
-// success records that Redis answered: the breaker closes.
+// success records that Redis answered: the breaker closes, and
+// onRecover hears of it when calls had failed.
 func (b *breaker) success() {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
 	}
+	var r Recovery
+	if b.run.Load() != 0 {
+		b.runMu.Lock()
+		r.Failures, r.Down = b.run.Swap(0), time.Duration(b.now()-b.runSince)
+		b.runMu.Unlock()
+	}
 	if st := BreakerState(b.state.Load()); st != BreakerClosed {
 		b.transition(st, BreakerClosed)
+	}
+	if r.Failures != 0 && b.onRecover != nil {
+		r.Addr = b.addr
+		b.onRecover(r)
 	}
 }
 
 // failure records that a call to Redis failed.
 func (b *breaker) failure(probe bool) {
+	b.runMu.Lock()
+	if b.run.Add(1) == 1 {
+		b.runSince = b.now()
+	}
+	b.runMu.Unlock()
 	if probe {
 		b.until.Store(b.now() + int64(b.cooldown))
 		b.transition(BreakerHalfOpen, BreakerOpen)

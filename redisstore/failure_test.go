@@ -101,6 +101,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 	var errs atomic.Int64
 	var mu sync.Mutex
 	var changes []string
+	var recoveries []Recovery
 	opts := Options{
 		Failure:          fp,
 		Timeout:          failTimeout,
@@ -110,6 +111,11 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 		OnBreakerChange: func(from, to BreakerState) {
 			mu.Lock()
 			changes = append(changes, from.String()+">"+to.String())
+			mu.Unlock()
+		},
+		OnRecover: func(r Recovery) {
+			mu.Lock()
+			recoveries = append(recoveries, r)
 			mu.Unlock()
 		},
 	}
@@ -126,6 +132,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 		t.Fatalf("Allow with Redis up = %+v, %v; want allowed from Redis, 1 remaining", d, err)
 	}
 
+	away := time.Now()
 	if how == "kill" {
 		srv.Kill()
 	} else {
@@ -222,8 +229,61 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	// OnRecover heard once of the failures OnError saw, and of how long
+	// Redis was away.
+	if len(recoveries) != 1 || recoveries[0].Failures != errs.Load() || recoveries[0].Down <= 0 || recoveries[0].Down > time.Since(away) || recoveries[0].Addr != "" {
+		t.Errorf("OnRecover calls = %+v, want one of %d failures, down at most %v", recoveries, errs.Load(), time.Since(away))
+	}
 	if len(changes) < 2 || changes[0] != "closed>open" || changes[len(changes)-1] != "half-open>closed" && changes[len(changes)-1] != "open>closed" {
 		t.Errorf("breaker changes = %v, want closed>open first and >closed last", changes)
+	}
+}
+
+// TestRecoveryBelowThreshold stops Redis for two calls, fewer than open
+// the breaker, and starts it again: OnRecover hears of the two failures
+// once, when Redis answers the next call, and not of calls that follow.
+func TestRecoveryBelowThreshold(t *testing.T) {
+	srv := redistest.Start(t)
+	var errs atomic.Int64
+	var mu sync.Mutex
+	var recoveries []Recovery
+	st := newTestStore(t, []string{srv.Addr}, Options{
+		Timeout:          failTimeout,
+		BreakerThreshold: 5,
+		OnError:          func(error) { errs.Add(1) },
+		OnRecover: func(r Recovery) {
+			mu.Lock()
+			recoveries = append(recoveries, r)
+			mu.Unlock()
+		},
+	})
+	warm(t, st, srv.Addr)
+	req := sluice.Request{Policy: sluice.FixedWindow(100, time.Hour), Key: "k", Cost: 1}
+	if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || d.Degraded {
+		t.Fatalf("Allow with Redis up = %+v, %v", d, err)
+	}
+	srv.Kill()
+	away := time.Now()
+	for range 2 {
+		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Degraded {
+			t.Fatalf("Allow with Redis down = %+v, %v; want degraded", d, err)
+		}
+	}
+	if n := errs.Load(); n != 2 || st.BreakerState() != BreakerClosed {
+		t.Fatalf("after two calls with Redis down: %d failures, breaker %v; want 2, closed", n, st.BreakerState())
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
+	for range 3 {
+		allowByRedis(t, st, req, time.Second, 0)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(recoveries) != 1 || recoveries[0].Failures != errs.Load() || recoveries[0].Down < 20*time.Millisecond || recoveries[0].Down > time.Since(away) {
+		t.Errorf("OnRecover calls = %+v, want one of %d failures, down from 20ms to %v", recoveries, errs.Load(), time.Since(away))
 	}
 }
 

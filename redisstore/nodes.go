@@ -35,6 +35,7 @@ type breakers struct {
 	threshold int
 	cooldown  time.Duration
 	onChange  func(from, to BreakerState)
+	onRecover func(Recovery)
 
 	mu       sync.Mutex
 	byAddr   map[string]*breaker
@@ -46,9 +47,10 @@ type breakers struct {
 	lastRead atomic.Int64 // when the slot map was last read (UnixNano)
 }
 
-func newBreakers(threshold int, cooldown time.Duration, onChange func(from, to BreakerState)) *breakers {
-	bs := &breakers{threshold: threshold, cooldown: cooldown, onChange: onChange, byAddr: make(map[string]*breaker)}
+func newBreakers(threshold int, cooldown time.Duration, onChange func(from, to BreakerState), onRecover func(Recovery)) *breakers {
+	bs := &breakers{threshold: threshold, cooldown: cooldown, onChange: onChange, onRecover: onRecover, byAddr: make(map[string]*breaker)}
 	bs.all = newBreaker(threshold, cooldown, bs.changed)
+	bs.all.onRecover = onRecover
 	return bs
 }
 
@@ -242,6 +244,7 @@ func (bs *breakers) install(ranges []slotRange) {
 		if b == nil {
 			if b = bs.byAddr[r.addr]; b == nil {
 				b = newBreaker(bs.threshold, bs.cooldown, bs.changed)
+				b.onRecover, b.addr = bs.onRecover, r.addr
 			}
 			masters[r.addr] = b
 		}

@@ -20,7 +20,7 @@ func TestBreakersWorst(t *testing.T) {
 		mu.Lock()
 		changes = append(changes, from.String()+"->"+to.String())
 		mu.Unlock()
-	})
+	}, nil)
 	trip := func(b *breaker) {
 		for range 2 {
 			b.failure(false)
@@ -75,7 +75,7 @@ func TestBreakersWorst(t *testing.T) {
 // of that master's slots, masters sorted by address, even for a master
 // that owns a single slot.
 func TestProbeTags(t *testing.T) {
-	bs := newBreakers(1, time.Second, nil)
+	bs := newBreakers(1, time.Second, nil, nil)
 	bs.install([]slotRange{{0, 5460, "c:1"}, {5461, 5461, "a:1"}, {5462, numSlots - 1, "b:1"}})
 	probes := bs.probeKeys()
 	var addrs []string
@@ -87,5 +87,28 @@ func TestProbeTags(t *testing.T) {
 	}
 	if want := []string{"a:1", "b:1", "c:1"}; !slices.Equal(addrs, want) {
 		t.Errorf("probe masters = %v, want %v", addrs, want)
+	}
+}
+
+// TestBreakersRecovery checks that OnRecover hears of a run of failures
+// once, when the next call succeeds, with the master's address for a
+// master's breaker and none for the store-wide one.
+func TestBreakersRecovery(t *testing.T) {
+	var got []Recovery
+	bs := newBreakers(2, time.Hour, nil, func(r Recovery) { got = append(got, r) })
+	bs.all.success()
+	bs.all.failure(false)
+	bs.all.success()
+	bs.all.success()
+	bs.install([]slotRange{{0, 8191, "a:1"}, {8192, numSlots - 1, "b:1"}})
+	a := bs.slots.Load()[0]
+	a.failure(false)
+	a.failure(false) // opens it
+	a.failure(true)  // a probe that failed
+	time.Sleep(time.Millisecond)
+	a.success()
+	a.success()
+	if len(got) != 2 || got[0].Failures != 1 || got[0].Addr != "" || got[1].Failures != 3 || got[1].Addr != "a:1" || got[1].Down < time.Millisecond {
+		t.Errorf("OnRecover calls = %+v, want {1 failure, no address}, {3 failures, a:1, down at least 1ms}", got)
 	}
 }

@@ -109,6 +109,11 @@ type Options struct {
 	// breaker, of the worst of them (see BreakerState). It must be quick
 	// and must not call the store.
 	OnBreakerChange func(from, to BreakerState)
+	// OnRecover, if set, is called when Redis answers a call after calls
+	// to it failed, once for each run of failures (on Redis Cluster, of
+	// each master's), with how many failed and for how long. It must be
+	// quick, safe for concurrent use, and must not call the store.
+	OnRecover func(Recovery)
 	// MaxBatch is the most requests one script call decides when calls
 	// wait for Redis; default DefaultMaxBatch (64), 1 turns batching off.
 	// A call is sent at once while fewer than two of the store's calls are
@@ -227,7 +232,7 @@ func New(opts Options) (*Store, error) {
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
 		many:       rueidis.NewLuaScript(many),
-		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange),
+		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange, opts.OnRecover),
 		users:      newUsers(),
 		refusals:   newRefusals(opts.LocalRefusals),
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -28,7 +29,7 @@ limits:
 
 // TestServeRedis runs the service on a private Redis, stops Redis (the
 // local failure policy decides, and says so), and starts it again (Redis
-// decides again).
+// decides again, and the log says Redis answers again).
 func TestServeRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -84,6 +85,54 @@ func TestServeRedis(t *testing.T) {
 	})
 	if !strings.Contains(in.stderr.String(), "from=half-open to=closed") {
 		t.Errorf("the log does not say the breaker closed:\n%s", in.stderr)
+	}
+	if n := strings.Count(in.stderr.String(), `level=INFO msg="redis answers again" down_for=`); n != 1 {
+		t.Errorf("the log says %d times that Redis answers again, want once:\n%s", n, in.stderr)
+	}
+}
+
+// TestServeRedisBlip stops Redis for one failed call, fewer than open
+// the circuit breaker, and starts it again: the log warns of the failed
+// call, then says once that Redis answers again, with how long it was
+// away and how many calls failed.
+func TestServeRedisBlip(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(srv.Addr, "allow"))
+	in := startServe(t, "--config", path)
+	if code, body := in.check(t, "tiny", "a"); code != 200 || strings.Contains(body, "degraded") {
+		t.Fatalf("check over Redis = %d %s", code, body)
+	}
+	srv.Kill()
+	if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.Contains(body, `"degraded":true`) {
+		t.Fatalf("check without Redis = %d %s, want degraded", code, body)
+	}
+	if !strings.Contains(in.stderr.String(), `msg="redis call failed"`) || strings.Contains(in.stderr.String(), "redis circuit breaker") {
+		t.Fatalf("after one failed call the log should warn of it, the breaker still closed:\n%s", in.stderr)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	proctest.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
+		_, body := in.check(t, "tiny", "b")
+		return !strings.Contains(body, "degraded")
+	})
+	in.check(t, "tiny", "c")
+	log := in.stderr.String()
+	if n := strings.Count(log, `msg="redis answers again"`); n != 1 {
+		t.Fatalf("the log says %d times that Redis answers again, want once:\n%s", n, log)
+	}
+	_, line, _ := strings.Cut(log, `msg="redis answers again"`)
+	line, _, _ = strings.Cut(line, "\n")
+	attrs := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, _ := strings.Cut(f, "=")
+		attrs[k] = v
+	}
+	down, err := time.ParseDuration(attrs["down_for"])
+	failures, ferr := strconv.Atoi(attrs["failures"])
+	if err != nil || ferr != nil || down <= 0 || failures < 1 {
+		t.Errorf(`msg="redis answers again"%s: want down_for (positive) and failures (at least 1)`, line)
 	}
 }
 

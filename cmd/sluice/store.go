@@ -107,6 +107,7 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Me
 			logger.Log(context.Background(), lv, "redis circuit breaker changed state",
 				"from", from.String(), "to", to.String(), "on_error", failure.String())
 		},
+		OnRecover: func(r redisstore.Recovery) { logRecovery(logger, r) },
 	}
 	var local *memstore.Store
 	if failure == redisstore.FailLocal {
@@ -240,6 +241,16 @@ func (e *errorLog) report(err error) {
 	e.last, e.suppressed = now, 0
 	e.mu.Unlock()
 	e.logger.Warn("redis call failed", "error", err, "failures_not_logged", n)
+}
+
+// logRecovery logs that Redis answers again after failed calls, so that
+// the warnings of failed calls have an end in the log.
+func logRecovery(logger *slog.Logger, r redisstore.Recovery) {
+	attrs := []slog.Attr{slog.Duration("down_for", r.Down.Round(time.Millisecond)), slog.Int64("failures", r.Failures)}
+	if r.Addr != "" {
+		attrs = append(attrs, slog.String("master", r.Addr))
+	}
+	logger.LogAttrs(context.Background(), slog.LevelInfo, "redis answers again", attrs...)
 }
 
 // redisClientOption is how the service connects to Redis, for the store and
