@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -332,5 +333,72 @@ func TestDocsRateLimitT(t *testing.T) {
 	var live int64
 	if _, err := fmt.Sscanf(got, `"per-ip";r=99;t=%d`, &live); err != nil || (live != before && live != after) || live <= 60 {
 		t.Errorf("RateLimit of a first request on per-ip = %q, want t=%d (or %d): the end of the next minute", got, before, after)
+	}
+}
+
+// exitClaimRE finds a shell line of the docs that says what exit statuses
+// its command gives, as in "# exit status 0 allowed, 1 denied, 2 error".
+var exitClaimRE = regexp.MustCompile(`^(.*?)#\s*exit(?: status)? (\d) allowed, (\d) denied, (\d) error`)
+
+// TestDocsExitStatus checks the command lines of the README and docs/
+// that say which exit status means what: none runs through go run (which
+// exits 1 for any failure of the program, whatever status it chose), the
+// README builds the binary it runs, and each status is what sluice check
+// gives against the built-in default: allowed, denied once the limit
+// demo is spent, and an error for a service that cannot be reached.
+func TestDocsExitStatus(t *testing.T) {
+	t.Parallel()
+	docs := []string{"../../README.md"}
+	if more, err := filepath.Glob("../../docs/*.md"); err == nil {
+		docs = append(docs, more...)
+	}
+	var claims [][]string
+	for _, doc := range docs {
+		for _, block := range docBlocks(t, doc, "sh") {
+			built := false
+			for line := range strings.SplitSeq(block, "\n") {
+				line = strings.TrimSpace(line)
+				built = built || line == "go build -o sluice ./cmd/sluice"
+				m := exitClaimRE.FindStringSubmatch(line)
+				if m == nil {
+					continue
+				}
+				switch cmd := strings.TrimSpace(m[1]); {
+				case strings.HasPrefix(cmd, "go run"):
+					t.Errorf("%s: %q says what exit statuses mean, but go run exits 1 for any failure: show the built binary", doc, line)
+				case strings.HasPrefix(cmd, "./sluice ") && !built:
+					t.Errorf("%s: %q runs ./sluice, which the block does not build (go build -o sluice ./cmd/sluice)", doc, line)
+				case strings.HasPrefix(cmd, "./sluice check "):
+					claims = append(claims, append([]string{doc}, m[1:]...))
+				default:
+					t.Errorf("%s: %q: an exit status claim of a command this test does not run", doc, line)
+				}
+			}
+		}
+	}
+	if len(claims) == 0 {
+		t.Fatal("no documented ./sluice check line with its exit statuses")
+	}
+
+	in := startServe(t, "--http", "127.0.0.1:0") // the built-in default: demo, 10 per minute
+	for _, c := range claims {
+		doc, args := c[0], strings.Fields(c[1])[1:]
+		want := map[string]string{"allowed": c[2], "denied": c[3], "error": c[4]}
+		run := func(server string) string {
+			r := runSluice(t, nil, append(slices.Clip(args), "--server", server)...)
+			return strconv.Itoa(r.code)
+		}
+		if got := run(in.http); got != want["allowed"] {
+			t.Errorf("%s: sluice %s: exit status %s when allowed, the page says %s", doc, strings.Join(args, " "), got, want["allowed"])
+		}
+		for range 10 {
+			run(in.http)
+		}
+		if got := run(in.http); got != want["denied"] {
+			t.Errorf("%s: sluice %s: exit status %s when denied, the page says %s", doc, strings.Join(args, " "), got, want["denied"])
+		}
+		if got := run("127.0.0.1:1"); got != want["error"] {
+			t.Errorf("%s: sluice %s: exit status %s for a service that cannot be reached, the page says %s", doc, strings.Join(args, " "), got, want["error"])
+		}
 	}
 }
