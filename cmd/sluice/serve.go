@@ -73,7 +73,13 @@ Flags:
                        answering 503 before closing the listeners, so that
                        load balancers stop sending first (default 0)
   --read-timeout DUR   the longest time to read one request, body included
-                       (default 1m; 0 means no limit)
+                       (default 1m; 0 means no limit): the bound of the
+                       proxy's uploads
+  --check-read-timeout DUR
+                       the longest time to read the body of a POST
+                       /v1/check, at most 64 KiB (default 10s; 0 means
+                       --read-timeout alone); one that has not arrived by
+                       then is answered 408
   --read-header-timeout DUR
                        the longest time to read one request's headers
                        (default 10s), so that slow clients cannot hold
@@ -96,6 +102,7 @@ Signals:
 // HTTP server limits; see serveUsage.
 const (
 	defaultReadHeaderTimeout = 10 * time.Second
+	defaultCheckReadTimeout  = 10 * time.Second
 	defaultIdleTimeout       = 2 * time.Minute
 	maxHeaderBytes           = 64 << 10
 )
@@ -111,6 +118,7 @@ type serveFlags struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	readTimeout     time.Duration
+	checkReadTime   time.Duration
 	readHeaderTime  time.Duration
 	idleTimeout     time.Duration
 	maxKeys         int
@@ -130,6 +138,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "graceful shutdown deadline")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "time to answer /readyz 503 before closing listeners")
 	fs.DurationVar(&f.readTimeout, "read-timeout", time.Minute, "time to read a whole request")
+	fs.DurationVar(&f.checkReadTime, "check-read-timeout", defaultCheckReadTimeout, "time to read the body of a POST /v1/check")
 	fs.DurationVar(&f.readHeaderTime, "read-header-timeout", defaultReadHeaderTimeout, "time to read a request's headers")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
@@ -151,7 +160,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"watch", f.watch}, {"shutdown-timeout", f.shutdownTimeout}, {"drain-delay", f.drainDelay}, {"read-timeout", f.readTimeout}, {"read-header-timeout", f.readHeaderTime}, {"idle-timeout", f.idleTimeout}} {
+	}{{"watch", f.watch}, {"shutdown-timeout", f.shutdownTimeout}, {"drain-delay", f.drainDelay}, {"read-timeout", f.readTimeout}, {"check-read-timeout", f.checkReadTime}, {"read-header-timeout", f.readHeaderTime}, {"idle-timeout", f.idleTimeout}} {
 		if d.v < 0 {
 			return nil, usageErrorf("serve", "serve: --%s must not be negative, got %v", d.name, d.v)
 		}
@@ -333,15 +342,16 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	// in force, else the limit's own.
 	resolver := engine.NewResolver(dyn.overrides, time.Now)
 	h, err := server.New(cfg, s.measured, dyn.options(server.Options{
-		Logger:        logger,
-		Registry:      s.reg,
-		Metrics:       m,
-		Resolver:      resolver,
-		OtherLimits:   s.envoyLimit,
-		CircuitState:  st.circuit,
-		LocalRefusals: st.local,
-		StoreHealth:   st.health,
-		ReadTimeout:   f.readTimeout,
+		Logger:           logger,
+		Registry:         s.reg,
+		Metrics:          m,
+		Resolver:         resolver,
+		OtherLimits:      s.envoyLimit,
+		CircuitState:     st.circuit,
+		LocalRefusals:    st.local,
+		StoreHealth:      st.health,
+		ReadTimeout:      f.readTimeout,
+		CheckReadTimeout: f.checkReadTime,
 	}))
 	if err != nil {
 		st.close()

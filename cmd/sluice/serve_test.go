@@ -293,6 +293,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{"negative header timeout", []string{"--read-header-timeout", "-1s"}, `serve: --read-header-timeout must not be negative, got -1s`},
 		{"no header timeout", []string{"--read-header-timeout", "0"}, `serve: --read-header-timeout must be positive`},
 		{"no idle timeout", []string{"--idle-timeout", "0"}, `serve: --idle-timeout must be positive`},
+		{"negative check read timeout", []string{"--check-read-timeout", "-1s"}, `serve: --check-read-timeout must not be negative, got -1s`},
 		{"http address", []string{"--http", "8080"}, `serve: --http: "8080" is not an address host:port`},
 		{"grpc address", []string{"--grpc", "localhost"}, `serve: --grpc: "localhost" is not an address host:port`},
 		{"unknown flag", []string{"--port", "1"}, "sluice: serve: unknown flag --port\n"},

@@ -228,7 +228,33 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 		buf.Reset()
 		bodyBufs.Put(buf)
 	}()
+	start, limited := time.Time{}, false
+	if h.checkReadTimeout > 0 {
+		start = time.Now()
+		limited = setReadDeadline(w, start.Add(h.checkReadTimeout))
+	}
 	_, readErr := buf.ReadFrom(body)
+	timedOut := readErr != nil && isTimeout(readErr)
+	if limited && !timedOut {
+		// The body is read: what is left of the connection's reading (Go's
+		// watch for the client going away, or its discarding of a body
+		// too large) gets the server's own timeout back, so that a slow
+		// store is not cut short. A body that timed out keeps the passed
+		// deadline, so that the server does not wait for its rest.
+		var d time.Time
+		if h.readTimeout > 0 {
+			d = start.Add(h.readTimeout)
+		}
+		setReadDeadline(w, d)
+	}
+	if timedOut {
+		w.Header().Set("Connection", "close")
+		within := h.readTimeout
+		if limited {
+			within = h.checkReadTimeout
+		}
+		return nil, false, "", &requestError{http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %v", within)}
+	}
 	if readErr == nil {
 		if limit, key, cost, hasCost, ok := fastCheck(buf.Bytes()); ok {
 			var costp *int64
@@ -323,6 +349,23 @@ func checkOne[Name string | []byte](cfg *config.Config, where string, limit *Nam
 	// it as a decision, once the overrides apply.
 	it.limit = l
 	return it, nil
+}
+
+// setReadDeadline sets the read deadline of the connection under w, as
+// http.ResponseController does, and reports whether it could; unlike
+// ResponseController it allocates nothing for a writer without one (a
+// test's recorder).
+func setReadDeadline(w http.ResponseWriter, t time.Time) bool {
+	for {
+		switch x := w.(type) {
+		case interface{ SetReadDeadline(time.Time) error }:
+			return x.SetReadDeadline(t) == nil
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return false
+		}
+	}
 }
 
 // bodyError turns a JSON decoding error into a message for the client.

@@ -106,8 +106,17 @@ type Options struct {
 	OpenTable func(t config.PlanTable, planNames []string) (plans.Table, error)
 	// ReadTimeout is the http.Server's ReadTimeout, which the proxy gives
 	// back to the rest of a request body once a body key source has read
-	// its start under proxy.body.timeout. Zero means no limit.
+	// its start under proxy.body.timeout, and POST /v1/check once it has
+	// read its body. Zero means no limit.
 	ReadTimeout time.Duration
+	// CheckReadTimeout bounds the time to read the body of a POST
+	// /v1/check (at most MaxCheckBody bytes), from when its handler
+	// starts: a body that has not arrived by then is answered 408 and
+	// the connection closed. It applies when it is shorter than
+	// ReadTimeout, which otherwise bounds the body alone; zero means
+	// ReadTimeout alone. The proxy's and forward-auth's bodies stay under
+	// ReadTimeout.
+	CheckReadTimeout time.Duration
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -146,6 +155,9 @@ type Handler struct {
 	otherLimits func(name string) (sluice.Policy, bool)
 	openTable   func(config.PlanTable, []string) (plans.Table, error)
 	readTimeout time.Duration
+	// checkReadTimeout is Options.CheckReadTimeout when it is shorter
+	// than readTimeout, and 0 otherwise.
+	checkReadTimeout time.Duration
 }
 
 // state is everything a request needs from the configuration, built once
@@ -186,6 +198,9 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	}
 	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
 		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout}
+	if d := opts.CheckReadTimeout; d > 0 && (h.readTimeout == 0 || d < h.readTimeout) {
+		h.checkReadTimeout = d
+	}
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
 	}
