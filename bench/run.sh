@@ -8,14 +8,14 @@
 # time, spreads the noise of a shared machine over every library alike, and
 # lets benchtable compute each ratio within a round.
 #
-# Usage: bench/run.sh [OUT_DIR]     (default: bench/results)
+# Usage: bench/run.sh [OUT_DIR]     (default: bench/out/memstore, ignored by git)
 # Environment: ROUNDS (default 5), BENCHTIME (default 1s; at most 2s, or
 # the one-key runs exhaust the burst and fail).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-out=${1:-$here/results}
+out=${1:-$here/out/memstore}
 rounds=${ROUNDS:-5}
 benchtime=${BENCHTIME:-1s}
 mkdir -p "$out"

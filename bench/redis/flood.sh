@@ -4,11 +4,11 @@
 # summarised by benchstat (medians); run.sh runs the rounds. ratios.txt
 # holds the within-round ratios of issue 15's targets.
 #
-# Usage: bench/redis/flood.sh [OUT_DIR]    (default: bench/redis/results/flood)
+# Usage: bench/redis/flood.sh [OUT_DIR]    (default: bench/out/flood, ignored by git)
 # Environment: COUNT (default 3), BENCHTIME (default 2s).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-$here/results/flood}
+out=${1:-$(cd "$here/.." && pwd)/out/flood}
 BENCH='^BenchmarkFlood$' COUNT=${COUNT:-3} "$here/run.sh" "$out"
 # Within-round ratios of issue 15's targets: the closed-loop flood's
 # decisions/s and CPU per decision, Redis store with local refusals against

@@ -8,13 +8,13 @@
 # the rounds (medians), and ratios.txt holds, per caller count, the
 # within-round ratio of Sluice's decisions per second to redis_rate's.
 #
-# Usage: bench/redis/run.sh [OUT_DIR]    (default: bench/redis/results)
+# Usage: bench/redis/run.sh [OUT_DIR]    (default: bench/out/redis, ignored by git)
 # Environment: COUNT (default 5), BENCHTIME (default 2s), BENCH (another
 # -test.bench pattern, as flood.sh passes; then there are no ratios).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/.." && pwd)
-out=${1:-$here/results}
+out=${1:-$bench/out/redis}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 bin=$(mktemp -d)

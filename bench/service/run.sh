@@ -15,7 +15,7 @@
 # service's Redis numbers can be set beside it from the same session.
 #
 # Usage: bench/service/run.sh [OUT_DIR] [-- extra load generator flags]
-#        (default OUT_DIR: bench/service/results)
+#        (default OUT_DIR: bench/out/service, ignored by git)
 # Environment: ROUNDS (default 3), DURATION (default 10s), WARMUP (2s),
 # CONC (16,64: the allowed and allowed-window workloads), MIXED_CONC (64),
 # FLOOD_CONC (64: flood workers of the flood workload), FLOOD_CALM (8:
@@ -28,7 +28,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=$(cd "$here/.." && pwd)
 root=$(cd "$bench/.." && pwd)
-out=${1:-$here/results}
+out=${1:-$bench/out/service}
 [ $# -gt 0 ] && shift
 [ "${1:-}" = "--" ] && shift
 mkdir -p "$out"
