@@ -207,14 +207,14 @@ func BenchmarkBytesPerKey(b *testing.B) {
 	}
 }
 
-// BenchmarkCallers measures the service's shape of decision (issue 19's
-// allowed-window workload: a fixed window of 1,000,000 a second, every
-// decision admitted, 10,000 keys) from 1, 16 and 64 callers, each making
-// one decision after another, and reports what each decision costs:
-// latency as its caller sees it (p50-µs, p99-µs), the CPU of this process
-// (client-cpu-µs/op: the store, rueidis and the callers' loop) and of
-// redis-server (redis-cpu-µs/op, INFO cpu), and Redis's script calls per
-// decision (calls/op: below 1 when batched).
+// BenchmarkCallers measures the service's shape of decision (the
+// allowed-window workload of the service benchmark: a fixed window of
+// 1,000,000 a second, every decision admitted, 10,000 keys) from 1, 16 and
+// 64 callers, each making one decision after another, and reports what
+// each decision costs: latency as its caller sees it (p50-µs, p99-µs), the
+// CPU of this process (client-cpu-µs/op: the store, rueidis and the
+// callers' loop) and of redis-server (redis-cpu-µs/op, INFO cpu), and
+// Redis's script calls per decision (calls/op: below 1 when batched).
 //
 //	go test ./redisstore -run '^$' -bench Callers -benchtime 3s
 func BenchmarkCallers(b *testing.B) {

@@ -2,7 +2,8 @@
 # flood.sh reproduces the "Refused floods" numbers in docs/BENCHMARKS.md:
 # BenchmarkFlood (flood_test.go) on one private redis-server, COUNT rounds,
 # summarised by benchstat (medians); run.sh runs the rounds. ratios.txt
-# holds the within-round ratios of issue 15's targets.
+# holds the within-round ratios that the refused-flood targets are judged
+# on (docs/BENCHMARKS.md, "Targets at a glance").
 #
 # Usage: bench/redis/flood.sh [OUT_DIR]    (default: bench/out/flood, ignored by git)
 # Environment: COUNT (default 3), BENCHTIME (default 2s).
@@ -10,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$(cd "$here/.." && pwd)/out/flood}
 BENCH='^BenchmarkFlood$' COUNT=${COUNT:-3} "$here/run.sh" "$out"
-# Within-round ratios of issue 15's targets: the closed-loop flood's
+# Within-round ratios of the refused-flood targets: the closed-loop flood's
 # decisions/s and CPU per decision, Redis store with local refusals against
 # the memory store; the well-behaved keys' p99 with each flood against
 # without, on the Redis store with local refusals, and with the control

@@ -14,8 +14,9 @@ import (
 
 // TestSluiceRedisAB compares builds of sluice on Redis, each in its own
 // `sluice serve` on one private redis-server, in alternating runs of the
-// allowed-window workload over Envoy's gRPC API (what issue 19 compares
-// with envoyproxy/ratelimit), without the other servers of a full run. It
+// allowed-window workload over Envoy's gRPC API (the workload on which
+// docs/BENCHMARKS.md compares Sluice with envoyproxy/ratelimit), without
+// the other servers of a full run. It
 // runs only when SLUICE_AB lists the sluice binaries (the same binary twice
 // with different SLUICE_AB_ENV<i> compares settings):
 //

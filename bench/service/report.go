@@ -214,17 +214,17 @@ func gubernatorRatios(b *strings.Builder, rs *runs) {
 	}
 }
 
-// Issue 19's targets for Sluice's server CPU per decision, memory store,
-// allowed workload, at 64 connections.
+// floorTargets are the targets for Sluice's server CPU per decision, in
+// µs, with the memory store on the allowed workload at 64 connections.
 var floorTargets = map[string]float64{"grpc": 20, "http": 25}
 
 // floorCosts writes Sluice's server CPU per decision beside the floor's
-// (bare) and what Sluice adds above it, with issue 19's targets.
+// (bare) and what Sluice adds above it, with floorTargets.
 func floorCosts(b *strings.Builder, rs *runs) {
 	if !slices.ContainsFunc(rs.order, func(k groupKey) bool { return k.contender == "bare" }) {
 		return
 	}
-	b.WriteString("\nSluice (memory store) against bare, a server that decides nothing over the same net/http and grpc-go servers: the server's CPU per decision (medians), Sluice's cost above the floor (median of the differences within a round: what Sluice's own work costs) and the ratio of decisions/s. Target (issue 19, at 64 connections): Sluice's server CPU per decision, floor included, at most 20 µs over gRPC and 25 µs over HTTP.\n\n")
+	b.WriteString("\nSluice (memory store) against bare, a server that decides nothing over the same net/http and grpc-go servers: the server's CPU per decision (medians), Sluice's cost above the floor (median of the differences within a round: what Sluice's own work costs) and the ratio of decisions/s. Target at 64 connections: Sluice's server CPU per decision, floor included, at most 20 µs over gRPC and 25 µs over HTTP.\n\n")
 	b.WriteString("| conns | API | Sluice server CPU/decision | floor (bare) | Sluice above the floor | decisions/s vs floor | target | status |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	server := func(r result) float64 { return r.ServerCPUus }
 	for _, k := range rs.order {
@@ -259,7 +259,7 @@ func libraryRatios(b *strings.Builder, rs *runs) {
 }
 
 // ratelimitRatios writes Sluice on Redis against envoyproxy/ratelimit on
-// the allowed-window workload, with issue 19's target.
+// the allowed-window workload, with the target of 2.5× its decisions/s.
 func ratelimitRatios(b *strings.Builder, rs *runs) {
 	var ks []groupKey
 	for _, k := range rs.order {
@@ -270,7 +270,7 @@ func ratelimitRatios(b *strings.Builder, rs *runs) {
 	if len(ks) == 0 {
 		return
 	}
-	b.WriteString("\nSluice (Redis store) against envoyproxy/ratelimit (its defaults) over Envoy's gRPC API, same Redis, every decision allowed (the same configuration file: a fixed window of 1,000,000 a second); CPU per decision: medians, server + Redis; ratios: median of the ratios within a round. Target (issue 19): at least 2.5× the decisions/s at a lower p99.\n\n")
+	b.WriteString("\nSluice (Redis store) against envoyproxy/ratelimit (its defaults) over Envoy's gRPC API, same Redis, every decision allowed (the same configuration file: a fixed window of 1,000,000 a second); CPU per decision: medians, server + Redis; ratios: median of the ratios within a round. Target: at least 2.5× the decisions/s at a lower p99.\n\n")
 	b.WriteString("| conns | Sluice decisions/s | ratelimit decisions/s | decisions/s | Sluice p99 | ratelimit p99 | p99 | Sluice CPU/decision | ratelimit CPU/decision | status |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, k := range ks {
 		rl := k.as("ratelimit", "")
@@ -317,7 +317,8 @@ var floodWorkloads = map[string]bool{"flood": true, "flood-alone": true, "calm":
 // floodTables writes the flood workloads: one key refused at a number of
 // connections beside well-behaved keys (flood), alone (flood-alone), and
 // the well-behaved keys alone (calm), Sluice on Redis (HTTP and gRPC) and
-// envoyproxy/ratelimit with its local cache, with issue 15's target.
+// envoyproxy/ratelimit with its local cache, with the target of 2× its
+// flood decisions/s.
 func floodTables(b *strings.Builder, rs *runs) {
 	var ks []groupKey
 	for _, k := range rs.order {
@@ -353,7 +354,7 @@ func floodTables(b *strings.Builder, rs *runs) {
 			cpuCell(alone, func(r result) float64 { return r.ServerCPUus }),
 			cpuCell(alone, func(r result) float64 { return r.RedisCPUus }))
 	}
-	b.WriteString("\nFlood, Sluice on Redis against envoyproxy/ratelimit with its local cache (over gRPC); median of the ratios within a round (the flood with well-behaved keys beside it). Target (issue 15): at least 2× its flood decisions/s at a lower p99. The bare rows are the floor, a server that decides nothing over the same stack: the most any server reaches against ratelimit-cache with this load generator on these cores.\n\n")
+	b.WriteString("\nFlood, Sluice on Redis against envoyproxy/ratelimit with its local cache (over gRPC); median of the ratios within a round (the flood with well-behaved keys beside it). Target: at least 2× its flood decisions/s at a lower p99. The bare rows are the floor, a server that decides nothing over the same stack: the most any server reaches against ratelimit-cache with this load generator on these cores.\n\n")
 	b.WriteString("| conns | Sluice API | flood decisions/s | flood p99 | well-behaved p99 | status |\n| ---: | --- | ---: | ---: | ---: | --- |\n")
 	for _, k := range ks {
 		rl := k.as("ratelimit-cache", "grpc")

@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 const boundaryTrace = "../../examples/traces/boundary.csv"
 
 // TestSimulateBoundaryGolden runs the README's first command and checks
-// the numbers issue 2 promises, then the whole output against a golden
+// the numbers the README promises, then the whole output against a golden
 // file (go test ./cmd/sluice -run Golden -update rewrites it).
 func TestSimulateBoundaryGolden(t *testing.T) {
 	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m", "--trace", boundaryTrace)

@@ -18,7 +18,7 @@ const (
 	slidingWindow
 )
 
-// algorithms lists every algorithm, in the order.
+// algorithms lists every algorithm, in the README's order.
 var algorithms = []algorithm{tokenBucket, gcra, leakyBucket, fixedWindow, slidingLog, slidingWindow}
 
 func (a algorithm) String() string {

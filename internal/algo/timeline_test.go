@@ -63,10 +63,10 @@ const (
 	sec = time.Second
 )
 
-// boundaryRows is the fixed-window boundary trace of the issue: limit 100
-// per minute, 100 requests at 12:00:59 and 100 at 12:01:00 (the origin is
-// 12:00:00). first and second give the row of the i-th request (0-based)
-// of each burst.
+// boundaryRows is the fixed-window boundary trace of
+// examples/traces/boundary.csv: limit 100 per minute, 100 requests at
+// 12:00:59 and 100 at 12:01:00 (the origin is 12:00:00). first and second
+// give the row of the i-th request (0-based) of each burst.
 func boundaryRows(first, second func(i int64) row) []row {
 	var rows []row
 	for i := range int64(100) {

@@ -106,10 +106,11 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
-// TestIssueExample checks every value of the example configuration in
-// issue 5.
-func TestIssueExample(t *testing.T) {
-	c := loadGood(t, "issue")
+// TestMemoryProxyExample checks every value of a configuration with both
+// listeners, the memory store, two limits and a reverse proxy of two rules
+// (testdata/good/memory_proxy.yaml).
+func TestMemoryProxyExample(t *testing.T) {
+	c := loadGood(t, "memory_proxy")
 	if got, want := c.Listen(), (Listen{HTTP: "127.0.0.1:8080", GRPC: "127.0.0.1:8081"}); got != want {
 		t.Errorf("Listen() = %+v, want %+v", got, want)
 	}
@@ -218,7 +219,7 @@ func TestEnvoy(t *testing.T) {
 	if again, _ := c.Envoy(); again.Content[0].Content == nil {
 		t.Error("changing the section Envoy returned changed the configuration")
 	}
-	c = loadGood(t, "issue")
+	c = loadGood(t, "memory_proxy")
 	if e, ok := c.Envoy(); ok || e != nil {
 		t.Errorf("Envoy() = %v, %v for a file without an envoy section", e, ok)
 	}
@@ -395,7 +396,7 @@ func TestMatch(t *testing.T) {
 // TestImmutable checks that changing what the accessors return does not
 // change the Config.
 func TestImmutable(t *testing.T) {
-	c := loadGood(t, "issue")
+	c := loadGood(t, "memory_proxy")
 	p, _ := c.Proxy()
 	p.Upstream.Host = "evil:1"
 	p.TrustedProxies[0] = netip.MustParsePrefix("0.0.0.0/0")

@@ -45,9 +45,10 @@ type scale struct {
 	bucket        time.Duration // rows of the per-interval table
 }
 
-// testScale returns the long variant under SLUICE_FAULTS_LONG=1 (the
-// issue's 200 callers for 10 s, Redis killed at 3 s and back at 6 s), and
-// otherwise a short one for CI, lighter still under the race detector.
+// testScale returns the long variant under SLUICE_FAULTS_LONG=1 (200
+// callers for 10 s, Redis killed at 3 s and back at 6 s, as
+// docs/reliability.md reports), and otherwise a short one for CI, lighter
+// still under the race detector.
 // Callers pause between calls: a load generator that takes every CPU of a
 // 2-core machine, which also runs Redis and the service, measures its own
 // queues, not Sluice.

@@ -25,7 +25,7 @@ const (
 	dieLimit = 50
 	dieKeys  = 64
 	// slack is what a call may take beyond the store's timeout once the
-	// circuit is open: the 20 ms.
+	// circuit is open: the 20 ms docs/reliability.md promises.
 	slack = 20 * time.Millisecond
 	// comeback is how soon Redis must decide again once it answers.
 	comeback = time.Second
@@ -78,7 +78,7 @@ func killAndRestart(t *testing.T, sc scale, srv *redistest.Server, o *outage) fu
 	}
 }
 
-// checkOutage checks a Redis-dies run against the promises: Redis
+// checkOutage checks a Redis-dies run against docs/reliability.md: Redis
 // decides before the kill; once the circuit is open no call takes longer
 // than the timeout plus 20 ms; while Redis is away every decision follows
 // the failure policy; and Redis decides again within a second of its
