@@ -5,18 +5,18 @@ GO ?= go
 
 # Every test, with the race detector. Redis tests start private redis-server
 # processes; they skip when redis-server is missing unless SLUICE_REQUIRE_REDIS=1.
-# internal/faults (Redis killed, slowed and failed over under load, with
+# test/faults (Redis killed, slowed and failed over under load, with
 # bounds on how long a call may take) runs last and alone, without the race
 # detector, so that its timing checks measure Sluice rather than a CPU
 # shared with every other package's tests.
 #
 # The allocation tests then run once more without the race detector, whose
-# instrumentation allocates: under -race they skip (internal/rls) or
+# instrumentation allocates: under -race they skip (internal/service/rls) or
 # measure the detector, so this is where they check Sluice.
 test:
-	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/internal/faults$$')
-	$(GO) test -count=1 -p 1 -timeout 10m ./internal/faults
-	$(GO) test -count=1 -run 'Allocs$$' ./internal/rls ./internal/server ./memstore
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/test/faults$$')
+	$(GO) test -count=1 -p 1 -timeout 10m ./test/faults
+	$(GO) test -count=1 -run 'Allocs$$' ./internal/service/rls ./internal/service/server ./memstore
 
 test-short:
 	$(GO) test -count=1 ./...
@@ -41,7 +41,7 @@ chart:
 .PHONY: screenshot
 screenshot:
 	SLUICE_SCREENSHOT=$(CURDIR)/docs/images/status.png SLUICE_REQUIRE_BROWSER=1 \
-		$(GO) test -count=1 -run 'TestStatusPageBrowser$$' -v ./internal/server
+		$(GO) test -count=1 -run 'TestStatusPageBrowser$$' -v ./internal/service/server
 
 # Static analysis: staticcheck and govulncheck, pinned and installed by
 # scripts/tools.sh, on this module and on bench/.
@@ -60,15 +60,15 @@ fuzz:
 # no cap), then one hot key against 100,000 keys from every core.
 .PHONY: flood
 flood:
-	SLUICE_FLOOD_KEYS=10000000 $(GO) test -count=1 -v -timeout 60m -run 'TestKeyFlood$$' ./internal/flood
-	$(GO) test -count=1 -v -run 'TestHotKeyContention' ./internal/flood
-	$(GO) test -count=1 -run '^$$' -bench HotKey -benchtime 2s -count 3 -cpu 2 ./internal/flood
+	SLUICE_FLOOD_KEYS=10000000 $(GO) test -count=1 -v -timeout 60m -run 'TestKeyFlood$$' ./test/flood
+	$(GO) test -count=1 -v -run 'TestHotKeyContention' ./test/flood
+	$(GO) test -count=1 -run '^$$' -bench HotKey -benchtime 2s -count 3 -cpu 2 ./test/flood
 
 # The long fault runs recorded in docs/reliability.md: 200 callers for 10 s
 # while Redis is killed at 3 s and restarted at 6 s (library and service,
 # each failure policy), slow and cut Redis replies, a cluster failover,
 # restarts of sluice serve and 1,000 slow clients. CI runs a short variant
-# of the same tests (go test ./internal/faults).
+# of the same tests (go test ./test/faults).
 .PHONY: faults
 faults:
-	SLUICE_FAULTS_LONG=1 $(GO) test -count=1 -v -timeout 30m ./internal/faults
+	SLUICE_FAULTS_LONG=1 $(GO) test -count=1 -v -timeout 30m ./test/faults

@@ -22,7 +22,7 @@ const module = "github.com/sluicehq/sluice"
 // the root, the engine and the internal helpers of their own kind.
 var leaves = []string{
 	"httplimit", "grpclimit", "memstore", "redisstore", "plans",
-	"internal/server", "internal/rls",
+	"internal/service/server", "internal/service/rls",
 }
 
 // knownEdges are the imports between leaves that exist today, each with
@@ -31,10 +31,10 @@ var leaves = []string{
 var knownEdges = map[string]string{
 	// The service composes the middleware (proxy, forward-auth and the
 	// decision API's key functions and quota fields) and the plan tables.
-	"internal/server -> httplimit": "the service mounts the middleware",
-	"internal/server -> plans":     "plan tables of the service",
+	"internal/service/server -> httplimit": "the service mounts the middleware",
+	"internal/service/server -> plans":     "plan tables of the service",
 	// Envoy's response_headers carry the same IETF quota fields.
-	"internal/rls -> httplimit": "the IETF quota fields for response_headers",
+	"internal/service/rls -> httplimit": "the IETF quota fields for response_headers",
 	// A per-IP limiter over a bounded memory store.
 	"httplimit -> memstore": "httplimit.PerIP keeps its state in a bounded memstore",
 	// The middleware applies plans (an adapter using a domain idea; plans
@@ -126,7 +126,7 @@ func TestOnlyCmdImportsServerAndRLS(t *testing.T) {
 			continue
 		}
 		for _, imp := range p.imports {
-			for _, inner := range []string{"internal/server", "internal/rls"} {
+			for _, inner := range []string{"internal/service/server", "internal/service/rls"} {
 				if (imp == inner || strings.HasPrefix(imp, inner+"/")) && leafOf(p.path) != inner {
 					t.Errorf("%s imports %s; only cmd/ wires the servers", p.path, imp)
 				}
@@ -135,31 +135,31 @@ func TestOnlyCmdImportsServerAndRLS(t *testing.T) {
 	}
 }
 
-// TestConfigIsASchema: internal/config decodes and validates the
+// TestConfigIsASchema: internal/service/config decodes and validates the
 // configuration file into plain data and builds nothing that serves
 // requests, so it imports, of the module, only the root (policies,
 // algorithms and their bounds: the core, which validates a policy in one
-// place) and internal/tlsauth (it reads and checks the TLS and token files
+// place) and internal/service/tlsauth (it reads and checks the TLS and token files
 // at load, so that a bad one is a problem of the file). Key functions,
 // Envoy's descriptor trees, plan tables and the store are built by the
 // packages that use them, or by cmd/; the formats those packages own are
 // checked through config.Formats, which cmd/ passes.
 func TestConfigIsASchema(t *testing.T) {
-	allowed := []string{"", "internal/tlsauth"}
+	allowed := []string{"", "internal/service/tlsauth"}
 	found := false
 	for _, p := range listPackages(t) {
-		if p.path != "internal/config" {
+		if p.path != "internal/service/config" {
 			continue
 		}
 		found = true
 		for _, imp := range p.imports {
 			if !slices.Contains(allowed, imp) {
-				t.Errorf("internal/config imports %s; the configuration is a schema: build in the package that uses it, or in cmd/", imp)
+				t.Errorf("internal/service/config imports %s; the configuration is a schema: build in the package that uses it, or in cmd/", imp)
 			}
 		}
 	}
 	if !found {
-		t.Error("go list did not find internal/config")
+		t.Error("go list did not find internal/service/config")
 	}
 }
 
@@ -202,7 +202,7 @@ func TestOnlyTheEngineCallsAllowAll(t *testing.T) {
 // overrides kept in Redis, the test server); the HTTP service and the
 // front doors only see them through those.
 func TestRedisClientsOnlyWhereTheyBelong(t *testing.T) {
-	allowed := []string{"redisstore", "plans/redisplans", "internal/overrides", "internal/redistest"}
+	allowed := []string{"redisstore", "plans/redisplans", "internal/service/overrides", "internal/redistest"}
 	for _, p := range listPackages(t) {
 		if strings.HasPrefix(p.path, "cmd/") || slices.Contains(allowed, p.path) {
 			continue

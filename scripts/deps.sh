@@ -7,10 +7,10 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || need+=(openssl) # cmd/sluice: the TLS steps of docs/operations.md
-command -v caddy >/dev/null 2>&1 || need+=(caddy)   # internal/e2e: forward_auth in front of sluice
-# internal/e2e: auth_request in front of sluice (Debian installs it in /usr/sbin)
+command -v caddy >/dev/null 2>&1 || need+=(caddy)   # test/e2e: forward_auth in front of sluice
+# test/e2e: auth_request in front of sluice (Debian installs it in /usr/sbin)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
-# internal/server: the status page in a real headless browser (chromedp)
+# internal/service/server: the status page in a real headless browser (chromedp)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core) # text for its screenshots

@@ -15,10 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/metrics"
-	"github.com/sluicehq/sluice/internal/rls"
-	sluiceserver "github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/service/rls"
+	sluiceserver "github.com/sluicehq/sluice/internal/service/server"
 	"github.com/sluicehq/sluice/memstore"
 )
 

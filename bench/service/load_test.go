@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/cputime"
-	"github.com/sluicehq/sluice/internal/rls"
-	sluiceserver "github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/rls"
+	sluiceserver "github.com/sluicehq/sluice/internal/service/server"
 	"github.com/sluicehq/sluice/memstore"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/server"
 )
 
 const checkUsage = `Usage: sluice check [--server URL] --limit NAME --key KEY [--cost N] [--json]

@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/tlsauth"
+	"github.com/sluicehq/sluice/internal/service/tlsauth"
 )
 
 // The environment variables the client commands (check, overrides) read

@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/mdtest"
-	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
 )
 
 // The markers a Markdown page puts on the line before a ```yaml block

@@ -12,10 +12,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/ctxsleep"
-	"github.com/sluicehq/sluice/internal/overrides"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/overrides"
+	"github.com/sluicehq/sluice/internal/service/server"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/plans/redisplans"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 )
 
 // TestOpenTable: sluice serve opens a plan table file, picks up a changed

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/server"
 )
 
 // runExplain asks the service what it knows of the key (GET /v1/explain)

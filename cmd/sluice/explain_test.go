@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/server"
 )
 
 // TestCheckExplain runs sluice check --explain against a service whose

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 )
 
 // helpRequest is the answer to -h, -help or --help: the command's usage,

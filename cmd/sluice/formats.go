@@ -7,8 +7,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/rls"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 )
 
 // TestValidateConfigFixtures parses every fixture of package config's
@@ -19,7 +19,7 @@ import (
 // key sources, envoy sections, plan tables and Redis prefixes, which
 // package config leaves to this one, report exactly what its tests expect.
 func TestValidateConfigFixtures(t *testing.T) {
-	t.Chdir("../../internal/config") // the fixtures name table files from there
+	t.Chdir("../../internal/service/config") // the fixtures name table files from there
 	files, err := filepath.Glob("testdata/bad/*.yaml")
 	if err != nil || len(files) < 50 {
 		t.Fatalf("found %d fixtures (%v), want package config's", len(files), err)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/rls/rlstest"
+	"github.com/sluicehq/sluice/internal/service/rls/rlstest"
 )
 
 // envoyConfig gives api_key two limits (100 per second and dayLimit per

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/rls"
 )
 
 // source is what the configuration file was when last read, for the

@@ -29,12 +29,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/engine"
-	"github.com/sluicehq/sluice/internal/metrics"
-	"github.com/sluicehq/sluice/internal/rls"
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/tlsauth"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/service/rls"
+	"github.com/sluicehq/sluice/internal/service/server"
+	"github.com/sluicehq/sluice/internal/service/tlsauth"
 )
 
 const serveUsage = `Usage: sluice serve [--config FILE] [flags]

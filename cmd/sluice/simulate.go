@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/simulate"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"

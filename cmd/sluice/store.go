@@ -14,9 +14,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/metrics"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/service/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )

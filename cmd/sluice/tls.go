@@ -9,13 +9,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sluicehq/sluice/internal/config"
-	"github.com/sluicehq/sluice/internal/tlsauth"
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/tlsauth"
 )
 
 // serveTLS is the transport security of sluice serve's listeners
 // (listen.tls): one tlsauth.Server whose material every listener uses and
-// which rotates it live (its metrics are internal/metrics.TLS).
+// which rotates it live (its metrics are internal/service/metrics.TLS).
 type serveTLS struct {
 	srv *tlsauth.Server
 }

@@ -24,7 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
 )
 
 // envoySPIFFE is the name the tests' allowed client carries.

@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/service/config"
 )
 
 const validateUsage = `Usage: sluice validate CONFIG...

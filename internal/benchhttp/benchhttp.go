@@ -2,7 +2,7 @@
 // ResponseWriter that reuses its header map, so that a benchmark measures
 // the handler and not a recorder, a handler that only writes 200, and the
 // loops that send requests from many client addresses, one at a time or
-// from GOMAXPROCS goroutines. httplimit's benchmarks, internal/server's
+// from GOMAXPROCS goroutines. httplimit's benchmarks, internal/service/server's
 // and the bench module's middleware comparison share it.
 package benchhttp
 

@@ -2,7 +2,7 @@
 
 // Package cputime reads the CPU time the process has used, for the
 // benchmarks and flood tests that report cpu-ns per operation (bench,
-// bench/redis, internal/flood): one helper instead of a copy in each.
+// bench/redis, test/flood): one helper instead of a copy in each.
 package cputime
 
 import (

@@ -7,7 +7,7 @@ import (
 )
 
 // Overrides are per-key policies set while the service runs (the admin
-// API's /v1/overrides); internal/overrides.Store is one.
+// API's /v1/overrides); internal/service/overrides.Store is one.
 type Overrides interface {
 	// Any reports whether an override may be in force, so that a
 	// service without any skips the lookup.

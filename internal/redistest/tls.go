@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
 )
 
 // NewTLSFiles writes a self-signed certificate for 127.0.0.1 and

@@ -28,7 +28,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	sluicerls "github.com/sluicehq/sluice/internal/rls"
+	sluicerls "github.com/sluicehq/sluice/internal/service/rls"
 )
 
 func main() {

@@ -1,0 +1,51 @@
+// Package metricstest reads one series of a Prometheus registry, for the
+// tests of internal/service/metrics and internal/service/server.
+package metricstest
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Value returns the value of the series of family name whose label values
+// are exactly labels, in any order (the registry sorts labels by name): a
+// counter's or a gauge's value, or a histogram's count of observations. It
+// returns false when there is no such series, and fails t when the
+// registry cannot be gathered.
+func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (float64, bool) {
+	t.Helper()
+	fams, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range f.GetMetric() {
+			lp := m.GetLabel()
+			if len(lp) != len(labels) {
+				continue
+			}
+			for _, v := range labels {
+				found := false
+				for _, l := range lp {
+					found = found || l.GetValue() == v
+				}
+				if !found {
+					continue series
+				}
+			}
+			switch {
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue(), true
+			}
+			return m.GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
+}
