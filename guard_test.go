@@ -212,3 +212,58 @@ func TestRedisClientsOnlyWhereTheyBelong(t *testing.T) {
 		}
 	}
 }
+
+// place returns the layer of the tree a package belongs to, as
+// docs/architecture.md draws it: "library" (the root, the core, the
+// stores and the doors), "service" (what sluice serve runs, and
+// simulate), "command" (cmd/), "suite" (the black-box suites in test/)
+// or "helper" (the test and benchmark helpers).
+func place(p string) string {
+	switch {
+	case strings.HasPrefix(p, "cmd/"):
+		return "command"
+	case strings.HasPrefix(p, "test/"):
+		return "suite"
+	case slices.Contains(testHelpers, p):
+		return "helper"
+	case strings.HasPrefix(p, "internal/service/") || p == "internal/simulate":
+		return "service"
+	}
+	return "library"
+}
+
+// testHelpers are the packages that only tests and benchmarks import.
+var testHelpers = []string{
+	"internal/benchhttp", "internal/benchloop", "internal/benchrand", "internal/cputime",
+	"internal/mdtest", "internal/proctest", "internal/redistest", "internal/teststore",
+	"internal/service/metrics/metricstest", "internal/service/rls/rlstest", "internal/service/tlsauth/tlstest",
+}
+
+// mayImport lists, for each place, the places its non-test files may
+// import: imports point inward, from the command to the service to the
+// library, and nothing but tests imports a helper.
+var mayImport = map[string][]string{
+	"library": {"library"},
+	"service": {"library", "service"},
+	"command": {"library", "service", "command"},
+	"helper":  {"library", "service", "helper"},
+	"suite":   {"library", "service", "helper", "suite"},
+}
+
+func TestImportsPointInward(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range listPackages(t) {
+		from := place(p.path)
+		seen[p.path] = true
+		for _, imp := range p.imports {
+			if to := place(imp); !slices.Contains(mayImport[from], to) {
+				t.Errorf("%s (%s) imports %s (%s); imports point inward: command -> service -> library", p.path, from, imp, to)
+			}
+		}
+	}
+	for _, h := range testHelpers {
+		if !seen[h] {
+			t.Errorf("go list does not find the test helper %s: update testHelpers", h)
+		}
+	}
+}
