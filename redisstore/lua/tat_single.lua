@@ -10,8 +10,16 @@
 -- MessagePack string, which Redis's cmsgpack decodes without strtod, the
 -- costliest part of reading a number from a string argument. The Go side
 -- puts `local STATE` and `local MAXDELAY` (true for the leaky bucket)
--- before muldivmod.lua and this file. Measured in docs/BENCHMARKS.md
--- ("Redis's instructions per decision").
+-- before muldivmod.lua and this file.
+--
+-- Why this file exists beside tat.lua: it pays for itself. Counted with
+-- redis-server under callgrind (docs/BENCHMARKS.md, "Redis's instructions
+-- per decision"), a lone GCRA decision costs Redis 64.5k instructions
+-- through this script and 77.7k through single.lua over tat.lua (token
+-- bucket 65.0k against 77.1k, leaky bucket 63.7k against 76.9k): 17% of
+-- Redis's work on the commonest call, and without it redis_rate's 69.0k
+-- would beat Sluice. The differential tests hold both to the memory
+-- store's decisions: this script through Allow, tat.lua through AllowAll.
 --
 -- KEYS[1]: the state key.
 -- ARGV[1]: MessagePack of L, P (µs), B, cost, maxdelay (µs, -1 for none),
