@@ -31,10 +31,9 @@ type Limiter struct {
 // takes the policy by pointer and returns the decision's fields one by one
 // (memstore.Store.AllowPolicy). It must decide exactly as Allow does at now
 // (zero: the store's clock) for Request{Policy: *p, Key: key, Cost: cost},
-// and never report Degraded. Limiter.Allow and AllowAt prefer it: every
-// argument and result then fits in registers, where a Request is copied on
-// its way through the interface and a Decision, too large for registers,
-// is copied back through the stack at a cost (see AllowPolicy).
+// and never report Degraded. Limiter.Allow and AllowAt prefer it, since it
+// copies no Request in and no Decision out (docs/BENCHMARKS.md, "Why the
+// hot path is shaped as it is").
 type policyAllower interface {
 	AllowPolicy(now time.Time, p *Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
 }

@@ -345,15 +345,9 @@ func (s *Store) allowDelayed(now time.Time, req *sluice.Request) (sluice.Decisio
 // sets. It exists for sluice.Limiter, which calls it instead of Allow when
 // its store has it; most code never calls it. p is only read, and not kept.
 //
-// Every argument and result fits in registers. A Request is copied on its
-// way in; a Decision has more fields than the compiler keeps in registers,
-// so a caller that receives one spills it to the stack and copies it
-// there 16 bytes at a time, each load spanning two of the 8-byte stores
-// it was spilled with, which the CPU cannot forward: the load waits for
-// the stores to reach the cache: several ns for each layer a Decision is
-// passed up, on the AMD EPYC of docs/BENCHMARKS.md.
-//
-// Its body is the hot path, a token-bucket or GCRA request on a tracked
+// It costs about what Allow does, without copying a Request in or a
+// Decision out (docs/BENCHMARKS.md, "Why the hot path is shaped as it
+// is"). Its body is the hot path, a token-bucket or GCRA request on a tracked
 // key that is admitted; everything else (a denial, a new key, another
 // algorithm, an invalid request) goes out of line.
 func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {

@@ -76,14 +76,12 @@ func Precedes[D Decision](d, e D) bool {
 	}
 }
 
-// Rank is what Precedes compares of a decision: three fields, passed in
-// registers. A caller that holds decisions of a concrete type compares
-// them through it by pointer, without copying them. The generic functions
-// here keep their own copy of the rule (TestRankAsPrecedes holds the two
-// together): written with Rank, or reading fields of a type parameter's
-// value in place, they made the escape analysis move callers' stack
-// buffers of decisions to the heap (TestShouldRateLimitAllocs and
-// TestCheckAllocs fail).
+// Rank is what Precedes compares of a decision: three fields. A caller
+// that holds decisions of a concrete type compares them through it by
+// pointer, without copying them. The generic functions here keep their
+// own copy of the rule, which TestRankAsPrecedes holds to this one: written
+// with Rank they would move their callers' buffers of decisions to the
+// heap (TestShouldRateLimitAllocs and TestCheckAllocs catch it).
 type Rank struct {
 	Allowed    bool
 	RetryAfter time.Duration

@@ -58,9 +58,8 @@ func Prepare(p Params) Prepared {
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
 //
-// The result goes through a pointer rather than being returned: a Result
-// has too many fields for the compiler to keep it in registers, and
-// returning one made every caller copy it through the stack.
+// The result goes through r (docs/BENCHMARKS.md, "Why the hot path is
+// shaped as it is").
 func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Duration) {
 	p := &pp.Params
 	bq, br := s.backlog(now, pp.hq, pp.hr)
@@ -92,8 +91,8 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Durati
 	return s, wait
 }
 
-// Admit is TokenBucket for the request it admits, with the result in
-// registers: when TokenBucket(s, now, cost) admits the request, Admit
+// Admit is TokenBucket for the request it admits, with the result as
+// plain values: when TokenBucket(s, now, cost) admits the request, Admit
 // returns the same new state, Remaining and ResetAfter (its RetryAfter and
 // Delay are 0) and ok; otherwise (a denial, or a cost above the capacity)
 // it returns ok false and nothing else, and the caller decides the request

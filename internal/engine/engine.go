@@ -171,9 +171,7 @@ func (b *Buffers) Decide(ctx context.Context, store sluice.Store, now time.Time,
 // Decide decides a request under checks through store at now (a zero now
 // means the store's clock), writes each check's result to res, which must
 // have len(checks), and the outcome to *o. It keeps none of them after it
-// returns. The outcome is written in place rather than returned: an
-// Outcome is too big for result registers, so a returned one is copied
-// through the stack at every layer it passes.
+// returns.
 func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
 	decide(ctx, store, now, checks, res, o, nil)
 }
@@ -248,10 +246,10 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 }
 
 // valueAllower is a store with a one-policy path that returns the
-// decision's fields in registers (memstore.Store.AllowPolicyValue): it
+// decision's fields one by one (memstore.Store.AllowPolicyValue): it
 // decides exactly as Allow does at now for sluice.Request{Policy: p, Key:
-// key, Cost: cost}. The policy goes by value: a pointer to the check's
-// would make every door's buffer of checks escape to the heap.
+// key, Cost: cost}. docs/BENCHMARKS.md says why it exists ("Why the hot
+// path is shaped as it is").
 type valueAllower interface {
 	AllowPolicyValue(now time.Time, p sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
 }
@@ -284,10 +282,8 @@ func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check,
 	}
 }
 
-// put writes d's fields to *dst one by one. d was just written field by
-// field, with 8- and 1-byte stores; copied whole, it would be read back 16
-// bytes at a time, each load spanning two of those stores, which the CPU
-// cannot forward to a load: it waits for them to reach the cache.
+// put writes d's fields to *dst one by one, where d was just written field
+// by field (docs/BENCHMARKS.md, "Why the hot path is shaped as it is").
 func put(dst, d *sluice.Decision) {
 	dst.Allowed, dst.Limit, dst.Remaining = d.Allowed, d.Limit, d.Remaining
 	dst.RetryAfter, dst.ResetAfter, dst.Delay, dst.Degraded = d.RetryAfter, d.ResetAfter, d.Delay, d.Degraded

@@ -158,10 +158,8 @@ const StreamWorkers = 64
 // service in `sluice serve` (bench/service's bared uses them too, so that
 // the benchmark's floor is the same server). A call runs on one of
 // StreamWorkers goroutines kept from call to call, whose stacks have
-// already grown to what a call needs, instead of on a new goroutine whose
-// stack grows (is copied) several times during every call: in the
-// service benchmark that growth was about 15% of the server's CPU. When
-// every worker is busy, a call gets a new goroutine as without the
+// already grown to what a call needs (docs/BENCHMARKS.md measures what
+// that saves). When every worker is busy, a call gets a new goroutine as without the
 // option, so no call waits for a worker: what is served, in what order and
 // how soon is unchanged. Its codec is grpc-go's protobuf codec, except
 // that it leaves a request it cannot decode for the service to answer
