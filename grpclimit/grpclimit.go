@@ -84,8 +84,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Result is one limit's part of the decision on a call.
-type Result struct {
+// LimitResult is one limit's part of the decision on a call, as
+// Options.OnDecision sees it.
+type LimitResult struct {
 	// Policy is the policy applied, with its Name set.
 	Policy sluice.Policy
 	// Key is the key the call was counted under.
@@ -107,8 +108,8 @@ type Result struct {
 type Event struct {
 	// FullMethod is the call's method.
 	FullMethod string
-	// Results holds one Result per limit, in order.
-	Results []Result
+	// Results holds one LimitResult per limit, in order.
+	Results []LimitResult
 	// Allowed reports that the call proceeds.
 	Allowed bool
 	// Code is the status code of a refused call (ResourceExhausted or
@@ -247,13 +248,13 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 // trailer metadata to send with it, for callers that are not one of the
 // interceptors.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, error) {
-	res := make([]Result, len(l.limits))
+	res := make([]LimitResult, len(l.limits))
 	var cbuf [4]engine.Check
 	var ibuf [4]int
 	checks, idx := cbuf[:0], ibuf[:0]
 	for i := range l.limits {
 		lm := &l.limits[i]
-		res[i] = Result{Policy: lm.Policy, Shadow: lm.Shadow}
+		res[i] = LimitResult{Policy: lm.Policy, Shadow: lm.Shadow}
 		key, cost, ok := lm.keyCost(ctx, fullMethod)
 		if !ok {
 			continue
@@ -266,7 +267,7 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 		checks = append(checks, c)
 		idx = append(idx, i)
 	}
-	eres := make([]engine.Result, len(checks))
+	eres := make([]engine.CheckResult, len(checks))
 	var o engine.Outcome
 	engine.Decide(ctx, l.store, time.Time{}, checks, eres, &o)
 	dry := false

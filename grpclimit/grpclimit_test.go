@@ -153,7 +153,7 @@ func TestMetadataKeyAllOrNothing(t *testing.T) {
 		{Policy: sluice.SlidingLog(1, time.Hour).Named("trial"), Key: Method, Shadow: true},
 	}, &Options{OnDecision: func(e *Event) {
 		cp := *e
-		cp.Results = append([]Result(nil), e.Results...)
+		cp.Results = append([]LimitResult(nil), e.Results...)
 		events = append(events, cp)
 	}})
 	if err != nil {

@@ -205,14 +205,14 @@ func validPolicyName(name string) bool {
 // request. Results that did not apply (no key, or a dry run) are left out:
 // clients see only the limits that can stop them. now is the time the
 // decision was made, for X-RateLimit-Reset.
-func WriteHeaders(h http.Header, style HeaderStyle, results []Result, now time.Time) {
+func WriteHeaders(h http.Header, style HeaderStyle, results []LimitResult, now time.Time) {
 	writeHeaders(h, style, results, nil, func() time.Time { return now })
 }
 
 // writeHeaders is WriteHeaders with, optionally, a prebuilt
 // RateLimit-Policy value for when every result applied, and a clock read
 // only for X-RateLimit-Reset.
-func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyField []string, now func() time.Time) {
+func writeHeaders(h http.Header, style HeaderStyle, results []LimitResult, policyField []string, now func() time.Time) {
 	if !style.has(HeadersIETF | HeadersLegacy | HeadersX) {
 		return
 	}
@@ -281,7 +281,7 @@ func writeHeaders(h http.Header, style HeaderStyle, results []Result, policyFiel
 // among the enforced results, the one that decides, in the engine's order
 // (a denying one with the longest wait, else the one with the fewest
 // remaining units; the first on a tie); -1 when none applied.
-func closest(results []Result) int {
+func closest(results []LimitResult) int {
 	best := -1
 	for i := range results {
 		if results[i].counts() && (best < 0 || engine.Precedes(&results[i].Decision, &results[best].Decision)) {

@@ -101,8 +101,9 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Result is one limit's part of the decision on a request.
-type Result struct {
+// LimitResult is one limit's part of the decision on a request, as
+// Options.OnDecision and a DenyHandler see it.
+type LimitResult struct {
 	// Policy is the policy applied; its Name is always set.
 	Policy sluice.Policy
 	// Key is the key the request was counted under.
@@ -122,14 +123,14 @@ type Result struct {
 	Err error
 }
 
-func (r *Result) counts() bool { return r.Applied && !r.Shadow }
+func (r *LimitResult) counts() bool { return r.Applied && !r.Shadow }
 
 // Event is what Options.OnDecision receives for a request.
 type Event struct {
 	// Request is the request decided on.
 	Request *http.Request
-	// Results holds one Result per limit, in the order of the limits.
-	Results []Result
+	// Results holds one LimitResult per limit, in the order of the limits.
+	Results []LimitResult
 	// Allowed reports that the request goes on to the next handler.
 	Allowed bool
 	// Status is the middleware's own response status for a refused
@@ -187,11 +188,11 @@ type limit struct {
 }
 
 type scratch struct {
-	res    []Result
-	checks []engine.Check  // the limits that apply to the request
-	idx    []int           // the limit of each check
-	eres   []engine.Result // the engine's result of each check
-	eb     engine.Buffers  // the engine's buffers
+	res    []LimitResult
+	checks []engine.Check       // the limits that apply to the request
+	idx    []int                // the limit of each check
+	eres   []engine.CheckResult // the engine's result of each check
+	eb     engine.Buffers       // the engine's buffers
 	viol   []string
 	ev     Event
 }
@@ -326,10 +327,10 @@ func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, err
 // newScratch returns the buffers of one request under n limits.
 func newScratch(n int) *scratch {
 	return &scratch{
-		res:    make([]Result, n),
+		res:    make([]LimitResult, n),
 		checks: make([]engine.Check, 0, n),
 		idx:    make([]int, 0, n),
-		eres:   make([]engine.Result, n),
+		eres:   make([]engine.CheckResult, n),
 	}
 }
 
@@ -358,7 +359,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // settle charges the ChargeOn limits that status calls for, after the
 // response.
-func (m *Middleware) settle(r *http.Request, res []Result, status int) {
+func (m *Middleware) settle(r *http.Request, res []LimitResult, status int) {
 	ctx := context.WithoutCancel(r.Context()) // the client may be gone; the charge still counts
 	for i := range m.limits {
 		l := &m.limits[i]
@@ -513,7 +514,7 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 	}
 	sc.checks, sc.idx = checks, idx
 	if cap(sc.eres) < len(checks) {
-		sc.eres = make([]engine.Result, len(checks))
+		sc.eres = make([]engine.CheckResult, len(checks))
 	}
 	sc.eres = sc.eres[:len(checks)]
 	return static

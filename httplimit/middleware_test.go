@@ -293,7 +293,7 @@ func TestDryRun(t *testing.T) {
 		{Policy: sluice.FixedWindow(1, time.Minute).Named("trial"), Shadow: true},
 	}, &Options{OnDecision: func(e *Event) {
 		cp := *e
-		cp.Results = append([]Result(nil), e.Results...)
+		cp.Results = append([]LimitResult(nil), e.Results...)
 		events = append(events, cp)
 	}})
 	h := m.Handler(okHandler)
@@ -332,7 +332,7 @@ func TestDryRunNotChargedWhenRefused(t *testing.T) {
 		{Policy: sluice.FixedWindow(5, time.Minute).Named("trial"), Shadow: true},
 	}, nil)
 	var last Event
-	m.onDecision = func(e *Event) { last = *e; last.Results = append([]Result(nil), e.Results...) }
+	m.onDecision = func(e *Event) { last = *e; last.Results = append([]LimitResult(nil), e.Results...) }
 	h := m.Handler(okHandler)
 	serve(h, request("192.0.2.1:1"))
 	if resp := serve(h, request("192.0.2.1:1")); resp.StatusCode != 429 {
@@ -732,7 +732,7 @@ func TestChargeOnFailedLogins(t *testing.T) {
 		t.Errorf("bob: %d, want 401", got)
 	}
 	var last Event
-	m.onDecision = func(e *Event) { last = *e; last.Results = append([]Result(nil), e.Results...) }
+	m.onDecision = func(e *Event) { last = *e; last.Results = append([]LimitResult(nil), e.Results...) }
 	try("bob", "right")
 	if got := last.Results[2].Decision.Remaining; got != 1000-17 {
 		t.Errorf("per-ip Remaining = %d, want %d", got, 1000-17)
@@ -811,7 +811,7 @@ func TestParseHeaderStyle(t *testing.T) {
 func TestChecksShiftBetweenRequests(t *testing.T) {
 	c := newClock()
 	st := newStore(c)
-	var got []Result
+	var got []LimitResult
 	m, err := New(st, []Limit{
 		{Policy: sluice.FixedWindow(10, time.Hour).Named("per-key"), Key: Header("X-API-Key")},
 		{Policy: sluice.FixedWindow(100, time.Hour).Named("per-ip")},

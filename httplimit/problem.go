@@ -34,7 +34,7 @@ type Denial struct {
 	// Violated names the policies that refused the request, in order.
 	Violated []string
 	// Results holds every limit's part of the decision.
-	Results []Result
+	Results []LimitResult
 }
 
 // DenyHandler writes the response to a refused request. When it is

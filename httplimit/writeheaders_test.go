@@ -15,7 +15,7 @@ import (
 // one slice holding both fields.
 func TestWriteHeadersIETF(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	results := []Result{
+	results := []LimitResult{
 		{Policy: sluice.TokenBucket(10, time.Second, 10).Named("per-ip"), Applied: true,
 			Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}},
 		{Policy: sluice.FixedWindow(100, time.Minute).Named("per-key"), Applied: true,
@@ -48,7 +48,7 @@ func TestWriteHeadersIETF(t *testing.T) {
 // slice of the unshared case.
 func TestWriteHeadersSharedPolicy(t *testing.T) {
 	p := sluice.TokenBucket(10, time.Second, 10).Named("per-ip")
-	results := []Result{{Policy: p, Applied: true,
+	results := []LimitResult{{Policy: p, Applied: true,
 		Decision: sluice.Decision{Allowed: true, Limit: 10, Remaining: 7, ResetAfter: 300 * time.Millisecond}}}
 	pf := []string{string(AppendPolicy(nil, p))}[:1:1]
 	h := http.Header{}

@@ -116,7 +116,7 @@ func BenchmarkHotLock(b *testing.B) {
 func BenchmarkHotTokenBucket(b *testing.B) {
 	pp := algo.Prepare(algo.Params{Limit: 1, Burst: 1_000_000_000, Period: 1_000_000})
 	var st algo.TAT
-	var r algo.Result
+	var r algo.Verdict
 	t := int64(1_700_000_000_000_000)
 	cpu := cputime.Start()
 	for b.Loop() {

@@ -405,7 +405,7 @@ func (sh *shard) allowTAT(s *Store, c *compiled, p *sluice.Policy, key string, c
 	if found {
 		st = sh.tat.slots[i].v
 	}
-	var r algo.Result
+	var r algo.Verdict
 	ns := c.pp.TokenBucketTo(&r, st, t, cost)
 	if r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)
@@ -621,8 +621,8 @@ func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t,
 	return decision(sh.run(s, c, req, h, t, cost, commit), req.Policy.Limit)
 }
 
-// run is decide's algorithm step, before its result becomes a Decision.
-func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+// run is decide's algorithm step, before its verdict becomes a Decision.
+func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
 	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
 		return sh.decideWindow(s, c, req, h, t, cost, commit)
@@ -634,7 +634,7 @@ func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, co
 }
 
 // decision returns r as a Decision under a policy of the given limit.
-func decision(r algo.Result, limit int64) sluice.Decision {
+func decision(r algo.Verdict, limit int64) sluice.Decision {
 	return sluice.Decision{
 		Allowed:    r.Allowed,
 		Limit:      limit,
@@ -660,14 +660,14 @@ func (sh *shard) storeTAT(s *Store, i int, found bool, h uint64, t int64, ns alg
 	}
 }
 
-func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
 	i, found := sh.tat.find(h)
 	var st algo.TAT
 	if found {
 		st = sh.tat.slots[i].v
 	}
 	var ns algo.TAT
-	var r algo.Result
+	var r algo.Verdict
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
 		ns, r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
 	} else {
@@ -679,14 +679,14 @@ func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64,
 	return r
 }
 
-func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
 	i, found := sh.win.find(h)
 	var st algo.Window
 	if found {
 		st = sh.win.slots[i].v
 	}
 	var ns algo.Window
-	var r algo.Result
+	var r algo.Verdict
 	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
 		ns, r = algo.FixedWindow(c.pp.Params, st, t, cost)
 	} else {
@@ -707,7 +707,7 @@ func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint
 	return r
 }
 
-func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Result {
+func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
 	ap := c.pp.Params
 	i, found := sh.logs.find(h)
 	if !found {

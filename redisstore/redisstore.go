@@ -378,7 +378,7 @@ func (s *Store) one(ctx context.Context, now time.Time, req *sluice.Request, op 
 		if e = rf.hotGet(c, req.Key); e == nil {
 			e = rf.getFor(c, s.prefix, req.Key)
 		}
-		var r algo.Result
+		var r algo.Verdict
 		if e != nil && s.refuseOne(e, us, req, &r) {
 			d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = req.Policy.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay
 			return d, nil
@@ -460,7 +460,7 @@ func (s *Store) oneReply(vals []int64) (v [replyWidth]int64, st []int64, err err
 
 // refuseOne decides req on its cached state e into r, and reports whether
 // that refuses it. us is the caller's time in µs, or -1 for Redis's clock.
-func (s *Store) refuseOne(e *entry, us int64, req *sluice.Request, r *algo.Result) bool {
+func (s *Store) refuseOne(e *entry, us int64, req *sluice.Request, r *algo.Verdict) bool {
 	t, ok := s.refusals.at(e, us, us >= 0)
 	if !ok {
 		return false
@@ -671,10 +671,10 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		}
 		ts, callerNow = append(ts, t), max(callerNow, t)
 	}
-	var buf [maxLocalAll]algo.Result
+	var buf [maxLocalAll]algo.Verdict
 	res := buf[:0]
 	if len(reqs) > len(buf) {
-		res = make([]algo.Result, 0, len(reqs))
+		res = make([]algo.Verdict, 0, len(reqs))
 	}
 	res = res[:len(reqs)]
 	// The same Redis key: one request of their summed cost.

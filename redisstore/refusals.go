@@ -393,9 +393,9 @@ func (e *entry) redisClock(mono int64) (int64, bool) {
 }
 
 // decide decides a request of the given cost on e's state at t, as the
-// scripts would, into r (a Result returned by value would be copied
+// scripts would, into r (a Verdict returned by value would be copied
 // through the stack at each call).
-func (e *entry) decide(r *algo.Result, t, cost int64, maxDelay time.Duration) {
+func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 	switch e.policy.Algorithm {
 	case sluice.LeakyBucketAlgorithm:
 		// The scripts take MaxDelay in whole µs, rounded down.
@@ -425,8 +425,8 @@ func (e *entry) seen(t int64) {
 	}
 }
 
-// decisionOf turns an algorithm's result under p into a Decision.
-func decisionOf(p *sluice.Policy, r *algo.Result) sluice.Decision {
+// decisionOf turns an algorithm's verdict under p into a Decision.
+func decisionOf(p *sluice.Policy, r *algo.Verdict) sluice.Decision {
 	return sluice.Decision{
 		Allowed:    r.Allowed,
 		Limit:      p.Limit,

@@ -2,7 +2,7 @@
 // state transitions.
 //
 // Every function here has the shape (params, state, now, cost) -> (state',
-// result): it reads no clock, does no I/O and keeps no state of its own. Time
+// Verdict): it reads no clock, does no I/O and keeps no state of its own. Time
 // is an int64 count of microseconds since the Unix epoch, the resolution of
 // Redis's TIME, so the Lua scripts of the Redis store can mirror these
 // functions decision by decision.
@@ -92,12 +92,15 @@ func (p Params) Check() error {
 	return nil
 }
 
-// Result is one decision. Durations are whole milliseconds except Delay,
-// which is exact to the microsecond (rounded up). A duration longer than a
-// time.Duration holds (about 292 years, which only a bucket that takes
-// longer than that to refill can reach) saturates at the largest whole
-// number of milliseconds, or microseconds for Delay, that it holds.
-type Result struct {
+// Verdict is an algorithm's decision on one request: whether it is
+// admitted, and the figures a store reports with it (a sluice.Decision
+// without the Limit and Degraded that the store adds). Durations are whole
+// milliseconds except Delay, which is exact to the microsecond (rounded
+// up). A duration longer than a time.Duration holds (about 292 years,
+// which only a bucket that takes longer than that to refill can reach)
+// saturates at the largest whole number of milliseconds, or microseconds
+// for Delay, that it holds.
+type Verdict struct {
 	Allowed bool
 	// Remaining is how many cost units could be admitted right now, after
 	// this decision, floored and never negative.

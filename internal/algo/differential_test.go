@@ -119,13 +119,13 @@ func randomTrace(rng *rand.Rand, p Params, capacity int64, shape traceShape) []e
 
 // differential runs trace through the implementation of a and through the
 // reference model and fails on the first field that differs: every field of
-// every Result, and the instant the state says it is back to initial.
+// every Verdict, and the instant the state says it is back to initial.
 func differential(t *testing.T, a algorithm, p Params, maxDelay time.Duration, trace []event) {
 	t.Helper()
 	lim := newLimiter(a, p, maxDelay)
 	m := newModel(a, p, lim.maxDelay)
 	for i, e := range trace {
-		var got Result
+		var got Verdict
 		if e.peek {
 			got = lim.peek(e.t, e.cost)
 		} else {

@@ -35,7 +35,7 @@ func (s Window) roll(now int64, p *Params) (at int64, b Bounds, prev, curr int64
 // FixedWindow decides a request under fixed windows: of length P aligned
 // to multiples of P since the Unix epoch, or p.Cal's calendar windows.
 // A request is admitted iff the window's count plus cost is at most L.
-func FixedWindow(p Params, s Window, now, cost int64) (Window, Result) {
+func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 	now, b, _, count := s.roll(now, &p)
 	end := b.End
 	resetAfter := func(count int64) int64 {
@@ -45,7 +45,7 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Result) {
 		return end - now
 	}
 	if cost > p.Limit {
-		return s, Result{Remaining: p.Limit - count, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
+		return s, Verdict{Remaining: p.Limit - count, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
 	}
 	if count+cost <= p.Limit {
 		count += cost
@@ -53,9 +53,9 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Result) {
 		if count > 0 {
 			ns = Window{Start: b.Start, Expire: end, Curr: uint32(count)}
 		}
-		return ns, Result{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
+		return ns, Verdict{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
 	}
-	return s, Result{
+	return s, Verdict{
 		Remaining:  p.Limit - count,
 		RetryAfter: retryMillis(end - now),
 		ResetAfter: ceilMillis(resetAfter(count)),

@@ -58,20 +58,20 @@ func Prepare(p Params) Prepared {
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
 //
-// The result goes through r (docs/BENCHMARKS.md, "Why the hot path is
+// The verdict goes through r (docs/BENCHMARKS.md, "Why the hot path is
 // shaped as it is").
-func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Duration) {
+func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Verdict) (TAT, time.Duration) {
 	p := &pp.Params
 	bq, br := s.backlog(now, pp.hq, pp.hr)
 	wait := ceilMicros(ceilFrac(bq, br))
 	if cost > p.Burst {
-		*r = Result{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}
+		*r = Verdict{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}
 		return s, wait
 	}
 	cq, cr := pp.cost(cost)
 	nq, nr := addFrac(bq, br, cq, cr, p.Limit)
 	if nq < pp.hq || (nq == pp.hq && nr <= pp.hr) {
-		*r = Result{
+		*r = Verdict{
 			Allowed:    true,
 			Remaining:  pp.remaining(nq, nr),
 			ResetAfter: ceilMillis(ceilFrac(nq, nr)),
@@ -83,7 +83,7 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Result) (TAT, time.Durati
 	if er < 0 {
 		eq, er = eq-1, er+p.Limit
 	}
-	*r = Result{
+	*r = Verdict{
 		Remaining:  pp.remaining(bq, br),
 		RetryAfter: retryMillis(ceilFrac(eq, er)),
 		ResetAfter: ceilMillis(ceilFrac(bq, br)),
@@ -161,7 +161,7 @@ func ceilFrac(q, r int64) int64 {
 // GCRA decides a request of the given cost under the generic cell rate
 // algorithm: one timestamp per key, the theoretical arrival time. Its
 // decisions are identical to TokenBucket's with the same Params.
-func GCRA(p Params, s TAT, now, cost int64) (TAT, Result) {
+func GCRA(p Params, s TAT, now, cost int64) (TAT, Verdict) {
 	pp := Prepare(p)
 	return pp.TokenBucket(s, now, cost)
 }

@@ -79,8 +79,8 @@ func newLimiter(a algorithm, p Params, maxDelay time.Duration) *limiter {
 }
 
 // decide runs one request through the algorithm and keeps the new state.
-func (l *limiter) decide(now, cost int64) Result {
-	var r Result
+func (l *limiter) decide(now, cost int64) Verdict {
+	var r Verdict
 	switch l.alg {
 	case tokenBucket:
 		l.tat, r = TokenBucket(l.p, l.tat, now, cost)
@@ -90,7 +90,7 @@ func (l *limiter) decide(now, cost int64) Result {
 		// against the reference model checks Admit too.
 		pp := Prepare(l.p)
 		if ns, remaining, resetAfter, ok := pp.Admit(l.tat, now, cost); ok {
-			l.tat, r = ns, Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+			l.tat, r = ns, Verdict{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
 		} else {
 			l.tat = pp.TokenBucketTo(&r, l.tat, now, cost)
 		}
@@ -107,7 +107,7 @@ func (l *limiter) decide(now, cost int64) Result {
 }
 
 // peek returns the decision decide would make, leaving the state as it is.
-func (l *limiter) peek(now, cost int64) Result {
+func (l *limiter) peek(now, cost int64) Verdict {
 	if l.alg == slidingLog {
 		return SlidingLogPeek(l.p, &l.log, now, cost)
 	}

@@ -17,14 +17,14 @@ import "time"
 // request refused for want of room has Delay 0 as usual, and its RetryAfter
 // is the later of the instants at which there is room and at which the
 // queue is short enough.
-func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
+func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT, Verdict) {
 	pp := Prepare(p)
 	return pp.LeakyBucket(s, now, cost, maxDelay)
 }
 
 // LeakyBucket is LeakyBucket with pp's constants.
-func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Result) {
-	var r Result
+func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Verdict) {
+	var r Verdict
 	ns, delay := pp.tatStep(s, now, cost, &r)
 	if maxDelay > 0 && delay > maxDelay && r.RetryAfter != Never {
 		// The queue is longer than the caller can wait. The request passes
@@ -35,9 +35,9 @@ func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) 
 			r.RetryAfter = max(r.RetryAfter, short)
 			return s, r
 		}
-		var peek Result
+		var peek Verdict
 		pp.tatStep(s, now, 0, &peek)
-		return s, Result{
+		return s, Verdict{
 			Remaining:  peek.Remaining,
 			RetryAfter: short,
 			ResetAfter: peek.ResetAfter,

@@ -150,7 +150,7 @@ func TestTokenBucketFamilyAgrees(t *testing.T) {
 		pp := Prepare(p)
 		var tb, g, lb, ptb, plb TAT
 		for _, e := range trace {
-			var rtb, rg, rlb, rptb, rplb Result
+			var rtb, rg, rlb, rptb, rplb Verdict
 			tb, rtb = TokenBucket(p, tb, e.t, e.cost)
 			g, rg = GCRA(p, g, e.t, e.cost)
 			lb, rlb = LeakyBucket(p, lb, e.t, e.cost, 0)
@@ -272,7 +272,7 @@ func TestClockStepsBack(t *testing.T) {
 	forEachTrace(t, algorithms, shape, func(t *testing.T, l *limiter, trace []event) {
 		rng := rand.New(rand.NewPCG(uint64(len(trace)), 13))
 		capacity := l.alg.capacity(l.p)
-		check := func(at, cost int64, r Result) {
+		check := func(at, cost int64, r Verdict) {
 			t.Helper()
 			switch {
 			case r.Remaining < 0 || r.Remaining > capacity,

@@ -59,19 +59,19 @@ func newModel(a algorithm, p Params, maxDelay time.Duration) model {
 }
 
 // refDecide is the reference decision for a request of cost c at t: it
-// returns the model after the decision and the Result the definitions ask
+// returns the model after the decision and the Verdict the definitions ask
 // for. m itself is not changed.
 //
 // guess, typically the implementation's answer, only makes the searches
 // cheap: a RetryAfter or ResetAfter d is the smallest one iff the predicate
 // holds at d and not at d − 1 ms (the predicates are monotone), which takes
 // two evaluations instead of a search; a wrong guess costs a full search.
-func refDecide(m model, t, c int64, guess Result) (model, Result) {
+func refDecide(m model, t, c int64, guess Verdict) (model, Verdict) {
 	if c > m.capacity() {
-		return m, Result{Remaining: m.remaining(t), RetryAfter: Never, ResetAfter: refResetAfter(m, t, guess.ResetAfter)}
+		return m, Verdict{Remaining: m.remaining(t), RetryAfter: Never, ResetAfter: refResetAfter(m, t, guess.ResetAfter)}
 	}
 	if !m.allows(t, c) {
-		r := Result{
+		r := Verdict{
 			Remaining:  m.remaining(t),
 			RetryAfter: refRetryAfter(m, t, c, guess.RetryAfter),
 			ResetAfter: refResetAfter(m, t, guess.ResetAfter),
@@ -88,7 +88,7 @@ func refDecide(m model, t, c int64, guess Result) (model, Result) {
 	if d := n.charge(t, c); d != nil {
 		delay = durationMicros(ceilRat(d))
 	}
-	return n, Result{Allowed: true, Remaining: n.remaining(t), ResetAfter: refResetAfter(n, t, guess.ResetAfter), Delay: delay}
+	return n, Verdict{Allowed: true, Remaining: n.remaining(t), ResetAfter: refResetAfter(n, t, guess.ResetAfter), Delay: delay}
 }
 
 // refRetryAfter returns the smallest whole number of milliseconds d ≥ 1 such

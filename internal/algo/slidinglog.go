@@ -132,7 +132,7 @@ func (l *Log) counted(now, period int64) (sum int64, first int) {
 // SlidingLogPeek decides a request under the sliding log without changing
 // the log: a request admitted at s counts at t iff t − s < P, and a request
 // is admitted iff the counted cost plus its own is at most L.
-func SlidingLogPeek(p Params, l *Log, now, cost int64) Result {
+func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 	now = l.clamp(now)
 	sum, first := l.counted(now, p.Period)
 	resetAfter := func(newest int64, any bool) int64 {
@@ -144,13 +144,13 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Result {
 	newest, any := l.Newest()
 	any = any && first < l.n
 	if cost > p.Limit {
-		return Result{Remaining: p.Limit - sum, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		return Verdict{Remaining: p.Limit - sum, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
 	}
 	if sum+cost <= p.Limit {
 		if cost > 0 {
 			newest, any = now, true
 		}
-		return Result{Allowed: true, Remaining: p.Limit - sum - cost, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		return Verdict{Allowed: true, Remaining: p.Limit - sum - cost, ResetAfter: ceilMillis(resetAfter(newest, any))}
 	}
 	// Drop entries oldest first until the rest leaves room for cost; the
 	// request passes once the last dropped entry stops counting.
@@ -158,7 +158,7 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Result {
 	for ; rest+cost > p.Limit; i++ {
 		rest -= l.at(i).Cost
 	}
-	return Result{
+	return Verdict{
 		Remaining:  p.Limit - sum,
 		RetryAfter: retryMillis(l.at(i-1).At + p.Period - now),
 		ResetAfter: ceilMillis(resetAfter(newest, any)),
@@ -167,7 +167,7 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Result {
 
 // SlidingLog decides a request like SlidingLogPeek and, when it is
 // admitted, records it in l. Entries that no longer count are dropped.
-func SlidingLog(p Params, l *Log, now, cost int64) Result {
+func SlidingLog(p Params, l *Log, now, cost int64) Verdict {
 	r := SlidingLogPeek(p, l, now, cost)
 	now = l.clamp(now)
 	l.expire(now, p.Period)

@@ -12,7 +12,7 @@ import "math"
 // current window still to come. For windows of length P that is
 // prev·(P − (now − start))/P + curr. A request is admitted iff
 // estimate + cost ≤ L.
-func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
+func SlidingWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 	now, b, prev, curr := s.roll(now, &p)
 	// prevPart is prev·(E−now)/(E−S) as a quotient and a remainder.
 	prevQ, prevR, _ := mulDivmod(prev, b.End-now, b.End-b.Start)
@@ -34,7 +34,7 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
 		return now
 	}
 	if cost > p.Limit {
-		return s, Result{Remaining: remaining(curr), RetryAfter: Never, ResetAfter: ceilMillis(resetAt(prev, curr) - now)}
+		return s, Verdict{Remaining: remaining(curr), RetryAfter: Never, ResetAfter: ceilMillis(resetAt(prev, curr) - now)}
 	}
 	// estimate + cost ≤ L  ⇔  prevQ + prevR/(E−S) + curr + cost ≤ L
 	//                      ⇔  curr + cost + prevQ < L, or = L with prevR = 0
@@ -46,9 +46,9 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Result) {
 		if expire > now {
 			ns = Window{Start: b.Start, Expire: expire, Prev: uint32(prev), Curr: uint32(curr)}
 		}
-		return ns, Result{Allowed: true, Remaining: remaining(curr), ResetAfter: ceilMillis(expire - now)}
+		return ns, Verdict{Allowed: true, Remaining: remaining(curr), ResetAfter: ceilMillis(expire - now)}
 	}
-	return s, Result{
+	return s, Verdict{
 		Remaining:  remaining(curr),
 		RetryAfter: retryMillis(slidingRetryAt(p, b, prev, curr, cost) - now),
 		ResetAfter: ceilMillis(resetAt(prev, curr) - now),

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A row is one request of a timeline and the Result the definitions give
+// A row is one request of a timeline and the Verdict the definitions give
 // for it, worked out by hand (the comments show the arithmetic). Rows run
 // in order against one key; t is the offset from the timeline's origin.
 type row struct {
@@ -40,7 +40,7 @@ func runTimelines(t *testing.T, algs []algorithm, tls []timeline) {
 				l := newLimiter(a, tl.p, tl.maxDelay)
 				for _, r := range tl.rows {
 					got := l.decide(origin+micros(r.t), r.cost)
-					want := Result{
+					want := Verdict{
 						Allowed:    r.allowed,
 						Remaining:  r.remaining,
 						RetryAfter: r.retryAfter,

@@ -8,21 +8,21 @@ package algo
 // The bucket is stored as GCRA stores it, as the instant it will be full
 // again: tokens(now) = B − (TAT − now)·L/P. That is the same number as a
 // (tokens, last update) pair, in one field, without any rounding.
-func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Result) {
+func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Verdict) {
 	pp := Prepare(p)
 	return pp.TokenBucket(s, now, cost)
 }
 
 // TokenBucket is TokenBucket (and GCRA) with pp's constants.
-func (pp *Prepared) TokenBucket(s TAT, now, cost int64) (TAT, Result) {
-	var r Result
+func (pp *Prepared) TokenBucket(s TAT, now, cost int64) (TAT, Verdict) {
+	var r Verdict
 	s = pp.TokenBucketTo(&r, s, now, cost)
 	return s, r
 }
 
-// TokenBucketTo is TokenBucket writing its result to r, for hot paths: a
-// Result returned by value is copied through the stack at every call.
-func (pp *Prepared) TokenBucketTo(r *Result, s TAT, now, cost int64) TAT {
+// TokenBucketTo is TokenBucket writing its verdict to r, for hot paths: a
+// Verdict returned by value is copied through the stack at every call.
+func (pp *Prepared) TokenBucketTo(r *Verdict, s TAT, now, cost int64) TAT {
 	s, _ = pp.tatStep(s, now, cost, r)
 	return s
 }

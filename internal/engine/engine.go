@@ -75,8 +75,8 @@ type Check struct {
 	Group int
 }
 
-// Result is one check's part of an Outcome.
-type Result struct {
+// CheckResult is one check's part of an Outcome.
+type CheckResult struct {
 	// Decision is the check's own decision: for a charged check, the
 	// store's; for one that was not charged, its state without the charge
 	// (see State). A check that can never pass has RetryAfter Never.
@@ -164,7 +164,7 @@ func (sc *scratch) release() {
 type Buffers struct{ sc scratch }
 
 // Decide is the package's Decide with b's buffers.
-func (b *Buffers) Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
+func (b *Buffers) Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome) {
 	decide(ctx, store, now, checks, res, o, &b.sc)
 }
 
@@ -172,13 +172,13 @@ func (b *Buffers) Decide(ctx context.Context, store sluice.Store, now time.Time,
 // means the store's clock), writes each check's result to res, which must
 // have len(checks), and the outcome to *o. It keeps none of them after it
 // returns.
-func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome) {
+func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome) {
 	decide(ctx, store, now, checks, res, o, nil)
 }
 
 // decide is Decide with the buffers sc, or (nil) buffers from the pool
 // when the request needs them.
-func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome, sc *scratch) {
+func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome, sc *scratch) {
 	if len(checks) == 1 && checks[0].Mode == Enforced && checks[0].Cost >= 1 && checks[0].Cost <= checks[0].Policy.Capacity() {
 		decideOne(ctx, store, now, &checks[0], &res[0], o)
 		return
@@ -225,7 +225,7 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 				// checks above should have found it) refuses it too.
 				d, err = sluice.Decision{RetryAfter: sluice.Never}, nil
 				for _, i := range sc.at {
-					res[i] = Result{Decision: d, Denied: true}
+					res[i] = CheckResult{Decision: d, Denied: true}
 				}
 			}
 			if err != nil {
@@ -258,7 +258,7 @@ type valueAllower interface {
 // that can pass: one store call and nothing pooled, with the outcome the
 // general path gives it. The store's decision is written to r field by
 // field and copied to o the same way (put).
-func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *Result, o *Outcome) {
+func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *CheckResult, o *Outcome) {
 	d := &r.Decision
 	var err error
 	if va, ok := store.(valueAllower); ok && c.MaxDelay == 0 {
@@ -274,10 +274,10 @@ func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check,
 		put(&o.Decision, d)
 	case errors.Is(err, sluice.ErrCostExceedsCapacity):
 		// A store that finds a cost it can never admit refuses it too.
-		*r = Result{Decision: sluice.Decision{RetryAfter: sluice.Never}, Denied: true}
+		*r = CheckResult{Decision: sluice.Decision{RetryAfter: sluice.Never}, Denied: true}
 		*o = Outcome{Decision: sluice.Decision{RetryAfter: sluice.Never}, Decider: 0}
 	default:
-		*r = Result{Err: err}
+		*r = CheckResult{Err: err}
 		*o = Outcome{Err: err, Decider: -1}
 	}
 }
@@ -316,7 +316,7 @@ func enforcedOnly(checks []Check) bool {
 // (enforcedOnly): one AllowAll call, with the outcome and results the
 // general path gives them, without its bookkeeping of which checks take
 // part (TestEnforcedAsGeneral).
-func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, o *Outcome, sc *scratch) {
+func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome, sc *scratch) {
 	for i := range checks {
 		sc.reqs = append(sc.reqs, request(&checks[i]))
 	}
@@ -332,13 +332,13 @@ func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []
 		// A store that finds a cost it can never admit refuses it too.
 		d = sluice.Decision{RetryAfter: sluice.Never}
 		for i := range res {
-			res[i] = Result{Decision: d, Denied: true}
+			res[i] = CheckResult{Decision: d, Denied: true}
 		}
 		*o = Outcome{Decision: d, Decider: 0}
 		return
 	default:
 		for i := range res {
-			res[i] = Result{Err: err}
+			res[i] = CheckResult{Err: err}
 		}
 		*o = Outcome{Err: err, Decider: -1}
 		return
@@ -421,7 +421,7 @@ func never(p sluice.Policy) sluice.Decision {
 
 // peekDeferred peeks the deferred checks among idx and reports whether one
 // refuses the request; a store error is set in o.
-func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, idx []int, o *Outcome) bool {
+func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, idx []int, o *Outcome) bool {
 	refused := false
 	for _, i := range idx {
 		c := &checks[i]
@@ -429,7 +429,7 @@ func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks
 			continue
 		}
 		d, err := store.Peek(ctx, now, request(c))
-		res[i] = Result{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
+		res[i] = CheckResult{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
 		if err != nil {
 			o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err
 			return true
@@ -444,7 +444,7 @@ func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks
 // its state without the charge, and one that can never pass is refused
 // with RetryAfter Never. peeked reports that the deferred checks were
 // peeked already.
-func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, idx []int, peeked bool) {
+func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, idx []int, peeked bool) {
 	for _, i := range idx {
 		r := &res[i]
 		impossible := r.Denied && r.Decision.RetryAfter == sluice.Never
@@ -452,7 +452,7 @@ func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, che
 			continue // decided already
 		}
 		d, err := State(ctx, store, now, checks[i])
-		*r = Result{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
+		*r = CheckResult{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
 		if impossible {
 			r.Decision.Allowed, r.Decision.RetryAfter, r.Denied = false, sluice.Never, true
 		}
@@ -461,7 +461,7 @@ func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, che
 
 // decideEnforced charges the enforced checks among sc.idx, all or
 // nothing, in one store call, and returns the store's combined decision.
-func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, sc *scratch) (sluice.Decision, error) {
+func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, sc *scratch) (sluice.Decision, error) {
 	for _, i := range sc.idx {
 		if checks[i].Mode == Enforced {
 			sc.reqs = append(sc.reqs, request(&checks[i]))
@@ -490,7 +490,7 @@ func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, chec
 		r := &res[i]
 		switch {
 		case err != nil:
-			*r = Result{Err: err}
+			*r = CheckResult{Err: err}
 		case d.Degraded:
 			// The failure policy decided the whole: its verdict is every
 			// check's.
@@ -507,7 +507,7 @@ func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, chec
 // store's combined decision on the enforced checks, when they were sent
 // (sent): it is the outcome's decision when no deferred check took part,
 // and is combined with the deferred checks' decisions otherwise.
-func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged sluice.Decision, sent bool) {
+func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged sluice.Decision, sent bool) {
 	allowed := true
 	k := -1
 	for _, i := range sc.idx {
@@ -547,7 +547,7 @@ func (o *Outcome) settle(checks []Check, res []Result, sc *scratch, charged slui
 // decideShadows decides the shadow checks: charged when passed (the
 // request was admitted), peeked otherwise. It reports whether one would
 // have refused.
-func decideShadows(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, passed bool) bool {
+func decideShadows(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, passed bool) bool {
 	denied := false
 	var buf [4]int
 	for i := range checks {
@@ -590,7 +590,7 @@ func first(checks []Check, i int) int {
 // decideGroup decides the shadow checks of group all or nothing: charged
 // when passed, else (or when one can never pass) reported without the
 // charge.
-func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []Result, passed bool, group []int) {
+func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, passed bool, group []int) {
 	for _, j := range group {
 		if impossible(checks, j) {
 			res[j].Decision, res[j].Denied = never(checks[j].Policy), true
@@ -604,7 +604,7 @@ func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks 
 	if len(group) == 1 {
 		j := group[0]
 		d, err := store.Allow(ctx, now, request(&checks[j]))
-		res[j] = Result{Decision: d, Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !d.Allowed}
+		res[j] = CheckResult{Decision: d, Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !d.Allowed}
 		return
 	}
 	reqs := make([]sluice.Request, len(group))
@@ -614,7 +614,7 @@ func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks 
 	}
 	d, err := store.AllowAll(ctx, now, reqs, out)
 	for k, j := range group {
-		res[j] = Result{Decision: out[k], Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !out[k].Allowed}
+		res[j] = CheckResult{Decision: out[k], Err: err, Charged: err == nil && d.Allowed, Denied: err == nil && !out[k].Allowed}
 	}
 }
 

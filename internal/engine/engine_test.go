@@ -16,9 +16,9 @@ import (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
-func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outcome, []engine.Result) {
+func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outcome, []engine.CheckResult) {
 	t.Helper()
-	res := make([]engine.Result, len(checks))
+	res := make([]engine.CheckResult, len(checks))
 	var o engine.Outcome
 	engine.Decide(context.Background(), st, t0, checks, res, &o)
 	return o, res
@@ -232,10 +232,10 @@ func TestOneCheckAsGeneral(t *testing.T) {
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 		}
-		one := make([]engine.Result, 1)
+		one := make([]engine.CheckResult, 1)
 		var got, want engine.Outcome
 		engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one, &got)
-		two := make([]engine.Result, 2)
+		two := make([]engine.CheckResult, 2)
 		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two, &want)
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
@@ -279,10 +279,10 @@ func TestEnforcedAsGeneral(t *testing.T) {
 		if fits {
 			shortcuts++
 		}
-		got := make([]engine.Result, len(checks))
+		got := make([]engine.CheckResult, len(checks))
 		var o, w engine.Outcome
 		buf.Decide(ctx, alone, time.Time{}, checks, got, &o)
-		want := make([]engine.Result, len(checks)+1)
+		want := make([]engine.CheckResult, len(checks)+1)
 		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)

@@ -12,8 +12,8 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Result is what a Comparison found for one policy.
-type Result struct {
+// PolicyStats is what a Comparison found for one policy.
+type PolicyStats struct {
 	Policy sluice.Policy
 	// Admitted and Denied count requests; CostAdmitted sums the cost of
 	// the admitted ones.
@@ -53,7 +53,7 @@ type Comparison struct {
 }
 
 type compareStats struct {
-	Result
+	PolicyStats
 	periodUS   int64
 	zeroDelays int64
 	delays     map[time.Duration]int64 // admitted requests by non-zero delay
@@ -119,12 +119,12 @@ func (c *Comparison) Add(req Request, ds []sluice.Decision) {
 	}
 }
 
-// Results returns what the comparison found, one Result per policy.
-func (c *Comparison) Results() []Result {
-	out := make([]Result, len(c.stats))
+// Stats returns what the comparison found, one PolicyStats per policy.
+func (c *Comparison) Stats() []PolicyStats {
+	out := make([]PolicyStats, len(c.stats))
 	for i := range c.stats {
 		st := &c.stats[i]
-		out[i] = st.Result
+		out[i] = st.PolicyStats
 		out[i].P99Delay = nearestRank(99, st.Admitted, st.zeroDelays, st.delays)
 	}
 	return out
@@ -173,7 +173,7 @@ func (c *Comparison) WriteTable(w io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tADMITTED\tDENIED\tCOST ADMITTED\tMAX COST IN ANY %s\tP99 DELAY\n", first, period)
-	for _, r := range c.Results() {
+	for _, r := range c.Stats() {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\n",
 			label(r.Policy), r.Admitted, r.Denied, r.CostAdmitted, r.MaxCostInPeriod, r.P99Delay)
 	}

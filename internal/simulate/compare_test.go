@@ -49,7 +49,7 @@ func TestComparisonMaxCostInPeriod(t *testing.T) {
 			reqs = append(reqs, r)
 			cmp.Add(r, ds)
 		}
-		got := cmp.Results()[0].MaxCostInPeriod
+		got := cmp.Stats()[0].MaxCostInPeriod
 		if want := maxInPeriod(admitted, period); got != want {
 			t.Fatalf("period %v, requests %v, admitted %v: MaxCostInPeriod = %d, want %d", period, reqs, admitted, got, want)
 		}

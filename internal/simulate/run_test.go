@@ -166,7 +166,7 @@ func TestBoundaryTrace(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	const t59, t60 = 1767268859000, 1767268860000 // 2026-01-01T12:00:59Z and 12:01:00Z
-	want := map[sluice.Algorithm]Result{
+	want := map[sluice.Algorithm]PolicyStats{
 		sluice.TokenBucketAlgorithm:   {Admitted: 101, Denied: 99, CostAdmitted: 101, MaxCostInPeriod: 101, MaxCostFrom: t59, MaxCostTo: t60},
 		sluice.GCRAAlgorithm:          {Admitted: 101, Denied: 99, CostAdmitted: 101, MaxCostInPeriod: 101, MaxCostFrom: t59, MaxCostTo: t60},
 		sluice.LeakyBucketAlgorithm:   {Admitted: 101, Denied: 99, CostAdmitted: 101, MaxCostInPeriod: 101, MaxCostFrom: t59, MaxCostTo: t60, P99Delay: 59 * time.Second, MaxDelay: 59400 * time.Millisecond},
@@ -174,7 +174,7 @@ func TestBoundaryTrace(t *testing.T) {
 		sluice.SlidingLogAlgorithm:    {Admitted: 100, Denied: 100, CostAdmitted: 100, MaxCostInPeriod: 100, MaxCostFrom: t59, MaxCostTo: t59},
 		sluice.SlidingWindowAlgorithm: {Admitted: 100, Denied: 100, CostAdmitted: 100, MaxCostInPeriod: 100, MaxCostFrom: t59, MaxCostTo: t59},
 	}
-	for _, got := range cmp.Results() {
+	for _, got := range cmp.Stats() {
 		w := want[got.Policy.Algorithm]
 		w.Policy, w.MaxCostKey = got.Policy, "client-1"
 		if !reflect.DeepEqual(got, w) {

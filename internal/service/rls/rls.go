@@ -418,7 +418,7 @@ func (it *item) enforced() bool {
 func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []sluice.Decision) (_ []sluice.Decision, denied, degraded bool, err error) {
 	// The checks and their results stay on the stack for a few limits.
 	var checkBuf [4]engine.Check
-	var resBuf [len(checkBuf)]engine.Result
+	var resBuf [len(checkBuf)]engine.CheckResult
 	checks := checkBuf[:0]
 	for i := range items {
 		it := &items[i]
@@ -437,11 +437,11 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 	if len(checks) == 0 {
 		return ds, false, false, nil
 	}
-	var res []engine.Result
+	var res []engine.CheckResult
 	if len(checks) <= len(resBuf) {
 		res = resBuf[:len(checks)]
 	} else {
-		res = make([]engine.Result, len(checks))
+		res = make([]engine.CheckResult, len(checks))
 	}
 	var o engine.Outcome
 	engine.Decide(ctx, s.store, now, checks, res, &o)

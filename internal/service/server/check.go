@@ -85,12 +85,12 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// One or two checks, the commonest requests, keep their results on
 	// the stack.
-	var resultBuf [2]httplimit.Result
-	var results []httplimit.Result
+	var resultBuf [2]httplimit.LimitResult
+	var results []httplimit.LimitResult
 	if len(items) <= len(resultBuf) {
 		results = resultBuf[:len(items)]
 	} else {
-		results = make([]httplimit.Result, len(items))
+		results = make([]httplimit.LimitResult, len(items))
 	}
 	d, err := h.decideChecks(ctx, items, results)
 	if errors.Is(err, sluice.ErrNotAtomic) { // engine.Outcome.NotAtomic
@@ -152,12 +152,12 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 // decideChecks decides items with the engine (the enforced checks all or
 // nothing, the dry-run ones apart) and fills results. It returns the
 // combined decision, or the store's error on the enforced checks.
-func (h *Handler) decideChecks(ctx context.Context, items []item, results []httplimit.Result) (sluice.Decision, error) {
+func (h *Handler) decideChecks(ctx context.Context, items []item, results []httplimit.LimitResult) (sluice.Decision, error) {
 	var cbuf [8]engine.Check
-	var rbuf [8]engine.Result
+	var rbuf [8]engine.CheckResult
 	checks, eres := cbuf[:0], rbuf[:0]
 	if len(items) > len(cbuf) {
-		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.Result, 0, len(items))
+		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.CheckResult, 0, len(items))
 	}
 	for _, it := range items {
 		c := engine.Check{Policy: it.limit.Policy, Key: it.key, Cost: it.cost}
@@ -173,7 +173,7 @@ func (h *Handler) decideChecks(ctx context.Context, items []item, results []http
 		return sluice.Decision{}, o.Err
 	}
 	for i, it := range items {
-		results[i] = httplimit.Result{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true,
+		results[i] = httplimit.LimitResult{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true,
 			Decision: eres[i].Decision, Err: eres[i].Err}
 		if eres[i].Err != nil {
 			if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
@@ -431,7 +431,7 @@ func jsonKind(goKind string) string {
 
 // appendResult appends one check's result as a JSON object; now is the
 // time of the decision, for a calendar limit's window.
-func appendResult(b []byte, r *httplimit.Result, it *item, now time.Time) []byte {
+func appendResult(b []byte, r *httplimit.LimitResult, it *item, now time.Time) []byte {
 	d := r.Decision
 	allowed := d.Allowed || r.Shadow
 	b = append(b, `{"allowed":`...)
@@ -479,7 +479,7 @@ func appendResult(b []byte, r *httplimit.Result, it *item, now time.Time) []byte
 
 // appendMulti appends the answer to a "checks" request, or to a plan's
 // check when plan is not empty.
-func appendMulti(b []byte, d sluice.Decision, results []httplimit.Result, items []item, plan string, now time.Time) []byte {
+func appendMulti(b []byte, d sluice.Decision, results []httplimit.LimitResult, items []item, plan string, now time.Time) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, d.Allowed)
 	if plan != "" {
