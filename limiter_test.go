@@ -165,23 +165,31 @@ func TestLimiterSetPoliciesConcurrently(t *testing.T) {
 	}
 	limits := map[int64]bool{1000: true, 5000: true, 7000: true, 3000: true, 9000: true}
 	l := newLimiter(t, sets[0]...)
-	var wg sync.WaitGroup
+	// The setter swaps the policies until the deciders are done; they
+	// start once it has swapped them at least once.
+	var setter, deciders sync.WaitGroup
 	stop := make(chan struct{})
-	wg.Go(func() {
+	swapped := make(chan struct{})
+	setter.Go(func() {
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if err := l.SetPolicies(sets[i%len(sets)]...); err != nil {
+			err := l.SetPolicies(sets[i%len(sets)]...)
+			if i == 0 {
+				close(swapped)
+			}
+			if err != nil {
 				t.Errorf("SetPolicies error = %v", err)
 				return
 			}
 		}
 	})
+	<-swapped
 	for g := range 4 {
-		wg.Go(func() {
+		deciders.Go(func() {
 			for i := range 2000 {
 				d, err := l.Allow(context.Background(), fmt.Sprint(g, i%10), 1)
 				if err != nil || !limits[d.Limit] {
@@ -192,9 +200,9 @@ func TestLimiterSetPoliciesConcurrently(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	deciders.Wait()
 	close(stop)
-	wg.Wait()
+	setter.Wait()
 }
 
 func TestLimiterPeek(t *testing.T) {
