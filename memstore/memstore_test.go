@@ -353,36 +353,33 @@ func TestSweeper(t *testing.T) {
 	})
 }
 
-// TestSweeperGoroutines checks with real time that Close ends the sweeper
-// goroutine of each of many stores.
+// TestSweeperGoroutines checks that Close, called twice and concurrently,
+// ends the sweeper goroutine of each of many stores.
 func TestSweeperGoroutines(t *testing.T) {
-	stores := make([]*memstore.Store, 50)
-	for i := range stores {
-		stores[i] = memstore.New(memstore.Options{SweepInterval: time.Millisecond})
-		t.Cleanup(func() { stores[i].Close() })
-	}
-	// Count the sweepers themselves (other tests' goroutines may come and
-	// go meanwhile), once they have all started.
-	deadline := time.Now().Add(5 * time.Second)
-	for sweepers() < 50 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sweeper goroutines with 50 sweeping stores, want 50", sweepers())
+	synctest.Test(t, func(t *testing.T) {
+		// Count the sweepers themselves, beside any that other tests left,
+		// once they all wait for their ticker.
+		before := sweepers()
+		stores := make([]*memstore.Store, 50)
+		for i := range stores {
+			stores[i] = memstore.New(memstore.Options{SweepInterval: time.Millisecond})
 		}
-		time.Sleep(time.Millisecond)
-	}
-	var wg sync.WaitGroup
-	for _, st := range stores {
-		wg.Go(func() { st.Close() })
-		wg.Go(func() { st.Close() }) // Close twice, concurrently
-	}
-	wg.Wait()
-	deadline = time.Now().Add(5 * time.Second)
-	for sweepers() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sweeper goroutines after Close, want none", sweepers())
+		time.Sleep(10 * time.Millisecond) // fake time: a few sweeps each
+		synctest.Wait()
+		if n := sweepers() - before; n != 50 {
+			t.Fatalf("%d sweeper goroutines with 50 sweeping stores, want 50", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		var wg sync.WaitGroup
+		for _, st := range stores {
+			wg.Go(func() { st.Close() })
+			wg.Go(func() { st.Close() }) // Close twice, concurrently
+		}
+		wg.Wait()
+		synctest.Wait()
+		if n := sweepers() - before; n != 0 {
+			t.Errorf("%d sweeper goroutines after Close, want none", n)
+		}
+	})
 }
 
 // sweepers returns how many goroutines run a memory store's sweeper.
