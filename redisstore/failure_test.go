@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -69,7 +70,7 @@ func lagProbe(t *testing.T) func() time.Duration {
 			default:
 			}
 			start := time.Now()
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the scheduler's lateness is what the probe measures
 			if late := int64(time.Since(start) - time.Millisecond); late > worst.Load() {
 				worst.Store(late)
 			}
@@ -156,7 +157,6 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 				start := time.Now()
 				d, err := st.Allow(t.Context(), time.Time{}, req)
 				results <- result{d, err, time.Since(start)}
-				time.Sleep(5 * time.Millisecond)
 			}
 		})
 	}
@@ -218,7 +218,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	d = allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
+	d = allowByRedis(t, st, req, 3*time.Second)
 	t.Logf("Redis decided again %v after it came back", time.Since(back))
 	if how == "kill" && (!d.Allowed || d.Remaining != 1) {
 		// The restarted Redis is empty: a full bucket, charged once.
@@ -264,26 +264,31 @@ func TestRecoveryBelowThreshold(t *testing.T) {
 	}
 	srv.Kill()
 	away := time.Now()
-	for range 2 {
+	var failed time.Time // when the first failure was over
+	for i := range 2 {
 		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Degraded {
 			t.Fatalf("Allow with Redis down = %+v, %v; want degraded", d, err)
+		}
+		if i == 0 {
+			failed = time.Now()
 		}
 	}
 	if n := errs.Load(); n != 2 || st.BreakerState() != BreakerClosed {
 		t.Fatalf("after two calls with Redis down: %d failures, breaker %v; want 2, closed", n, st.BreakerState())
 	}
-	time.Sleep(20 * time.Millisecond)
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
+	// Redis was away at least from the first failure's end to the restart.
+	least := time.Since(failed)
+	allowByRedis(t, st, req, 3*time.Second)
 	for range 3 {
-		allowByRedis(t, st, req, time.Second, 0)
+		allowByRedis(t, st, req, time.Second)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(recoveries) != 1 || recoveries[0].Failures != errs.Load() || recoveries[0].Down < 20*time.Millisecond || recoveries[0].Down > time.Since(away) {
-		t.Errorf("OnRecover calls = %+v, want one of %d failures, down from 20ms to %v", recoveries, errs.Load(), time.Since(away))
+	if len(recoveries) != 1 || recoveries[0].Failures != errs.Load() || recoveries[0].Down < least || recoveries[0].Down > time.Since(away) {
+		t.Errorf("OnRecover calls = %+v, want one of %d failures, down from %v to %v", recoveries, errs.Load(), least, time.Since(away))
 	}
 }
 
@@ -305,7 +310,7 @@ func TestFailureAtStart(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	d = allowByRedis(t, st, req, 3*time.Second, 10*time.Millisecond)
+	d = allowByRedis(t, st, req, 3*time.Second)
 	if !d.Allowed || d.Remaining != 4 {
 		t.Errorf("first decision from Redis = %+v, want allowed with 4 remaining", d)
 	}
@@ -421,17 +426,10 @@ func TestSlowRedis(t *testing.T) {
 	}
 
 	proxy.SetDelay(0)
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	proctest.WaitFor(t, 3*time.Second, "a decision from Redis after the latency went away", func() bool {
 		d, _ := call()
-		if !d.Degraded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("3s after the latency went away, decisions are still degraded")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return !d.Degraded
+	})
 
 	proxy.DropMidReply()
 	if d, took := call(); !d.Degraded || took > failTimeout+failMargin+lag() {
@@ -442,20 +440,16 @@ func TestSlowRedis(t *testing.T) {
 	}
 }
 
-// allowByRedis calls st.Allow for req, pausing between the calls, until
+// allowByRedis calls st.Allow for req, as proctest.WaitFor polls, until
 // Redis decides it (no error, not degraded), and returns that decision; it
 // fails t when Redis has not decided within the given time.
-func allowByRedis(t *testing.T, st *Store, req sluice.Request, within, pause time.Duration) sluice.Decision {
+func allowByRedis(t *testing.T, st *Store, req sluice.Request, within time.Duration) sluice.Decision {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		d, err := st.Allow(t.Context(), time.Time{}, req)
-		if err == nil && !d.Degraded {
-			return d
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Allow after %v = %+v, %v; want a decision from Redis", within, d, err)
-		}
-		time.Sleep(pause)
-	}
+	var d sluice.Decision
+	proctest.WaitFor(t, within, "a decision from Redis", func() bool {
+		var err error
+		d, err = st.Allow(t.Context(), time.Time{}, req)
+		return err == nil && !d.Degraded
+	})
+	return d
 }

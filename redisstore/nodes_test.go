@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -94,21 +95,23 @@ func TestProbeTags(t *testing.T) {
 // once, when the next call succeeds, with the master's address for a
 // master's breaker and none for the store-wide one.
 func TestBreakersRecovery(t *testing.T) {
-	var got []Recovery
-	bs := newBreakers(2, time.Hour, nil, func(r Recovery) { got = append(got, r) })
-	bs.all.success()
-	bs.all.failure(false)
-	bs.all.success()
-	bs.all.success()
-	bs.install([]slotRange{{0, 8191, "a:1"}, {8192, numSlots - 1, "b:1"}})
-	a := bs.slots.Load()[0]
-	a.failure(false)
-	a.failure(false) // opens it
-	a.failure(true)  // a probe that failed
-	time.Sleep(time.Millisecond)
-	a.success()
-	a.success()
-	if len(got) != 2 || got[0].Failures != 1 || got[0].Addr != "" || got[1].Failures != 3 || got[1].Addr != "a:1" || got[1].Down < time.Millisecond {
-		t.Errorf("OnRecover calls = %+v, want {1 failure, no address}, {3 failures, a:1, down at least 1ms}", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var got []Recovery
+		bs := newBreakers(2, time.Hour, nil, func(r Recovery) { got = append(got, r) })
+		bs.all.success()
+		bs.all.failure(false)
+		bs.all.success()
+		bs.all.success()
+		bs.install([]slotRange{{0, 8191, "a:1"}, {8192, numSlots - 1, "b:1"}})
+		a := bs.slots.Load()[0]
+		a.failure(false)
+		time.Sleep(time.Millisecond) // the bubble's clock: down 1ms from the first failure
+		a.failure(false)             // opens it
+		a.failure(true)              // a probe that failed
+		a.success()
+		a.success()
+		if len(got) != 2 || got[0].Failures != 1 || got[0].Addr != "" || got[0].Down != 0 || got[1].Failures != 3 || got[1].Addr != "a:1" || got[1].Down != time.Millisecond {
+			t.Errorf("OnRecover calls = %+v, want {1 failure, no address, down 0}, {3 failures, a:1, down 1ms}", got)
+		}
+	})
 }

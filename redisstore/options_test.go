@@ -3,6 +3,7 @@ package redisstore
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -79,40 +80,48 @@ func TestParseDecision(t *testing.T) {
 }
 
 func TestBreaker(t *testing.T) {
-	var changes []string
-	b := newBreaker(2, 20*time.Millisecond, func(from, to BreakerState) { changes = append(changes, from.String()+">"+to.String()) })
-	step := func(what string, wantOK, wantProbe bool) bool {
-		t.Helper()
-		ok, probe := b.allow()
-		if ok != wantOK || probe != wantProbe {
-			t.Errorf("%s: allow() = %v, %v; want %v, %v", what, ok, probe, wantOK, wantProbe)
+	synctest.Test(t, func(t *testing.T) {
+		var changes []string
+		b := newBreaker(2, 20*time.Millisecond, func(from, to BreakerState) { changes = append(changes, from.String()+">"+to.String()) })
+		step := func(what string, wantOK, wantProbe bool) bool {
+			t.Helper()
+			ok, probe := b.allow()
+			if ok != wantOK || probe != wantProbe {
+				t.Errorf("%s: allow() = %v, %v; want %v, %v", what, ok, probe, wantOK, wantProbe)
+			}
+			return probe
 		}
-		return probe
-	}
-	step("closed", true, false)
-	b.failure(false)
-	step("one failure", true, false)
-	b.success()
-	b.failure(false)
-	step("one failure after a success", true, false)
-	b.failure(false)
-	step("two failures in a row", false, false)
-	if got := b.retryAfter(); got <= 0 || got > 20*time.Millisecond {
-		t.Errorf("retryAfter() when just opened = %v, want in (0, 20ms]", got)
-	}
-	time.Sleep(25 * time.Millisecond)
-	probe := step("after the cooldown", true, true)
-	step("while the probe runs", false, false)
-	b.failure(probe)
-	step("after the probe failed", false, false)
-	time.Sleep(25 * time.Millisecond)
-	probe = step("after another cooldown", true, true)
-	b.abandon(probe)
-	step("after the probe's caller gave up", true, true)
-	b.success()
-	step("after the probe succeeded", true, false)
-	want := "closed>open open>half-open half-open>open open>half-open half-open>open open>half-open half-open>closed"
-	if got := strings.Join(changes, " "); got != want {
-		t.Errorf("changes = %s\nwant %s", got, want)
-	}
+		step("closed", true, false)
+		b.failure(false)
+		step("one failure", true, false)
+		b.success()
+		b.failure(false)
+		step("one failure after a success", true, false)
+		b.failure(false)
+		step("two failures in a row", false, false)
+		if got := b.retryAfter(); got != 20*time.Millisecond {
+			t.Errorf("retryAfter() when just opened = %v, want 20ms", got)
+		}
+		// The bubble's clock moves only by these Sleeps.
+		time.Sleep(20*time.Millisecond - time.Nanosecond)
+		step("just before the cooldown ends", false, false)
+		if got := b.retryAfter(); got != time.Nanosecond {
+			t.Errorf("retryAfter() just before the cooldown ends = %v, want 1ns", got)
+		}
+		time.Sleep(time.Nanosecond)
+		probe := step("after the cooldown", true, true)
+		step("while the probe runs", false, false)
+		b.failure(probe)
+		step("after the probe failed", false, false)
+		time.Sleep(20 * time.Millisecond)
+		probe = step("after another cooldown", true, true)
+		b.abandon(probe)
+		step("after the probe's caller gave up", true, true)
+		b.success()
+		step("after the probe succeeded", true, false)
+		want := "closed>open open>half-open half-open>open open>half-open half-open>open open>half-open half-open>closed"
+		if got := strings.Join(changes, " "); got != want {
+			t.Errorf("changes = %s\nwant %s", got, want)
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -35,24 +36,20 @@ func TestTTL(t *testing.T) {
 		}
 		longest = max(longest, d.ResetAfter)
 	}
-	time.Sleep(longest + 20*time.Millisecond)
-	// KEYS skips expired keys; DBSIZE still counts those that Redis's
-	// expiry cycle has not reclaimed yet, which it does within a second.
-	if keys := srv.Keys(t, "*"); len(keys) != 0 {
-		t.Errorf("KEYS after every state is back to initial = %q; want none", keys)
+	// No key outlives the longest ResetAfter: none is without a TTL (-1)
+	// or has a longer one.
+	for _, key := range srv.Keys(t, "*") {
+		pttl, err := srv.Do("PTTL", key)
+		if ms, _ := pttl.(int64); err != nil || ms <= 0 || ms > longest.Milliseconds()+1 {
+			t.Errorf("PTTL %q = %v, %v; want at most the longest ResetAfter, %d ms, plus 1", key, pttl, err, longest.Milliseconds())
+		}
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	// And Redis drops them: DBSIZE counts expired keys until Redis's
+	// expiry cycle reclaims them, within a second of their TTL.
+	proctest.WaitFor(t, longest+3*time.Second, "DBSIZE 0 once every state is back to initial", func() bool {
 		n, err := srv.Do("DBSIZE")
-		if err == nil && n == int64(0) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("DBSIZE 3s after every state is back to initial = %v, %v; want 0", n, err)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && n == int64(0)
+	})
 }
 
 // TestDenialWritesNothing checks that on Redis's clock a denied request
