@@ -48,8 +48,8 @@ func (m *mutant) Allow(ctx context.Context, now time.Time, req sluice.Request) (
 		if err != nil || !d.Allowed {
 			return d, err
 		}
-		time.Sleep(20 * time.Microsecond)
-		m.Store.Allow(ctx, now, req) // the verdict of the Peek stands
+		time.Sleep(20 * time.Microsecond) // the race under test: others decide meanwhile
+		m.Store.Allow(ctx, now, req)      // the verdict of the Peek stands
 		return d, nil
 	}
 	d, err := m.Store.Allow(ctx, now, req)
