@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -216,19 +217,15 @@ func TestRedisShared(t *testing.T) {
 	waitAll := func(want bool) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for time.Since(start) < 2*time.Second {
-			all := true
+		proctest.WaitFor(t, 2*time.Second, fmt.Sprintf("every instance to see the override as %v", want), func() bool {
 			for _, s := range stores {
-				_, ok := s.Lookup("api", "k1", time.Now())
-				all = all && ok == want
+				if _, ok := s.Lookup("api", "k1", time.Now()); ok != want {
+					return false
+				}
 			}
-			if all {
-				return time.Since(start)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatalf("after 2s not every instance sees the override as %v", want)
-		return 0
+			return true
+		})
+		return time.Since(start)
 	}
 	if d := waitAll(true); d > poll+200*time.Millisecond {
 		t.Errorf("the override took %v to reach every instance, want at most a poll (%v) and a round trip", d, poll)
@@ -292,7 +289,11 @@ func TestRedisDown(t *testing.T) {
 		t.Error("a malformed field dropped the good ones")
 	}
 	srv.Kill()
-	time.Sleep(100 * time.Millisecond)
+	proctest.WaitFor(t, 5*time.Second, "a refresh to fail", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.failing
+	})
 	if _, ok := r.Lookup("api", "k1", t0); !ok {
 		t.Error("with Redis down the copy was lost")
 	}
