@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -216,18 +217,18 @@ func TestStatusPageBrowser(t *testing.T) {
 	for range 60 {
 		s.check(t, "api-key", "mallory")
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		total := atoi(pageAttr(t, ctx, chartSVG, "data-total"))
-		denied := pageAttr(t, ctx, deniedPath, "d")
-		if total != before && recentRise(denied, 5) {
-			break
+	var total int
+	var denied string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the api-key chart last showed data-total %d (before: %d) and denied line %q", total, before, denied)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 60 decisions the api-key chart shows data-total %d (before: %d) and denied line %q; want it to move", total, before, denied)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	}()
+	proctest.WaitFor(t, 15*time.Second, "the api-key chart to move after 60 decisions", func() bool {
+		total = atoi(pageAttr(t, ctx, chartSVG, "data-total"))
+		denied = pageAttr(t, ctx, deniedPath, "d")
+		return total != before && recentRise(denied, 5)
+	})
 	if got := pageText(t, ctx, `#live`); got != "live" {
 		t.Errorf("#live reads %q, want live", got)
 	}
@@ -247,9 +248,12 @@ func TestStatusPageBrowser(t *testing.T) {
 	}
 
 	if shot != "" {
-		// Wait a second for the next poll, so the picture shows the
-		// whole history, without the explanation.
-		time.Sleep(1500 * time.Millisecond)
+		// Wait for the next poll, so the picture shows the whole
+		// history, without the explanation.
+		updated := pageAttr(t, ctx, `#main`, "data-updated")
+		proctest.WaitFor(t, 5*time.Second, "the page's next poll", func() bool {
+			return pageAttr(t, ctx, `#main`, "data-updated") != updated
+		})
 		inBrowser(t, ctx, chromedp.Evaluate[bool](`document.getElementById('explain-out').hidden = true`))
 		// A viewport as tall as the page, so that the sticky header stays
 		// at the top of the picture.
@@ -283,12 +287,14 @@ func TestStatusPageBrowser(t *testing.T) {
 // server.
 func TestStatusPageNoScript(t *testing.T) {
 	s := newPageServer(t)
+	at := time.Now().Truncate(time.Second).Add(50 * time.Millisecond)
+	s.clock.set(at)
 	for range 10 {
 		s.check(t, "login", "eve@example.com")
 	}
-	// The last minute's counts are of whole seconds: wait for this one to
-	// end so that they include the checks above.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	// The last minute's counts are of whole seconds: move on past this one
+	// so that they include the checks above.
+	s.clock.set(at.Add(time.Second))
 	ctx := browser(t, false)
 	browse(t, ctx, "loading the page", chromedp.Navigate(s.admin.URL+"/"), chromedp.WaitReady(chromedp.CSS(`#main`)))
 	names := inBrowser(t, ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('.card[data-limit] h3')).map(h => h.textContent)`))
@@ -304,9 +310,9 @@ func TestStatusPageNoScript(t *testing.T) {
 	if got := pageText(t, ctx, `.card[data-limit="login"] [data-minute="denied"]`); got != "5" {
 		t.Errorf("login's denials in the last minute read %q, want 5", got)
 	}
-	// The decisions of this second are not drawn until it is over; the
-	// server-rendered chart of a second later has them.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 50*time.Millisecond)))
+	// The decisions of the last whole second are not drawn until it is
+	// over too; the server-rendered chart of a second later has them.
+	s.clock.set(at.Add(2 * time.Second))
 	browse(t, ctx, "reloading the page", chromedp.Reload(), chromedp.WaitReady(chromedp.CSS(`#main`)))
 	if pageAttr(t, ctx, `.card[data-limit="login"] path[data-series="allowed"]`, "d") == "" {
 		t.Error("login's allowed line is empty in the server-rendered chart, want the 5 allowed decisions drawn")

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
+	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/service/overrides"
 	"github.com/sluicehq/sluice/internal/teststore"
@@ -310,9 +311,12 @@ func TestOverrideExpiry(t *testing.T) {
 }
 
 // TestOverridesShared: three instances share one Redis for their
-// overrides; a change made on one applies on all three within a second.
+// overrides; a change made on one applies on all three within a second,
+// and a ttl ends on all three at once, on their clock (one clock here,
+// which the test moves).
 func TestOverridesShared(t *testing.T) {
 	srv := redistest.Start(t)
+	c := teststore.NewClock(start)
 	var fs [3]*fixture
 	for i := range fs {
 		client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
@@ -320,36 +324,30 @@ func TestOverridesShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(client.Close)
-		ov := overrides.NewRedis(client, overrides.RedisOptions{})
+		ov := overrides.NewRedis(client, overrides.RedisOptions{Now: c.Now})
 		t.Cleanup(func() { ov.Close() })
-		h, err := New(parse(t, ovYAML+"admin: {token: "+ovToken+"}\n"), memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry(), Overrides: ov})
+		h, err := New(parse(t, ovYAML+"admin: {token: "+ovToken+"}\n"), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Overrides: ov, Now: c.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs[i] = &fixture{h: h, auth: "Bearer " + ovToken}
+		fs[i] = &fixture{h: h, clock: c, auth: "Bearer " + ovToken}
 	}
 	limitOn := func(f *fixture, key string) string {
 		body := f.check(`{"limit":"api-key","key":"` + key + `"}`).Body.String()
 		i := strings.Index(body, `"limit":`)
 		return body[i+8 : strings.IndexByte(body[i:], ',')+i]
 	}
-	waitAll := func(key, want string) time.Duration {
-		t.Helper()
-		begin := time.Now()
-		for time.Since(begin) < 3*time.Second {
-			n := 0
-			for _, f := range fs {
-				if limitOn(f, key) == want {
-					n++
-				}
+	all := func(key, want string) bool {
+		for _, f := range fs {
+			if limitOn(f, key) != want {
+				return false
 			}
-			if n == len(fs) {
-				return time.Since(begin)
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
-		t.Fatalf("after 3s not every instance applies limit %s to %s", want, key)
-		return 0
+		return true
+	}
+	waitAll := func(key, want string) {
+		t.Helper()
+		proctest.WaitFor(t, 3*time.Second, "every instance to apply limit "+want+" to "+key, func() bool { return all(key, want) })
 	}
 	begin := time.Now()
 	rec := fs[0].do("PUT", "/v1/overrides/api-key/shared", `{"limit":777,"period":"1s"}`)
@@ -380,14 +378,19 @@ func TestOverridesShared(t *testing.T) {
 		t.Errorf("the removal took %v to apply on every instance, want at most 1s", d)
 	}
 	// A ttl ends on every instance at once, at its expiry.
-	set := time.Now()
 	if rec := fs[2].do("PUT", "/v1/overrides/api-key/brief", `{"limit":55,"period":"1s","ttl":"1500ms"}`); rec.Code != 201 {
 		t.Fatalf("PUT brief = %d %s", rec.Code, rec.Body)
 	}
 	waitAll("brief", "55")
-	time.Sleep(time.Until(set.Add(1500 * time.Millisecond)))
-	if d := waitAll("brief", "10"); d > 50*time.Millisecond {
-		t.Errorf("an expired override still applied %v after its expiry", d)
+	c.Advance(1500*time.Millisecond - time.Nanosecond)
+	if !all("brief", "55") {
+		t.Errorf("an override with a ttl of 1500ms stopped applying before it ended")
+	}
+	c.Advance(time.Nanosecond)
+	for i, f := range fs {
+		if got := limitOn(f, "brief"); got != "10" {
+			t.Errorf("instance %d applies limit %s to brief at its expiry, want 10", i, got)
+		}
 	}
 }
 

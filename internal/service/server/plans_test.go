@@ -45,11 +45,13 @@ proxy:
       plan: {key: "header:X-API-Key", table: customers}
 `
 
-// openTableFile opens a plan table file for Options.OpenTable (cmd/sluice
-// opens the tables of sluice serve), looked at for changes every
-// millisecond.
-func openTableFile(tc config.PlanTable, planNames []string) (plans.Table, error) {
-	return plans.OpenFile(tc.File, plans.FileOptions{CheckEvery: time.Millisecond, Plans: planNames})
+// openTableFile returns an Options.OpenTable that opens plan table files
+// (as cmd/sluice opens the tables of sluice serve), looked at for changes
+// every millisecond of the clock now.
+func openTableFile(now func() time.Time) func(config.PlanTable, []string) (plans.Table, error) {
+	return func(tc config.PlanTable, planNames []string) (plans.Table, error) {
+		return plans.OpenFile(tc.File, plans.FileOptions{CheckEvery: time.Millisecond, Plans: planNames, Now: now})
+	}
 }
 
 // plFixture serves plansYAML with the table file holding table.
@@ -62,7 +64,7 @@ func plFixture(t *testing.T, table string, opts ...func(*Options)) (*fixture, st
 	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
-	o := Options{Registry: reg, Now: c.Now, OpenTable: openTableFile}
+	o := Options{Registry: reg, Now: c.Now, OpenTable: openTableFile(c.Now)}
 	for _, fn := range opts {
 		fn(&o)
 	}
@@ -146,7 +148,7 @@ func TestPlansByTable(t *testing.T) {
 	}
 	future := time.Now().Add(time.Minute)
 	os.Chtimes(path, future, future)
-	time.Sleep(5 * time.Millisecond)
+	f.clock.Advance(time.Millisecond) // the next look
 	if got, _ := f.admitted(20, "by-table", "X-API-Key", "k-new"); got != 3 {
 		t.Errorf("k-new after the change: admitted %d of 20, want 3 (pro)", got)
 	}
@@ -154,7 +156,6 @@ func TestPlansByTable(t *testing.T) {
 	os.WriteFile(path, []byte("k-new,gold\n"), 0o644)
 	future = future.Add(time.Minute)
 	os.Chtimes(path, future, future)
-	time.Sleep(5 * time.Millisecond)
 	f.clock.Advance(time.Second)
 	if got, _ := f.admitted(20, "by-table", "X-API-Key", "k-new"); got != 2 {
 		t.Errorf("k-new after a broken file: admitted %d, want 2 (the rest of pro's 5 an hour)", got)
@@ -193,7 +194,7 @@ proxy:
 		c := teststore.NewClock(start)
 		h, err := New(parse(t, yaml), memstore.New(memstore.Options{Now: c.Now}), Options{Registry: prometheus.NewRegistry(), Now: c.Now,
 			OpenTable: func(tc config.PlanTable, _ []string) (plans.Table, error) {
-				return plans.NewCache(redisplans.New(client, tc.RedisHash, 0), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize}), nil
+				return plans.NewCache(redisplans.New(client, tc.RedisHash, 0), plans.CacheOptions{TTL: tc.CacheTTL, Size: tc.CacheSize, Now: c.Now}), nil
 			}})
 		if err != nil {
 			t.Fatal(err)
@@ -210,16 +211,23 @@ proxy:
 	}
 	// k-up moves to pro: both instances apply it once their cache expires.
 	srv.Do("HSET", "test:plans", "k-up", "pro")
-	time.Sleep(60 * time.Millisecond)
+	for i, f := range fs {
+		f.clock.Advance(50*time.Millisecond - time.Nanosecond) // just short of cache_ttl
+		if got, _ := f.admitted(1, "api", "X-API-Key", "k-up"); got != 0 {
+			t.Errorf("instance %d: k-up before its cache expires admitted %d, want 0 (free, spent)", i, got)
+		}
+		f.clock.Advance(time.Nanosecond)
+	}
 	for i, f := range fs {
 		// pro-hourly counts apart from free-hourly: all 5 are left.
 		if got, _ := f.admitted(10, "api", "X-API-Key", "k-up"); got != 5 {
 			t.Errorf("instance %d: k-up on pro admitted %d more, want 5", i, got)
 		}
 	}
-	// /v1/check looks the key up in the table too.
+	// /v1/check looks the key up in the table too (50ms later than start,
+	// so 50ms nearer the window's end).
 	rec := fs[0].check(`{"plan_table":"accounts","key":"k-new"}`)
-	want := `{"allowed":true,"plan":"free","retry_after_ms":0,"results":[{"allowed":true,"policy":"free-hourly","limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":2800000}]}`
+	want := `{"allowed":true,"plan":"free","retry_after_ms":0,"results":[{"allowed":true,"policy":"free-hourly","limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":2799950}]}`
 	if got := strings.TrimSpace(rec.Body.String()); got != want {
 		t.Errorf("plan_table check = %s, want %s", got, want)
 	}
@@ -310,7 +318,7 @@ func TestPlansRefuseUnknown(t *testing.T) {
 	yaml = strings.Replace(yaml, "proxy:\n", "proxy:\n  upstream: "+upstream.URL+"\n", 1)
 	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
-	h, err := New(parse(t, yaml), store, Options{Registry: prometheus.NewRegistry(), Now: c.Now, OpenTable: openTableFile})
+	h, err := New(parse(t, yaml), store, Options{Registry: prometheus.NewRegistry(), Now: c.Now, OpenTable: openTableFile(c.Now)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,7 +74,7 @@ func newFixture(t testing.TB, yaml string) *fixture {
 	c := teststore.NewClock(start)
 	store := memstore.New(memstore.Options{Now: c.Now})
 	reg := prometheus.NewRegistry()
-	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now, OpenTable: openTableFile}, metrics.StoreGauges{Keys: store.Len})
+	measuredStore, opts := measured(t, store, Options{Registry: reg, Now: c.Now, OpenTable: openTableFile(c.Now)}, metrics.StoreGauges{Keys: store.Len})
 	h, err := New(parse(t, yaml), measuredStore, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -584,21 +585,32 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	stopped := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(stopped)
+	}()
 	for i := range 200 {
 		cfg := a
 		if i%2 == 0 {
 			cfg = b
 		}
 		if err := f.h.Reload(cfg); err != nil {
+			cancel()
+			<-stopped
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Microsecond)
+		// Serve at least one request under each configuration.
+		for n := served.Load(); served.Load() == n; runtime.Gosched() {
+			select {
+			case <-stopped:
+				t.Fatalf("the requests stopped after %d reloads", i+1)
+			default:
+			}
+		}
 	}
 	cancel()
-	wg.Wait()
-	if served.Load() == 0 {
-		t.Errorf("no request was served during the reloads")
-	}
+	<-stopped
 }
 
 // scrape returns the /metrics exposition.
