@@ -87,13 +87,13 @@ proxy:
 	t.Run("check in two parts", func(t *testing.T) {
 		c, br := dial()
 		io.WriteString(c, head("/v1/check", len(body))+body[:5])
-		time.Sleep(timeout / 4)
+		time.Sleep(timeout / 4) // the client pauses mid-body, within the timeout
 		io.WriteString(c, body[5:])
 		if resp, b := read(br); resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) {
 			t.Fatalf("a check whose body came in two parts = %d %s, want 200", resp.StatusCode, b)
 		}
 		// The same connection, after the check's timeout has passed.
-		time.Sleep(timeout + timeout/2)
+		time.Sleep(timeout + timeout/2) // the keep-alive connection idles past the timeout
 		io.WriteString(c, head("/v1/check", len(body))+body)
 		if resp, b := read(br); resp.StatusCode != 200 || !strings.Contains(b, `"allowed":true`) {
 			t.Errorf("the next check on the connection = %d %s, want 200", resp.StatusCode, b)
@@ -104,7 +104,7 @@ proxy:
 		c, br := dial()
 		upload := strings.Repeat("u", 1000)
 		io.WriteString(c, head("/upload", len(upload))+upload[:500])
-		time.Sleep(3 * timeout)
+		time.Sleep(3 * timeout) // the upload stalls well past the check's timeout
 		io.WriteString(c, upload[500:])
 		if resp, b := read(br); resp.StatusCode != 200 || b != "read 1000 bytes, <nil>" {
 			t.Errorf("an upload that paused %v = %d %q, want 200 and the upstream read all 1000 bytes", 3*timeout, resp.StatusCode, b)
