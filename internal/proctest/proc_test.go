@@ -1,7 +1,9 @@
 package proctest
 
 import (
+	"bufio"
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -34,9 +36,20 @@ func TestProcStop(t *testing.T) {
 }
 
 func TestProcStopKills(t *testing.T) {
-	// The shell ignores SIGTERM; exec keeps the ignored signal for sleep.
-	p := Start(t, "sh", exec.Command("sh", "-c", `trap "" TERM; exec sleep 30`))
-	time.Sleep(100 * time.Millisecond) // let the trap be set
+	// The shell ignores SIGTERM, says so, and execs sleep, which keeps
+	// the ignored signal.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := exec.Command("sh", "-c", `trap "" TERM; echo trapped; exec sleep 30`)
+	cmd.Stdout = w
+	p := Start(t, "sh", cmd)
+	w.Close()
+	if line, err := bufio.NewReader(r).ReadString('\n'); line != "trapped\n" {
+		t.Fatalf("sh wrote %q, %v; want trapped", line, err)
+	}
 	start := time.Now()
 	if p.Stop(300 * time.Millisecond) {
 		t.Fatal("Stop = true for a process that ignores SIGTERM")
