@@ -102,17 +102,17 @@ func startGateway(t *testing.T, name string, command func(dir string, port int) 
 		port := proctest.FreePort(t)
 		p := startProc(t, fmt.Sprintf("%s (attempt %d)", name, attempt+1), command(dir, port))
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		deadline := time.Now().Add(waitTimeout)
-		for !p.Exited() && time.Now().Before(deadline) {
+		accepts := false
+		proctest.WaitFor(t, waitTimeout, name+" to accept connections on "+addr+" or end", func() bool {
 			// Connect only: a request would be counted by the limit.
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
-				return port
+				accepts = true
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if !p.Exited() {
-			t.Fatalf("%s does not accept connections on %s within %v\n%s", name, addr, waitTimeout, p.log)
+			return accepts || p.Exited()
+		})
+		if accepts {
+			return port
 		}
 		t.Logf("%s ended at start (%v); trying another port\n%s", name, p.Err(), p.log)
 	}
