@@ -165,7 +165,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 					break
 				}
 				own = append(own, time.Since(t))
-				time.Sleep(goodPause)
+				time.Sleep(goodPause) // the load: a well-behaved caller's pace
 			}
 			lat[c] = own
 		})
@@ -193,7 +193,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 					// Redis client's) waiting for preemption, 10 ms at a
 					// time.
 					if kind == floodPaced {
-						time.Sleep(floodPause)
+						time.Sleep(floodPause) // the load: a paced flood
 					} else {
 						runtime.Gosched()
 					}

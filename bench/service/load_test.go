@@ -64,10 +64,11 @@ func TestSluiceHTTPWorker(t *testing.T) {
 
 // awayFromMinuteEnd waits for the next minute when the flood key's fixed
 // window (a calendar minute) could restart during a test, that is in the
-// last 5 seconds of a minute.
+// last 5 seconds of a minute. The service keeps that window on the wall
+// clock, which only waiting moves.
 func awayFromMinuteEnd() {
 	if s := time.Now().Second(); s >= 55 {
-		time.Sleep(time.Duration(61-s) * time.Second)
+		time.Sleep(time.Duration(61-s) * time.Second) // into the next minute
 	}
 }
 

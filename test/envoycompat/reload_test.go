@@ -29,9 +29,10 @@ import (
 func TestReloadDomains(t *testing.T) {
 	stores(t, func(t *testing.T, storeYAML string) {
 		// The counts below are of one hour's window: start with a minute
-		// of it left at least.
+		// of it left at least. The service's windows follow the wall
+		// clock, which only waiting moves.
 		if now := time.Now(); windowEnd(now, time.Hour).Sub(now) < time.Minute {
-			time.Sleep(windowEnd(now, time.Hour).Sub(now) + 10*time.Millisecond)
+			time.Sleep(windowEnd(now, time.Hour).Sub(now) + 10*time.Millisecond) // to the next hour's start
 		}
 		s := startServer(t, "sluice serve", serverConfig(storeYAML, fixture(t, "reload", "before")))
 		want := func(domain string, desc *rlscommon.RateLimitDescriptor, w status) *rlsv3.RateLimitResponse {

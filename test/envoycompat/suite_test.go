@@ -215,12 +215,13 @@ func (c compatCase) periods() []time.Duration {
 }
 
 // waitEarlyInWindow sleeps, when less than 80% (at most 5 s) of the
-// current window of period p is left, until the next window starts.
+// current window of period p is left, until the next window starts. The
+// service's windows follow the wall clock, which only waiting moves.
 func waitEarlyInWindow(p time.Duration) {
 	now := time.Now()
 	left := windowEnd(now, p).Sub(now)
 	if left < min(p*8/10, 5*time.Second) {
-		time.Sleep(left + 5*time.Millisecond)
+		time.Sleep(left + 5*time.Millisecond) // to the next window's start
 	}
 }
 
