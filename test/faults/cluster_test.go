@@ -133,7 +133,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 	stop := make(chan struct{})
 	failover := func(r *result) {
 		defer close(stop)
-		time.Sleep(sc.kill - time.Since(r.t0))
+		time.Sleep(sc.kill - time.Since(r.t0)) // the scenario's timeline: the kill
 		victim.Kill()
 		killed = time.Since(r.t0)
 		if err := c.WaitOK(30 * time.Second); err != nil {
@@ -142,7 +142,7 @@ func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
 		}
 		promoted = time.Since(r.t0)
 		// Run on past the comeback, or to the run's total time.
-		time.Sleep(max(promoted+clusterComeback+time.Second, sc.total) - time.Since(r.t0))
+		time.Sleep(max(promoted+clusterComeback+time.Second, sc.total) - time.Since(r.t0)) // the timeline's end
 	}
 	l := load{callers: sc.callers, keys: dieKeys, pace: sc.pace, dur: time.Minute, stop: stop}
 	r := l.run(t.Context(), decide, failover)

@@ -398,7 +398,7 @@ limits:
 			t.Errorf("a check during the slow connections = %d, want 200", code)
 		}
 		slowest = max(slowest, time.Since(start))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a client's pace while the slow connections hold
 	}
 	wg.Wait()
 	var latest time.Duration

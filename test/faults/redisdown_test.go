@@ -65,11 +65,11 @@ func (o *outage) events() []event {
 // killAndRestart kills srv at sc.kill and restarts it at sc.restart, into o.
 func killAndRestart(t *testing.T, sc scale, srv *redistest.Server, o *outage) func(r *result) {
 	return func(r *result) {
-		time.Sleep(sc.kill - time.Since(r.t0))
+		time.Sleep(sc.kill - time.Since(r.t0)) // the scenario's timeline: the kill
 		o.kill = time.Since(r.t0)
 		srv.Kill()
 		o.killed = time.Since(r.t0)
-		time.Sleep(sc.restart - time.Since(r.t0))
+		time.Sleep(sc.restart - time.Since(r.t0)) // the timeline: the restart
 		o.restart = time.Since(r.t0)
 		if err := srv.Restart(); err != nil {
 			t.Errorf("restarting Redis: %v", err)
@@ -321,17 +321,17 @@ func warmLimiter(t *testing.T, st sluice.Store, p sluice.Policy) *sluice.Limiter
 // the store's timeout on a loaded machine.
 func warmUp(t *testing.T, try func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var last error
+	defer func() {
+		if t.Failed() && last != nil {
+			t.Logf("the last try: %v", last)
+		}
+	}()
+	proctest.WaitFor(t, 10*time.Second, "a decision by Redis", func() bool {
 		ok, err := try(t.Context())
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no decision by Redis within 10s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		last = err
+		return ok
+	})
 }
 
 // TestRedisDiesService is TestRedisDiesLibrary through the service: the

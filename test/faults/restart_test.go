@@ -106,7 +106,7 @@ limits:
 		}
 	}()
 
-	waitUntil(t, "half the limit admitted", func() bool { return admitted.Load() >= restartLimit/2 })
+	proctest.WaitFor(t, 20*time.Second, "half the limit admitted", func() bool { return admitted.Load() >= restartLimit/2 })
 	t0 := time.Now()
 	if err := old.stop(); err != nil {
 		t.Fatalf("stopping the first process: %v", err)
@@ -115,7 +115,7 @@ limits:
 	startService(t, "sluice (after)", "--config", cfg)
 	restarted.Store(true)
 	gap := time.Since(t0)
-	waitUntil(t, "denials after the restart", func() bool { return deniedAfter.Load() >= 20 })
+	proctest.WaitFor(t, 20*time.Second, "denials after the restart", func() bool { return deniedAfter.Load() >= 20 })
 	close(stop)
 	r := <-done
 	r.checkUnexpected(t)
@@ -142,17 +142,5 @@ limits:
 		if after != restartLimit {
 			t.Errorf("with the memory store, %d admitted after the restart, want the whole limit %d again (the state is lost)", after, restartLimit)
 		}
-	}
-}
-
-// waitUntil polls cond every 5 ms, failing t after 20 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -78,7 +78,7 @@ func driveProxy(p *redistest.Proxy, stages []stage, each time.Duration, sr *stag
 				if s.cut {
 					p.DropMidReply()
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // the stage's timeline: a cut every 50ms
 			}
 		}
 		sr.end = append(sr.end, time.Since(r.t0))
