@@ -40,12 +40,13 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		h.untrustedForwardAuth(st, r)
 	}
 	orig, err := original(r, trusted)
-	var pe pathError
-	if errors.As(err, &pe) {
-		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "X-Forwarded-Uri: "+pe.Error()+"; Sluice refuses such requests.")
-		return
-	}
 	if err != nil {
+		// Only here: errors.As would move pe to the heap on every request.
+		var pe pathError
+		if errors.As(err, &pe) {
+			writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "X-Forwarded-Uri: "+pe.Error()+"; Sluice refuses such requests.")
+			return
+		}
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

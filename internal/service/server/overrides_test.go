@@ -419,6 +419,7 @@ proxy:
   rules:
     - name: api
       limits: [{limit: api-key, key: "header:X-API-Key"}, {limit: per-ip, key: ip}]
+admin: {token: ` + ovToken + `}
 `
 	for _, withOverride := range []bool{false, true} {
 		name := "no-overrides"
@@ -431,7 +432,9 @@ proxy:
 				b.Fatal(err)
 			}
 			if withOverride {
-				serve(h, "PUT", "/v1/overrides/api-key/other", `{"limit":5,"period":"1s"}`)
+				if rec := serve(h, "PUT", "/v1/overrides/api-key/other", `{"limit":5,"period":"1s"}`, "Authorization", "Bearer "+ovToken); rec.Code != 201 {
+					b.Fatalf("PUT override = %d %s", rec.Code, rec.Body)
+				}
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
