@@ -202,7 +202,7 @@ func TestOnlyTheEngineCallsAllowAll(t *testing.T) {
 // overrides kept in Redis, the test server); the HTTP service and the
 // front doors only see them through those.
 func TestRedisClientsOnlyWhereTheyBelong(t *testing.T) {
-	allowed := []string{"redisstore", "plans/redisplans", "internal/service/overrides", "internal/redistest"}
+	allowed := []string{"redisstore", "plans/redisplans", "internal/service/overrides", "internal/testkit"}
 	for _, p := range listPackages(t) {
 		if strings.HasPrefix(p.path, "cmd/") || slices.Contains(allowed, p.path) {
 			continue
@@ -234,9 +234,7 @@ func place(p string) string {
 
 // testHelpers are the packages that only tests and benchmarks import.
 var testHelpers = []string{
-	"internal/benchhttp", "internal/benchloop", "internal/benchrand", "internal/cputime",
-	"internal/mdtest", "internal/proctest", "internal/redistest", "internal/teststore",
-	"internal/service/metrics/metricstest", "internal/service/rls/rlstest", "internal/service/tlsauth/tlstest",
+	"internal/testkit", "internal/teststore",
 }
 
 // mayImport lists, for each place, the places its non-test files may

@@ -17,8 +17,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchrand"
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -278,7 +277,7 @@ func oneKey(b *testing.B, loop func(b *testing.B, allow func(string) bool)) {
 		b.Run("lib="+s.name, func(b *testing.B) {
 			allow := start(b, s.newOne)
 			b.ReportAllocs()
-			cpu := cputime.Start()
+			cpu := testkit.StartMeter()
 			loop(b, allow)
 			cpu.Report(b)
 		})
@@ -294,7 +293,7 @@ func BenchmarkKeysParallel(b *testing.B) {
 		return func(b *testing.B, allow func(string) bool) {
 			var seeds atomic.Uint64
 			b.RunParallel(func(pb *testing.PB) {
-				r := benchrand.Rand(seeds.Add(1) * seedMul)
+				r := testkit.Rand(seeds.Add(1) * seedMul)
 				kb := make(keyBuf, 0, 32)
 				for pb.Next() {
 					if k := kb.key(r.Next() % uint64(n)); !allow(k) {
@@ -325,7 +324,7 @@ func BenchmarkKeysPrepared(b *testing.B) {
 		return func(b *testing.B, allow func(string) bool) {
 			var seeds atomic.Uint64
 			b.RunParallel(func(pb *testing.PB) {
-				r := benchrand.Rand(seeds.Add(1) * seedMul)
+				r := testkit.Rand(seeds.Add(1) * seedMul)
 				for pb.Next() {
 					if k := keys[r.Next()%uint64(n)]; !allow(k) {
 						denied(b, k)
@@ -351,7 +350,7 @@ func manyKeys(b *testing.B, prepare func(n int) func(b *testing.B, allow func(st
 			b.Run("keys="+strconv.Itoa(n)+"/lib="+s.name, func(b *testing.B) {
 				allow := pop.get(b, s.newMany, n)
 				b.ReportAllocs()
-				cpu := cputime.Start()
+				cpu := testkit.StartMeter()
 				loop(b, allow)
 				cpu.Report(b)
 			})
@@ -394,7 +393,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 func BenchmarkClock(b *testing.B) {
 	var sink int64
 	b.Run("time.Now", func(b *testing.B) {
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			sink += time.Now().UnixNano()
 		}
@@ -402,7 +401,7 @@ func BenchmarkClock(b *testing.B) {
 	})
 	base := time.Now()
 	b.Run("time.Since", func(b *testing.B) {
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			sink += int64(time.Since(base))
 		}
@@ -421,7 +420,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 	policy := sluice.TokenBucket(1, interval, burst)
 	b.Run("Limiter.Allow", func(b *testing.B) {
 		allow := start(b, newSluice)
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			if !allow("user:1") {
 				b.Fatal("request denied, want every request admitted")
@@ -432,7 +431,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 	b.Run("Store.Allow/store-clock", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			if d, err := st.Allow(ctx, time.Time{}, req); err != nil || !d.Allowed {
 				b.Fatalf("Allow = %+v, %v, want allowed", d, err)
@@ -444,7 +443,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			if d, err := st.Allow(ctx, now, req); err != nil || !d.Allowed {
@@ -458,7 +457,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 		var sink uint64
 		seed := maphash.MakeSeed()
 		base := time.Now()
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			t := uint64(time.Since(base))
 			h := maphash.String(seed, "user:1")

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/benchhttp"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -26,7 +26,7 @@ import (
 // inflate as it does ns/op (it includes the garbage collector's share).
 
 func runMiddleware(b *testing.B, h http.Handler, parallel bool) {
-	benchhttp.Serve(b, h, benchhttp.Requests(nil), parallel)
+	testkit.Serve(b, h, testkit.Requests(nil), parallel)
 }
 
 func sluiceMiddleware(b *testing.B, headers httplimit.HeaderStyle) http.Handler {
@@ -36,7 +36,7 @@ func sluiceMiddleware(b *testing.B, headers httplimit.HeaderStyle) http.Handler 
 	if err != nil {
 		b.Fatal(err)
 	}
-	return m.Handler(benchhttp.OK)
+	return m.Handler(testkit.OK)
 }
 
 func httprateMiddleware() http.Handler {
@@ -47,7 +47,7 @@ func httprateMiddleware() http.Handler {
 		}
 		return httprate.CanonicalizeIP(host), nil
 	}
-	return httprate.LimitBy(1_000_000_000, time.Minute, byIP)(benchhttp.OK)
+	return httprate.LimitBy(1_000_000_000, time.Minute, byIP)(testkit.OK)
 }
 
 func BenchmarkMiddleware(b *testing.B) {
@@ -55,7 +55,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		name     string
 		parallel bool
 	}{{"serial", false}, {"parallel", true}} {
-		b.Run("Bare/"+mode.name, func(b *testing.B) { runMiddleware(b, benchhttp.OK, mode.parallel) })
+		b.Run("Bare/"+mode.name, func(b *testing.B) { runMiddleware(b, testkit.OK, mode.parallel) })
 		b.Run("Sluice/"+mode.name, func(b *testing.B) {
 			runMiddleware(b, sluiceMiddleware(b, httplimit.HeadersIETF), mode.parallel)
 		})

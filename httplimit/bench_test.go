@@ -8,23 +8,22 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchhttp"
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// benchRequests are benchhttp's requests, each with its own API key.
+// benchRequests are testkit's requests, each with its own API key.
 func benchRequests() []*http.Request {
-	return benchhttp.Requests(func(i int, r *http.Request) { r.Header.Set("X-API-Key", "key-"+strconv.Itoa(i)) })
+	return testkit.Requests(func(i int, r *http.Request) { r.Header.Set("X-API-Key", "key-"+strconv.Itoa(i)) })
 }
 
 // benchRun serves b.N allowed requests through h, one at a time, each from
 // one of 1024 client addresses. Beside ns/op it reports cpu-ns/op, the
 // steadier measure on a machine shared with other work.
-func benchRun(b *testing.B, h http.Handler) { benchhttp.Serve(b, h, benchRequests(), false) }
+func benchRun(b *testing.B, h http.Handler) { testkit.Serve(b, h, benchRequests(), false) }
 
 // benchParallel is benchRun from GOMAXPROCS goroutines.
-func benchParallel(b *testing.B, h http.Handler) { benchhttp.Serve(b, h, benchRequests(), true) }
+func benchParallel(b *testing.B, h http.Handler) { testkit.Serve(b, h, benchRequests(), true) }
 
 // BenchmarkMiddleware measures allowed requests: Bare is the handler
 // alone; the others add the middleware with a memory store, so their
@@ -33,10 +32,10 @@ func BenchmarkMiddleware(b *testing.B) {
 	// Limits high enough that every request is allowed, and slow enough
 	// that the keys stay tracked (the steady state of a busy server).
 	perIP := sluice.TokenBucket(1_000_000_000, time.Hour, 0).Named("per-ip")
-	b.Run("Bare", func(b *testing.B) { benchRun(b, benchhttp.OK) })
+	b.Run("Bare", func(b *testing.B) { benchRun(b, testkit.OK) })
 	b.Run("PerIP", func(b *testing.B) {
 		m, _ := New(memstore.New(memstore.Options{}), []Limit{{Policy: perIP}}, nil)
-		benchRun(b, m.Handler(benchhttp.OK))
+		benchRun(b, m.Handler(testkit.OK))
 	})
 	b.Run("PerIP+Key+Route", func(b *testing.B) {
 		m, _ := New(memstore.New(memstore.Options{}), []Limit{
@@ -44,16 +43,16 @@ func BenchmarkMiddleware(b *testing.B) {
 			{Policy: sluice.SlidingWindow(999_999_999, time.Hour).Named("per-key"), Key: Header("X-API-Key")},
 			{Policy: sluice.GCRA(999_999_998, time.Hour, 0).Named("route"), Key: Route},
 		}, nil)
-		benchRun(b, m.Handler(benchhttp.OK))
+		benchRun(b, m.Handler(testkit.OK))
 	})
 	b.Run("PerIP/AllHeaders", func(b *testing.B) {
 		m, _ := New(memstore.New(memstore.Options{}), []Limit{{Policy: perIP}}, &Options{Headers: HeadersIETF | HeadersLegacy | HeadersX})
-		benchRun(b, m.Handler(benchhttp.OK))
+		benchRun(b, m.Handler(testkit.OK))
 	})
-	b.Run("Parallel/Bare", func(b *testing.B) { benchParallel(b, benchhttp.OK) })
+	b.Run("Parallel/Bare", func(b *testing.B) { benchParallel(b, testkit.OK) })
 	b.Run("Parallel/PerIP", func(b *testing.B) {
 		m, _ := New(memstore.New(memstore.Options{}), []Limit{{Policy: perIP}}, nil)
-		benchParallel(b, m.Handler(benchhttp.OK))
+		benchParallel(b, m.Handler(testkit.OK))
 	})
 }
 
@@ -61,14 +60,14 @@ func BenchmarkMiddleware(b *testing.B) {
 // the path a flood takes.
 func BenchmarkDenied(b *testing.B) {
 	m, _ := New(memstore.New(memstore.Options{}), []Limit{{Policy: sluice.FixedWindow(1, time.Hour).Named("per-ip")}}, nil)
-	h := m.Handler(benchhttp.OK)
+	h := m.Handler(testkit.OK)
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "192.0.2.1:1"
-	w := benchhttp.NewWriter()
+	w := testkit.NewWriter()
 	h.ServeHTTP(w, r)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cputime.Start()
+	cpu := testkit.StartMeter()
 	for b.Loop() {
 		w.Reset()
 		h.ServeHTTP(w, r)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -30,7 +30,7 @@ func newRedisStore(t *testing.T, addr string, failure redisstore.FailurePolicy) 
 // Two servers, each with its own middleware and Redis connection, share
 // one per-API-key budget: together they admit exactly the limit.
 func TestRedisSharedBudget(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	limits := []Limit{
 		{Policy: sluice.SlidingLog(20, time.Hour).Named("per-key"), Key: Header("X-API-Key")},
 		{Policy: sluice.TokenBucket(1000, time.Second, 0).Named("per-ip")},
@@ -65,7 +65,7 @@ func TestRedisSharedBudget(t *testing.T) {
 // A Redis that stops answering, under the store's fail-closed policy,
 // gives 503 with Retry-After, not 429, and no error text.
 func TestRedisFailClosed(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	store := newRedisStore(t, srv.Addr, redisstore.FailDeny)
 	m := mustNew(t, store, []Limit{{Policy: sluice.GCRA(10, time.Second, 0).Named("per-ip")}}, nil)
 	h := m.Handler(okHandler)
@@ -93,7 +93,7 @@ func TestRedisFailClosed(t *testing.T) {
 // The outbound Transport shares one budget across two clients through
 // Redis.
 func TestRedisTransportSharedBudget(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	var mu sync.Mutex
 	got := 0
 	remote := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

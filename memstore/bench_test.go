@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchrand"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -163,7 +163,7 @@ func BenchmarkManyKeys(b *testing.B) {
 			var seeds atomic.Uint64
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := benchrand.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
+				r := testkit.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
 				buf := make([]byte, 0, 32)
 				for pb.Next() {
 					buf = strconv.AppendUint(append(buf[:0], "user:"...), r.Next()%uint64(n), 10)

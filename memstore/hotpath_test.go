@@ -13,8 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/benchrand"
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // The benchmarks in this file take the one-key decision path apart, so that
@@ -32,7 +31,7 @@ var hotPolicy = sluice.TokenBucket(1, time.Second, 1_000_000_000)
 // store's default clock reads), the store's clock, and an explicit time.
 func BenchmarkHotClock(b *testing.B) {
 	b.Run("time.Now", func(b *testing.B) {
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			time.Now()
 		}
@@ -40,7 +39,7 @@ func BenchmarkHotClock(b *testing.B) {
 	})
 	b.Run("time.Since", func(b *testing.B) {
 		base := time.Now()
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			time.Since(base)
 		}
@@ -48,7 +47,7 @@ func BenchmarkHotClock(b *testing.B) {
 	})
 	b.Run("store", func(b *testing.B) {
 		s := New(Options{})
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			s.micros(time.Time{})
 		}
@@ -57,7 +56,7 @@ func BenchmarkHotClock(b *testing.B) {
 	b.Run("explicit", func(b *testing.B) {
 		s := New(Options{})
 		now := time.Unix(1_700_000_000, 0)
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			s.micros(now)
 		}
@@ -75,7 +74,7 @@ func BenchmarkHotCompile(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			s := New(Options{})
 			p := bc.policy
-			cpu := cputime.Start()
+			cpu := testkit.StartMeter()
 			for b.Loop() {
 				s.compile(&p)
 			}
@@ -89,7 +88,7 @@ func BenchmarkHotHash(b *testing.B) {
 	s := New(Options{})
 	p := hotPolicy
 	c := s.compile(&p)
-	cpu := cputime.Start()
+	cpu := testkit.StartMeter()
 	for b.Loop() {
 		s.hash(c, "user:1")
 	}
@@ -100,7 +99,7 @@ func BenchmarkHotHash(b *testing.B) {
 func BenchmarkHotLock(b *testing.B) {
 	var mu sync.Mutex
 	n := 0
-	cpu := cputime.Start()
+	cpu := testkit.StartMeter()
 	for b.Loop() {
 		mu.Lock()
 		n++
@@ -118,7 +117,7 @@ func BenchmarkHotTokenBucket(b *testing.B) {
 	var st algo.TAT
 	var r algo.Verdict
 	t := int64(1_700_000_000_000_000)
-	cpu := cputime.Start()
+	cpu := testkit.StartMeter()
 	for b.Loop() {
 		st = pp.TokenBucketTo(&r, st, t, 1)
 	}
@@ -136,7 +135,7 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 		s := New(Options{})
 		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			now = now.Add(time.Microsecond)
 			d, err := s.Allow(ctx, now, req)
@@ -149,7 +148,7 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 	b.Run("clock", func(b *testing.B) {
 		s := New(Options{})
 		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
-		cpu := cputime.Start()
+		cpu := testkit.StartMeter()
 		for b.Loop() {
 			d, err := s.Allow(ctx, time.Time{}, req)
 			if err != nil || !d.Allowed {
@@ -168,7 +167,7 @@ func BenchmarkHotLimiterAllow(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu := cputime.Start()
+	cpu := testkit.StartMeter()
 	for b.Loop() {
 		d, err := l.Allow(ctx, "user:1", 1)
 		if err != nil || !d.Allowed {
@@ -194,9 +193,9 @@ func BenchmarkHotKeys(b *testing.B) {
 		}
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			var seeds atomic.Uint64
-			cpu := cputime.Start()
+			cpu := testkit.StartMeter()
 			b.RunParallel(func(pb *testing.PB) {
-				r := benchrand.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
+				r := testkit.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
 				buf := make([]byte, 0, 32)
 				req := sluice.Request{Policy: hotPolicy, Cost: 1}
 				for pb.Next() {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchrand"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -453,7 +453,7 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		sluice.FixedCalendarWindow(9, sluice.Calendar{Unit: sluice.CalendarDay}),
 		{Algorithm: sluice.TokenBucketAlgorithm, Limit: 0, Period: time.Second}, // invalid
 	}
-	rnd := benchrand.Rand(1)
+	rnd := testkit.Rand(1)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 5000 {
 		clock.Advance(time.Duration(next(200)) * time.Millisecond)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestLocalRefusalAllocs: a local refusal allocates nothing, for Allow and
@@ -16,7 +16,7 @@ import (
 // floods"), on Redis's clock and at a caller's time. The race detector
 // allocates on its own, hence the build tag.
 func TestLocalRefusalAllocs(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	for _, callerTime := range []bool{false, true} {
 		name := "redis-clock"
 		var now time.Time

@@ -13,8 +13,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // batchPolicies are small limits of every algorithm, so that random calls
@@ -75,7 +74,7 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (script *r
 // the same times: every reply must be the same, integer for integer, and
 // the malformed key's calls must fail alone.
 func TestBatchDecidesAsAlone(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	addrs := []string{srv.Addr}
 	batched := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
 	alone := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError, MaxBatch: 1})
@@ -202,8 +201,8 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 // store must send batches, and exactly the limit must be admitted for
 // every algorithm, with single requests and AllowAll alike.
 func TestBatchingUnderLoad(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	proxy := testkit.StartRedisProxy(t, srv.Addr)
 	proxy.SetDelay(2 * time.Millisecond)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError})
 	const goroutines, attempts = 48, 8
@@ -268,7 +267,7 @@ func countAdmitted(t *testing.T, st *Store, admitted *atomic.Int64, reqs ...slui
 // ends within the timeout plus a margin, queued or not, and is decided by
 // the failure policy, and no call stays queued after its caller gave up.
 func TestBatchWaitersTimeOut(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 1000})
 	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
 	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
@@ -315,8 +314,8 @@ func TestBatchWaitersTimeOut(t *testing.T) {
 // calls at once, every decision still exact; and once the load is gone no
 // call is left in flight or in the queue.
 func TestFullBatchesGoAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	proxy := testkit.StartRedisProxy(t, srv.Addr)
 	proxy.SetDelay(2 * time.Millisecond)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError, MaxBatch: 4})
 	p := sluice.GCRA(100, time.Hour, 100)
@@ -366,8 +365,8 @@ func TestMaxBatchOption(t *testing.T) {
 // by Redis or by the failure policy, and the goroutines that sent batches
 // end.
 func TestBatchClose(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	proxy := testkit.StartRedisProxy(t, srv.Addr)
 	proxy.SetDelay(20 * time.Millisecond)
 	st, err := New(Options{Addrs: []string{proxy.Addr}, Failure: FailDeny, Timeout: 2 * failTimeout, Prefix: "close:"})
 	if err != nil {
@@ -397,7 +396,7 @@ func TestBatchClose(t *testing.T) {
 		defer st.batch.mu.Unlock()
 		return len(st.batch.queue) > 0
 	}
-	proctest.WaitFor(t, 5*time.Second, "callers in the batch queue", func() bool { return queued() || returned.Load() == 40 })
+	testkit.WaitFor(t, 5*time.Second, "callers in the batch queue", func() bool { return queued() || returned.Load() == 40 })
 	if returned.Load() == 40 {
 		t.Log("every call returned before Close")
 	}
@@ -414,7 +413,7 @@ func TestBatchClose(t *testing.T) {
 			t.Logf("%d goroutines, %d before the calls:\n%s", n, before, buf[:runtime.Stack(buf, true)])
 		}
 	}()
-	proctest.WaitFor(t, 5*time.Second, "the goroutines of the calls to end after Close", func() bool { return runtime.NumGoroutine() <= before })
+	testkit.WaitFor(t, 5*time.Second, "the goroutines of the calls to end after Close", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // TestScriptCacheFlushed empties Redis's script cache (SCRIPT FLUSH, as a
@@ -422,8 +421,8 @@ func TestBatchClose(t *testing.T) {
 // requests, AllowAll and batches all go on, the store sending EVALSHA and
 // falling back to EVAL once per script when Redis answers NOSCRIPT.
 func TestScriptCacheFlushed(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	proxy := testkit.StartRedisProxy(t, srv.Addr)
 	proxy.SetDelay(2 * time.Millisecond)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailError})
 	p := sluice.FixedWindow(1_000_000, time.Hour)

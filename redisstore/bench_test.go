@@ -9,15 +9,13 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchloop"
-	"github.com/sluicehq/sluice/internal/cputime"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // benchStore returns a store on a private Redis for benchmarks.
-func benchStore(b *testing.B) (*Store, *redistest.Server) {
+func benchStore(b *testing.B) (*Store, *testkit.RedisServer) {
 	b.Helper()
-	srv := redistest.Start(b)
+	srv := testkit.StartRedis(b)
 	st, err := New(Options{Addrs: []string{srv.Addr}, Failure: FailError, Timeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -152,8 +150,8 @@ func BenchmarkAllowAll(b *testing.B) {
 // through the same client library and options, the floor under any
 // decision.
 func BenchmarkEvalsha(b *testing.B) {
-	srv := redistest.Start(b)
-	c := redistest.Client(b, srv.Addr)
+	srv := testkit.StartRedis(b)
+	c := testkit.RedisClient(b, srv.Addr)
 	trivial := rueidis.NewLuaScript("return 1")
 	b.Run("serial", func(b *testing.B) {
 		for b.Loop() {
@@ -235,10 +233,10 @@ func BenchmarkCallers(b *testing.B) {
 				}
 			}
 			redis0, calls0 := redisUsage(b, srv)
-			cpu0 := cputime.Process()
+			cpu0 := testkit.Process()
 			b.ReportAllocs()
-			benchloop.Run(b, callers, decide)
-			cpu := cputime.Process() - cpu0
+			testkit.RunCallers(b, callers, decide)
+			cpu := testkit.Process() - cpu0
 			redis, calls := redisUsage(b, srv)
 			n := float64(b.N)
 			b.ReportMetric(cpu.Seconds()*1e6/n, "client-cpu-µs/op")
@@ -250,7 +248,7 @@ func BenchmarkCallers(b *testing.B) {
 
 // redisUsage returns redis-server's CPU time so far and how many script
 // calls it has run.
-func redisUsage(b *testing.B, srv *redistest.Server) (time.Duration, int64) {
+func redisUsage(b *testing.B, srv *testkit.RedisServer) (time.Duration, int64) {
 	b.Helper()
 	cpu, err := srv.CPU()
 	if err != nil {

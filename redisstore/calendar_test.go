@@ -7,7 +7,7 @@ import (
 	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestCalendarWindowByRedisTime checks that the script, not the
@@ -18,7 +18,7 @@ import (
 // clock says, as long as the two clocks are less than a window apart; a
 // larger skew is an error, never a decision in the wrong window.
 func TestCalendarWindowByRedisTime(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {

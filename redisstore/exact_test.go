@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // exactness stands in for a service of 4 instances with 2 Redis clients
@@ -111,6 +111,6 @@ func redisMicros(t *testing.T, st *Store) int64 {
 }
 
 func TestExactness(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	exactness(t, []string{srv.Addr})
 }

@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestClusterFailover kills the master that holds a key in a cluster of 3
@@ -22,7 +21,7 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failover takes a few seconds")
 	}
-	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1})
+	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{Replicas: 1})
 	st := newTestStore(t, c.Addrs[:1], Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
 	warm(t, st, c.Addrs...)
 	lag := lagProbe(t)
@@ -48,7 +47,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("Check after the master died = %+v, want %s down of 3", h, master.Addr)
 	}
 	var degraded int
-	proctest.WaitFor(t, 20*time.Second, "a decision from Redis after the master died", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "a decision from Redis after the master died", func() bool {
 		start := time.Now()
 		d, err := st.Allow(t.Context(), time.Time{}, req)
 		if took := time.Since(start); took > failTimeout+failMargin+lag() {
@@ -73,7 +72,7 @@ func TestClusterFailover(t *testing.T) {
 	// The client routes by its own view of the slots, which it reads
 	// again within a second of a failed command.
 	promoted := time.Now()
-	proctest.WaitFor(t, 5*time.Second, "Check to report every master up after the promotion", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "Check to report every master up after the promotion", func() bool {
 		return ready.Check(t.Context()).Err == nil
 	})
 	t.Logf("Check reported every master up %v after the cluster was ok again", time.Since(promoted))
@@ -93,7 +92,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster takes a few seconds to start")
 	}
-	c := redistest.StartCluster(t, redistest.ClusterOptions{Args: []string{"--cluster-require-full-coverage", "no"}})
+	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{Args: []string{"--cluster-require-full-coverage", "no"}})
 	var changes []string
 	var mu sync.Mutex
 	st := newTestStore(t, c.Addrs[:1], Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: time.Minute,
@@ -129,7 +128,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 			}
 		}
 	}
-	proctest.WaitFor(t, 5*time.Second, "the store to read the cluster's slot map", func() bool { return st.breakers.slots.Load() != nil })
+	testkit.WaitFor(t, 5*time.Second, "the store to read the cluster's slot map", func() bool { return st.breakers.slots.Load() != nil })
 
 	dead := c.Masters()[0]
 	dead.Kill()

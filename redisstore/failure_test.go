@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -43,7 +42,7 @@ func warm(t *testing.T, st *Store, addrs ...string) {
 	}
 	for _, addr := range addrs {
 		for _, src := range slices.Concat(single[:], batchOne[:], []string{many, batch}) {
-			if _, err := redistest.Do(addr, "SCRIPT", "LOAD", src); err != nil {
+			if _, err := testkit.RedisDo(addr, "SCRIPT", "LOAD", src); err != nil {
 				t.Fatalf("warm: SCRIPT LOAD on %s: %v", addr, err)
 			}
 		}
@@ -98,7 +97,7 @@ func TestFailure(t *testing.T) {
 }
 
 func failureRun(t *testing.T, fp FailurePolicy, how string) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	var errs atomic.Int64
 	var mu sync.Mutex
 	var changes []string
@@ -243,7 +242,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 // the breaker, and starts it again: OnRecover hears of the two failures
 // once, when Redis answers the next call, and not of calls that follow.
 func TestRecoveryBelowThreshold(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	var errs atomic.Int64
 	var mu sync.Mutex
 	var recoveries []Recovery
@@ -295,7 +294,7 @@ func TestRecoveryBelowThreshold(t *testing.T) {
 // TestFailureAtStart checks a store created while Redis is down: it
 // decides by its failure policy, then uses Redis once Redis starts.
 func TestFailureAtStart(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	srv.Kill()
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
 	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
@@ -322,7 +321,7 @@ func TestFailureAtStart(t *testing.T) {
 // TestCallerGivesUp checks that a caller's own cancelled context is not
 // counted as a Redis failure and is not decided by the failure policy.
 func TestCallerGivesUp(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow, BreakerThreshold: 1})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -341,7 +340,7 @@ func TestCallerGivesUp(t *testing.T) {
 // TestFailureAllowAll checks the failure policies on AllowAll, and that a
 // cost over the capacity is still refused when Redis is away.
 func TestFailureAllowAll(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	srv.Kill()
 	reqs := []sluice.Request{
 		{Policy: sluice.TokenBucket(10, time.Second, 0), Key: "k", Cost: 3},
@@ -370,7 +369,7 @@ func TestFailureAllowAll(t *testing.T) {
 // TestClose checks that a closed store no longer reaches Redis: its calls
 // fail with ErrClosed, decided by the failure policy.
 func TestClose(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
 	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
@@ -392,8 +391,8 @@ func TestClose(t *testing.T) {
 // decides, one slower than the timeout is decided by the failure policy
 // within the timeout, and the store recovers when Redis is fast again.
 func TestSlowRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.StartProxy(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	proxy := testkit.StartRedisProxy(t, srv.Addr)
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: failCooldown})
 	warm(t, st, srv.Addr)
 	lag := lagProbe(t)
@@ -426,7 +425,7 @@ func TestSlowRedis(t *testing.T) {
 	}
 
 	proxy.SetDelay(0)
-	proctest.WaitFor(t, 3*time.Second, "a decision from Redis after the latency went away", func() bool {
+	testkit.WaitFor(t, 3*time.Second, "a decision from Redis after the latency went away", func() bool {
 		d, _ := call()
 		return !d.Degraded
 	})
@@ -440,13 +439,13 @@ func TestSlowRedis(t *testing.T) {
 	}
 }
 
-// allowByRedis calls st.Allow for req, as proctest.WaitFor polls, until
+// allowByRedis calls st.Allow for req, as testkit.WaitFor polls, until
 // Redis decides it (no error, not degraded), and returns that decision; it
 // fails t when Redis has not decided within the given time.
 func allowByRedis(t *testing.T, st *Store, req sluice.Request, within time.Duration) sluice.Decision {
 	t.Helper()
 	var d sluice.Decision
-	proctest.WaitFor(t, within, "a decision from Redis", func() bool {
+	testkit.WaitFor(t, within, "a decision from Redis", func() bool {
 		var err error
 		d, err = st.Allow(t.Context(), time.Time{}, req)
 		return err == nil && !d.Degraded

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -18,7 +18,7 @@ import (
 // of error. A policy the Redis store refuses as beyond its exact range
 // (ErrUnsupportedPolicy) is the one allowed difference.
 func FuzzScriptArgs(f *testing.F) {
-	srv := redistest.Start(f)
+	srv := testkit.StartRedis(f)
 	st := newTestStore(f, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
 	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), "key", int64(1), int64(1_767_225_600_000_000), int64(250_000))
 	f.Add(uint8(2), int64(7), int64(1_000_000), int64(3), "{tag}:x\n\x00", int64(2), int64(1_767_225_659_999_999), int64(1))

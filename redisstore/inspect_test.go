@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -17,7 +17,7 @@ import (
 // and the Redis store at the same caller times and checks that Inspect
 // reports the same State from both, field for field, at random instants.
 func TestInspectDifferential(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	ctx := t.Context()
 	policies := []sluice.Policy{
 		sluice.TokenBucket(7, time.Second, 3),
@@ -61,7 +61,7 @@ func TestInspectDifferential(t *testing.T) {
 // TestInspectRedisClock inspects keys on Redis's own clock: the state
 // reflects the requests made, and nothing is written.
 func TestInspectRedisClock(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	ctx := t.Context()
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	for _, p := range []sluice.Policy{
@@ -112,7 +112,7 @@ func TestInspectRedisClock(t *testing.T) {
 }
 
 func TestInspectErrors(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow})
 	p := sluice.TokenBucket(5, time.Second, 0)
 	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 6}); !errorsIs(err, sluice.ErrCostExceedsCapacity) {
@@ -130,7 +130,7 @@ func TestInspectErrors(t *testing.T) {
 // one of a batch's calls (batch.lua does not know its script), and the
 // others' decisions must stay exact: exactly the limit admitted per key.
 func TestInspectUnderLoad(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{Off: true}})
 	p := sluice.FixedWindow(50, time.Hour)
 	const keys, callers, calls = 4, 32, 40

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 func TestCRC16(t *testing.T) {
@@ -94,7 +94,7 @@ func trunc(s string) string {
 // what Redis holds: one key per (policy, key) pair, each of the documented
 // shape, and every decision independent of the other keys.
 func TestHostileKeysInRedis(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Prefix: "p:", Failure: FailError})
 	keys := hostileKeys()
 	p := sluice.FixedWindow(1, time.Hour)

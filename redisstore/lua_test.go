@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"github.com/redis/rueidis"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestMulDivMod checks muldivmod.lua against math/big on edge cases
 // and on random operands of every size it accepts (a, b <= 2^52, d <= 2^49,
 // quotient below 2^53), in Redis's own Lua.
 func TestMulDivMod(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redistest.Client(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	c := testkit.RedisClient(t, srv.Addr)
 	lib, err := luaFiles.ReadFile("lua/muldivmod.lua")
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestAllowAllScriptLinear runs AllowAll's script, in Redis, with KEYS
@@ -20,9 +20,9 @@ import (
 // Redis answered no other client meanwhile). The decisions are those of
 // requests on repeated keys: each sees the summed cost up to it.
 func TestAllowAllScriptLinear(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{})
-	c := redistest.Client(t, srv.Addr)
+	c := testkit.RedisClient(t, srv.Addr)
 	// The script as scripts builds it, with KEYS counted and the count
 	// appended to the reply.
 	const counted = `local REAL_KEYS, reads = KEYS, 0

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -56,7 +56,7 @@ func TestSupportedPolicies(t *testing.T) {
 // is refused with ErrUnsupportedPolicy before Redis is asked, by every
 // method, while the memory store decides it.
 func TestRefusedPolicy(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	srv.Kill() // nothing may reach Redis: a call would fail differently
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow})
 	p := sluice.TokenBucket(1, 365*24*time.Hour, 1000)
@@ -87,7 +87,7 @@ func TestRefusedPolicy(t *testing.T) {
 // periods) at times near the end of its range, in 2112, where timestamps
 // approach 2^53 µs: the store must still agree with the memory store.
 func TestExtremes(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	policies := []sluice.Policy{
 		sluice.TokenBucket(1, edgePeriod, 15).Named("edge"),
 		sluice.LeakyBucket(1, edgePeriod, 15).Named("edge-leaky"),

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -73,12 +73,12 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 }
 
 func TestSingle(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	conformance(t, []string{srv.Addr}, 12)
 }
 
 func TestCluster(t *testing.T) {
-	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{})
 	conformance(t, c.Addrs[:1], 4)
 	t.Run("Exactness", func(t *testing.T) { exactness(t, c.Addrs) })
 	t.Run("CrossSlot", func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestCluster(t *testing.T) {
 // call changes nothing else (an admitted Peek), so that a later call with
 // an earlier time is decided at that latest time (see lib.lua).
 func TestCallerTimeNeverGoesBack(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	st := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
 	for a := range sluice.Algorithm(len(algorithmFiles)) {

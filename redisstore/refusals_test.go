@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -42,7 +42,7 @@ func localCount(stores ...*Store) uint64 {
 
 // scriptCalls returns how many scripts Redis at addr has run since its
 // statistics were last reset (INFO commandstats: EVALSHA and EVAL).
-func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+func scriptCalls(t *testing.T, srv *testkit.RedisServer) int64 {
 	t.Helper()
 	info, err := srv.Info("commandstats")
 	if err != nil {
@@ -75,7 +75,7 @@ func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
 // the true state fuller: the local Remaining is at least the reference's
 // and its RetryAfter at most the reference's.
 func TestLocalRefusalsDifferential(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	var local, checked uint64
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
@@ -187,7 +187,7 @@ func errClassOf(err error) string {
 // each, on Redis's clock, for every algorithm and for an AllowAll over two
 // policies: exactly the limit is admitted, and most refusals are local.
 func TestLocalRefusalsFlood(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	const (
 		instances = 3
 		callers   = 8
@@ -270,7 +270,7 @@ func TestLocalRefusalsFlood(t *testing.T) {
 // key: with local refusals, Redis decides the admitted requests and about
 // one refusal per caller and refill interval; without, every request.
 func TestLocalRefusalsKeepScriptsOff(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	const (
 		instances = 3
 		callers   = 8
@@ -335,7 +335,7 @@ func TestLocalRefusalsKeepScriptsOff(t *testing.T) {
 // time, so a refusal later implies one then). A failure says how far each
 // clock went since the entry's call (see clockReport).
 func TestLocalRefusalsClockOffset(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	for _, offset := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(offset.String(), func(t *testing.T) {
 			start := time.Now()
@@ -417,7 +417,7 @@ func clockReport(st *Store, c *compiled, userKey string, before, read int64, sta
 // decisions are never cached; and a Redis restarted empty is asked again
 // once the cached state would admit (at most its RetryAfter later).
 func TestLocalRefusalsRedisDown(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: time.Second, BreakerThreshold: 1, BreakerCooldown: 20 * time.Millisecond})
 	// One unit back every 1.5 s.
 	p := sluice.TokenBucket(2, 3*time.Second, 2)
@@ -470,7 +470,7 @@ func TestLocalRefusalsRedisDown(t *testing.T) {
 // TestLocalRefusalsPolicyChange: a changed policy (numbers or name) for
 // the same key is another entry, decided by Redis.
 func TestLocalRefusalsPolicyChange(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	p := sluice.FixedWindow(1, time.Hour).Named("plan-free")
 	for _, want := range []bool{true, false} {
@@ -499,7 +499,7 @@ func TestLocalRefusalsPolicyChange(t *testing.T) {
 // TestLocalRefusalsBounded: the cache never holds more than its entries
 // and bytes allow; Off sends every request to Redis.
 func TestLocalRefusalsBounded(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	p := sluice.TokenBucket(1, time.Hour, 1)
 	for _, c := range []struct {
 		name     string
@@ -540,7 +540,7 @@ func TestLocalRefusalsBounded(t *testing.T) {
 // TestLocalRefusalsCluster floods one key of a Redis Cluster from 3
 // instances: exactly the limit passes, and most refusals are local.
 func TestLocalRefusalsCluster(t *testing.T) {
-	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{})
 	stores := newInstances(t, c.Addrs[:1], 3, Options{Failure: FailError})
 	p := sluice.GCRA(20, time.Hour, 20)
 	admitted, failed := hammer(t, stores, 8, 30, sluice.Request{Policy: p, Key: "hot", Cost: 1})
@@ -557,7 +557,7 @@ func TestLocalRefusalsCluster(t *testing.T) {
 // calls find it; the entry's removal (after an admission, or evicted)
 // empties the slot, so that a state no longer cached is never used.
 func TestLocalRefusalsHotSlot(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, CallerTime: true, LocalRefusals: LocalRefusals{MaxEntries: refusalShards}})
 	p := sluice.TokenBucket(1, time.Second, 1)
 	c := st.policies.get(&p)
@@ -624,7 +624,7 @@ func TestLocalRefusalsHotSlot(t *testing.T) {
 // counted), unless the Redis key escapes it; either way the next refusal
 // is local, and an admission empties the slots.
 func TestLocalRefusalsHotSlotAllowAll(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, CallerTime: true})
 	p, q := sluice.TokenBucket(1, time.Second, 1), sluice.FixedWindow(100, time.Hour)
 	cp, cq := st.policies.get(&p), st.policies.get(&q)

@@ -5,15 +5,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestTTL checks that every key expires when its state is back to initial:
 // its TTL is the decision's ResetAfter (plus 1 ms), and once that has
 // passed the key is gone, so Redis holds only active keys.
 func TestTTL(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Prefix: "ttl:", Failure: FailError})
 	const period = 400 * time.Millisecond
 	var longest time.Duration
@@ -46,7 +45,7 @@ func TestTTL(t *testing.T) {
 	}
 	// And Redis drops them: DBSIZE counts expired keys until Redis's
 	// expiry cycle reclaims them, within a second of their TTL.
-	proctest.WaitFor(t, longest+3*time.Second, "DBSIZE 0 once every state is back to initial", func() bool {
+	testkit.WaitFor(t, longest+3*time.Second, "DBSIZE 0 once every state is back to initial", func() bool {
 		n, err := srv.Do("DBSIZE")
 		return err == nil && n == int64(0)
 	})
@@ -56,7 +55,7 @@ func TestTTL(t *testing.T) {
 // and a Peek change nothing in Redis (no write, no replication traffic),
 // which keeps a flood of denied requests cheap.
 func TestDenialWritesNothing(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	for _, a := range sluice.Algorithms() {
 		req := sluice.Request{Policy: sluice.Policy{Algorithm: a, Limit: 1, Period: time.Hour}, Key: "k", Cost: 1}
@@ -79,7 +78,7 @@ func TestDenialWritesNothing(t *testing.T) {
 }
 
 // dirty returns Redis's count of changes since the last save.
-func dirty(t *testing.T, srv *redistest.Server) int64 {
+func dirty(t *testing.T, srv *testkit.RedisServer) int64 {
 	t.Helper()
 	info, err := srv.Info("persistence")
 	if err != nil {
@@ -95,7 +94,7 @@ func dirty(t *testing.T, srv *redistest.Server) int64 {
 // TestRedisClock checks that by default the store decides at Redis's TIME
 // and ignores the time it is passed.
 func TestRedisClock(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
 	// At the caller's time the window would end in exactly 30 minutes.

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -39,13 +39,13 @@ func BenchmarkRedisInstructions(b *testing.B) {
 	if os.Getenv("SLUICE_CALLGRIND") != "1" {
 		b.Skip("set SLUICE_CALLGRIND=1 to count Redis's instructions under valgrind")
 	}
-	redistest.Require(b, "valgrind", "callgrind_control")
+	testkit.RequirePrograms(b, "valgrind", "callgrind_control")
 	dir := os.Getenv("SLUICE_CALLGRIND_OUT")
 	if dir == "" {
 		dir = b.TempDir()
 	}
 	out := filepath.Join(dir, "callgrind.out")
-	srv := redistest.Start(b, redistest.Options{Wrap: []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}})
+	srv := testkit.StartRedis(b, testkit.RedisOptions{Wrap: []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + out}})
 	libs := libraries(b, srv.Addr)
 	algorithms := algorithmLibraries(b, srv.Addr)
 	for _, callers := range []int{1, 64} {
@@ -90,7 +90,7 @@ func algorithmLibraries(b *testing.B, addr string) []library {
 
 // countInstructions makes b.N decisions from callers goroutines and reports
 // the instructions redis-server ran for them, read from a callgrind dump.
-func countInstructions(b *testing.B, srv *redistest.Server, out string, callers int, decide decideFunc) {
+func countInstructions(b *testing.B, srv *testkit.RedisServer, out string, callers int, decide decideFunc) {
 	ctx := context.Background()
 	for i := range callers {
 		if err := decide(ctx, i); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // decisionLike is a script shaped like one decision: Redis's TIME, a GET
@@ -23,8 +23,8 @@ return 1`
 // and github.com/redis/go-redis/v9 (a pool of connections, one command per
 // round trip), at 1, 16, 64 and 256 concurrent callers.
 func BenchmarkClient(b *testing.B) {
-	srv := redistest.Start(b)
-	rc := redistest.Client(b, srv.Addr)
+	srv := testkit.StartRedis(b)
+	rc := testkit.RedisClient(b, srv.Addr)
 	rs := rueidis.NewLuaScript(decisionLike)
 	gc := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 512})
 	defer gc.Close()

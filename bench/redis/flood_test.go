@@ -11,9 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/cputime"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/splitmix"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -52,7 +51,7 @@ const (
 )
 
 func BenchmarkFlood(b *testing.B) {
-	srv := redistest.Start(b)
+	srv := testkit.StartRedis(b)
 	stores := []struct {
 		name string
 		new  func(b *testing.B) sluice.Store
@@ -127,7 +126,7 @@ func spin(seed uint64) {
 
 // floodRun runs the flood (b.N decisions) with the well-behaved keys beside
 // it, or, without the flood, b.N well-behaved decisions alone.
-func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string) {
+func floodRun(b *testing.B, srv *testkit.RedisServer, st sluice.Store, kind string) {
 	flood := kind != floodNone
 	ctx := context.Background()
 	for i := range goodCallers {
@@ -147,7 +146,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 	lat := make([][]time.Duration, goodCallers)
 	var good sync.WaitGroup
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cputime.Process()
+	start, cpu0 := time.Now(), testkit.Process()
 	for c := range goodCallers {
 		good.Go(func() {
 			own := make([]time.Duration, 0, 1024)
@@ -204,7 +203,7 @@ func floodRun(b *testing.B, srv *redistest.Server, st sluice.Store, kind string)
 		stop.Store(true)
 	}
 	good.Wait()
-	elapsed, cpu := time.Since(start), cputime.Process()-cpu0
+	elapsed, cpu := time.Since(start), testkit.Process()-cpu0
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)

@@ -26,8 +26,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchloop"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -48,7 +47,7 @@ var names = func() []string {
 type decideFunc func(ctx context.Context, i int) error
 
 func BenchmarkRedis(b *testing.B) {
-	srv := redistest.Start(b)
+	srv := testkit.StartRedis(b)
 	libs := libraries(b, srv.Addr)
 	for _, callers := range []int{1, 16, 64, 256} {
 		for _, lib := range libs {
@@ -80,7 +79,7 @@ func libraries(b *testing.B, addr string) []library {
 	rl := redis_rate.NewLimiter(rdb)
 	limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
 
-	rc := redistest.Client(b, addr)
+	rc := testkit.RedisClient(b, addr)
 	trivial := rueidis.NewLuaScript("return 1")
 
 	return []library{
@@ -113,7 +112,7 @@ func libraries(b *testing.B, addr string) []library {
 
 // run makes b.N decisions from callers goroutines and reports decisions
 // per second, latency percentiles and Redis's CPU time per decision.
-func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, decide decideFunc) {
+func run(b *testing.B, ctx context.Context, srv *testkit.RedisServer, callers int, decide decideFunc) {
 	// Warm up connections and the script cache.
 	for i := range callers {
 		if err := decide(ctx, i); err != nil {
@@ -122,7 +121,7 @@ func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, 
 	}
 	cpu0 := redisCPU(b, srv)
 	calls0, usec0 := scriptStats(b, srv)
-	benchloop.Run(b, callers, func(n int64) error { return decide(ctx, int(n%keys)) })
+	testkit.RunCallers(b, callers, func(n int64) error { return decide(ctx, int(n%keys)) })
 	cpu := redisCPU(b, srv) - cpu0
 	calls, usec := scriptStats(b, srv)
 	b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/op")
@@ -133,8 +132,8 @@ func run(b *testing.B, ctx context.Context, srv *redistest.Server, callers int, 
 }
 
 // scriptStats returns how many script calls Redis has run and the µs it
-// spent in them (see redistest.Server.ScriptCalls).
-func scriptStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
+// spent in them (see testkit.RedisServer.ScriptCalls).
+func scriptStats(b *testing.B, srv *testkit.RedisServer) (calls, usec int64) {
 	calls, usec, err := srv.ScriptCalls()
 	if err != nil {
 		b.Fatal(err)
@@ -143,7 +142,7 @@ func scriptStats(b *testing.B, srv *redistest.Server) (calls, usec int64) {
 }
 
 // redisCPU returns the CPU time redis-server has used (user + system).
-func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
+func redisCPU(b *testing.B, srv *testkit.RedisServer) time.Duration {
 	cpu, err := srv.CPU()
 	if err != nil {
 		b.Fatal(err)

@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/rls"
 	sluiceserver "github.com/sluicehq/sluice/internal/service/server"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -271,7 +271,7 @@ func TestProcCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if self := cputime.Process(); got < 0 || got > self+self/10+20e6 {
+	if self := testkit.Process(); got < 0 || got > self+self/10+20e6 {
 		t.Errorf("procCPU(self) = %v, want about getrusage's %v", got, self)
 	}
 	if _, err := machineBusy(); err != nil {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // result is what one run measured; the raw output has one per line.
@@ -69,7 +69,7 @@ type counters struct {
 }
 
 func readCounters(ctx context.Context, p plan, e *env) (counters, error) {
-	c := counters{self: cputime.Process()}
+	c := counters{self: testkit.Process()}
 	var err error
 	if p.c.server != nil {
 		if c.server, err = procCPU(p.c.server.pid()); err != nil {

@@ -16,8 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/mdtest"
-	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // The markers a Markdown page puts on the line before a ```yaml block
@@ -85,7 +84,7 @@ func docYAMLs(t *testing.T) []docYAML {
 // text md, read from path.
 func markdownYAML(path, md string) []docYAML {
 	var out []docYAML
-	for _, f := range mdtest.Blocks(md) {
+	for _, f := range testkit.Blocks(md) {
 		if f.Lang == "yaml" || f.Lang == "yml" {
 			out = append(out, docYAML{where: path + ":" + strconv.Itoa(f.Line), marker: f.Marker, text: f.Text})
 		}
@@ -106,7 +105,7 @@ var fileRefRE = regexp.MustCompile(`(?m)\b([a-z_]*file):\s*"?([A-Za-z0-9._/-]+)"
 // certificates and a key for TLS, and plan tables from examples/.
 func TestValidateDocs(t *testing.T) {
 	t.Parallel()
-	pki := tlstest.SelfSigned(t, "sluice docs test")
+	pki := testkit.SelfSigned(t, "sluice docs test")
 	checked := 0
 	for _, y := range docYAMLs(t) {
 		if strings.HasPrefix(y.marker, markFormat) {
@@ -147,7 +146,7 @@ func TestValidateDocs(t *testing.T) {
 // relative path name in dir: a plan table is copied from examples/, a
 // certificate or key comes from pki (a self-signed certificate, usable as
 // CA, server and client certificate), anything else is a secret.
-func writeReferenced(t *testing.T, dir, key, name string, pki *tlstest.Issued) {
+func writeReferenced(t *testing.T, dir, key, name string, pki *testkit.Issued) {
 	t.Helper()
 	if filepath.IsAbs(name) || strings.Contains(name, "..") {
 		t.Fatalf("the docs name the file %q: use a path relative to the configuration", name)
@@ -185,7 +184,7 @@ func docBlocks(t *testing.T, path, lang string) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, f := range mdtest.Blocks(string(b)) {
+	for _, f := range testkit.Blocks(string(b)) {
 		if f.Lang == lang {
 			out = append(out, f.Text)
 		}
@@ -203,7 +202,7 @@ func serveDoc(t *testing.T, y string) *instance {
 	}
 	dir := t.TempDir()
 	for _, m := range fileRefRE.FindAllStringSubmatch(y, -1) {
-		writeReferenced(t, dir, m[1], m[2], tlstest.SelfSigned(t, "sluice docs test"))
+		writeReferenced(t, dir, m[1], m[2], testkit.SelfSigned(t, "sluice docs test"))
 	}
 	return startServe(t, "--config", writeConfig(t, filepath.Join(dir, "sluice.yaml"), y))
 }

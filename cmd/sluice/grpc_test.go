@@ -16,8 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/service/rls/rlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // envoyConfig gives api_key two limits (100 per second and dayLimit per
@@ -40,7 +39,7 @@ envoy:
 }
 
 // descriptor builds a descriptor from key, value pairs.
-var descriptor = rlstest.Descriptor
+var descriptor = testkit.Descriptor
 
 func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
@@ -122,7 +121,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 	// A reload reaches the gRPC service: a day limit of 5 is a new policy,
 	// with its own state.
 	writeConfig(t, path, envoyConfig("5"))
-	proctest.WaitFor(t, waitTimeout, "the new envoy section", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the new envoy section", func() bool {
 		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "probe")}})
 		return err == nil && resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
@@ -137,7 +136,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 	bad := strings.Replace(envoyConfig("7"), "unit: minute", "unit: minutes", 1) +
 		"limits: {x: {algorithm: gcra, limit: 1, period: 1s}}\nproxy: {rules: [{limits: [{limit: x, key: \"cookie:s\"}]}]}\n"
 	writeConfig(t, path, bad)
-	proctest.WaitFor(t, waitTimeout, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
+	testkit.WaitFor(t, waitTimeout, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
 	for _, want := range []string{
 		`problem="` + path + `:12: envoy[0].descriptors[1].rate_limit.unit: unknown unit \"minutes\"`,
 		`problem="` + path + `:14: proxy.rules[0].limits[0].key: key spec \"cookie:s\": unknown source \"cookie\"`,
@@ -166,7 +165,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 // error and a log line, not the end of the process.
 func TestRecoverUnary(t *testing.T) {
 	t.Parallel()
-	var logs proctest.Log
+	var logs testkit.Log
 	ic := recoverUnary(slog.New(slog.NewTextHandler(&logs, nil)))
 	info := &grpc.UnaryServerInfo{FullMethod: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
 	resp, err := ic(context.Background(), nil, info, func(context.Context, any) (any, error) { panic("boom") })
@@ -226,7 +225,7 @@ func TestGRPCTokens(t *testing.T) {
 	// Another tokens file, named by a changed configuration.
 	writeConfig(t, filepath.Join(dir, "tokens-2.txt"), "envoy-fedcba9876543210\n")
 	writeConfig(t, path, strings.Replace(yaml, "tokens.txt", "tokens-2.txt", 1))
-	proctest.WaitFor(t, waitTimeout, "the new tokens", func() bool { return call("Bearer envoy-fedcba9876543210") == codes.OK })
+	testkit.WaitFor(t, waitTimeout, "the new tokens", func() bool { return call("Bearer envoy-fedcba9876543210") == codes.OK })
 	if got := call("Bearer envoy-0123456789abcdef"); got != codes.Unauthenticated {
 		t.Errorf("the old token after the reload: ShouldRateLimit = %v, want Unauthenticated", got)
 	}

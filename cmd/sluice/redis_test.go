@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // redisConfig uses a Redis at addr. Its timeout is long, so that a slow
@@ -32,7 +31,7 @@ limits:
 // decides again, and the log says Redis answers again).
 func TestServeRedis(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(srv.Addr, "local"))
 	in := startServe(t, "--config", path)
 	if !strings.Contains(in.stderr.String(), "msg=\"redis answers\"") {
@@ -60,7 +59,7 @@ func TestServeRedis(t *testing.T) {
 	if code, body := in.check(t, "tiny", "d"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":2,"remaining":1,`) || !strings.Contains(body, `"degraded":true`) {
 		t.Errorf("check without Redis = %d %s, want allowed by the local store, degraded", code, body)
 	}
-	proctest.WaitFor(t, waitTimeout, "the breaker to open", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the breaker to open", func() bool {
 		in.check(t, "tiny", "b")
 		return strings.Contains(in.stderr.String(), "msg=\"redis circuit breaker changed state\" from=closed to=open on_error=local")
 	})
@@ -79,7 +78,7 @@ func TestServeRedis(t *testing.T) {
 	}
 	// Redis kept nothing (no persistence): key c starts afresh, decided by
 	// Redis once the breaker closes.
-	proctest.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
+	testkit.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
 		_, body := in.check(t, "tiny", "c")
 		return !strings.Contains(body, "degraded")
 	})
@@ -97,7 +96,7 @@ func TestServeRedis(t *testing.T) {
 // away and how many calls failed.
 func TestServeRedisBlip(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(srv.Addr, "allow"))
 	in := startServe(t, "--config", path)
 	if code, body := in.check(t, "tiny", "a"); code != 200 || strings.Contains(body, "degraded") {
@@ -113,7 +112,7 @@ func TestServeRedisBlip(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
+	testkit.WaitFor(t, waitTimeout, "Redis to decide again", func() bool {
 		_, body := in.check(t, "tiny", "b")
 		return !strings.Contains(body, "degraded")
 	})
@@ -140,7 +139,7 @@ func TestServeRedisBlip(t *testing.T) {
 // answer: it starts all the same, says so, and with on_error: deny refuses.
 func TestServeRedisUnreachable(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	addr := srv.Addr
 	srv.Kill()
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), redisConfig(addr, "deny"))
@@ -169,7 +168,7 @@ limits:
 
 // decidedByRedis checks that in decides key "a" in Redis: one admitted,
 // then denied, never degraded, and one key under the prefix in srv.
-func decidedByRedis(t *testing.T, in *instance, srv *redistest.Server) {
+func decidedByRedis(t *testing.T, in *instance, srv *testkit.RedisServer) {
 	t.Helper()
 	for i, want := range []string{`{"allowed":true,`, `{"allowed":false,`} {
 		if code, body := in.check(t, "tiny", "a"); code != 200 || !strings.HasPrefix(body, want) || strings.Contains(body, "degraded") {
@@ -188,7 +187,7 @@ func decidedByRedis(t *testing.T, in *instance, srv *redistest.Server) {
 func TestServeRedisPassword(t *testing.T) {
 	t.Parallel()
 	const password = "s3cret-redis-pw"
-	srv := redistest.Start(t, redistest.Options{Password: password})
+	srv := testkit.StartRedis(t, testkit.RedisOptions{Password: password})
 	dir := t.TempDir()
 	writeConfig(t, filepath.Join(dir, "redis.pass"), password+"\n")
 	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(srv.Addr, "password_file: redis.pass")))
@@ -213,7 +212,7 @@ func TestServeRedisPassword(t *testing.T) {
 func TestServeRedisTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv := redistest.Start(t, redistest.Options{TLS: redistest.NewTLSFiles(t, dir, "redis")})
+	srv := testkit.StartRedis(t, testkit.RedisOptions{TLS: testkit.NewRedisTLSFiles(t, dir, "redis")})
 	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(srv.Addr, "tls: {ca_file: redis.crt}")))
 	decidedByRedis(t, in, srv)
 
@@ -232,8 +231,8 @@ func TestServeRedisTLS(t *testing.T) {
 // leaves the service to its failure policy.
 func TestServeRedisSentinel(t *testing.T) {
 	t.Parallel()
-	master := redistest.Start(t)
-	sentinel := redistest.StartSentinel(t, master, "sluice-master")
+	master := testkit.StartRedis(t)
+	sentinel := testkit.StartRedisSentinel(t, master, "sluice-master")
 	dir := t.TempDir()
 	in := startServe(t, "--config", writeConfig(t, filepath.Join(dir, "good.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: sluice-master}")))
 	decidedByRedis(t, in, master)
@@ -249,30 +248,30 @@ func TestServeRedisSentinel(t *testing.T) {
 // new master, without a restart.
 func TestServeRedisSentinelFailover(t *testing.T) {
 	t.Parallel()
-	master := redistest.Start(t)
-	replica := redistest.Start(t, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
-	role := func(s *redistest.Server) string {
+	master := testkit.StartRedis(t)
+	replica := testkit.StartRedis(t, testkit.RedisOptions{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port)}})
+	role := func(s *testkit.RedisServer) string {
 		info, err := s.Info("replication")
 		if err != nil {
 			return err.Error()
 		}
 		return info["role"] + "/" + info["master_link_status"]
 	}
-	proctest.WaitFor(t, waitTimeout, "the replica to follow the master", func() bool { return role(replica) == "slave/up" })
-	sentinel := redistest.StartSentinel(t, master, "sluice-master")
+	testkit.WaitFor(t, waitTimeout, "the replica to follow the master", func() bool { return role(replica) == "slave/up" })
+	sentinel := testkit.StartRedisSentinel(t, master, "sluice-master")
 	in := startServe(t, "--config", writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), protectedConfig(sentinel.Addr, "sentinel: {master_set: sluice-master}")))
 	decidedByRedis(t, in, master)
 
 	// The sentinel must know the replica before it can promote it.
-	proctest.WaitFor(t, waitTimeout, "the sentinel to fail over", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the sentinel to fail over", func() bool {
 		_, err := sentinel.Do("SENTINEL", "FAILOVER", "sluice-master")
 		return err == nil
 	})
-	proctest.WaitFor(t, waitTimeout, "the replica to become master", func() bool { return role(replica) == "master/" })
+	testkit.WaitFor(t, waitTimeout, "the replica to become master", func() bool { return role(replica) == "master/" })
 	// A fresh key each time: a refusal by the old master would be cached
 	// (docs/redis.md, "Refused floods").
 	n := 0
-	proctest.WaitFor(t, waitTimeout, "decisions from the new master", func() bool {
+	testkit.WaitFor(t, waitTimeout, "decisions from the new master", func() bool {
 		n++
 		key := "after" + strconv.Itoa(n)
 		code, body := in.check(t, "tiny", key)

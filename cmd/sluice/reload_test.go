@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // reloadV1 and reloadV2 differ in limits: keep is unchanged, gone is
@@ -56,7 +56,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 
 	writeConfig(t, path, reloadV2)
-	proctest.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	testkit.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
 	// keep's state carried over: 2 of 3 spent before the reload.
 	if code, body := in.check(t, "keep", "k"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":0,`) {
 		t.Errorf("keep after the reload = %d %s, want allowed with 0 remaining (its state kept)", code, body)
@@ -72,7 +72,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	}
 
 	writeConfig(t, path, reloadBad)
-	proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
 		return strings.Contains(in.stderr.String(), "problems=2")
 	})
 	log := in.stderr.String()
@@ -99,7 +99,7 @@ func TestReloadOnFileChange(t *testing.T) {
 	// A listen address changes only with a restart: the rest applies, with
 	// a warning.
 	writeConfig(t, path, strings.Replace(reloadV1, "127.0.0.1:0", "127.0.0.1:1", 1))
-	proctest.WaitFor(t, waitTimeout, "limit gone to come back", func() bool { return in.known(t, "gone") })
+	testkit.WaitFor(t, waitTimeout, "limit gone to come back", func() bool { return in.known(t, "gone") })
 	if want := `msg="a changed setting needs a restart; it keeps its running value until then" trigger="file changed" file=` + path + ` setting=listen.http`; !strings.Contains(in.stderr.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, in.stderr)
 	}
@@ -121,12 +121,12 @@ func TestReloadIgnoresTouch(t *testing.T) {
 	if err := os.Chtimes(path, later, later); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, waitTimeout, "the rewrite to be seen", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the rewrite to be seen", func() bool {
 		return strings.Contains(in.stderr.String(), "rewritten with the same content")
 	})
 	// Then a real change, which must be the first reload.
 	writeConfig(t, path, reloadV2)
-	proctest.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
+	testkit.WaitFor(t, waitTimeout, "limit added to be loaded", func() bool { return in.known(t, "added") })
 	if got := in.metric(t, "sluice_config_reloads_total"); got != "1" {
 		t.Errorf("sluice_config_reloads_total = %q, want 1 (the rewrite of the same content is no reload)", got)
 	}
@@ -145,7 +145,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, waitTimeout, "limit added to be loaded after SIGHUP", func() bool { return in.known(t, "added") })
+	testkit.WaitFor(t, waitTimeout, "limit added to be loaded after SIGHUP", func() bool { return in.known(t, "added") })
 	if code, body := in.check(t, "keep", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":3,"remaining":1,`) {
 		t.Errorf("keep after SIGHUP = %d %s, want its state kept: 1 remaining", code, body)
 	}
@@ -154,7 +154,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool {
 		return strings.Contains(in.stderr.String(), `msg="reload refused; the running configuration stays" trigger=SIGHUP`)
 	})
 	if !in.known(t, "added") {
@@ -169,7 +169,7 @@ func TestSIGHUPWithoutFile(t *testing.T) {
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	proctest.WaitFor(t, waitTimeout, "the SIGHUP to be logged", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the SIGHUP to be logged", func() bool {
 		return strings.Contains(in.stderr.String(), "SIGHUP: nothing to reload: the service runs the built-in default configuration")
 	})
 	if code, _ := in.check(t, "demo", "x"); code != 200 {
@@ -219,7 +219,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		}
 		writeConfig(t, path, content)
 		want := strconv.Itoa(i + 1)
-		proctest.WaitFor(t, waitTimeout, "reload "+want, func() bool { return in.metric(t, "sluice_config_reloads_total") == want })
+		testkit.WaitFor(t, waitTimeout, "reload "+want, func() bool { return in.metric(t, "sluice_config_reloads_total") == want })
 	}
 	close(stop)
 	wg.Wait()

@@ -10,7 +10,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // rlsOverrideConfig limits each api_key to 1 a minute, and each op of the
@@ -46,7 +46,7 @@ func TestRLSAdminOverride(t *testing.T) {
 			t.Parallel()
 			store := "store: {backend: memory}"
 			if backend == "redis" {
-				srv := redistest.Start(t)
+				srv := testkit.StartRedis(t)
 				store = fmt.Sprintf("store: {backend: redis, redis: {addrs: [%q], prefix: \"rlsov:\"}, timeout: 2s, on_error: error}", srv.Addr)
 			}
 			const token = "rls-override-admin-token-0123456789"

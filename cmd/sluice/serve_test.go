@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // waitTimeout bounds every wait of these tests for the service.
@@ -27,7 +27,7 @@ type instance struct {
 	readyFile  string
 	// auth, when not empty, is the Authorization header do sends.
 	auth    string
-	stderr  *proctest.Log
+	stderr  *testkit.Log
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -40,7 +40,7 @@ func startServe(t *testing.T, args ...string) *instance {
 	t.Helper()
 	in := &instance{
 		readyFile: filepath.Join(t.TempDir(), "ready.json"),
-		stderr:    &proctest.Log{},
+		stderr:    &testkit.Log{},
 		done:      make(chan error, 1),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +108,7 @@ func (in *instance) do(t *testing.T, method, path, body string) (int, http.Heade
 	if in.auth != "" {
 		req.Header.Set("Authorization", in.auth)
 	}
-	resp, b := proctest.Do(t, http.DefaultClient, req)
+	resp, b := testkit.DoHTTP(t, http.DefaultClient, req)
 	return resp.StatusCode, resp.Header, b
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // proxyConfig forwards to upstream, limiting /api/ to 2 requests per hour
@@ -149,7 +149,7 @@ func TestGracefulShutdown(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- in.stop(t) }()
 
-	proctest.WaitFor(t, waitTimeout, "/readyz to answer 503", func() bool {
+	testkit.WaitFor(t, waitTimeout, "/readyz to answer 503", func() bool {
 		code, _, body := in.do(t, "GET", "/readyz", "")
 		return code == 503 && strings.Contains(body, `"status":"draining"`)
 	})

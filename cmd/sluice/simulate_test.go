@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/mdtest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -654,7 +654,7 @@ func TestSimulateDocCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := 0
-	for _, b := range mdtest.Blocks(string(md)) {
+	for _, b := range testkit.Blocks(string(md)) {
 		text := strings.ReplaceAll(b.Text, "\\\n", " ")
 		for _, line := range strings.Split(text, "\n") {
 			cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "go run ./cmd/sluice ")

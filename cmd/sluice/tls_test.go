@@ -22,9 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // envoySPIFFE is the name the tests' allowed client carries.
@@ -34,7 +32,7 @@ const envoySPIFFE = "spiffe://cluster.local/ns/edge/sa/envoy"
 // and listen.admin, its CA and its files.
 type tlsService struct {
 	*instance
-	ca     *tlstest.CA
+	ca     *testkit.CA
 	dir    string // holds tls/server.pem, tls/server-key.pem, tls/ca.pem
 	config string
 	serial string // of the certificate written first
@@ -70,13 +68,13 @@ func startTLS(t *testing.T, args ...string) *tlsService {
 // beside tls/ (and tokens.txt, which holds decisionTokens).
 func startTLSWith(t *testing.T, yaml string, args ...string) *tlsService {
 	t.Helper()
-	s := &tlsService{ca: tlstest.NewCA(t, "sluice test CA"), dir: t.TempDir()}
-	tlstest.WriteFile(t, s.dir, "tokens.txt", []byte(decisionTokens))
+	s := &tlsService{ca: testkit.NewCA(t, "sluice test CA"), dir: t.TempDir()}
+	testkit.WriteCertFile(t, s.dir, "tokens.txt", []byte(decisionTokens))
 	if err := os.Mkdir(filepath.Join(s.dir, "tls"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	s.serial = s.writeServer(t, s.ca.Issue(t, tlstest.Leaf{CommonName: "sluice"}))
-	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "ca.pem", s.ca.PEM)
+	s.serial = s.writeServer(t, s.ca.Issue(t, testkit.Leaf{CommonName: "sluice"}))
+	testkit.WriteCertFile(t, filepath.Join(s.dir, "tls"), "ca.pem", s.ca.PEM)
 	s.config = writeConfig(t, filepath.Join(s.dir, "sluice.yaml"), yaml)
 	s.instance = startServe(t, append([]string{"--config", s.config}, args...)...)
 	return s
@@ -84,19 +82,19 @@ func startTLSWith(t *testing.T, yaml string, args ...string) *tlsService {
 
 // writeServer writes a server certificate and key, key first, each by a
 // rename, and returns the certificate's serial.
-func (s *tlsService) writeServer(t *testing.T, is *tlstest.Issued) string {
+func (s *tlsService) writeServer(t *testing.T, is *testkit.Issued) string {
 	t.Helper()
-	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "server-key.pem", is.KeyPEM)
-	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "server.pem", is.CertPEM)
+	testkit.WriteCertFile(t, filepath.Join(s.dir, "tls"), "server-key.pem", is.KeyPEM)
+	testkit.WriteCertFile(t, filepath.Join(s.dir, "tls"), "server.pem", is.CertPEM)
 	return is.Cert.SerialNumber.Text(16)
 }
 
 // client returns an HTTP client that trusts the service's CA and presents
 // cert (none when nil); keepAlive false makes each request a new
 // connection.
-func (s *tlsService) client(t *testing.T, cert *tlstest.Issued, keepAlive bool) *http.Client {
+func (s *tlsService) client(t *testing.T, cert *testkit.Issued, keepAlive bool) *http.Client {
 	t.Helper()
-	tr := &http.Transport{TLSClientConfig: tlstest.ClientConfig(t, s.ca, cert), ForceAttemptHTTP2: true, DisableKeepAlives: !keepAlive}
+	tr := &http.Transport{TLSClientConfig: testkit.ClientConfig(t, s.ca, cert), ForceAttemptHTTP2: true, DisableKeepAlives: !keepAlive}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
@@ -119,15 +117,15 @@ func decide(c *http.Client, addr string) (int, string, string, error) {
 
 // rls asks the gRPC listener for one decision with the given client
 // certificate.
-func (s *tlsService) rls(t *testing.T, cert *tlstest.Issued) (*rlspb.RateLimitResponse, error) {
+func (s *tlsService) rls(t *testing.T, cert *testkit.Issued) (*rlspb.RateLimitResponse, error) {
 	t.Helper()
 	return s.rlsWithToken(t, cert, "")
 }
 
 // rlsWithToken is rls with a token of listen.tokens_file ("" for none).
-func (s *tlsService) rlsWithToken(t *testing.T, cert *tlstest.Issued, token string) (*rlspb.RateLimitResponse, error) {
+func (s *tlsService) rlsWithToken(t *testing.T, cert *testkit.Issued, token string) (*rlspb.RateLimitResponse, error) {
 	t.Helper()
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, s.ca, cert))))
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(testkit.ClientConfig(t, s.ca, cert))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +146,11 @@ func (s *tlsService) rlsWithToken(t *testing.T, cert *tlstest.Issued, token stri
 func TestServeMutualTLS(t *testing.T) {
 	t.Parallel()
 	s := startTLS(t)
-	other := tlstest.NewCA(t, "another CA")
-	right := s.ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
-	byEmail := s.ca.Issue(t, tlstest.Leaf{Client: true, Emails: []string{"ops@example.com"}})
-	wrong := s.ca.Issue(t, tlstest.Leaf{Client: true, CommonName: "web", URIs: []string{"spiffe://cluster.local/ns/web/sa/app"}, DNS: []string{"web.internal"}})
-	foreign := other.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	other := testkit.NewCA(t, "another CA")
+	right := s.ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	byEmail := s.ca.Issue(t, testkit.Leaf{Client: true, Emails: []string{"ops@example.com"}})
+	wrong := s.ca.Issue(t, testkit.Leaf{Client: true, CommonName: "web", URIs: []string{"spiffe://cluster.local/ns/web/sa/app"}, DNS: []string{"web.internal"}})
+	foreign := other.Issue(t, testkit.Leaf{Client: true, URIs: []string{envoySPIFFE}})
 
 	for _, addr := range []string{s.http, s.admin} {
 		if _, _, _, err := decide(s.client(t, nil, false), addr); err == nil {
@@ -172,7 +170,7 @@ func TestServeMutualTLS(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	for _, c := range []*tlstest.Issued{right, byEmail} {
+	for _, c := range []*testkit.Issued{right, byEmail} {
 		code, proto, serial, err := decide(s.client(t, c, true), s.http)
 		if err != nil || code != http.StatusOK || proto != "HTTP/2.0" || serial != s.serial {
 			t.Errorf("listen.http, an allowed client: %d %s serial %s %v; want 200 over HTTP/2 from serial %s", code, proto, serial, err, s.serial)
@@ -223,9 +221,9 @@ func TestServeMutualTLS(t *testing.T) {
 func TestServeTLSRotationUnderLoad(t *testing.T) {
 	t.Parallel()
 	s := startTLS(t, "--watch", "20ms")
-	client := s.ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	client := s.ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{envoySPIFFE}})
 	kept := s.client(t, client, true)
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, s.ca, client))))
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(testkit.ClientConfig(t, s.ca, client))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,12 +284,12 @@ func TestServeTLSRotationUnderLoad(t *testing.T) {
 
 	var notAfter time.Time
 	for i := range 3 {
-		is := s.ca.Issue(t, tlstest.Leaf{CommonName: fmt.Sprintf("sluice %d", i+2), NotAfter: time.Now().Add(time.Duration(48+i) * time.Hour)})
+		is := s.ca.Issue(t, testkit.Leaf{CommonName: fmt.Sprintf("sluice %d", i+2), NotAfter: time.Now().Add(time.Duration(48+i) * time.Hour)})
 		serial := s.writeServer(t, is)
 		notAfter = is.Cert.NotAfter
-		proctest.WaitFor(t, waitTimeout, "new connections to see certificate "+serial, func() bool { return lastSerial.Load() == serial })
+		testkit.WaitFor(t, waitTimeout, "new connections to see certificate "+serial, func() bool { return lastSerial.Load() == serial })
 		after := ok.Load()
-		proctest.WaitFor(t, waitTimeout, "more decisions after the rotation", func() bool { return ok.Load() >= after+30 })
+		testkit.WaitFor(t, waitTimeout, "more decisions after the rotation", func() bool { return ok.Load() >= after+30 })
 	}
 	stop()
 	wg.Wait()
@@ -328,8 +326,8 @@ func TestServeTLSRotationUnderLoad(t *testing.T) {
 	good := lastSerial.Load().(string)
 	before, _ := strconv.Atoi(metric(`sluice_tls_reloads_total{result="refused"}`))
 	logged := strings.Count(s.stderr.String(), "new TLS files refused")
-	tlstest.WriteFile(t, filepath.Join(s.dir, "tls"), "server-key.pem", s.ca.Issue(t, tlstest.Leaf{}).KeyPEM)
-	proctest.WaitFor(t, waitTimeout, "the broken replacement to be refused", func() bool {
+	testkit.WriteCertFile(t, filepath.Join(s.dir, "tls"), "server-key.pem", s.ca.Issue(t, testkit.Leaf{}).KeyPEM)
+	testkit.WaitFor(t, waitTimeout, "the broken replacement to be refused", func() bool {
 		return strings.Count(s.stderr.String(), "new TLS files refused") > logged
 	})
 	if _, _, serial, err := decide(s.client(t, client, false), s.http); err != nil || serial != good {
@@ -354,11 +352,11 @@ func TestCLIOverTLS(t *testing.T) {
 	yaml := strings.Replace(tlsServiceYAML, "listen:\n", "listen:\n  tokens_file: tokens.txt\n", 1) + "admin: {token: " + adminToken + "}\n"
 	s := startTLSWith(t, yaml)
 	dir := t.TempDir()
-	client := s.ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
-	ca := tlstest.WriteFile(t, dir, "ca.pem", s.ca.PEM)
-	cert := tlstest.WriteFile(t, dir, "client.pem", client.CertPEM)
-	key := tlstest.WriteFile(t, dir, "client-key.pem", client.KeyPEM)
-	tokenFile := tlstest.WriteFile(t, dir, "token", []byte("edge-0123456789abcdef\n"))
+	client := s.ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	ca := testkit.WriteCertFile(t, dir, "ca.pem", s.ca.PEM)
+	cert := testkit.WriteCertFile(t, dir, "client.pem", client.CertPEM)
+	key := testkit.WriteCertFile(t, dir, "client-key.pem", client.KeyPEM)
+	tokenFile := testkit.WriteCertFile(t, dir, "token", []byte("edge-0123456789abcdef\n"))
 	tlsArgs := []string{"--ca", ca, "--cert", cert, "--cert-key", key}
 
 	check := func(args ...string) result {
@@ -412,23 +410,23 @@ func TestCLIOverTLS(t *testing.T) {
 // does not match is a problem naming file, line and path, and serve
 // refuses to start with it.
 func TestValidateTLSFiles(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
+	ca := testkit.NewCA(t, "ca")
 	dir := t.TempDir()
 	tlsDir := filepath.Join(dir, "tls")
 	if err := os.Mkdir(tlsDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	soon := ca.Issue(t, tlstest.Leaf{NotAfter: time.Now().Add(5*24*time.Hour + time.Hour)})
-	tlstest.WriteFile(t, tlsDir, "server.pem", soon.CertPEM)
-	tlstest.WriteFile(t, tlsDir, "server-key.pem", soon.KeyPEM)
-	tlstest.WriteFile(t, tlsDir, "ca.pem", ca.PEM)
-	tlstest.WriteFile(t, dir, "tokens.txt", []byte(decisionTokens))
+	soon := ca.Issue(t, testkit.Leaf{NotAfter: time.Now().Add(5*24*time.Hour + time.Hour)})
+	testkit.WriteCertFile(t, tlsDir, "server.pem", soon.CertPEM)
+	testkit.WriteCertFile(t, tlsDir, "server-key.pem", soon.KeyPEM)
+	testkit.WriteCertFile(t, tlsDir, "ca.pem", ca.PEM)
+	testkit.WriteCertFile(t, dir, "tokens.txt", []byte(decisionTokens))
 	path := writeConfig(t, filepath.Join(dir, "sluice.yaml"), tlsServiceYAML)
 	r := runSluice(t, nil, "validate", path)
 	if r.code != 0 || r.stdout != "ok: "+path+"\n" || !strings.Contains(r.stderr, "warning: "+path+":6: listen.tls.cert_file: the certificate in "+filepath.Join(tlsDir, "server.pem")+" expires in 5 days") {
 		t.Errorf("validate, a certificate expiring in 5 days: exit %d, stdout %q, stderr %q; want 0, ok and a warning", r.code, r.stdout, r.stderr)
 	}
-	tlstest.WriteFile(t, tlsDir, "server-key.pem", ca.Issue(t, tlstest.Leaf{}).KeyPEM)
+	testkit.WriteCertFile(t, tlsDir, "server-key.pem", ca.Issue(t, testkit.Leaf{}).KeyPEM)
 	r = runSluice(t, nil, "validate", path)
 	if r.code != 1 || !strings.Contains(r.stderr, path+":7: listen.tls.key_file: ") || !strings.Contains(r.stderr, "the private key does not belong to the certificate") {
 		t.Errorf("validate, a key of another certificate: exit %d, stderr %q; want 1 and a problem at line 7", r.code, r.stderr)
@@ -453,13 +451,13 @@ func TestTLSEverywhereExample(t *testing.T) {
 	}
 	dir := t.TempDir()
 	const password = "redis-0123456789abcdef"
-	srv := redistest.Start(t, redistest.Options{Password: password, TLS: redistest.NewTLSFiles(t, dir, "redis")})
+	srv := testkit.StartRedis(t, testkit.RedisOptions{Password: password, TLS: testkit.NewRedisTLSFiles(t, dir, "redis")})
 	redisCA, err := os.ReadFile(filepath.Join(dir, "redis.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := tlstest.NewCA(t, "clients and server")
-	server := ca.Issue(t, tlstest.Leaf{CommonName: "sluice"})
+	ca := testkit.NewCA(t, "clients and server")
+	server := ca.Issue(t, testkit.Leaf{CommonName: "sluice"})
 	tlsDir := filepath.Join(dir, "tls")
 	if err := os.Mkdir(tlsDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -468,7 +466,7 @@ func TestTLSEverywhereExample(t *testing.T) {
 		"tls/server.pem": server.CertPEM, "tls/server-key.pem": server.KeyPEM, "tls/clients-ca.pem": ca.PEM, "tls/redis-ca.pem": redisCA,
 		"tokens.txt": []byte(decisionTokens), "admin-token": []byte("admin-0123456789abcdef\n"), "redis-password": []byte(password + "\n"),
 	} {
-		tlstest.WriteFile(t, filepath.Dir(filepath.Join(dir, name)), filepath.Base(name), data)
+		testkit.WriteCertFile(t, filepath.Dir(filepath.Join(dir, name)), filepath.Base(name), data)
 	}
 	yaml := string(example)
 	for from, to := range map[string]string{"0.0.0.0:8443": "127.0.0.1:0", "0.0.0.0:8444": "127.0.0.1:0", "127.0.0.1:9443": "127.0.0.1:0", "redis.internal:6380": srv.Addr} {
@@ -486,7 +484,7 @@ func TestTLSEverywhereExample(t *testing.T) {
 		t.Fatalf("ready file: admin %q, grpc %q; want both", s.admin, s.grpc)
 	}
 
-	client := ca.Issue(t, tlstest.Leaf{Client: true, DNS: []string{"edge.internal"}})
+	client := ca.Issue(t, testkit.Leaf{Client: true, DNS: []string{"edge.internal"}})
 	c := s.client(t, client, true)
 	post := func(token string) (int, string) {
 		req, _ := http.NewRequest("POST", "https://"+s.http+"/v1/check", strings.NewReader(`{"limit":"per-ip","key":"203.0.113.7"}`))
@@ -510,7 +508,7 @@ func TestTLSEverywhereExample(t *testing.T) {
 	if n, err := srv.Do("DBSIZE"); err != nil || fmt.Sprint(n) == "0" {
 		t.Errorf("Redis holds %v keys (%v), want the decision's", n, err)
 	}
-	envoy := ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{envoySPIFFE}})
+	envoy := ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{envoySPIFFE}})
 	if _, err := s.rls(t, envoy); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("gRPC from Envoy's identity without a token: %v, want Unauthenticated", err)
 	}

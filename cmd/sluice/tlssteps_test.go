@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluicehq/sluice/internal/mdtest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestTLSCertificateSteps runs the openssl commands of docs/operations.md
@@ -39,7 +39,7 @@ func TestTLSCertificateSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var steps string
-	for _, b := range mdtest.Blocks(string(md)) {
+	for _, b := range testkit.Blocks(string(md)) {
 		if b.Marker == "<!-- tls-certificates -->" {
 			steps = b.Text
 		}

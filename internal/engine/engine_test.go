@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchrand"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -223,7 +223,7 @@ var (
 func TestOneCheckAsGeneral(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
-	rnd := benchrand.Rand(7)
+	rnd := testkit.Rand(7)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	for i := range 3000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
@@ -255,7 +255,7 @@ func TestOneCheckAsGeneral(t *testing.T) {
 func TestEnforcedAsGeneral(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
-	rnd := benchrand.Rand(11)
+	rnd := testkit.Rand(11)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
 	shortcuts := 0
 	var buf engine.Buffers // a door's, kept across its requests

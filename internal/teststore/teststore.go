@@ -15,18 +15,18 @@ import (
 	_ "time/tzdata" // the zones must load on machines without a tz database
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// Redis returns a Redis store on a private redis-server that internal/redistest
-// starts (skipping t when redis-server is missing, as redistest.Start
+// Redis returns a Redis store on a private redis-server that internal/testkit
+// starts (skipping t when redis-server is missing, as testkit.StartRedis
 // does); both end with t. Its timeout is generous enough for a loaded
 // machine: the tests that use it are about decisions, not failures.
 func Redis(t testing.TB, opts ...redisstore.Options) *redisstore.Store {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	var o redisstore.Options
 	if len(opts) > 0 {
 		o = opts[0]
@@ -36,7 +36,7 @@ func Redis(t testing.TB, opts ...redisstore.Options) *redisstore.Store {
 }
 
 // RedisOn returns a Redis store of opts on the servers opts.Addrs names (a
-// redistest server, cluster or proxy), closed when t ends; it fails t when
+// testkit Redis server, cluster or proxy), closed when t ends; it fails t when
 // the options are refused. A zero opts.Timeout is 10s, as in Redis.
 func RedisOn(t testing.TB, opts redisstore.Options) *redisstore.Store {
 	t.Helper()

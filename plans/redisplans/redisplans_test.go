@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/plans/redisplans"
 )
 
 func TestTable(t *testing.T) {
-	srv := redistest.Start(t)
-	client := redistest.Client(t, srv.Addr)
+	srv := testkit.StartRedis(t)
+	client := testkit.RedisClient(t, srv.Addr)
 	if _, err := srv.Do("HSET", "sluice:plans", "k1", "pro", "k2", "free", "k3", ""); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // RequireCaddyEnv is the environment variable that turns a missing caddy
@@ -44,7 +44,7 @@ func caddyfile(t *testing.T, snippet string, port int, sluiceAddr, upstream, dir
 func startCaddy(t *testing.T, bin, snippet, sluiceAddr, upstream string) int {
 	t.Helper()
 	return startGateway(t, "caddy", func(dir string, port int) *exec.Cmd {
-		cf := proctest.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(t, snippet, port, sluiceAddr, upstream, dir))
+		cf := testkit.WriteFile(t, filepath.Join(dir, "Caddyfile"), caddyfile(t, snippet, port, sluiceAddr, upstream, dir))
 		cmd := exec.Command(bin, "run", "--config", cf, "--adapter", "caddyfile")
 		// Caddy keeps files under $HOME and the XDG directories: keep
 		// them in the test's directory.

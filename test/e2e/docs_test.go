@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/mdtest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // gatewayDocs holds what docs/configuration.md shows for gateways in its
@@ -46,7 +46,7 @@ func loadGatewayDocs(t *testing.T) gatewayDocs {
 		}
 		*dst = text
 	}
-	for _, f := range mdtest.Blocks(sec) {
+	for _, f := range testkit.Blocks(sec) {
 		switch {
 		case f.Lang == "yaml" && f.Marker == "":
 			set(&d.config, "Sluice configuration", f.Text)

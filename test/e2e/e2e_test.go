@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // Time bounds of these tests.
@@ -23,17 +23,17 @@ const (
 
 // proc is a process started by a test and stopped when it ends.
 type proc struct {
-	*proctest.Proc
-	log *proctest.Log // standard output and error
+	*testkit.Proc
+	log *testkit.Log // standard output and error
 }
 
 // startProc starts a process whose output goes to its log, and stops it
 // (SIGTERM, then SIGKILL after stopTimeout) when the test ends.
 func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
-	p := &proc{log: &proctest.Log{}}
+	p := &proc{log: &testkit.Log{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
-	p.Proc = proctest.Start(t, name, cmd)
+	p.Proc = testkit.StartProc(t, name, cmd)
 	p.StopWhenDone(t, stopTimeout, p.log)
 	return p
 }
@@ -48,11 +48,11 @@ type sluice struct {
 // startSluice runs `sluice serve` with args and waits until it listens.
 func startSluice(t *testing.T, name string, args ...string) *sluice {
 	t.Helper()
-	bin := proctest.Sluice(t)
+	bin := testkit.Sluice(t)
 	s := &sluice{readyFile: filepath.Join(t.TempDir(), "ready.json")}
 	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
 	s.proc = startProc(t, name, exec.Command(bin, args...))
-	r := proctest.WaitReady(t, name, s.readyFile, waitTimeout, s.Ended, s.log)
+	r := testkit.WaitReady(t, name, s.readyFile, waitTimeout, s.Ended, s.log)
 	s.http, s.grpc = r.HTTP, r.GRPC
 	return s
 }
@@ -75,7 +75,7 @@ func (s *sluice) decide(limit, key string) (string, error) {
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, b, err := proctest.Fetch(http.DefaultClient, req)
+	resp, b, err := testkit.Fetch(http.DefaultClient, req)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.Name, err)
 	}
@@ -91,7 +91,7 @@ func (s *sluice) decide(limit, key string) (string, error) {
 func TestSignals(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := proctest.WriteFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	path := testkit.WriteFile(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   a: {algorithm: token_bucket, limit: 5, period: 1m}
 `)
@@ -99,13 +99,13 @@ limits:
 	if body := s.check(t, "a", "k"); !strings.HasPrefix(body, `{"allowed":true,"limit":5,"remaining":4,`) {
 		t.Fatalf("check a = %s", body)
 	}
-	proctest.WriteFile(t, path, `listen: {http: "127.0.0.1:0"}
+	testkit.WriteFile(t, path, `listen: {http: "127.0.0.1:0"}
 limits:
   a: {algorithm: token_bucket, limit: 5, period: 1m}
   b: {algorithm: fixed_window, limit: 1, period: 1h}
 `)
 	s.Signal(syscall.SIGHUP)
-	proctest.WaitFor(t, waitTimeout, "limit b after SIGHUP", func() bool {
+	testkit.WaitFor(t, waitTimeout, "limit b after SIGHUP", func() bool {
 		resp, err := http.Post("http://"+s.http+"/v1/check", "application/json", strings.NewReader(`{"limit":"b","key":"k"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ limits:
 	// A second signal does not wait for the drain.
 	s2 := startSluice(t, "sluice (drain)", "--http", "127.0.0.1:0", "--drain-delay", "1m")
 	s2.Signal(syscall.SIGTERM)
-	proctest.WaitFor(t, waitTimeout, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
+	testkit.WaitFor(t, waitTimeout, "shutdown to start", func() bool { return strings.Contains(s2.log.String(), "shutting down") })
 	start := time.Now()
 	s2.Signal(syscall.SIGTERM)
 	if !s2.Wait(5 * time.Second) {
@@ -149,4 +149,4 @@ limits:
 	t.Logf("a second SIGTERM ended the process in %v", time.Since(start).Round(time.Millisecond))
 }
 
-func TestMain(m *testing.M) { proctest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // RequireNginxEnv is the environment variable that turns a missing nginx
@@ -84,7 +84,7 @@ http {
 func startNginx(t *testing.T, bin, name, locations string) int {
 	t.Helper()
 	return startGateway(t, name, func(dir string, port int) *exec.Cmd {
-		conf := proctest.WriteFile(t, filepath.Join(dir, "nginx.conf"), nginxConf(port, dir, locations))
+		conf := testkit.WriteFile(t, filepath.Join(dir, "nginx.conf"), nginxConf(port, dir, locations))
 		// -e: the log of the start, before the configuration is read
 		// (by default a file under /var/log that may not be writable).
 		return exec.Command(bin, "-p", dir, "-c", conf, "-e", "stderr")
@@ -99,11 +99,11 @@ func startGateway(t *testing.T, name string, command func(dir string, port int) 
 	t.Helper()
 	for attempt := range 3 {
 		dir := t.TempDir()
-		port := proctest.FreePort(t)
+		port := testkit.FreePort(t)
 		p := startProc(t, fmt.Sprintf("%s (attempt %d)", name, attempt+1), command(dir, port))
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		accepts := false
-		proctest.WaitFor(t, waitTimeout, name+" to accept connections on "+addr+" or end", func() bool {
+		testkit.WaitFor(t, waitTimeout, name+" to accept connections on "+addr+" or end", func() bool {
 			// Connect only: a request would be counted by the limit.
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
@@ -152,7 +152,7 @@ func get(t *testing.T, c *http.Client, url string, kv ...string) answer {
 	for i := 0; i+1 < len(kv); i += 2 {
 		req.Header.Set(kv[i], kv[i+1])
 	}
-	resp, b := proctest.Do(t, c, req)
+	resp, b := testkit.DoHTTP(t, c, req)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 
@@ -204,7 +204,7 @@ func startUpstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
 // startDocSluice starts the sluice binary with the configuration of
 // docs/configuration.md's gateway section.
 func startDocSluice(t *testing.T, docs gatewayDocs) *sluice {
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), docConfig(t, docs))
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), docConfig(t, docs))
 	return startSluice(t, "sluice", "--config", cfg)
 }
 
@@ -286,7 +286,7 @@ func TestNginxAuthRequest(t *testing.T) {
 
 	// A Sluice without the rule the snippet names answers 404, and the
 	// client gets the 503 even from the fail-open snippet.
-	cfg2 := proctest.WriteFile(t, filepath.Join(t.TempDir(), "other.yaml"), replace(t, "Sluice configuration", docConfig(t, docs), "name: api", "name: other"))
+	cfg2 := testkit.WriteFile(t, filepath.Join(t.TempDir(), "other.yaml"), replace(t, "Sluice configuration", docConfig(t, docs), "name: api", "name: other"))
 	s2 := startSluice(t, "sluice (no rule api)", "--config", cfg2)
 	norule := startNginx(t, bin, "nginx (no rule)", locations(s2.http))
 	checkUnavailable(t, "fail open, no rule api", get(t, alice, fmt.Sprintf("http://127.0.0.1:%d/items/7", norule)))

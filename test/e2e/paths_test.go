@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // pathRulesConfig is a Sluice configuration with a login rule (POST
@@ -53,7 +53,7 @@ func send(t *testing.T, c *http.Client, method, url string) answer {
 	}
 	nc := *c
 	nc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, b := proctest.Do(t, &nc, req)
+	resp, b := testkit.DoHTTP(t, &nc, req)
 	return answer{resp.StatusCode, resp.Header, b}
 }
 
@@ -101,7 +101,7 @@ func TestNginxPathTricks(t *testing.T) {
 		}
 	}
 
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  upstream: "+upstream))
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  upstream: "+upstream))
 	s := startSluice(t, "sluice (proxy)", "--config", cfg)
 	base := "http://" + s.http
 
@@ -170,7 +170,7 @@ func TestNginxAuthRequestPathTricks(t *testing.T) {
 	snippet := replace(t, "nginx snippet", docs.nginx, "?rule=api&deny_status=403", "?deny_status=403")
 	snippet = replace(t, "nginx snippet", snippet, docUpstreamAddr, strings.TrimPrefix(up.URL, "http://"))
 	gateway := func(name, trusted string) (string, *sluice) {
-		cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: ["+trusted+"]"))
+		cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: ["+trusted+"]"))
 		s := startSluice(t, name, "--config", cfg)
 		port := startNginx(t, bin, "nginx ("+name+")", replace(t, "nginx snippet", snippet, docSluiceAddr, s.http))
 		return fmt.Sprintf("http://127.0.0.1:%d", port), s
@@ -242,7 +242,7 @@ func TestCaddyForwardAuthPathTricks(t *testing.T) {
 	docs := loadGatewayDocs(t)
 	up, hits := startUpstream(t)
 	snippet := replace(t, "Caddyfile", docs.caddy, "uri /v1/forward-auth?rule=api", "uri /v1/forward-auth")
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: [127.0.0.1/32]"))
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: [127.0.0.1/32]"))
 	s := startSluice(t, "sluice", "--config", cfg)
 	base := fmt.Sprintf("http://127.0.0.1:%d", startCaddy(t, bin, snippet, s.http, up.URL))
 	alice := clientFrom("127.0.0.1")

@@ -7,8 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestThreeInstancesOneRedis runs three sluice serve processes on one
@@ -17,9 +16,9 @@ import (
 // unit every 3 minutes, so no refill lands within the test.
 func TestThreeInstancesOneRedis(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	const limit, requests, workers = 20, 90, 9
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q], prefix: "e2e:"}

@@ -18,11 +18,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/service/rls/rlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
-func TestMain(m *testing.M) { proctest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 // fixture returns the YAML file testdata/DIR/NAME.yaml.
 func fixture(t *testing.T, dir, name string) string {
@@ -49,8 +48,8 @@ const copies = 4
 // server is a `sluice serve` process and a gRPC client of its rate limit
 // service.
 type server struct {
-	*proctest.Proc
-	log        *proctest.Log
+	*testkit.Proc
+	log        *testkit.Log
 	http, grpc string
 	config     string // the configuration file
 	client     rlsv3.RateLimitServiceClient
@@ -60,14 +59,14 @@ type server struct {
 func startServer(t *testing.T, name, cfg string) *server {
 	t.Helper()
 	dir := t.TempDir()
-	s := &server{log: &proctest.Log{}, config: filepath.Join(dir, "sluice.yaml")}
-	proctest.WriteFile(t, s.config, cfg)
+	s := &server{log: &testkit.Log{}, config: filepath.Join(dir, "sluice.yaml")}
+	testkit.WriteFile(t, s.config, cfg)
 	ready := filepath.Join(dir, "ready.json")
-	cmd := exec.Command(proctest.Sluice(t), "serve", "--config", s.config, "--ready-file", ready, "--watch", "0")
+	cmd := exec.Command(testkit.Sluice(t), "serve", "--config", s.config, "--ready-file", ready, "--watch", "0")
 	cmd.Stdout, cmd.Stderr = s.log, s.log
-	s.Proc = proctest.Start(t, name, cmd)
+	s.Proc = testkit.StartProc(t, name, cmd)
 	s.StopWhenDone(t, stopTimeout, s.log)
-	r := proctest.WaitReady(t, name, ready, waitTimeout, s.Ended, s.log)
+	r := testkit.WaitReady(t, name, ready, waitTimeout, s.Ended, s.log)
 	s.http, s.grpc = r.HTTP, r.GRPC
 	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -81,7 +80,7 @@ func startServer(t *testing.T, name, cfg string) *server {
 // reload writes cfg over the configuration file and sends SIGHUP.
 func (s *server) reload(t *testing.T, cfg string) {
 	t.Helper()
-	proctest.WriteFile(t, s.config, cfg)
+	testkit.WriteFile(t, s.config, cfg)
 	if err := s.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +177,7 @@ type call struct {
 }
 
 // d builds a descriptor from key, value pairs.
-var d = rlstest.Descriptor
+var d = testkit.Descriptor
 
 // dh is d with the descriptor's own hits_addend.
 func dh(hits uint64, kv ...string) *rlscommon.RateLimitDescriptor {

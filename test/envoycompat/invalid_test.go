@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // invalid is a configuration that envoyproxy/ratelimit refuses, written
@@ -47,12 +47,12 @@ var invalids = []invalid{
 // the reference refuses: it must fail (exit status 1) and name the file,
 // line and path of the problem.
 func TestInvalidConfigurations(t *testing.T) {
-	bin := proctest.Sluice(t)
+	bin := testkit.Sluice(t)
 	dir := t.TempDir()
 	for _, c := range append(invalids, stricter...) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := fixture(t, "invalid", c.name) + "listen: {http: \"127.0.0.1:0\", grpc: \"127.0.0.1:0\"}\n"
-			path := proctest.WriteFile(t, filepath.Join(dir, c.name+".yaml"), cfg)
+			path := testkit.WriteFile(t, filepath.Join(dir, c.name+".yaml"), cfg)
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command(bin, "validate", path)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

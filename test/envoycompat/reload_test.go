@@ -11,7 +11,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestReloadDomains: a reload adds and removes domains, keeps the
@@ -60,7 +60,7 @@ func TestReloadDomains(t *testing.T) {
 		}
 
 		s.reload(t, serverConfig(storeYAML, fixture(t, "reload", "after")))
-		proctest.WaitFor(t, waitTimeout, "gamma after the reload", func() bool {
+		testkit.WaitFor(t, waitTimeout, "gamma after the reload", func() bool {
 			resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "gamma", Descriptors: ds(d("probe", "x"))})
 			return err == nil && len(resp.Statuses) == 1 && s.hasDomain(t, "gamma")
 		})
@@ -82,7 +82,7 @@ func TestReloadDomains(t *testing.T) {
 		}
 
 		s.reload(t, serverConfig(storeYAML, fixture(t, "reload", "broken")))
-		proctest.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
+		testkit.WaitFor(t, waitTimeout, "the bad file to be refused", func() bool { return strings.Contains(s.log.String(), "hours") })
 		want("gamma", d("k", "x"), over(1, hour))
 		want("alpha", d("k", "x"), over(2, hour))
 	})
@@ -121,7 +121,7 @@ func (s *server) metrics(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, b := proctest.Do(t, http.DefaultClient, req)
+	_, b := testkit.DoHTTP(t, http.DefaultClient, req)
 	return b
 }
 
@@ -134,7 +134,7 @@ func checkIETFAfterReload(t *testing.T, s *server, storeYAML string) {
 	s.reload(t, serverConfig(storeYAML, strings.Replace(fixture(t, "reload", "after"), "response_headers: reference", "response_headers: ietf", 1)))
 	var ietf map[string]string
 	probes := 0
-	proctest.WaitFor(t, waitTimeout, "the IETF fields after the reload", func() bool {
+	testkit.WaitFor(t, waitTimeout, "the IETF fields after the reload", func() bool {
 		probes++ // a value of its own each time: a fresh counter
 		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "alpha", Descriptors: ds(d("detailed", fmt.Sprint("probe-", probes)))})
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // compatCase is one call sequence of the suite.
@@ -71,7 +71,7 @@ const memoryStore = "store: {backend: memory}\n"
 
 // redisStore returns the store section of a private Redis.
 func redisStore(t *testing.T) string {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	return fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q], prefix: \"compat:\"}\n  timeout: 2s\n  on_error: error\n", srv.Addr)
 }
 
@@ -84,7 +84,7 @@ func stores(t *testing.T, f func(t *testing.T, storeYAML string)) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
-		redistest.Require(t, "redis-server")
+		testkit.RequirePrograms(t, "redis-server")
 		f(t, redisStore(t))
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -26,7 +26,7 @@ const clusterComeback = 2 * time.Second
 // a master's death under load, and then the service's readiness across
 // another master's death.
 func TestCluster(t *testing.T) {
-	c := redistest.StartCluster(t, redistest.ClusterOptions{Replicas: 1, NodeTimeout: time.Second})
+	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{Replicas: 1, NodeTimeout: time.Second})
 	t.Run("hostile keys", func(t *testing.T) { clusterHostileKeys(t, c) })
 	t.Run("failover under load", func(t *testing.T) { clusterFailover(t, c, testScale()) })
 	t.Run("readiness across a failover", func(t *testing.T) { clusterReadiness(t, c) })
@@ -51,7 +51,7 @@ func hostileKeys() []string {
 // key's first request is admitted and its second denied, whatever the
 // other keys did, and the cluster holds exactly one Redis key per (policy,
 // key).
-func clusterHostileKeys(t *testing.T, c *redistest.Cluster) {
+func clusterHostileKeys(t *testing.T, c *testkit.RedisCluster) {
 	st := teststore.RedisOn(t, redisstore.Options{Addrs: c.Addrs, Prefix: "hostile:", Failure: redisstore.FailError, Timeout: 10 * time.Second})
 	lim, err := sluice.New(st, sluice.TokenBucket(1, 24*time.Hour, 0), sluice.SlidingWindow(10, 24*time.Hour))
 	if err != nil {
@@ -93,14 +93,14 @@ func short(s string) string {
 // promoted its replica, then by Redis again within clusterComeback, from
 // the same store; no key ever admits more than its limit except by the writes the
 // dead master had not yet replicated, which are counted and reported.
-func clusterFailover(t *testing.T, c *redistest.Cluster, sc scale) {
+func clusterFailover(t *testing.T, c *testkit.RedisCluster, sc scale) {
 	st := teststore.RedisOn(t, redisstore.Options{Addrs: c.Addrs, Prefix: "failover:", Failure: redisstore.FailDeny, Timeout: dieTimeout})
 	lim := warmLimiter(t, st, sluice.TokenBucket(dieLimit, 24*time.Hour, 0))
 
 	// Which master serves each key: the hash tag is "k:" and the key.
 	keys := make([]string, dieKeys)
 	onVictim := make([]bool, dieKeys)
-	var victim *redistest.Server
+	var victim *testkit.RedisServer
 	for i := range keys {
 		keys[i] = dieKey(i)
 		reply, err := c.Nodes[0].Do("CLUSTER", "KEYSLOT", "k:"+keys[i])

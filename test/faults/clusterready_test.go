@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // readyz is an answer of GET /readyz.
@@ -29,7 +28,7 @@ func getReadyz(c *http.Client, addr string) (readyz, error) {
 	if err != nil {
 		return readyz{}, err
 	}
-	resp, b, err := proctest.Fetch(c, req)
+	resp, b, err := testkit.Fetch(c, req)
 	if err != nil {
 		return readyz{}, err
 	}
@@ -48,7 +47,7 @@ func getReadyz(c *http.Client, addr string) (readyz, error) {
 // the replica, /readyz is "ready" again within clusterComeback and answers
 // 200 "ready" to the next 100 polls in a row, although dead nodes are
 // still listed in the addresses.
-func clusterReadiness(t *testing.T, c *redistest.Cluster) {
+func clusterReadiness(t *testing.T, c *testkit.RedisCluster) {
 	var addrs string
 	for i, a := range c.Addrs {
 		if i > 0 {
@@ -56,7 +55,7 @@ func clusterReadiness(t *testing.T, c *redistest.Cluster) {
 		}
 		addrs += fmt.Sprintf("%q", a)
 	}
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%s], prefix: "ready:"}
@@ -84,7 +83,7 @@ proxy:
 		r := poll()
 		return r.code == 200 && r.Status == "ready"
 	}
-	proctest.WaitFor(t, 10*time.Second, "/readyz to answer 200 ready after the start", ready)
+	testkit.WaitFor(t, 10*time.Second, "/readyz to answer 200 ready after the start", ready)
 
 	// Checks on keys in different slots ("a" and "b" hash apart) are a
 	// 422 that says what to do; on one key, a decision.
@@ -122,7 +121,7 @@ proxy:
 		}
 	}
 
-	var victim *redistest.Server
+	var victim *testkit.RedisServer
 	for _, m := range c.Masters() {
 		if repl, err := m.Info("replication"); err == nil && repl["connected_slaves"] != "0" {
 			victim = m
@@ -143,7 +142,7 @@ proxy:
 		t.Fatalf("the cluster did not fail over: %v", err)
 	}
 	promoted := time.Now()
-	proctest.WaitFor(t, clusterComeback, "/readyz to answer 200 ready after the promotion", ready)
+	testkit.WaitFor(t, clusterComeback, "/readyz to answer 200 ready after the promotion", ready)
 	t.Logf("/readyz was ready again %v after the cluster reported the promotion", time.Since(promoted))
 	for i := range 100 {
 		if r := poll(); r.code != 200 || r.Status != "ready" || r.Masters != 3 {

@@ -1,5 +1,5 @@
 // Package faults holds Sluice's fault and hostile-input tests: real
-// redis-server processes and Redis Clusters (internal/redistest), the sluice
+// redis-server processes and Redis Clusters (internal/testkit), the sluice
 // binary built once and run as separate processes, and a TCP proxy that
 // slows or cuts Redis's replies. Every test drives load from many
 // goroutines on loopback, for a bounded time, and checks what callers saw:

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // longEnv is the environment variable that selects the long variant of
@@ -76,7 +76,7 @@ func (l *fileLog) String() string {
 
 // service is one `sluice serve` process.
 type service struct {
-	*proctest.Proc
+	*testkit.Proc
 	log       *fileLog
 	readyFile string
 	http      string // bound addresses from the ready file
@@ -87,7 +87,7 @@ type service struct {
 // its ready file, and stops it (SIGTERM, then SIGKILL) when the test ends.
 func startService(t *testing.T, name string, args ...string) *service {
 	t.Helper()
-	bin := proctest.Sluice(t)
+	bin := testkit.Sluice(t)
 	dir := t.TempDir()
 	f, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
@@ -99,7 +99,7 @@ func startService(t *testing.T, name string, args ...string) *service {
 	// A file, not a pipe: the service never waits for the test to read its
 	// log, which would slow it down under a flood of log lines.
 	cmd.Stdout, cmd.Stderr = f, f
-	s.Proc = proctest.Start(t, name, cmd)
+	s.Proc = testkit.StartProc(t, name, cmd)
 	t.Cleanup(func() {
 		if err := s.stop(); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -108,7 +108,7 @@ func startService(t *testing.T, name string, args ...string) *service {
 			t.Logf("log of %s:\n%s", name, tail(s.log.String(), 60))
 		}
 	})
-	r := proctest.WaitReady(t, name, s.readyFile, readyTimeout, s.Ended, s.log)
+	r := testkit.WaitReady(t, name, s.readyFile, readyTimeout, s.Ended, s.log)
 	s.http, s.admin = r.HTTP, r.Admin
 	return s
 }
@@ -573,7 +573,7 @@ func checkGoroutines(t *testing.T, baseline int) {
 			t.Logf("%d goroutines, %d before the run:\n%s", n, baseline, buf.String())
 		}
 	}()
-	proctest.WaitFor(t, 5*time.Second, "the goroutines to settle back after the run (a leak)", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the goroutines to settle back after the run (a leak)", func() bool {
 		return runtime.NumGoroutine() <= baseline
 	})
 }
@@ -589,7 +589,7 @@ func checkService(ctx context.Context, c *http.Client, addr, limit, key string) 
 		return 0, false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, b, err := proctest.Fetch(c, req)
+	resp, b, err := testkit.Fetch(c, req)
 	if err != nil {
 		return 0, false, err
 	}
@@ -635,4 +635,4 @@ next:
 	return out
 }
 
-func TestMain(m *testing.M) { proctest.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m) }

@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // adminToken is the admin token of the hostile-input tests.
@@ -37,7 +36,7 @@ func post(t *testing.T, c *http.Client, method, url, body string, header ...stri
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, b := proctest.Do(t, c, req)
+	resp, b := testkit.DoHTTP(t, c, req)
 	return resp.StatusCode, b
 }
 
@@ -73,9 +72,9 @@ func TestHostileKeysService(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			store := "store: {backend: memory}"
-			var srv *redistest.Server
+			var srv *testkit.RedisServer
 			if backend == "redis" {
-				srv = redistest.Start(t)
+				srv = testkit.StartRedis(t)
 				store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q], prefix: \"h:\"}\n  timeout: 5s\n  on_error: error", srv.Addr)
 			}
 			svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}`+"\n"+store)
@@ -115,7 +114,7 @@ func TestHostileKeysService(t *testing.T) {
 // "one": a token bucket of 1 a day.
 func startOneLimit(t *testing.T, head string, args ...string) *service {
 	t.Helper()
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), head+`
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), head+`
 limits:
   one: {algorithm: token_bucket, limit: 1, period: 24h}
 `)
@@ -186,7 +185,7 @@ func TestSpoofedForwardedForService(t *testing.T) {
 			up := &forwarded{}
 			upstream := httptest.NewServer(up)
 			defer upstream.Close()
-			cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+			cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 limits:
   proxied: {algorithm: token_bucket, limit: 3, period: 24h}
   checked: {algorithm: token_bucket, limit: 3, period: 24h}
@@ -348,7 +347,7 @@ func TestSlowloris(t *testing.T) {
 		n = 1000
 	}
 	const headerTimeout = time.Second
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
 limits:
   big: {algorithm: token_bucket, limit: 1000000, period: 1s}
 `)

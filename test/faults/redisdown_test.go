@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -63,7 +62,7 @@ func (o *outage) events() []event {
 }
 
 // killAndRestart kills srv at sc.kill and restarts it at sc.restart, into o.
-func killAndRestart(t *testing.T, sc scale, srv *redistest.Server, o *outage) func(r *result) {
+func killAndRestart(t *testing.T, sc scale, srv *testkit.RedisServer, o *outage) func(r *result) {
 	return func(r *result) {
 		time.Sleep(sc.kill - time.Since(r.t0)) // the scenario's timeline: the kill
 		o.kill = time.Since(r.t0)
@@ -228,7 +227,7 @@ func eachFailurePolicy(t *testing.T, run func(t *testing.T, sc scale, fp redisst
 func TestRedisDiesLibrary(t *testing.T) { eachFailurePolicy(t, redisDiesLibrary) }
 
 func redisDiesLibrary(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	base := goroutineBaseline()
 	o := &outage{timeout: dieTimeout, policy: fp, bucketOf: sc.bucket}
 	var mu sync.Mutex
@@ -327,7 +326,7 @@ func warmUp(t *testing.T, try func(ctx context.Context) (bool, error)) {
 			t.Logf("the last try: %v", last)
 		}
 	}()
-	proctest.WaitFor(t, 10*time.Second, "a decision by Redis", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a decision by Redis", func() bool {
 		ok, err := try(t.Context())
 		last = err
 		return ok
@@ -341,8 +340,8 @@ func warmUp(t *testing.T, try func(ctx context.Context) (bool, error)) {
 func TestRedisDiesService(t *testing.T) { eachFailurePolicy(t, redisDiesService) }
 
 func redisDiesService(t *testing.T, sc scale, fp redisstore.FailurePolicy) {
-	srv := redistest.Start(t)
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+	srv := testkit.StartRedis(t)
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q], prefix: "faults:"}

@@ -12,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // restartLimit is the limit of the restart test's one key, per day: no
@@ -35,11 +34,11 @@ func TestServeRestart(t *testing.T) {
 func serveRestart(t *testing.T, sc scale, backend string) {
 	store := "store: {backend: memory}"
 	if backend == "redis" {
-		srv := redistest.Start(t)
+		srv := testkit.StartRedis(t)
 		store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q]}\n  timeout: 2s\n  on_error: error", srv.Addr)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
-	cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: %q}
+	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: %q}
 %s
 limits:
   slow: {algorithm: token_bucket, limit: %d, period: 24h}
@@ -106,7 +105,7 @@ limits:
 		}
 	}()
 
-	proctest.WaitFor(t, 20*time.Second, "half the limit admitted", func() bool { return admitted.Load() >= restartLimit/2 })
+	testkit.WaitFor(t, 20*time.Second, "half the limit admitted", func() bool { return admitted.Load() >= restartLimit/2 })
 	t0 := time.Now()
 	if err := old.stop(); err != nil {
 		t.Fatalf("stopping the first process: %v", err)
@@ -115,7 +114,7 @@ limits:
 	startService(t, "sluice (after)", "--config", cfg)
 	restarted.Store(true)
 	gap := time.Since(t0)
-	proctest.WaitFor(t, 20*time.Second, "denials after the restart", func() bool { return deniedAfter.Load() >= 20 })
+	testkit.WaitFor(t, 20*time.Second, "denials after the restart", func() bool { return deniedAfter.Load() >= 20 })
 	close(stop)
 	r := <-done
 	r.checkUnexpected(t)

@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -64,7 +63,7 @@ type stageRun struct {
 // driveProxy sets the proxy to each stage in turn, each for the time
 // each, or within when that is longer.
 // It closes stop when the last stage ends.
-func driveProxy(p *redistest.Proxy, stages []stage, each time.Duration, sr *stageRun, stop chan struct{}) func(r *result) {
+func driveProxy(p *testkit.RedisProxy, stages []stage, each time.Duration, sr *stageRun, stop chan struct{}) func(r *result) {
 	return func(r *result) {
 		sr.stages = stages
 		for i, s := range stages {
@@ -161,7 +160,7 @@ func (sr *stageRun) check(t *testing.T, r *result, timeout time.Duration, outlie
 	r.checkBound(t, "every stage", 0, sr.end[len(sr.end)-1], timeout+slack, outliers)
 }
 
-// TestSlowRedisUnderLoad puts redistest's proxy between Sluice and Redis
+// TestSlowRedisUnderLoad puts testkit's proxy between Sluice and Redis
 // and, under load from many callers, adds 0, 5 ms, 100 ms and 2 s of
 // latency to Redis's replies and cuts replies in the middle: a Redis
 // within the timeout decides every call; beyond it, every call is decided
@@ -173,8 +172,8 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 	sc := testScale()
 	stages, each := slowStages(sc.long)
 	t.Run("library", func(t *testing.T) {
-		srv := redistest.Start(t)
-		proxy := redistest.StartProxy(t, srv.Addr)
+		srv := testkit.StartRedis(t)
+		proxy := testkit.StartRedisProxy(t, srv.Addr)
 		st := teststore.RedisOn(t, redisstore.Options{Addrs: []string{proxy.Addr}, Failure: redisstore.FailDeny, Timeout: slowTimeout})
 		// A limit no run reaches: every denial is the failure policy's.
 		lim := warmLimiter(t, st, sluice.TokenBucket(1_000_000, time.Second, 0))
@@ -197,9 +196,9 @@ func TestSlowRedisUnderLoad(t *testing.T) {
 		sr.check(t, r, slowTimeout, 0)
 	})
 	t.Run("service", func(t *testing.T) {
-		srv := redistest.Start(t)
-		proxy := redistest.StartProxy(t, srv.Addr)
-		cfg := proctest.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+		srv := testkit.StartRedis(t)
+		proxy := testkit.StartRedisProxy(t, srv.Addr)
+		cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 store:
   backend: redis
   redis: {addrs: [%q]}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/cputime"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -177,7 +177,7 @@ func BenchmarkHotKey(b *testing.B) {
 				b.SetParallelism(par)
 				b.ReportAllocs()
 				b.ResetTimer()
-				start, cpu := time.Now(), cputime.Process()
+				start, cpu := time.Now(), testkit.Process()
 				b.RunParallel(func(pb *testing.PB) {
 					x := seeds.Add(1) * 0x9e3779b97f4a7c15
 					local := make([]time.Duration, 0, 4096)
@@ -199,7 +199,7 @@ func BenchmarkHotKey(b *testing.B) {
 					lat = append(lat, local...)
 					mu.Unlock()
 				})
-				elapsed, cpu := time.Since(start), cputime.Process()-cpu
+				elapsed, cpu := time.Since(start), testkit.Process()-cpu
 				b.StopTimer()
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 				if cpu > 0 {

@@ -8,22 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // tlsDir writes a CA, a server certificate and key and a tokens file into
 // a temporary directory, as tls/ca.pem, tls/server.pem,
 // tls/server-key.pem and tokens.txt, and returns the directory.
-func tlsDir(t *testing.T, server *tlstest.Issued, ca *tlstest.CA) string {
+func tlsDir(t *testing.T, server *testkit.Issued, ca *testkit.CA) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "tls"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	tlstest.WriteFile(t, filepath.Join(dir, "tls"), "server.pem", server.CertPEM)
-	tlstest.WriteFile(t, filepath.Join(dir, "tls"), "server-key.pem", server.KeyPEM)
-	tlstest.WriteFile(t, filepath.Join(dir, "tls"), "ca.pem", ca.PEM)
-	tlstest.WriteFile(t, dir, "tokens.txt", []byte("# edge\nedge-0123456789abcdef\nweb-0123456789abcdef\n"))
+	testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "server.pem", server.CertPEM)
+	testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "server-key.pem", server.KeyPEM)
+	testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "ca.pem", ca.PEM)
+	testkit.WriteCertFile(t, dir, "tokens.txt", []byte("# edge\nedge-0123456789abcdef\nweb-0123456789abcdef\n"))
 	return dir
 }
 
@@ -41,8 +41,8 @@ limits:
 `
 
 func TestListenTLS(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
-	server := ca.Issue(t, tlstest.Leaf{NotAfter: time.Now().Add(30 * 24 * time.Hour)})
+	ca := testkit.NewCA(t, "ca")
+	server := ca.Issue(t, testkit.Leaf{NotAfter: time.Now().Add(30 * 24 * time.Hour)})
 	notAfter := server.Cert.NotAfter
 	dir := tlsDir(t, server, ca)
 	file := filepath.Join(dir, "sluice.yaml")
@@ -91,10 +91,10 @@ func TestListenTLS(t *testing.T) {
 }
 
 func TestListenTLSProblems(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
-	good := ca.Issue(t, tlstest.Leaf{})
-	other := ca.Issue(t, tlstest.Leaf{})
-	expired := ca.Issue(t, tlstest.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	ca := testkit.NewCA(t, "ca")
+	good := ca.Issue(t, testkit.Leaf{})
+	other := ca.Issue(t, testkit.Leaf{})
+	expired := ca.Issue(t, testkit.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 	tests := []struct {
 		name  string
 		setup func(dir string)
@@ -103,13 +103,13 @@ func TestListenTLSProblems(t *testing.T) {
 	}{
 		{"missing cert file", func(dir string) { os.Remove(filepath.Join(dir, "tls/server.pem")) }, tlsYAML,
 			":5: listen.tls.cert_file: cannot read DIR/tls/server.pem: no such file"},
-		{"key of another certificate", func(dir string) { tlstest.WriteFile(t, filepath.Join(dir, "tls"), "server-key.pem", other.KeyPEM) }, tlsYAML,
+		{"key of another certificate", func(dir string) { testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "server-key.pem", other.KeyPEM) }, tlsYAML,
 			":6: listen.tls.key_file: DIR/tls/server.pem and DIR/tls/server-key.pem: the private key does not belong to the certificate"},
 		{"expired", func(dir string) {
-			tlstest.WriteFile(t, filepath.Join(dir, "tls"), "server.pem", expired.CertPEM)
-			tlstest.WriteFile(t, filepath.Join(dir, "tls"), "server-key.pem", expired.KeyPEM)
+			testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "server.pem", expired.CertPEM)
+			testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "server-key.pem", expired.KeyPEM)
 		}, tlsYAML, ":5: listen.tls.cert_file: DIR/tls/server.pem: the certificate expired at"},
-		{"CA not PEM", func(dir string) { tlstest.WriteFile(t, filepath.Join(dir, "tls"), "ca.pem", []byte("nothing")) }, tlsYAML,
+		{"CA not PEM", func(dir string) { testkit.WriteCertFile(t, filepath.Join(dir, "tls"), "ca.pem", []byte("nothing")) }, tlsYAML,
 			":7: listen.tls.client_ca_file: DIR/tls/ca.pem holds no PEM certificate"},
 		{"names without CA", nil, "listen:\n  tls:\n    cert_file: tls/server.pem\n    key_file: tls/server-key.pem\n    client_names: [edge.internal]\n",
 			":5: listen.tls.client_names: needs listen.tls.client_ca_file"},
@@ -122,7 +122,7 @@ func TestListenTLSProblems(t *testing.T) {
 		{"tokens file missing", func(dir string) { os.Remove(filepath.Join(dir, "tokens.txt")) }, tlsYAML,
 			":9: listen.tokens_file: cannot read DIR/tokens.txt: no such file"},
 		{"short token", func(dir string) {
-			tlstest.WriteFile(t, dir, "tokens.txt", []byte("edge-0123456789abcdef\nshort\n"))
+			testkit.WriteCertFile(t, dir, "tokens.txt", []byte("edge-0123456789abcdef\nshort\n"))
 		}, tlsYAML, ":9: listen.tokens_file: DIR/tokens.txt: line 2: the token is too short"},
 	}
 	for _, tt := range tests {

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // loadRedis writes doc as sluice.yaml in dir, loads it and returns its
@@ -27,8 +27,8 @@ func loadRedis(t *testing.T, dir, doc string) Redis {
 // to the configuration's directory.
 func TestRedisAuthAndTLS(t *testing.T) {
 	dir := t.TempDir()
-	redistest.NewTLSFiles(t, dir, "ca")
-	redistest.NewTLSFiles(t, dir, "client")
+	testkit.NewRedisTLSFiles(t, dir, "ca")
+	testkit.NewRedisTLSFiles(t, dir, "client")
 	if err := os.WriteFile(filepath.Join(dir, "redis.pass"), []byte("  pa55word\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/service/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -88,7 +88,7 @@ func TestStoreCounts(t *testing.T) {
 // the series of family name whose one label has the value label.
 func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
-	v, ok := metricstest.Value(t, reg, name, label)
+	v, ok := testkit.MetricValue(t, reg, name, label)
 	if !ok {
 		t.Fatalf("no series %s{%q}", name, label)
 	}
@@ -119,7 +119,7 @@ func TestRLSDecisionCounts(t *testing.T) {
 		{[]string{"web", "user", "denied"}, 1},
 		{[]string{"api", "override", "denied"}, 1},
 	} {
-		if got, _ := metricstest.Value(t, reg, "sluice_rls_decisions_total", tt.labels...); got != tt.want {
+		if got, _ := testkit.MetricValue(t, reg, "sluice_rls_decisions_total", tt.labels...); got != tt.want {
 			t.Errorf("sluice_rls_decisions_total%v = %v, want %v", tt.labels, got, tt.want)
 		}
 	}
@@ -136,7 +136,7 @@ func TestDecisionCountsAcrossSetLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	value := func(limit, outcome string) (float64, bool) {
-		return metricstest.Value(t, reg, "sluice_decisions_total", limit, outcome)
+		return testkit.MetricValue(t, reg, "sluice_decisions_total", limit, outcome)
 	}
 	m.SetLimits(nil, []string{"a", "b"})
 	for range 3 {

@@ -11,8 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 var t0 = time.UnixMilli(1_700_000_000_000)
@@ -186,7 +185,7 @@ func newClient(t *testing.T, addr string) rueidis.Client {
 }
 
 func TestRedis(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	// Sweeping uses the store's clock: the contract's times are t0.
 	r := NewRedis(newClient(t, srv.Addr), RedisOptions{Poll: 20 * time.Millisecond, Now: func() time.Time { return t0 }})
 	defer r.Close()
@@ -199,7 +198,7 @@ func TestRedis(t *testing.T) {
 // TestRedisShared: three instances on one Redis; a change made through
 // one applies to it at once and to the others at their next poll.
 func TestRedisShared(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	const poll = 100 * time.Millisecond
 	var stores [3]*Redis
 	for i := range stores {
@@ -217,7 +216,7 @@ func TestRedisShared(t *testing.T) {
 	waitAll := func(want bool) time.Duration {
 		t.Helper()
 		start := time.Now()
-		proctest.WaitFor(t, 2*time.Second, fmt.Sprintf("every instance to see the override as %v", want), func() bool {
+		testkit.WaitFor(t, 2*time.Second, fmt.Sprintf("every instance to see the override as %v", want), func() bool {
 			for _, s := range stores {
 				if _, ok := s.Lookup("api", "k1", time.Now()); ok != want {
 					return false
@@ -245,7 +244,7 @@ func TestRedisShared(t *testing.T) {
 // TestRedisExpirySweep: an expired override stops applying at once, and
 // is removed from Redis by an instance that sees it.
 func TestRedisExpirySweep(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	now := t0
 	clock := func() time.Time { return now }
 	r := NewRedis(newClient(t, srv.Addr), RedisOptions{Poll: time.Hour, Now: clock})
@@ -272,7 +271,7 @@ func TestRedisExpirySweep(t *testing.T) {
 // TestRedisDown: with Redis gone, lookups keep the last copy, and changes
 // fail with an error.
 func TestRedisDown(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	r := NewRedis(newClient(t, srv.Addr), RedisOptions{Poll: 20 * time.Millisecond, Timeout: 200 * time.Millisecond})
 	defer r.Close()
 	ctx := context.Background()
@@ -289,7 +288,7 @@ func TestRedisDown(t *testing.T) {
 		t.Error("a malformed field dropped the good ones")
 	}
 	srv.Kill()
-	proctest.WaitFor(t, 5*time.Second, "a refresh to fail", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a refresh to fail", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.failing
@@ -305,7 +304,7 @@ func TestRedisDown(t *testing.T) {
 // TestRedisLateClient: a store made before its connection fails with
 // ErrNotConnected, and works once SetClient gives it one.
 func TestRedisLateClient(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	seed := NewRedis(newClient(t, srv.Addr), RedisOptions{})
 	defer seed.Close()
 	ctx := context.Background()

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/service/rls/rlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -113,7 +113,7 @@ func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 }
 
 // desc builds a descriptor from key, value pairs.
-var desc = rlstest.Descriptor
+var desc = testkit.Descriptor
 
 func (h *harness) call(t *testing.T, domain string, ds ...*rlscommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 	t.Helper()

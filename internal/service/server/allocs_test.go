@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/benchhttp"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestCheckAllocs bounds the allocations of the commonest POST /v1/check,
@@ -28,7 +28,7 @@ func TestCheckAllocs(t *testing.T) {
 	rd := bytes.NewReader(body)
 	req := httptest.NewRequest("POST", "/v1/check", rd)
 	nop := io.NopCloser(rd)
-	rec := benchhttp.NewWriter()
+	rec := testkit.NewWriter()
 	call := func() {
 		rd.Reset(body)
 		req.Body = nop
@@ -64,7 +64,7 @@ proxy:
 	req.Header.Set("X-API-Key", "k1")
 	req.Header.Set("X-Forwarded-Method", "GET")
 	req.Header.Set("X-Forwarded-Uri", "/api/items?page=2")
-	rec := benchhttp.NewWriter()
+	rec := testkit.NewWriter()
 	call := func() {
 		rec.Reset()
 		f.h.ServeHTTP(rec, req)

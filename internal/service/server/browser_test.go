@@ -18,8 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/proctest"
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -224,7 +224,7 @@ func TestStatusPageBrowser(t *testing.T) {
 			t.Logf("the api-key chart last showed data-total %d (before: %d) and denied line %q", total, before, denied)
 		}
 	}()
-	proctest.WaitFor(t, 15*time.Second, "the api-key chart to move after 60 decisions", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the api-key chart to move after 60 decisions", func() bool {
 		total = atoi(pageAttr(t, ctx, chartSVG, "data-total"))
 		denied = pageAttr(t, ctx, deniedPath, "d")
 		return total != before && recentRise(denied, 5)
@@ -251,7 +251,7 @@ func TestStatusPageBrowser(t *testing.T) {
 		// Wait for the next poll, so the picture shows the whole
 		// history, without the explanation.
 		updated := pageAttr(t, ctx, `#main`, "data-updated")
-		proctest.WaitFor(t, 5*time.Second, "the page's next poll", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the page's next poll", func() bool {
 			return pageAttr(t, ctx, `#main`, "data-updated") != updated
 		})
 		inBrowser(t, ctx, chromedp.Evaluate[bool](`document.getElementById('explain-out').hidden = true`))

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -17,7 +17,7 @@ import (
 // count the local refusals of the limit and the entries held, and the
 // status page shows the share of decisions that never reached Redis.
 func TestLocalRefusalsVisible(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	// A timeout above the default 50ms: on a loaded machine the first call,
 	// which dials, can take longer, and FailError would answer it 503.
 	store, err := redisstore.New(redisstore.Options{Addrs: []string{srv.Addr}, Failure: redisstore.FailError, Timeout: time.Second})

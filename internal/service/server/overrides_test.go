@@ -14,9 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/internal/proctest"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/service/overrides"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -315,7 +314,7 @@ func TestOverrideExpiry(t *testing.T) {
 // and a ttl ends on all three at once, on their clock (one clock here,
 // which the test moves).
 func TestOverridesShared(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	c := teststore.NewClock(start)
 	var fs [3]*fixture
 	for i := range fs {
@@ -347,7 +346,7 @@ func TestOverridesShared(t *testing.T) {
 	}
 	waitAll := func(key, want string) {
 		t.Helper()
-		proctest.WaitFor(t, 3*time.Second, "every instance to apply limit "+want+" to "+key, func() bool { return all(key, want) })
+		testkit.WaitFor(t, 3*time.Second, "every instance to apply limit "+want+" to "+key, func() bool { return all(key, want) })
 	}
 	begin := time.Now()
 	rec := fs[0].do("PUT", "/v1/overrides/api-key/shared", `{"limit":777,"period":"1s"}`)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/proctest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // echo is an upstream that answers with what it received.
@@ -86,7 +86,7 @@ func get(t *testing.T, client *http.Client, method, url string, body io.Reader, 
 		}
 		req.Header.Set(header[i], header[i+1])
 	}
-	return proctest.Do(t, client, req)
+	return testkit.DoHTTP(t, client, req)
 }
 
 func TestProxy(t *testing.T) {

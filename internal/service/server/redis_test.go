@@ -15,17 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
 // redisFixture serves the test configuration over a Redis store on a
 // private redis-server, with the failure policy failure.
-func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *redistest.Server, *bytes.Buffer) {
+func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *testkit.RedisServer, *bytes.Buffer) {
 	t.Helper()
-	srv := redistest.Start(t)
+	srv := testkit.StartRedis(t)
 	// A timeout above the default 50ms: on a loaded machine the first call,
 	// which dials, can take longer, and one failure opens the breaker.
 	opts := redisstore.Options{Addrs: []string{srv.Addr}, Failure: failure, BreakerThreshold: 1, Timeout: time.Second}

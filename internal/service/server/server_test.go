@@ -17,10 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/benchhttp"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/metrics"
-	"github.com/sluicehq/sluice/internal/service/metrics/metricstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -628,7 +627,7 @@ func scrape(t *testing.T, h http.Handler) string {
 // any order), 0 when there is no such series.
 func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	v, _ := metricstest.Value(t, reg, name, labels...)
+	v, _ := testkit.MetricValue(t, reg, name, labels...)
 	return v
 }
 
@@ -736,7 +735,7 @@ func BenchmarkCheck(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				rd := bytes.NewReader(body)
 				req := httptest.NewRequest("POST", "/v1/check", rd)
-				rec := benchhttp.NewWriter()
+				rec := testkit.NewWriter()
 				for pb.Next() {
 					rd.Reset(body)
 					req.Body = io.NopCloser(rd)

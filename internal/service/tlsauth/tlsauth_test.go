@@ -12,28 +12,28 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/service/tlsauth"
-	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // writeServer writes a server certificate and key (and the CA, when ca
 // is not nil) into dir and returns their Files.
-func writeServer(t *testing.T, dir string, is *tlstest.Issued, ca *tlstest.CA) tlsauth.Files {
+func writeServer(t *testing.T, dir string, is *testkit.Issued, ca *testkit.CA) tlsauth.Files {
 	t.Helper()
 	f := tlsauth.Files{
-		CertFile: tlstest.WriteFile(t, dir, "server.pem", is.CertPEM),
-		KeyFile:  tlstest.WriteFile(t, dir, "server-key.pem", is.KeyPEM),
+		CertFile: testkit.WriteCertFile(t, dir, "server.pem", is.CertPEM),
+		KeyFile:  testkit.WriteCertFile(t, dir, "server-key.pem", is.KeyPEM),
 	}
 	if ca != nil {
-		f.ClientCAFile = tlstest.WriteFile(t, dir, "ca.pem", ca.PEM)
+		f.ClientCAFile = testkit.WriteCertFile(t, dir, "ca.pem", ca.PEM)
 	}
 	return f
 }
 
 func TestLoadRefusesBadFiles(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
-	good := ca.Issue(t, tlstest.Leaf{CommonName: "server"})
-	other := ca.Issue(t, tlstest.Leaf{CommonName: "other"})
-	expired := ca.Issue(t, tlstest.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	ca := testkit.NewCA(t, "ca")
+	good := ca.Issue(t, testkit.Leaf{CommonName: "server"})
+	other := ca.Issue(t, testkit.Leaf{CommonName: "other"})
+	expired := ca.Issue(t, testkit.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 	now := time.Now()
 	tests := []struct {
 		name       string
@@ -57,12 +57,12 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			f := tlsauth.Files{CertFile: tlstest.WriteFile(t, dir, "server.pem", tt.cert), KeyFile: dir + "/server-key.pem"}
+			f := tlsauth.Files{CertFile: testkit.WriteCertFile(t, dir, "server.pem", tt.cert), KeyFile: dir + "/server-key.pem"}
 			if !tt.missingKey {
-				tlstest.WriteFile(t, dir, "server-key.pem", tt.key)
+				testkit.WriteCertFile(t, dir, "server-key.pem", tt.key)
 			}
 			if tt.caSet {
-				f.ClientCAFile = tlstest.WriteFile(t, dir, "ca.pem", tt.ca)
+				f.ClientCAFile = testkit.WriteCertFile(t, dir, "ca.pem", tt.ca)
 			}
 			m, err := tlsauth.Load(f, now)
 			if tt.want == "" {
@@ -88,8 +88,8 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 }
 
 func TestParseNameAndAllows(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
-	cert := ca.Issue(t, tlstest.Leaf{
+	ca := testkit.NewCA(t, "ca")
+	cert := ca.Issue(t, testkit.Leaf{
 		Client: true, CommonName: "edge.internal",
 		DNS:    []string{"Edge.Example.com"},
 		URIs:   []string{"spiffe://cluster.local/ns/edge/sa/envoy"},
@@ -201,9 +201,9 @@ func get(t *testing.T, cfg *tls.Config, url string) (int, string, *tls.Connectio
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca, otherCA := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "other")
+	ca, otherCA := testkit.NewCA(t, "ca"), testkit.NewCA(t, "other")
 	dir := t.TempDir()
-	f := writeServer(t, dir, ca.Issue(t, tlstest.Leaf{CommonName: "sluice"}), ca)
+	f := writeServer(t, dir, ca.Issue(t, testkit.Leaf{CommonName: "sluice"}), ca)
 	names, err := tlsauth.ParseNames([]string{"spiffe://cluster.local/ns/edge/sa/envoy"})
 	if err != nil {
 		t.Fatal(err)
@@ -215,17 +215,17 @@ func TestMutualTLS(t *testing.T) {
 	}
 	url := serveTLS(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
 
-	right := ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/edge/sa/envoy"}})
-	wrong := ca.Issue(t, tlstest.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/web/sa/app"}, DNS: []string{"app.internal"}})
-	foreign := otherCA.Issue(t, tlstest.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/edge/sa/envoy"}})
+	right := ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/edge/sa/envoy"}})
+	wrong := ca.Issue(t, testkit.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/web/sa/app"}, DNS: []string{"app.internal"}})
+	foreign := otherCA.Issue(t, testkit.Leaf{Client: true, URIs: []string{"spiffe://cluster.local/ns/edge/sa/envoy"}})
 
-	if _, _, _, err := get(t, tlstest.ClientConfig(t, ca, nil), url); err == nil {
+	if _, _, _, err := get(t, testkit.ClientConfig(t, ca, nil), url); err == nil {
 		t.Error("a client without a certificate was served")
 	}
-	if _, _, _, err := get(t, tlstest.ClientConfig(t, ca, foreign), url); err == nil {
+	if _, _, _, err := get(t, testkit.ClientConfig(t, ca, foreign), url); err == nil {
 		t.Error("a client with a certificate of another CA was served")
 	}
-	code, body, _, err := get(t, tlstest.ClientConfig(t, ca, wrong), url)
+	code, body, _, err := get(t, testkit.ClientConfig(t, ca, wrong), url)
 	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "client_names") {
 		t.Errorf("a client with a name not on the list: %d %q %v, want 403", code, body, err)
 	}
@@ -235,14 +235,14 @@ func TestMutualTLS(t *testing.T) {
 	if strings.Contains(logs.String(), "PRIVATE") {
 		t.Errorf("the log holds key material:\n%s", logs.String())
 	}
-	code, body, cs, err := get(t, tlstest.ClientConfig(t, ca, right), url)
+	code, body, cs, err := get(t, testkit.ClientConfig(t, ca, right), url)
 	if err != nil || code != http.StatusOK || body != "HTTP/2.0" {
 		t.Errorf("the allowed client: %d %q %v, want 200 over HTTP/2", code, body, err)
 	}
 	if cs != nil && cs.Version < tls.VersionTLS12 {
 		t.Errorf("version %x", cs.Version)
 	}
-	old := tlstest.ClientConfig(t, ca, right)
+	old := testkit.ClientConfig(t, ca, right)
 	old.MaxVersion = tls.VersionTLS11
 	if _, _, _, err := get(t, old, url); err == nil {
 		t.Error("a TLS 1.1 client was served")
@@ -253,9 +253,9 @@ func TestMutualTLS(t *testing.T) {
 // the new certificate once the files have settled, and that a broken
 // replacement is refused, logged and kept out.
 func TestRotation(t *testing.T) {
-	ca := tlstest.NewCA(t, "ca")
+	ca := testkit.NewCA(t, "ca")
 	dir := t.TempDir()
-	first := ca.Issue(t, tlstest.Leaf{CommonName: "one"})
+	first := ca.Issue(t, testkit.Leaf{CommonName: "one"})
 	f := writeServer(t, dir, first, nil)
 	var logs bytes.Buffer
 	var loaded []string
@@ -270,7 +270,7 @@ func TestRotation(t *testing.T) {
 	}
 	url := serveTLS(t, s, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	serial := func() string {
-		_, _, cs, err := get(t, tlstest.ClientConfig(t, ca, nil), url)
+		_, _, cs, err := get(t, testkit.ClientConfig(t, ca, nil), url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +283,7 @@ func TestRotation(t *testing.T) {
 		t.Error("Check with unchanged files put new material in use")
 	}
 
-	second := ca.Issue(t, tlstest.Leaf{CommonName: "two"})
+	second := ca.Issue(t, testkit.Leaf{CommonName: "two"})
 	writeServer(t, dir, second, nil)
 	if s.Check(false) {
 		t.Error("the first Check after a change applied it before the files settled")
@@ -296,8 +296,8 @@ func TestRotation(t *testing.T) {
 	}
 
 	// A key that belongs to another certificate: refused, logged once.
-	third := ca.Issue(t, tlstest.Leaf{CommonName: "three"})
-	tlstest.WriteFile(t, dir, "server.pem", third.CertPEM)
+	third := ca.Issue(t, testkit.Leaf{CommonName: "three"})
+	testkit.WriteCertFile(t, dir, "server.pem", third.CertPEM)
 	for range 3 {
 		if s.Check(false) {
 			t.Fatal("a certificate with the wrong key was put in use")
@@ -310,7 +310,7 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("serial %s after a broken replacement, want the second certificate's still", got)
 	}
 	// An expired pair, forced (SIGHUP): refused too.
-	expired := ca.Issue(t, tlstest.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	expired := ca.Issue(t, testkit.Leaf{NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 	writeServer(t, dir, expired, nil)
 	if s.Check(true) {
 		t.Fatal("an expired certificate was put in use")
@@ -335,27 +335,27 @@ func TestRotation(t *testing.T) {
 // TestCARotation checks that a new client CA applies to new connections,
 // session resumption included.
 func TestCARotation(t *testing.T) {
-	ca, next := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "next")
+	ca, next := testkit.NewCA(t, "ca"), testkit.NewCA(t, "next")
 	dir := t.TempDir()
-	f := writeServer(t, dir, ca.Issue(t, tlstest.Leaf{}), ca)
+	f := writeServer(t, dir, ca.Issue(t, testkit.Leaf{}), ca)
 	s, err := tlsauth.NewServer(f, nil, tlsauth.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := serveTLS(t, s, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	client := tlstest.ClientConfig(t, ca, ca.Issue(t, tlstest.Leaf{Client: true}))
+	client := testkit.ClientConfig(t, ca, ca.Issue(t, testkit.Leaf{Client: true}))
 	client.ClientSessionCache = tls.NewLRUClientSessionCache(8)
 	if code, _, _, err := get(t, client, url); err != nil || code != 200 {
 		t.Fatalf("before rotation: %d %v", code, err)
 	}
-	tlstest.WriteFile(t, dir, "ca.pem", next.PEM)
+	testkit.WriteCertFile(t, dir, "ca.pem", next.PEM)
 	if !s.Check(true) {
 		t.Fatal("the new CA was not put in use")
 	}
 	if _, _, _, err := get(t, client, url); err == nil {
 		t.Error("a client of the removed CA was served after the rotation (a resumed session?)")
 	}
-	if code, _, _, err := get(t, tlstest.ClientConfig(t, ca, next.Issue(t, tlstest.Leaf{Client: true})), url); err != nil || code != 200 {
+	if code, _, _, err := get(t, testkit.ClientConfig(t, ca, next.Issue(t, testkit.Leaf{Client: true})), url); err != nil || code != 200 {
 		t.Errorf("a client of the new CA: %d %v", code, err)
 	}
 }

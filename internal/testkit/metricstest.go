@@ -1,6 +1,7 @@
-// Package metricstest reads one series of a Prometheus registry, for the
+// This file reads one series of a Prometheus registry, for the
 // tests of internal/service/metrics and internal/service/server.
-package metricstest
+
+package testkit
 
 import (
 	"testing"
@@ -8,12 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Value returns the value of the series of family name whose label values
+// MetricValue returns the value of the series of family name whose label values
 // are exactly labels, in any order (the registry sorts labels by name): a
 // counter's or a gauge's value, or a histogram's count of observations. It
 // returns false when there is no such series, and fails t when the
 // registry cannot be gathered.
-func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (float64, bool) {
+func MetricValue(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (float64, bool) {
 	t.Helper()
 	fams, err := g.Gather()
 	if err != nil {

@@ -1,6 +1,7 @@
-// Package tlstest makes certificate authorities and certificates for
+// This file makes certificate authorities and certificates for
 // tests, in memory, with crypto/x509: no fixture files that expire.
-package tlstest
+
+package testkit
 
 import (
 	"crypto/ecdsa"
@@ -165,10 +166,10 @@ func sign(t testing.TB, tmpl *x509.Certificate, key *ecdsa.PrivateKey, parent *x
 	}
 }
 
-// WriteFile writes data to dir/name atomically (a temporary file renamed
+// WriteCertFile writes data to dir/name atomically (a temporary file renamed
 // into place, as cert-manager and kubelet replace files), and returns the
 // path.
-func WriteFile(t testing.TB, dir, name string, data []byte) string {
+func WriteCertFile(t testing.TB, dir, name string, data []byte) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"testing"
@@ -6,10 +6,10 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Client returns a rueidis client of the Redis at addr (a Server's Addr,
-// or a Proxy's), without client-side caching, as the stores use it. It
+// RedisClient returns a rueidis client of the Redis at addr (a RedisServer's Addr,
+// or a RedisProxy's), without client-side caching, as the stores use it. It
 // fails t when the client cannot connect, and is closed when t ends.
-func Client(t testing.TB, addr string) rueidis.Client {
+func RedisClient(t testing.TB, addr string) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err != nil {

@@ -1,4 +1,4 @@
-package mdtest
+package testkit
 
 import (
 	"reflect"

@@ -1,7 +1,8 @@
-// Package proctest helps tests that run the sluice binary as a process:
+// This file helps tests that run the sluice binary as a process:
 // it builds cmd/sluice once per test process and removes it afterwards,
 // and offers the small helpers such tests share.
-package proctest
+
+package testkit
 
 import (
 	"bytes"
@@ -30,7 +31,7 @@ var (
 )
 
 // Fetch sends req with c and returns the response and its whole body,
-// read and closed; an error names the request. Unlike Do, it may be called
+// read and closed; an error names the request. Unlike DoHTTP, it may be called
 // from any goroutine.
 func Fetch(c *http.Client, req *http.Request) (*http.Response, []byte, error) {
 	resp, err := c.Do(req)
@@ -45,9 +46,9 @@ func Fetch(c *http.Client, req *http.Request) (*http.Response, []byte, error) {
 	return resp, b, nil
 }
 
-// Do is Fetch on the test's goroutine: it fails t on an error, and returns
+// DoHTTP is Fetch on the test's goroutine: it fails t on an error, and returns
 // the body as a string.
-func Do(t testing.TB, c *http.Client, req *http.Request) (*http.Response, string) {
+func DoHTTP(t testing.TB, c *http.Client, req *http.Request) (*http.Response, string) {
 	t.Helper()
 	resp, b, err := Fetch(c, req)
 	if err != nil {

@@ -1,18 +1,17 @@
-// Package benchhttp serves requests to an http.Handler in benchmarks: a
+// This file serves requests to an http.Handler in benchmarks: a
 // ResponseWriter that reuses its header map, so that a benchmark measures
 // the handler and not a recorder, a handler that only writes 200, and the
 // loops that send requests from many client addresses, one at a time or
 // from GOMAXPROCS goroutines. httplimit's benchmarks, internal/service/server's
 // and the bench module's middleware comparison share it.
-package benchhttp
+
+package testkit
 
 import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"testing"
-
-	"github.com/sluicehq/sluice/internal/cputime"
 )
 
 // Writer is a ResponseWriter that keeps only the status and reuses its
@@ -69,7 +68,7 @@ func Serve(b *testing.B, h http.Handler, reqs []*http.Request, parallel bool) {
 	if !parallel {
 		w := NewWriter()
 		i := 0
-		cpu := cputime.Start()
+		cpu := StartMeter()
 		for b.Loop() {
 			w.Reset()
 			h.ServeHTTP(w, reqs[i&1023])
@@ -82,7 +81,7 @@ func Serve(b *testing.B, h http.Handler, reqs []*http.Request, parallel bool) {
 		return
 	}
 	b.ResetTimer()
-	cpu := cputime.Start()
+	cpu := StartMeter()
 	b.RunParallel(func(pb *testing.PB) {
 		w := NewWriter()
 		i := 0

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"crypto/tls"
@@ -6,17 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/sluicehq/sluice/internal/service/tlsauth/tlstest"
 )
 
-// NewTLSFiles writes a self-signed certificate for 127.0.0.1 and
-// localhost (tlstest.SelfSigned) and its key as PEM files named name.crt
+// NewRedisTLSFiles writes a self-signed certificate for 127.0.0.1 and
+// localhost (SelfSigned) and its key as PEM files named name.crt
 // and name.key in dir. The certificate is its own CA: ClientTLS trusts it.
-func NewTLSFiles(t testing.TB, dir, name string) *TLSFiles {
+func NewRedisTLSFiles(t testing.TB, dir, name string) *RedisTLSFiles {
 	t.Helper()
-	c := tlstest.SelfSigned(t, name)
-	f := &TLSFiles{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key")}
+	c := SelfSigned(t, name)
+	f := &RedisTLSFiles{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key")}
 	if err := os.WriteFile(f.CertFile, c.CertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}

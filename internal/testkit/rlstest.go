@@ -1,7 +1,8 @@
-// Package rlstest builds the requests of Envoy's rate limit service for
+// This file builds the requests of Envoy's rate limit service for
 // the tests that call it: internal/service/rls's own, the Envoy compatibility
 // suite (test/envoycompat) and cmd/sluice's gRPC tests.
-package rlstest
+
+package testkit
 
 import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"

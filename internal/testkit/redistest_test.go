@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"testing"
@@ -6,9 +6,9 @@ import (
 )
 
 func TestServerKillRestart(t *testing.T) {
-	s := Start(t)
+	s := StartRedis(t)
 	if s.Port == 6379 {
-		t.Fatalf("Start used port 6379")
+		t.Fatalf("StartRedis used port 6379")
 	}
 	if _, err := s.Do("SET", "k", "v"); err != nil {
 		t.Fatalf("SET: %v", err)
@@ -32,10 +32,10 @@ func TestServerKillRestart(t *testing.T) {
 
 func TestCluster(t *testing.T) {
 	start := time.Now()
-	c := StartCluster(t, ClusterOptions{})
+	c := StartRedisCluster(t, RedisClusterOptions{})
 	t.Logf("3-master cluster ready in %v", time.Since(start))
 	if len(c.Nodes) != 3 || len(c.Masters()) != 3 {
-		t.Fatalf("StartCluster gave %d nodes, %d masters; want 3, 3", len(c.Nodes), len(c.Masters()))
+		t.Fatalf("StartRedisCluster gave %d nodes, %d masters; want 3, 3", len(c.Nodes), len(c.Masters()))
 	}
 	for _, slot := range []int{0, 8000, 16383} {
 		if _, err := c.NodeForSlot(slot); err != nil {
@@ -45,14 +45,14 @@ func TestCluster(t *testing.T) {
 }
 
 func TestProxy(t *testing.T) {
-	s := Start(t)
-	p := StartProxy(t, s.Addr)
-	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+	s := StartRedis(t)
+	p := StartRedisProxy(t, s.Addr)
+	if got, err := RedisDo(p.Addr, "PING"); err != nil || got != "PONG" {
 		t.Fatalf("PING through the proxy = %v, %v", got, err)
 	}
 	p.SetDelay(100 * time.Millisecond)
 	start := time.Now()
-	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+	if got, err := RedisDo(p.Addr, "PING"); err != nil || got != "PONG" {
 		t.Fatalf("PING through the slow proxy = %v, %v", got, err)
 	}
 	if took := time.Since(start); took < 100*time.Millisecond {
@@ -60,10 +60,10 @@ func TestProxy(t *testing.T) {
 	}
 	p.SetDelay(0)
 	p.DropMidReply()
-	if got, err := Do(p.Addr, "PING"); err == nil {
+	if got, err := RedisDo(p.Addr, "PING"); err == nil {
 		t.Errorf("PING with the reply cut = %v, want an error", got)
 	}
-	if got, err := Do(p.Addr, "PING"); err != nil || got != "PONG" {
+	if got, err := RedisDo(p.Addr, "PING"); err != nil || got != "PONG" {
 		t.Errorf("PING after the cut reply = %v, %v", got, err)
 	}
 }

@@ -1,9 +1,10 @@
 //go:build unix
 
-// Package cputime reads the CPU time the process has used, for the
+// This file reads the CPU time the process has used, for the
 // benchmarks and flood tests that report cpu-ns per operation (bench,
 // bench/redis, test/flood): one helper instead of a copy in each.
-package cputime
+
+package testkit
 
 import (
 	"syscall"

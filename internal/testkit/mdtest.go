@@ -1,7 +1,8 @@
-// Package mdtest reads the fenced code blocks of Markdown pages, for the
+// This file reads the fenced code blocks of Markdown pages, for the
 // tests that run what the docs show (configurations, gateway snippets,
 // commands), so a page cannot drift from what was tested.
-package mdtest
+
+package testkit
 
 import "strings"
 

@@ -1,4 +1,4 @@
-package proctest
+package testkit
 
 import (
 	"fmt"
@@ -18,9 +18,9 @@ type Proc struct {
 	err  error // of Wait, once done is closed
 }
 
-// Start starts cmd, whose output the caller has directed, and fails t
+// StartProc starts cmd, whose output the caller has directed, and fails t
 // when it cannot.
-func Start(t testing.TB, name string, cmd *exec.Cmd) *Proc {
+func StartProc(t testing.TB, name string, cmd *exec.Cmd) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, Cmd: cmd, done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// ClusterOptions configure StartCluster. The zero value is 3 masters
+// RedisClusterOptions configure StartRedisCluster. The zero value is 3 masters
 // without replicas.
-type ClusterOptions struct {
+type RedisClusterOptions struct {
 	// Masters is the number of masters; default 3 (the fewest that
 	// redis-cli --cluster create accepts).
 	Masters int
@@ -25,11 +25,11 @@ type ClusterOptions struct {
 	Args []string
 }
 
-// Cluster is a Redis Cluster of private redis-server processes.
-type Cluster struct {
+// RedisCluster is a Redis Cluster of private redis-server processes.
+type RedisCluster struct {
 	// Nodes are the cluster's servers: the first Masters of them started as
 	// masters, the rest as their replicas.
-	Nodes []*Server
+	Nodes []*RedisServer
 	// Addrs are the nodes' addresses, for a client's seed list.
 	Addrs []string
 }
@@ -37,12 +37,12 @@ type Cluster struct {
 // clusterTimeout bounds how long the cluster may take to form.
 const clusterTimeout = 30 * time.Second
 
-// StartCluster starts a Redis Cluster on free loopback ports, waits until
+// StartRedisCluster starts a Redis Cluster on free loopback ports, waits until
 // every node reports cluster_state:ok with all 16384 slots assigned, and
 // stops every node when t ends.
-func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
+func StartRedisCluster(t testing.TB, opts RedisClusterOptions) *RedisCluster {
 	t.Helper()
-	Require(t, "redis-server", "redis-cli")
+	RequirePrograms(t, "redis-server", "redis-cli")
 	if opts.Masters == 0 {
 		opts.Masters = 3
 	}
@@ -50,7 +50,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		opts.NodeTimeout = time.Second
 	}
 	n := opts.Masters * (1 + opts.Replicas)
-	c := &Cluster{}
+	c := &RedisCluster{}
 	args := append([]string{"--cluster-node-timeout", strconv.FormatInt(opts.NodeTimeout.Milliseconds(), 10)}, opts.Args...)
 	for i := range n {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("node%d", i))
@@ -74,7 +74,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	return c
 }
 
-func startServerIn(dir string, args []string) (*Server, error) {
+func startServerIn(dir string, args []string) (*RedisServer, error) {
 	if err := mkdirAll(dir); err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func startServerIn(dir string, args []string) (*Server, error) {
 
 // WaitOK waits until every running node reports cluster_state:ok with all
 // slots assigned and ok, and every replica's link to its master is up.
-func (c *Cluster) WaitOK(timeout time.Duration) error {
+func (c *RedisCluster) WaitOK(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		why := c.notOK()
@@ -98,7 +98,7 @@ func (c *Cluster) WaitOK(timeout time.Duration) error {
 }
 
 // notOK returns why the cluster is not ready, or "".
-func (c *Cluster) notOK() string {
+func (c *RedisCluster) notOK() string {
 	for _, s := range c.Nodes {
 		if !s.Running() {
 			continue
@@ -124,8 +124,8 @@ func (c *Cluster) notOK() string {
 
 // Masters returns the nodes that are currently masters, as the running
 // nodes report their own role.
-func (c *Cluster) Masters() []*Server {
-	var out []*Server
+func (c *RedisCluster) Masters() []*RedisServer {
+	var out []*RedisServer
 	for _, s := range c.Nodes {
 		if !s.Running() {
 			continue
@@ -138,7 +138,7 @@ func (c *Cluster) Masters() []*Server {
 }
 
 // NodeForSlot returns the running node that serves slot as master.
-func (c *Cluster) NodeForSlot(slot int) (*Server, error) {
+func (c *RedisCluster) NodeForSlot(slot int) (*RedisServer, error) {
 	for _, s := range c.Nodes {
 		if !s.Running() {
 			continue

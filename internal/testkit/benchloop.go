@@ -1,9 +1,10 @@
-// Package benchloop runs a benchmark's decisions from several goroutines
+// This file runs a benchmark's decisions from several goroutines
 // in a closed loop (each caller makes its next decision as soon as its
 // last one returns) and reports what the callers saw: decisions per
 // second and latency percentiles. The Redis benchmarks of bench/redis and
 // redisstore use it.
-package benchloop
+
+package testkit
 
 import (
 	"slices"
@@ -13,13 +14,13 @@ import (
 	"time"
 )
 
-// Run makes b.N decisions from callers goroutines, each calling decide
+// RunCallers makes b.N decisions from callers goroutines, each calling decide
 // with the next of the numbers 1 to b.N, and reports decisions/s, p50-µs
 // and p99-µs. It resets b's timer before the first decision and stops it
-// after the last, so that what the caller measures after Run (CPU time,
+// after the last, so that what the caller measures after RunCallers (CPU time,
 // Redis's counters) spans the decisions alone. The first error stops every
 // caller and fails the benchmark.
-func Run(b *testing.B, callers int, decide func(n int64) error) {
+func RunCallers(b *testing.B, callers int, decide func(n int64) error) {
 	b.Helper()
 	var next atomic.Int64
 	var failed atomic.Value

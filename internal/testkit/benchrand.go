@@ -1,8 +1,9 @@
-// Package benchrand is the random source of the benchmarks that pick keys
+// This file is the random source of the benchmarks that pick keys
 // at random (bench, memstore): a xorshift64* generator, a few nanoseconds
 // per number, no locks, one per goroutine, so that choosing a key costs
 // the same in every benchmark and for every library.
-package benchrand
+
+package testkit
 
 // Rand is a xorshift64* generator. Its state must not be zero; seed it
 // with a distinct nonzero value per goroutine (for example a counter times

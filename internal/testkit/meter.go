@@ -1,4 +1,4 @@
-package cputime
+package testkit
 
 import (
 	"testing"
@@ -14,8 +14,8 @@ import (
 // no core sits idle, and it leaves out time spent blocked on a lock.
 type Meter time.Duration
 
-// Start reads the process's CPU time now.
-func Start() Meter { return Meter(Process()) }
+// StartMeter reads the process's CPU time now.
+func StartMeter() Meter { return Meter(Process()) }
 
 // Report adds the CPU time since m per operation of b as cpu-ns/op; it
 // adds nothing where the CPU time cannot be read.

@@ -1,4 +1,4 @@
-// Package redistest starts private redis-server processes for tests: a
+// This file starts private redis-server processes for tests: a
 // single instance or a Redis Cluster, each on free loopback ports, with no
 // persistence, in a temporary directory, stopped when the test ends.
 //
@@ -7,7 +7,8 @@
 // says how to install it, unless the environment variable
 // SLUICE_REQUIRE_REDIS is 1, in which case the test fails instead, so that CI
 // cannot pass without Redis.
-package redistest
+
+package testkit
 
 import (
 	"bufio"
@@ -27,21 +28,21 @@ import (
 	"time"
 )
 
-// RequireEnv is the environment variable that turns a missing redis-server
+// RequireRedisEnv is the environment variable that turns a missing redis-server
 // into a test failure instead of a skip.
-const RequireEnv = "SLUICE_REQUIRE_REDIS"
+const RequireRedisEnv = "SLUICE_REQUIRE_REDIS"
 
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
 
-// Require skips t (or fails it, when SLUICE_REQUIRE_REDIS=1) unless every
+// RequirePrograms skips t (or fails it, when SLUICE_REQUIRE_REDIS=1) unless every
 // named program is on PATH.
-func Require(t testing.TB, programs ...string) {
+func RequirePrograms(t testing.TB, programs ...string) {
 	t.Helper()
 	for _, p := range programs {
 		if _, err := exec.LookPath(p); err != nil {
-			msg := fmt.Sprintf("%s not found on PATH: install it with `apt-get install redis-server` (Debian/Ubuntu); set %s=1 to make this a failure", p, RequireEnv)
-			if os.Getenv(RequireEnv) == "1" {
+			msg := fmt.Sprintf("%s not found on PATH: install it with `apt-get install redis-server` (Debian/Ubuntu); set %s=1 to make this a failure", p, RequireRedisEnv)
+			if os.Getenv(RequireRedisEnv) == "1" {
 				t.Fatal(msg)
 			}
 			t.Skip(msg)
@@ -49,9 +50,9 @@ func Require(t testing.TB, programs ...string) {
 	}
 }
 
-// Server is one redis-server process started by Start or StartCluster. Its
+// RedisServer is one redis-server process started by StartRedis or StartRedisCluster. Its
 // methods are safe for concurrent use.
-type Server struct {
+type RedisServer struct {
 	// Addr is the server's host:port on 127.0.0.1.
 	Addr string
 	// Port is the client port; BusPort the cluster bus port (0 when not in
@@ -69,36 +70,36 @@ type Server struct {
 	done chan struct{}
 }
 
-// Options configure a server.
-type Options struct {
+// RedisOptions configure a server.
+type RedisOptions struct {
 	// Args are extra redis-server arguments, such as "--maxmemory", "10mb".
 	Args []string
-	// Password, if set, is required of clients (requirepass); the Server's
+	// Password, if set, is required of clients (requirepass); the RedisServer's
 	// own commands send it.
 	Password string
 	// TLS, if set, makes the server accept only TLS connections, with this
-	// certificate and key (PEM files), on Port; the Server's own commands
+	// certificate and key (PEM files), on Port; the RedisServer's own commands
 	// connect with ClientTLS.
-	TLS *TLSFiles
+	TLS *RedisTLSFiles
 	// Wrap, if set, is a command and its arguments that run redis-server,
 	// such as {"valgrind", "--tool=callgrind"}: the server is started as
 	// Wrap followed by "redis-server" and its arguments.
 	Wrap []string
 }
 
-// TLSFiles are a TLS server's certificate and key, and the client side's
+// RedisTLSFiles are a TLS server's certificate and key, and the client side's
 // configuration.
-type TLSFiles struct {
+type RedisTLSFiles struct {
 	CertFile, KeyFile string
 	ClientTLS         *tls.Config
 }
 
-// Start starts a single redis-server on a free loopback port and stops it
+// StartRedis starts a single redis-server on a free loopback port and stops it
 // when t ends.
-func Start(t testing.TB, opts ...Options) *Server {
+func StartRedis(t testing.TB, opts ...RedisOptions) *RedisServer {
 	t.Helper()
-	Require(t, "redis-server")
-	var o Options
+	RequirePrograms(t, "redis-server")
+	var o RedisOptions
 	if len(opts) > 0 {
 		o = opts[0]
 	}
@@ -114,12 +115,12 @@ func Start(t testing.TB, opts ...Options) *Server {
 	return s
 }
 
-// StartSentinel starts a Redis Sentinel on a free loopback port that
+// StartRedisSentinel starts a Redis Sentinel on a free loopback port that
 // monitors master under the name set, and stops it when t ends. Its Addr
 // answers SENTINEL commands; clients ask it for the master's address.
-func StartSentinel(t testing.TB, master *Server, set string) *Server {
+func StartRedisSentinel(t testing.TB, master *RedisServer, set string) *RedisServer {
 	t.Helper()
-	Require(t, "redis-server")
+	RequirePrograms(t, "redis-server")
 	dir := t.TempDir()
 	var lastErr error
 	for range 5 {
@@ -136,7 +137,7 @@ func StartSentinel(t testing.TB, master *Server, set string) *Server {
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, args: []string{conf, "--sentinel"}}
+		s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, args: []string{conf, "--sentinel"}}
 		if lastErr = s.Restart(); lastErr == nil {
 			t.Cleanup(s.Kill)
 			return s
@@ -148,21 +149,21 @@ func StartSentinel(t testing.TB, master *Server, set string) *Server {
 
 // startServer picks free ports and starts a server in dir, retrying a few
 // times when another process takes a port in between.
-func startServer(dir string, cluster bool, extra []string) (*Server, error) {
+func startServer(dir string, cluster bool, extra []string) (*RedisServer, error) {
 	return startServerAuth(dir, cluster, extra, "", nil, nil)
 }
 
 // startServerAuth is startServer for a server that requires password,
 // that listens for TLS only when tlsFiles is set, and that runs under wrap
 // when it is set.
-func startServerAuth(dir string, cluster bool, extra []string, password string, tlsFiles *TLSFiles, wrap []string) (*Server, error) {
+func startServerAuth(dir string, cluster bool, extra []string, password string, tlsFiles *RedisTLSFiles, wrap []string) (*RedisServer, error) {
 	var lastErr error
 	for range 5 {
 		ports, err := freePorts(2)
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, password: password, wrap: wrap}
+		s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], dir: dir, password: password, wrap: wrap}
 		if tlsFiles != nil {
 			s.tls = tlsFiles.ClientTLS
 		}
@@ -223,7 +224,7 @@ func freePorts(n int) ([]int, error) {
 // Kill or Stop (it does nothing while the server runs), and waits until it
 // answers PING. Without persistence a restarted server is empty; a cluster
 // node keeps its identity through nodes.conf.
-func (s *Server) Restart() error {
+func (s *RedisServer) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
@@ -265,7 +266,7 @@ func (s *Server) Restart() error {
 
 // Pid returns the process id of the running server (of its Wrap command
 // when it has one), or 0 when it is not running.
-func (s *Server) Pid() int {
+func (s *RedisServer) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -276,12 +277,12 @@ func (s *Server) Pid() int {
 
 // Kill stops the server at once with SIGKILL, as a crash would, and waits
 // for the process to end. It does nothing when the server is not running.
-func (s *Server) Kill() { s.stop(syscall.SIGKILL) }
+func (s *RedisServer) Kill() { s.stop(syscall.SIGKILL) }
 
 // Stop stops the server with SIGTERM (a clean shutdown) and waits for it.
-func (s *Server) Stop() { s.stop(syscall.SIGTERM) }
+func (s *RedisServer) Stop() { s.stop(syscall.SIGTERM) }
 
-func (s *Server) stop(sig syscall.Signal) {
+func (s *RedisServer) stop(sig syscall.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -298,7 +299,7 @@ func (s *Server) stop(sig syscall.Signal) {
 }
 
 // Running reports whether the server process is running.
-func (s *Server) Running() bool {
+func (s *RedisServer) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cmd != nil
@@ -306,12 +307,12 @@ func (s *Server) Running() bool {
 
 // Pause stops the process with SIGSTOP: it keeps its connections but
 // answers nothing, like a hung server, until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *RedisServer) Pause() error { return s.signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+func (s *RedisServer) Resume() error { return s.signal(syscall.SIGCONT) }
 
-func (s *Server) signal(sig syscall.Signal) error {
+func (s *RedisServer) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -320,7 +321,7 @@ func (s *Server) signal(sig syscall.Signal) error {
 	return s.cmd.Process.Signal(sig)
 }
 
-func (s *Server) logTail() string {
+func (s *RedisServer) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > 5 {
@@ -329,20 +330,20 @@ func (s *Server) logTail() string {
 	return strings.Join(lines, " | ")
 }
 
-// Do sends one command to the server on a new connection and returns its
+// RedisDo sends one command to the server on a new connection and returns its
 // reply: a string for simple and bulk strings, an int64 for integers, a
 // []any for arrays, nil for a null reply, and an error for an error reply
 // or a failed connection. It is meant for setup and inspection (INFO,
 // CONFIG, CLUSTER INFO), not for speed.
-func (s *Server) Do(args ...string) (any, error) { return s.do(args...) }
+func (s *RedisServer) Do(args ...string) (any, error) { return s.do(args...) }
 
-func (s *Server) do(args ...string) (any, error) {
+func (s *RedisServer) do(args ...string) (any, error) {
 	return doAuth(s.Addr, s.password, s.tls, args...)
 }
 
 // Keys returns the names of the keys that match pattern (KEYS), and fails
 // t when the server cannot answer.
-func (s *Server) Keys(t testing.TB, pattern string) []string {
+func (s *RedisServer) Keys(t testing.TB, pattern string) []string {
 	t.Helper()
 	reply, err := s.do("KEYS", pattern)
 	if err != nil {
@@ -355,11 +356,11 @@ func (s *Server) Keys(t testing.TB, pattern string) []string {
 	return names
 }
 
-// Do sends one command to the Redis at addr on a new connection, as
-// Server.Do does; it is for reaching a server through a Proxy.
-func Do(addr string, args ...string) (any, error) { return doAuth(addr, "", nil, args...) }
+// RedisDo sends one command to the Redis at addr on a new connection, as
+// RedisServer.Do does; it is for reaching a server through a RedisProxy.
+func RedisDo(addr string, args ...string) (any, error) { return doAuth(addr, "", nil, args...) }
 
-// doAuth is Do after AUTH password, unless password is empty, over TLS
+// doAuth is RedisDo after AUTH password, unless password is empty, over TLS
 // when tc is set.
 func doAuth(addr, password string, tc *tls.Config, args ...string) (any, error) {
 	d := &net.Dialer{Timeout: time.Second}
@@ -455,7 +456,7 @@ func readFull(r *bufio.Reader, buf []byte) (int, error) {
 
 // Info returns the fields of INFO section (for example "cpu",
 // "commandstats", "memory") as a map.
-func (s *Server) Info(section string) (map[string]string, error) {
+func (s *RedisServer) Info(section string) (map[string]string, error) {
 	reply, err := s.do("INFO", section)
 	if err != nil {
 		return nil, err
@@ -469,7 +470,7 @@ func (s *Server) Info(section string) (map[string]string, error) {
 
 // CPU returns the CPU time the server has used so far, user and system
 // (INFO cpu).
-func (s *Server) CPU() (time.Duration, error) {
+func (s *RedisServer) CPU() (time.Duration, error) {
 	info, err := s.Info("cpu")
 	if err != nil {
 		return 0, err
@@ -488,7 +489,7 @@ func (s *Server) CPU() (time.Duration, error) {
 // ScriptCalls returns how many script calls (EVALSHA and EVAL) the server
 // has run and the µs it spent in them (INFO commandstats): the time inside
 // the scripts, without the network.
-func (s *Server) ScriptCalls() (calls, usec int64, err error) {
+func (s *RedisServer) ScriptCalls() (calls, usec int64, err error) {
 	info, err := s.Info("commandstats")
 	if err != nil {
 		return 0, 0, err

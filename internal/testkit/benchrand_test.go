@@ -1,4 +1,4 @@
-package benchrand
+package testkit
 
 import "testing"
 

@@ -1,4 +1,4 @@
-package redistest
+package testkit
 
 import (
 	"net"
@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// Proxy is a TCP proxy on a free loopback port that forwards every
+// RedisProxy is a TCP proxy on a free loopback port that forwards every
 // connection to a target address, for fault tests: it can delay the
 // target's replies, cut a reply in the middle, and close every connection.
 // Requests pass at once; replies are delayed without limiting throughput
 // (each chunk leaves Delay after it arrived). Its methods are safe for
 // concurrent use.
-type Proxy struct {
+type RedisProxy struct {
 	// Addr is the proxy's host:port, for clients to dial instead of the
 	// target's.
 	Addr string
@@ -31,14 +31,14 @@ type Proxy struct {
 	wg     sync.WaitGroup
 }
 
-// StartProxy starts a proxy to target and closes it when t ends.
-func StartProxy(t testing.TB, target string) *Proxy {
+// StartRedisProxy starts a proxy to target and closes it when t ends.
+func StartRedisProxy(t testing.TB, target string) *RedisProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("redistest: proxy: %v", err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &RedisProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -47,16 +47,16 @@ func StartProxy(t testing.TB, target string) *Proxy {
 
 // SetDelay makes every reply from the target arrive d later; 0 removes
 // the delay.
-func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+func (p *RedisProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // DropMidReply makes the proxy forward only the first half of the next
 // reply chunk from the target and then close that connection, as a network
 // that fails in the middle of a reply would.
-func (p *Proxy) DropMidReply() { p.dropNext.Store(true) }
+func (p *RedisProxy) DropMidReply() { p.dropNext.Store(true) }
 
 // CutAll closes every open connection through the proxy; new connections
 // are still accepted.
-func (p *Proxy) CutAll() {
+func (p *RedisProxy) CutAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -66,7 +66,7 @@ func (p *Proxy) CutAll() {
 
 // Close stops the proxy, closes every connection and waits for its
 // goroutines to end.
-func (p *Proxy) Close() {
+func (p *RedisProxy) Close() {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -83,7 +83,7 @@ func (p *Proxy) Close() {
 }
 
 // track registers c, or reports false when the proxy is closed.
-func (p *Proxy) track(cs ...net.Conn) bool {
+func (p *RedisProxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -95,7 +95,7 @@ func (p *Proxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *Proxy) untrack(cs ...net.Conn) {
+func (p *RedisProxy) untrack(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -104,7 +104,7 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 	}
 }
 
-func (p *Proxy) accept() {
+func (p *RedisProxy) accept() {
 	defer p.wg.Done()
 	for {
 		client, err := p.ln.Accept()
@@ -130,7 +130,7 @@ func (p *Proxy) accept() {
 }
 
 // pipe forwards one connection both ways until either side ends.
-func (p *Proxy) pipe(client, server net.Conn) {
+func (p *RedisProxy) pipe(client, server net.Conn) {
 	defer p.untrack(client, server)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -162,7 +162,7 @@ type chunk struct {
 
 // replies forwards the target's replies to the client, each chunk Delay
 // after it arrived.
-func (p *Proxy) replies(client, server net.Conn) {
+func (p *RedisProxy) replies(client, server net.Conn) {
 	queue := make(chan chunk, 1024)
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -1,4 +1,4 @@
-package proctest
+package testkit
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestProcEnds(t *testing.T) {
-	p := Start(t, "true", exec.Command("true"))
+	p := StartProc(t, "true", exec.Command("true"))
 	if !p.Wait(5 * time.Second) {
 		t.Fatal("true did not end within 5s")
 	}
@@ -22,7 +22,7 @@ func TestProcEnds(t *testing.T) {
 }
 
 func TestProcStop(t *testing.T) {
-	p := Start(t, "sleep", exec.Command("sleep", "30"))
+	p := StartProc(t, "sleep", exec.Command("sleep", "30"))
 	if ended, _ := p.Ended(); ended || p.Exited() {
 		t.Fatal("sleep 30 reported ended at once")
 	}
@@ -45,7 +45,7 @@ func TestProcStopKills(t *testing.T) {
 	defer r.Close()
 	cmd := exec.Command("sh", "-c", `trap "" TERM; echo trapped; exec sleep 30`)
 	cmd.Stdout = w
-	p := Start(t, "sh", cmd)
+	p := StartProc(t, "sh", cmd)
 	w.Close()
 	if line, err := bufio.NewReader(r).ReadString('\n'); line != "trapped\n" {
 		t.Fatalf("sh wrote %q, %v; want trapped", line, err)
@@ -62,7 +62,7 @@ func TestProcStopKills(t *testing.T) {
 func TestStopWhenDone(t *testing.T) {
 	var p *Proc
 	t.Run("inner", func(t *testing.T) {
-		p = Start(t, "sleep", exec.Command("sleep", "30"))
+		p = StartProc(t, "sleep", exec.Command("sleep", "30"))
 		p.StopWhenDone(t, 5*time.Second, &Log{})
 	})
 	if !p.Exited() {
