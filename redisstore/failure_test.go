@@ -286,8 +286,16 @@ func TestRecoveryBelowThreshold(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(recoveries) != 1 || recoveries[0].Failures != errs.Load() || recoveries[0].Down < least || recoveries[0].Down > time.Since(away) {
-		t.Errorf("OnRecover calls = %+v, want one of %d failures, down from %v to %v", recoveries, errs.Load(), least, time.Since(away))
+	// One report per outage. A reconnecting client can fail a call after
+	// the first success (another pooled connection still dead): that is
+	// an outage of its own, with its own report. Every failure is in
+	// exactly one report, and the first covers the time Redis was away.
+	var reported int64
+	for _, r := range recoveries {
+		reported += r.Failures
+	}
+	if len(recoveries) == 0 || reported != errs.Load() || recoveries[0].Failures < 2 || recoveries[0].Down < least || recoveries[0].Down > time.Since(away) {
+		t.Errorf("OnRecover calls = %+v, want reports of %d failures in all, the first of at least 2, down from %v to %v", recoveries, errs.Load(), least, time.Since(away))
 	}
 }
 
