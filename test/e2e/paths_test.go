@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -178,36 +179,15 @@ func TestNginxAuthRequestPathTricks(t *testing.T) {
 	base, _ := gateway("sluice", "127.0.0.1/32")
 	alice := clientFrom("127.0.0.1")
 
-	for _, rule := range []struct {
-		method, path string
-		same, tricks []string
-	}{
-		{"POST", "/login", loginLiteral, loginTricks},
-		{"GET", "/api/items", apiLiteral, apiTricks},
-	} {
-		for i := range 3 {
-			if a := send(t, alice, rule.method, base+rule.path); a.status != 200 || a.body != "upstream "+rule.path {
-				t.Fatalf("%s %s, request %d = %d %q, want the upstream's 200", rule.method, rule.path, i, a.status, a.body)
-			}
+	gatewayTricks(t, base, alice, hits, func(what string, a answer) {
+		t.Helper()
+		if a.status != 429 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, `"violated-policies":[`) {
+			t.Errorf("%s = %d %q, want Sluice's 429", what, a.status, a.body)
 		}
-		before := hits.Load()
-		checkQuota := func(what string, a answer) {
-			t.Helper()
-			if a.status != 429 || a.header.Get("Retry-After") == "" || !strings.Contains(a.body, `"violated-policies":[`) {
-				t.Errorf("%s = %d %q, want Sluice's 429", what, a.status, a.body)
-			}
-		}
-		checkQuota(rule.method+" "+rule.path+", request 3", send(t, alice, rule.method, base+rule.path))
-		for _, p := range rule.same {
-			checkQuota(rule.method+" "+p, send(t, alice, rule.method, base+p))
-		}
-		for _, p := range rule.tricks {
-			checkUnavailable(t, rule.method+" "+p+" (Sluice's 400)", send(t, alice, rule.method, base+p))
-		}
-		if got := hits.Load() - before; got != 0 {
-			t.Errorf("the upstream saw %d more requests of the refused client, want 0", got)
-		}
-	}
+	}, func(what string, a answer) {
+		t.Helper()
+		checkUnavailable(t, what+" (Sluice's 400)", a)
+	})
 	if a := send(t, alice, "GET", base+"/items/1"); a.status != 200 || a.body != "upstream /items/1" {
 		t.Errorf("GET /items/1 = %d %q, want the upstream's 200", a.status, a.body)
 	}
@@ -247,6 +227,24 @@ func TestCaddyForwardAuthPathTricks(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", startCaddy(t, bin, snippet, s.http, up.URL))
 	alice := clientFrom("127.0.0.1")
 
+	gatewayTricks(t, base, alice, hits, func(what string, a answer) {
+		t.Helper()
+		if a.status != 429 || !strings.Contains(a.body, `"violated-policies":[`) {
+			t.Errorf("%s = %d %q, want Sluice's 429", what, a.status, a.body)
+		}
+	}, func(what string, a answer) {
+		t.Helper()
+		checkBadPath(t, what+" through Caddy", a)
+	})
+}
+
+// gatewayTricks sends, through a gateway at base, three admitted requests
+// of each rule (POST /login, GET /api/items), then the rule's path again
+// and its literal variants, which limited must accept as the limit's
+// refusal, and its tricks, which trick must accept as Sluice's refusal;
+// the upstream must see none of the refused requests.
+func gatewayTricks(t *testing.T, base string, c *http.Client, hits *atomic.Int64, limited, trick func(what string, a answer)) {
+	t.Helper()
 	for _, rule := range []struct {
 		method, path string
 		same, tricks []string
@@ -255,18 +253,16 @@ func TestCaddyForwardAuthPathTricks(t *testing.T) {
 		{"GET", "/api/items", apiLiteral, apiTricks},
 	} {
 		for i := range 3 {
-			if a := send(t, alice, rule.method, base+rule.path); a.status != 200 || a.body != "upstream "+rule.path {
+			if a := send(t, c, rule.method, base+rule.path); a.status != 200 || a.body != "upstream "+rule.path {
 				t.Fatalf("%s %s, request %d = %d %q, want the upstream's 200", rule.method, rule.path, i, a.status, a.body)
 			}
 		}
 		before := hits.Load()
 		for _, p := range append([]string{rule.path}, rule.same...) {
-			if a := send(t, alice, rule.method, base+p); a.status != 429 || !strings.Contains(a.body, `"violated-policies":[`) {
-				t.Errorf("%s %s = %d %q, want Sluice's 429", rule.method, p, a.status, a.body)
-			}
+			limited(rule.method+" "+p, send(t, c, rule.method, base+p))
 		}
 		for _, p := range rule.tricks {
-			checkBadPath(t, rule.method+" "+p+" through Caddy", send(t, alice, rule.method, base+p))
+			trick(rule.method+" "+p, send(t, c, rule.method, base+p))
 		}
 		if got := hits.Load() - before; got != 0 {
 			t.Errorf("the upstream saw %d more requests of the refused client, want 0", got)
