@@ -255,6 +255,10 @@ func (c call) check(resp *rlsv3.RateLimitResponse, before, after time.Time) []st
 	return bad
 }
 
+// suiteStart is when the test binary started, before any sluice serve
+// it runs.
+var suiteStart = time.Now()
+
 func (w status) check(got *rlsv3.RateLimitResponse_DescriptorStatus, before, after time.Time) []string {
 	var bad []string
 	if got.GetCode() != w.code {
@@ -298,7 +302,12 @@ func (w status) check(got *rlsv3.RateLimitResponse_DescriptorStatus, before, aft
 	// in whole seconds, rounded up; Sluice to the microsecond).
 	period := unitLen[w.unit] * time.Duration(mult)
 	end := windowEnd(before, period)
-	lo, hi := end.Sub(after)-2*time.Millisecond, end.Sub(before)+2*time.Millisecond
+	// The memory store's clock is the wall clock at its start plus the
+	// monotonic clock since: a step of the wall clock since then moves
+	// the two apart by the step, which the bounds allow for.
+	now := time.Now()
+	step := (now.Round(0).Sub(suiteStart.Round(0)) - now.Sub(suiteStart)).Abs()
+	lo, hi := end.Sub(after)-2*time.Millisecond-step, end.Sub(before)+2*time.Millisecond+step
 	if r := got.GetDurationUntilReset().AsDuration(); r < lo || r > hi {
 		bad = append(bad, fmt.Sprintf("duration_until_reset = %v, want within [%v, %v] (the end of the window at %v)", r, lo, hi, end.UTC()))
 	}
