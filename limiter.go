@@ -21,21 +21,8 @@ import (
 // changed one starts afresh for every key (its buckets full, its windows
 // empty).
 type Limiter struct {
-	store Store
-	// fast is store when it has AllowPolicy (memstore does), else nil.
-	fast     policyAllower
+	store    Store
 	policies atomic.Pointer[[]Policy]
-}
-
-// policyAllower is implemented by stores with a single-policy path that
-// takes the policy by pointer and returns the decision's fields one by one
-// (memstore.Store.AllowPolicy). It must decide exactly as Allow does at now
-// (zero: the store's clock) for Request{Policy: *p, Key: key, Cost: cost},
-// and never report Degraded. Limiter.Allow and AllowAt prefer it, since it
-// copies no Request in and no Decision out (docs/BENCHMARKS.md, "Why the
-// hot path is shaped as it is").
-type policyAllower interface {
-	AllowPolicy(now time.Time, p *Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
 }
 
 // New returns a Limiter that applies policies, in order, through store.
@@ -44,7 +31,6 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		return nil, errors.New("sluice: new limiter: nil store")
 	}
 	l := &Limiter{store: store}
-	l.fast, _ = store.(policyAllower)
 	if err := l.SetPolicies(policies...); err != nil {
 		return nil, err
 	}
@@ -80,15 +66,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, 
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
-func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (d Decision, err error) {
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
 	// One policy, the common case, goes straight to the store.
 	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
-		if l.fast != nil {
-			p := &ps[0]
-			d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = l.fast.AllowPolicy(now, p, key, cost)
-			return d, err
-		}
-		return l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost})
+		return l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost})
 	}
 	return l.decide(ctx, now, key, cost, 0)
 }
@@ -101,11 +82,11 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, e
 	}
 	ps := *l.policies.Load()
 	if len(ps) == 1 {
-		return l.store.Peek(ctx, time.Time{}, Request{Policy: ps[0], Key: key, Cost: cost})
+		return l.store.Peek(ctx, time.Time{}, Request{Policy: &ps[0], Key: key, Cost: cost})
 	}
 	ds := make([]Decision, len(ps))
-	for i, p := range ps {
-		d, err := l.store.Peek(ctx, time.Time{}, Request{Policy: p, Key: key, Cost: cost})
+	for i := range ps {
+		d, err := l.store.Peek(ctx, time.Time{}, Request{Policy: &ps[i], Key: key, Cost: cost})
 		if err != nil {
 			return d, err
 		}
@@ -125,7 +106,7 @@ func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy
 		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
 	}
 	if len(ps) == 1 {
-		d, err := l.store.Allow(ctx, now, Request{Policy: ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
+		d, err := l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
 		if out != nil {
 			out[0] = d
 		}
@@ -133,8 +114,8 @@ func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy
 	}
 	rp := reqPool.Get().(*[]Request)
 	reqs := (*rp)[:0]
-	for _, p := range ps {
-		reqs = append(reqs, Request{Policy: p, Key: key, Cost: cost, MaxDelay: maxDelay})
+	for i := range ps {
+		reqs = append(reqs, Request{Policy: &ps[i], Key: key, Cost: cost, MaxDelay: maxDelay})
 	}
 	d, err := l.store.AllowAll(ctx, now, reqs, out)
 	clear(reqs) // keep no key alive in the pool
@@ -160,8 +141,8 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 	}
 	ps := *l.policies.Load()
 	reqs := make([]Request, len(ps))
-	for i, p := range ps {
-		reqs[i] = Request{Policy: p, Key: key, Cost: cost}
+	for i := range ps {
+		reqs[i] = Request{Policy: &ps[i], Key: key, Cost: cost}
 	}
 	return WaitAll(ctx, l.store, reqs)
 }

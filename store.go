@@ -54,9 +54,13 @@ type Decision struct {
 	Degraded bool
 }
 
-// Request asks a Store to charge Cost units to Key under Policy.
+// Request asks a Store to charge Cost units to Key under *Policy.
+//
+// Policy must not be nil. Stores only read *Policy, and keep nothing it
+// points to after a call returns; a pointer keeps the Request small, so
+// that a decision passes no copy of the policy.
 type Request struct {
-	Policy Policy
+	Policy *Policy
 	Key    string
 	Cost   int64
 	// MaxDelay, when positive, bounds the leaky bucket's Delay: a request

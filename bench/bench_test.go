@@ -430,7 +430,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 	})
 	b.Run("Store.Allow/store-clock", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
-		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &policy, Key: "user:1", Cost: 1}
 		cpu := testkit.StartMeter()
 		for b.Loop() {
 			if d, err := st.Allow(ctx, time.Time{}, req); err != nil || !d.Allowed {
@@ -441,7 +441,7 @@ func BenchmarkSluiceLayers(b *testing.B) {
 	})
 	b.Run("Store.Allow/explicit-time", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
-		req := sluice.Request{Policy: policy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &policy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
 		cpu := testkit.StartMeter()
 		for b.Loop() {

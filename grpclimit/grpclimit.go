@@ -260,7 +260,7 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 			continue
 		}
 		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
-		c := engine.Check{Policy: lm.Policy, Key: key, Cost: cost}
+		c := engine.Check{Policy: &lm.Policy, Key: key, Cost: cost}
 		if lm.Shadow {
 			c.Mode = engine.Shadow
 		}
@@ -469,7 +469,7 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 		if !ok {
 			continue
 		}
-		reqs = append(reqs, sluice.Request{Policy: lm.Policy, Key: key, Cost: cost})
+		reqs = append(reqs, sluice.Request{Policy: &lm.Policy, Key: key, Cost: cost})
 	}
 	for {
 		if err := w.waitHold(ctx); err != nil {

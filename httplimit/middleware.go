@@ -366,7 +366,7 @@ func (m *Middleware) settle(r *http.Request, res []LimitResult, status int) {
 		if l.chargeOn == nil || !res[i].Applied || status == 0 || !l.chargeOn(status) {
 			continue
 		}
-		req := sluice.Request{Policy: res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
+		req := sluice.Request{Policy: &res[i].Policy, Key: res[i].Key, Cost: res[i].Cost}
 		if _, err := m.store.Allow(ctx, time.Time{}, req); err != nil && m.logger != nil {
 			m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: charging after the response failed",
 				slog.String("limit", res[i].Policy.Name), slog.Any("error", err))
@@ -502,7 +502,7 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 		if n < len(prev) && prev[n] == i && l.policyFunc == nil {
 			c.Key, c.Cost = key, cost
 		} else {
-			*c = engine.Check{Policy: rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
+			*c = engine.Check{Policy: &rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
 			switch {
 			case l.shadow:
 				c.Mode = engine.Shadow

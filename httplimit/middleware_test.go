@@ -214,7 +214,7 @@ func TestMultiLevelAllOrNothing(t *testing.T) {
 		}
 	}
 	// The route limit was charged once per admitted request only: 4 of 100.
-	d, err := store.Peek(context.Background(), time.Time{}, sluice.Request{Policy: sluice.FixedWindow(100, time.Second).Named("per-route"), Key: "GET /items/7", Cost: 1})
+	d, err := store.Peek(context.Background(), time.Time{}, sluice.Request{Policy: new(sluice.FixedWindow(100, time.Second).Named("per-route")), Key: "GET /items/7", Cost: 1})
 	if err != nil || d.Remaining != 95 { // Peek reports what remains after a cost of 1
 		t.Errorf("per-route Peek = %+v, %v; want Remaining 95", d, err)
 	}

@@ -31,7 +31,7 @@ func TestSlidingWindowT(t *testing.T) {
 		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
 	}
 
-	whole := sluice.Request{Policy: p, Key: "192.0.2.1", Cost: 10}
+	whole := sluice.Request{Policy: &p, Key: "192.0.2.1", Cost: 10}
 	for _, tt := range []struct {
 		at   time.Time
 		want bool

@@ -187,7 +187,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				continue
 			}
 		}
-		reqs = append(reqs, sluice.Request{Policy: l.Policy, Key: key, Cost: cost})
+		reqs = append(reqs, sluice.Request{Policy: &l.Policy, Key: key, Cost: cost})
 	}
 	var notBefore time.Time // after a 429: when req may be sent again
 	for retries := t.retries; ; retries-- {

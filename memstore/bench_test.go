@@ -71,7 +71,7 @@ func BenchmarkOneKey(b *testing.B) {
 	})
 	b.Run("Store.Allow/serial", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
-		req := sluice.Request{Policy: benchPolicy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &benchPolicy, Key: "user:1", Cost: 1}
 		b.ReportAllocs()
 		for b.Loop() {
 			d, err := st.Allow(ctx, time.Time{}, req)
@@ -80,7 +80,7 @@ func BenchmarkOneKey(b *testing.B) {
 	})
 	b.Run("Store.Allow/parallel", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
-		req := sluice.Request{Policy: benchPolicy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &benchPolicy, Key: "user:1", Cost: 1}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -109,7 +109,7 @@ func BenchmarkAlgorithm(b *testing.B) {
 // 2 ms apart, every request admitted.
 func benchOneKey(b *testing.B, p sluice.Policy) {
 	st := memstore.New(memstore.Options{})
-	req := sluice.Request{Policy: p, Key: "user:1", Cost: 1}
+	req := sluice.Request{Policy: &p, Key: "user:1", Cost: 1}
 	now := time.Unix(1_700_000_000, 0)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -202,7 +202,7 @@ func BenchmarkAllowAll(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		reqs := make([]sluice.Request, len(threePolicies))
 		for i, p := range threePolicies {
-			reqs[i] = sluice.Request{Policy: p, Key: "user:1", Cost: 1}
+			reqs[i] = sluice.Request{Policy: &p, Key: "user:1", Cost: 1}
 		}
 		b.ReportAllocs()
 		for b.Loop() {
@@ -216,7 +216,7 @@ func BenchmarkAllowAll(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		reqs := make([]sluice.Request, 128)
 		for i := range reqs {
-			reqs[i] = sluice.Request{Policy: threePolicies[1], Key: "user:" + strconv.Itoa(i%3), Cost: 1}
+			reqs[i] = sluice.Request{Policy: &threePolicies[1], Key: "user:" + strconv.Itoa(i%3), Cost: 1}
 		}
 		b.ReportAllocs()
 		for b.Loop() {

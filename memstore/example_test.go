@@ -14,7 +14,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	st := memstore.New(memstore.Options{})
-	req := sluice.Request{Policy: sluice.TokenBucket(2, time.Second, 3), Key: "user-42", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.TokenBucket(2, time.Second, 3)), Key: "user-42", Cost: 1}
 	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	for _, at := range []time.Duration{0, 0, 0, 0, 200 * time.Millisecond, 500 * time.Millisecond} {
 		d, err := st.Allow(ctx, start.Add(at), req)
@@ -39,8 +39,8 @@ func ExampleStore_AllowAll() {
 	ctx := context.Background()
 	st := memstore.New(memstore.Options{})
 	reqs := []sluice.Request{
-		{Policy: sluice.TokenBucket(10, time.Second, 0).Named("per-second"), Key: "user-42", Cost: 1},
-		{Policy: sluice.FixedWindow(3, time.Hour).Named("per-hour"), Key: "user-42", Cost: 1},
+		{Policy: new(sluice.TokenBucket(10, time.Second, 0).Named("per-second")), Key: "user-42", Cost: 1},
+		{Policy: new(sluice.FixedWindow(3, time.Hour).Named("per-hour")), Key: "user-42", Cost: 1},
 	}
 	out := make([]sluice.Decision, len(reqs))
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -69,7 +69,7 @@ func ExampleStore_Prune() {
 	p := sluice.TokenBucket(10, time.Second, 0)
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	for i := range 1000 {
-		st.Allow(ctx, now, sluice.Request{Policy: p, Key: fmt.Sprint("user-", i), Cost: 5})
+		st.Allow(ctx, now, sluice.Request{Policy: &p, Key: fmt.Sprint("user-", i), Cost: 5})
 	}
 	fmt.Println("tracked:", st.Len())
 	fmt.Println("dropped after 400ms:", st.Prune(now.Add(400*time.Millisecond)))
@@ -90,7 +90,7 @@ func ExampleOptions_maxKeys() {
 	st := memstore.New(memstore.Options{MaxKeys: 10_000})
 	p := sluice.SlidingWindow(100, time.Minute)
 	for i := range 30_000 {
-		st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint("10.0.", i/256, ".", i%256), Cost: 1})
+		st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: fmt.Sprint("10.0.", i/256, ".", i%256), Cost: 1})
 	}
 	fmt.Println(st.Len() <= 10_000)
 	// Output:

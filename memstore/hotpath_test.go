@@ -133,7 +133,7 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 	ctx := context.Background()
 	b.Run("explicit", func(b *testing.B) {
 		s := New(Options{})
-		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &hotPolicy, Key: "user:1", Cost: 1}
 		now := time.Unix(1_700_000_000, 0)
 		cpu := testkit.StartMeter()
 		for b.Loop() {
@@ -147,7 +147,7 @@ func BenchmarkHotStoreAllow(b *testing.B) {
 	})
 	b.Run("clock", func(b *testing.B) {
 		s := New(Options{})
-		req := sluice.Request{Policy: hotPolicy, Key: "user:1", Cost: 1}
+		req := sluice.Request{Policy: &hotPolicy, Key: "user:1", Cost: 1}
 		cpu := testkit.StartMeter()
 		for b.Loop() {
 			d, err := s.Allow(ctx, time.Time{}, req)
@@ -187,7 +187,7 @@ func BenchmarkHotKeys(b *testing.B) {
 		s := New(Options{})
 		now := time.Unix(1_700_000_000, 0)
 		for i := range n {
-			if _, err := s.Allow(ctx, now, sluice.Request{Policy: hotPolicy, Key: "user:" + strconv.Itoa(i), Cost: 1}); err != nil {
+			if _, err := s.Allow(ctx, now, sluice.Request{Policy: &hotPolicy, Key: "user:" + strconv.Itoa(i), Cost: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -197,7 +197,7 @@ func BenchmarkHotKeys(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				r := testkit.Rand(seeds.Add(1) * 0x9e3779b97f4a7c15)
 				buf := make([]byte, 0, 32)
-				req := sluice.Request{Policy: hotPolicy, Cost: 1}
+				req := sluice.Request{Policy: &hotPolicy, Cost: 1}
 				for pb.Next() {
 					buf = strconv.AppendUint(append(buf[:0], "user:"...), r.Next()%uint64(n), 10)
 					req.Key = unsafe.String(unsafe.SliceData(buf), len(buf))

@@ -57,5 +57,5 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	if d.RetryAfter == sluice.Never {
 		return sluice.State{}, capacityError(&req)
 	}
-	return engine.ViewState(&req.Policy, v, tracked, d), nil
+	return engine.ViewState(req.Policy, v, tracked, d), nil
 }

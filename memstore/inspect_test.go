@@ -144,11 +144,11 @@ func TestInspect(t *testing.T) {
 			ctx := context.Background()
 			s := New(Options{})
 			for _, off := range tt.allow {
-				if d, err := s.Allow(ctx, base.Add(off), sluice.Request{Policy: tt.policy, Key: "k", Cost: 1}); err != nil || !d.Allowed {
+				if d, err := s.Allow(ctx, base.Add(off), sluice.Request{Policy: &tt.policy, Key: "k", Cost: 1}); err != nil || !d.Allowed {
 					t.Fatalf("Allow(+%v) = %+v, %v; want allowed", off, d, err)
 				}
 			}
-			req := sluice.Request{Policy: tt.policy, Key: "k", Cost: 1}
+			req := sluice.Request{Policy: &tt.policy, Key: "k", Cost: 1}
 			got, err := s.Inspect(ctx, base.Add(tt.at), req)
 			if err != nil {
 				t.Fatalf("Inspect: %v", err)
@@ -183,7 +183,7 @@ func TestInspectChargesNothing(t *testing.T) {
 			plain, inspected := New(Options{}), New(Options{})
 			for i := range 40 {
 				at := base.Add(time.Duration(i) * 70 * time.Millisecond)
-				req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+				req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 				if _, err := inspected.Inspect(ctx, at, req); err != nil {
 					t.Fatal(err)
 				}
@@ -201,13 +201,13 @@ func TestInspectErrors(t *testing.T) {
 	ctx := context.Background()
 	s := New(Options{})
 	p := sluice.TokenBucket(5, time.Second, 0)
-	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 0}); !errors.Is(err, sluice.ErrInvalidCost) {
+	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 0}); !errors.Is(err, sluice.ErrInvalidCost) {
 		t.Errorf("Inspect(cost 0) error = %v, want ErrInvalidCost", err)
 	}
-	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 6}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
+	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 6}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("Inspect(cost 6) error = %v, want ErrCostExceedsCapacity", err)
 	}
-	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: sluice.Policy{}, Key: "k", Cost: 1}); err == nil {
+	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &sluice.Policy{}, Key: "k", Cost: 1}); err == nil {
 		t.Error("Inspect(zero policy) error = nil, want one")
 	}
 }

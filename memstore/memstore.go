@@ -301,7 +301,7 @@ func (s *Store) check(r *sluice.Request) (*compiled, error) {
 	if r.Cost < 1 {
 		return nil, costError(r.Cost)
 	}
-	c := s.compile(&r.Policy)
+	c := s.compile(r.Policy)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -313,47 +313,18 @@ func costError(cost int64) error {
 }
 
 func capacityError(r *sluice.Request) error {
-	return fmt.Errorf("memstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, r.Policy.Capacity(), r.Policy)
+	p := *r.Policy // a copy, so that no caller's policy escapes with the error
+	return fmt.Errorf("memstore: %w: cost %d, capacity %d (%s)", sluice.ErrCostExceedsCapacity, r.Cost, p.Capacity(), p)
 }
 
 // Allow decides req and charges it when admitted. A zero now means the
-// store's clock.
-//
-// Allow is the path of every single-policy decision, so it is written
-// flat: one cache lookup, one hash, one lock, and for the token bucket and
-// GCRA, the algorithm and the table update in line, with the decision's
-// fields returned in registers (see AllowPolicy).
-func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (d sluice.Decision, err error) {
-	if req.MaxDelay != 0 {
-		return s.allowDelayed(now, &req)
-	}
-	d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.AllowPolicy(now, &req.Policy, req.Key, req.Cost)
-	return d, err
-}
-
-// allowDelayed is Allow for a request with a MaxDelay, which only the
-// leaky bucket reads, on the general path. It is a function of its own so
-// that Allow stays small enough to be inlined into its callers.
-func (s *Store) allowDelayed(now time.Time, req *sluice.Request) (sluice.Decision, error) {
-	return s.allow(now, req, s.compile(&req.Policy))
-}
-
-// AllowPolicy is Allow for one request of cost units on key under *p at
-// now (zero: the store's clock), with no MaxDelay: it decides exactly as
-// Allow decides sluice.Request{Policy: *p, Key: key, Cost: cost}, and
-// returns that Decision's fields but Degraded, which this store never
-// sets. It exists for sluice.Limiter, which calls it instead of Allow when
-// its store has it; most code never calls it. p is only read, and not kept.
-//
-// It costs about what Allow does, without copying a Request in or a
-// Decision out (docs/BENCHMARKS.md, "Why the hot path is shaped as it
-// is"). Its body is the hot path, a token-bucket or GCRA request on a tracked
-// key that is admitted; everything else (a denial, a new key, another
-// algorithm, an invalid request) goes out of line.
-func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+// store's clock. It costs one lookup of the compiled policy, one hash and
+// one lock.
+func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	p := req.Policy
 	c := s.policies[policySlot(p)].Load()
-	if c == nil || !c.is(p) || cost < 1 || !c.tokenBucket {
-		return s.allowPolicy(now, p, key, cost)
+	if c == nil || !c.is(p) || req.Cost < 1 || !c.tokenBucket {
+		return s.allow(now, &req, s.compile(p))
 	}
 	var t int64
 	switch {
@@ -364,57 +335,42 @@ func (s *Store) AllowPolicy(now time.Time, p *sluice.Policy, key string, cost in
 	default:
 		t = s.now().UnixMicro()
 	}
-	h := s.hash(c, key)
+	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
 	i, found := sh.tat.find(h)
 	if found {
 		st := &sh.tat.slots[i].v
-		if ns, remaining, resetAfter, ok := c.pp.Admit(*st, t, cost); ok && ns.Expiry() > t {
+		if ns, remaining, resetAfter, ok := c.pp.Admit(*st, t, req.Cost); ok && ns.Expiry() > t {
 			*st = ns
 			sh.mu.Unlock()
-			return true, p.Limit, remaining, 0, resetAfter, 0, nil
+			return sluice.Decision{Allowed: true, Limit: p.Limit, Remaining: remaining, ResetAfter: resetAfter}, nil
 		}
 	}
-	return sh.allowTAT(s, c, p, key, cost, h, t, i, found)
+	allowed, remaining, retryAfter, resetAfter, err := sh.allowTAT(s, c, &req, h, t, i, found)
+	return sluice.Decision{Allowed: allowed, Limit: p.Limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}, err
 }
 
-// AllowPolicyValue is AllowPolicy with the policy passed by value, for a
-// caller that reaches the store through an interface (the engine behind
-// Sluice's front doors): a pointer passed to an interface method escapes,
-// and with it whatever holds the policy, such as a caller's stack buffer
-// of requests. It decides exactly as AllowPolicy, and returns the
-// decision's fields in registers as AllowPolicy does.
-func (s *Store) AllowPolicyValue(now time.Time, p sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
-	return s.AllowPolicy(now, &p, key, cost)
-}
-
-// allowPolicy is AllowPolicy for a request that is not a valid token-bucket
-// or GCRA request, or whose policy is not compiled yet.
-func (s *Store) allowPolicy(now time.Time, p *sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
-	d, err := s.allow(now, &sluice.Request{Policy: *p, Key: key, Cost: cost}, s.compile(p))
-	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err
-}
-
-// allowTAT is the rest of AllowPolicy's token-bucket path, with the shard
-// locked and the key's slot looked up (i, and found): a denial, a new key,
-// or a state back to initial. It unlocks the shard.
-func (sh *shard) allowTAT(s *Store, c *compiled, p *sluice.Policy, key string, cost int64, h uint64, t int64, i int, found bool) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error) {
+// allowTAT is the rest of Allow's token-bucket and GCRA path, with the
+// shard locked and the key's slot looked up (i, and found): a denial, a
+// new key, or a state back to initial. It unlocks the shard and returns
+// the decision's fields that vary.
+func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t int64, i int, found bool) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error) {
 	var st algo.TAT
 	if found {
 		st = sh.tat.slots[i].v
 	}
 	var r algo.Verdict
-	ns := c.pp.TokenBucketTo(&r, st, t, cost)
+	ns := c.pp.TokenBucketTo(&r, st, t, req.Cost)
 	if r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)
 	}
 	sh.mu.Unlock()
 	if r.RetryAfter == sluice.Never {
-		err = capacityError(&sluice.Request{Policy: *p, Key: key, Cost: cost})
+		err = capacityError(req)
 	}
-	return r.Allowed, p.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, 0, err
+	return r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, err
 }
 
 // allow is Allow for every request that is not a valid token-bucket or

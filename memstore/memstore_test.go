@@ -96,7 +96,7 @@ func TestDropsInitialKeys(t *testing.T) {
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			st, ref := memstore.New(memstore.Options{}), newReference()
-			req := sluice.Request{Policy: p, Key: "k", Cost: 3}
+			req := sluice.Request{Policy: &p, Key: "k", Cost: 3}
 			now := t0.Add(250 * time.Millisecond)
 			d, err := st.Allow(ctx, now, req)
 			if err != nil || !d.Allowed {
@@ -127,7 +127,7 @@ func TestDropsInitialKeys(t *testing.T) {
 	t.Run("Peek tracks nothing", func(t *testing.T) {
 		st := memstore.New(memstore.Options{})
 		for _, p := range []sluice.Policy{sluice.TokenBucket(1, time.Second, 0), sluice.SlidingLog(1, time.Second), sluice.FixedWindow(1, time.Second)} {
-			st.Peek(ctx, t0, sluice.Request{Policy: p, Key: "k", Cost: 1})
+			st.Peek(ctx, t0, sluice.Request{Policy: &p, Key: "k", Cost: 1})
 		}
 		if n := st.Len(); n != 0 {
 			t.Errorf("Len() = %d after Peek calls, want 0", n)
@@ -141,7 +141,7 @@ func TestDropsInitialKeys(t *testing.T) {
 		p := sluice.TokenBucket(10, time.Second, 0)
 		most := 0
 		for i := range 10_000 {
-			st.Allow(ctx, t0.Add(time.Duration(i)*time.Millisecond), sluice.Request{Policy: p, Key: fmt.Sprint(i), Cost: 1})
+			st.Allow(ctx, t0.Add(time.Duration(i)*time.Millisecond), sluice.Request{Policy: &p, Key: fmt.Sprint(i), Cost: 1})
 			most = max(most, st.Len())
 		}
 		if most > 200 {
@@ -153,7 +153,7 @@ func TestDropsInitialKeys(t *testing.T) {
 		st := memstore.New(memstore.Options{Shards: 1})
 		p := sluice.TokenBucket(1, time.Hour, 0)
 		for i := range 100_000 {
-			st.Allow(ctx, t0, sluice.Request{Policy: p, Key: fmt.Sprint(i), Cost: 1})
+			st.Allow(ctx, t0, sluice.Request{Policy: &p, Key: fmt.Sprint(i), Cost: 1})
 		}
 		full := heapInUse() - base
 		if full < 100_000*24 {
@@ -186,7 +186,7 @@ func heapInUse() int64 {
 func TestPruneIsATimeSeen(t *testing.T) {
 	ctx := t.Context()
 	st, ref := memstore.New(memstore.Options{}), newReference()
-	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Minute), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "k", Cost: 1}
 	for _, s := range []sluice.Store{st, ref} {
 		s.Allow(ctx, t0, req)
 	}
@@ -209,7 +209,7 @@ func TestMaxKeys(t *testing.T) {
 			st := memstore.New(memstore.Options{MaxKeys: c.maxKeys, Shards: c.shards})
 			p := sluice.TokenBucket(1, time.Hour, 0)
 			for i := range 5_000 {
-				st.Allow(ctx, t0, sluice.Request{Policy: p, Key: fmt.Sprint(i), Cost: 1})
+				st.Allow(ctx, t0, sluice.Request{Policy: &p, Key: fmt.Sprint(i), Cost: 1})
 			}
 			if n := st.Len(); n > c.maxKeys || n < c.maxKeys*3/4 {
 				t.Errorf("MaxKeys %d, Shards %d: Len() = %d after 5,000 keys, want at most %d and near it", c.maxKeys, c.shards, n, c.maxKeys)
@@ -223,19 +223,19 @@ func TestMaxKeys(t *testing.T) {
 		both := []sluice.Store{st, ref}
 		for i := range 32 {
 			for _, s := range both {
-				s.Allow(ctx, t0, sluice.Request{Policy: idle, Key: fmt.Sprint("idle", i), Cost: 1})
-				s.Allow(ctx, t0, sluice.Request{Policy: busy, Key: fmt.Sprint("busy", i), Cost: 9})
+				s.Allow(ctx, t0, sluice.Request{Policy: &idle, Key: fmt.Sprint("idle", i), Cost: 1})
+				s.Allow(ctx, t0, sluice.Request{Policy: &busy, Key: fmt.Sprint("busy", i), Cost: 9})
 			}
 		}
 		// 200 ms later the idle keys are initial; 32 new keys need room.
 		for i := range 32 {
-			st.Allow(ctx, t0.Add(200*time.Millisecond), sluice.Request{Policy: idle, Key: fmt.Sprint("new", i), Cost: 1})
+			st.Allow(ctx, t0.Add(200*time.Millisecond), sluice.Request{Policy: &idle, Key: fmt.Sprint("new", i), Cost: 1})
 		}
 		if n := st.Len(); n > 64 {
 			t.Errorf("Len() = %d, want at most 64", n)
 		}
 		for i := range 32 {
-			req := sluice.Request{Policy: busy, Key: fmt.Sprint("busy", i), Cost: 1}
+			req := sluice.Request{Policy: &busy, Key: fmt.Sprint("busy", i), Cost: 1}
 			for range 2 {
 				got, _ := st.Allow(ctx, t0.Add(time.Second), req)
 				want, _ := ref.Allow(ctx, t0.Add(time.Second), req)
@@ -255,7 +255,7 @@ func TestMaxKeys(t *testing.T) {
 		flood := 0
 		for step := range 2000 {
 			now = now.Add(time.Millisecond)
-			req := sluice.Request{Policy: p, Key: fmt.Sprint("steady", step%200), Cost: 3}
+			req := sluice.Request{Policy: &p, Key: fmt.Sprint("steady", step%200), Cost: 3}
 			got, _ := st.Allow(ctx, now, req)
 			want, _ := ref.Allow(ctx, now, req)
 			if got != want {
@@ -263,7 +263,7 @@ func TestMaxKeys(t *testing.T) {
 			}
 			for range 20 {
 				flood++
-				st.Allow(ctx, now, sluice.Request{Policy: p, Key: fmt.Sprint("flood", flood), Cost: 1})
+				st.Allow(ctx, now, sluice.Request{Policy: &p, Key: fmt.Sprint("flood", flood), Cost: 1})
 			}
 			if n := st.Len(); n > 1000 {
 				t.Fatalf("step %d: Len() = %d, want at most 1000", step, n)
@@ -285,7 +285,7 @@ func TestZeroAllocs(t *testing.T) {
 		sluice.FixedWindow(1_000_000_000, time.Hour),
 		sluice.SlidingWindow(1_000_000_000, time.Hour),
 	} {
-		req := sluice.Request{Policy: p, Key: "user-1234", Cost: 1}
+		req := sluice.Request{Policy: &p, Key: "user-1234", Cost: 1}
 		now := t0
 		st.Allow(ctx, now, req)
 		for name, f := range map[string]func(){
@@ -298,8 +298,8 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	}
 	reqs := []sluice.Request{
-		{Policy: sluice.TokenBucket(10, time.Second, 0), Key: "user-1234", Cost: 1},
-		{Policy: sluice.FixedWindow(1000, time.Hour), Key: "user-1234", Cost: 1},
+		{Policy: new(sluice.TokenBucket(10, time.Second, 0)), Key: "user-1234", Cost: 1},
+		{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "user-1234", Cost: 1},
 	}
 	out := make([]sluice.Decision, 2)
 	st.AllowAll(ctx, t0, reqs, out)
@@ -307,7 +307,7 @@ func TestZeroAllocs(t *testing.T) {
 		t.Errorf("AllowAll: %v allocations per decision, want 0", n)
 	}
 	// A Limiter with several policies reaches AllowAll without allocating.
-	l, err := sluice.New(st, reqs[0].Policy, reqs[1].Policy)
+	l, err := sluice.New(st, *reqs[0].Policy, *reqs[1].Policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestSweeper(t *testing.T) {
 		st := memstore.New(memstore.Options{SweepInterval: time.Second})
 		p := sluice.TokenBucket(10, time.Second, 0)
 		for i := range 100 {
-			st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint(i), Cost: 5})
+			st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: fmt.Sprint(i), Cost: 5})
 		}
 		if n := st.Len(); n != 100 {
 			t.Fatalf("Len() = %d, want 100", n)
@@ -347,7 +347,7 @@ func TestSweeper(t *testing.T) {
 			t.Errorf("second Close() = %v", err)
 		}
 		// The store stays usable after Close.
-		if d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err != nil || !d.Allowed {
+		if d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 1}); err != nil || !d.Allowed {
 			t.Errorf("Allow after Close = %+v, %v", d, err)
 		}
 	})
@@ -409,12 +409,12 @@ func TestConcurrentUse(t *testing.T) {
 			for i := range 3000 {
 				p := policies[(g+i)%len(policies)]
 				key := fmt.Sprint(i % (10 + 100*g))
-				req := sluice.Request{Policy: p, Key: key, Cost: 1}
+				req := sluice.Request{Policy: &p, Key: key, Cost: 1}
 				switch i % 5 {
 				case 0:
 					st.Peek(ctx, time.Time{}, req)
 				case 1:
-					st.AllowAll(ctx, time.Time{}, []sluice.Request{req, {Policy: policies[i%len(policies)], Key: key, Cost: 2}}, out)
+					st.AllowAll(ctx, time.Time{}, []sluice.Request{req, {Policy: &policies[i%len(policies)], Key: key, Cost: 2}}, out)
 				case 2:
 					if g == 0 {
 						st.Prune(time.Time{})
@@ -432,15 +432,15 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-// TestAllowPolicyMatchesAllow checks that AllowPolicy, the path
-// sluice.Limiter and Allow take (and AllowPolicyValue, the engine's), with its token-bucket and GCRA shortcut,
-// decides every request exactly as the store's general path does (AllowAll
-// of one request, which runs every algorithm through the same code): two
-// stores on the same clock see the same requests, one through each method,
-// and must return the same decisions and errors, for every algorithm, costs
-// from invalid to over capacity, a few keys, at the store's clock and at
-// the same time given explicitly, and with a MaxDelay (Allow's other path).
-func TestAllowPolicyMatchesAllow(t *testing.T) {
+// TestAllowMatchesAllowAll checks that Allow, with its token-bucket and
+// GCRA shortcut, decides every request exactly as the store's general path
+// does (AllowAll of one request, which runs every algorithm through the
+// same code): two stores on the same clock see the same requests, one
+// through each method, and must return the same decisions and errors, for
+// every algorithm, costs from invalid to over capacity, a few keys, at the
+// store's clock and at the same time given explicitly, and with a
+// MaxDelay.
+func TestAllowMatchesAllowAll(t *testing.T) {
 	ctx := context.Background()
 	viaAllow, viaPolicy, clock := teststore.Twins(t0)
 	policies := []sluice.Policy{
@@ -468,19 +468,10 @@ func TestAllowPolicyMatchesAllow(t *testing.T) {
 		if next(4) == 0 {
 			delay = time.Duration(next(3000)) * time.Millisecond
 		}
-		want, wantErr := viaAllow.AllowAll(ctx, at, []sluice.Request{{Policy: p, Key: key, Cost: cost, MaxDelay: delay}}, nil)
-		var got sluice.Decision
-		var gotErr error
-		switch {
-		case delay == 0 && next(2) == 0:
-			got.Allowed, got.Limit, got.Remaining, got.RetryAfter, got.ResetAfter, got.Delay, gotErr = viaPolicy.AllowPolicy(at, &p, key, cost)
-		case delay == 0:
-			got.Allowed, got.Limit, got.Remaining, got.RetryAfter, got.ResetAfter, got.Delay, gotErr = viaPolicy.AllowPolicyValue(at, p, key, cost)
-		default:
-			got, gotErr = viaPolicy.Allow(ctx, at, sluice.Request{Policy: p, Key: key, Cost: cost, MaxDelay: delay})
-		}
+		want, wantErr := viaAllow.AllowAll(ctx, at, []sluice.Request{{Policy: &p, Key: key, Cost: cost, MaxDelay: delay}}, nil)
+		got, gotErr := viaPolicy.Allow(ctx, at, sluice.Request{Policy: &p, Key: key, Cost: cost, MaxDelay: delay})
 		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-			t.Fatalf("request %d (%v, %q, cost %d, at %v, max delay %v): AllowPolicy, AllowPolicyValue or Allow = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, at, delay, got, gotErr, want, wantErr)
+			t.Fatalf("request %d (%v, %q, cost %d, at %v, max delay %v): Allow = %+v, %v; AllowAll = %+v, %v", i, p, key, cost, at, delay, got, gotErr, want, wantErr)
 		}
 	}
 }
@@ -519,7 +510,7 @@ func TestLongKeysKeepNoString(t *testing.T) {
 			long := make([]byte, 32<<10)
 			for i := range 2000 {
 				copy(long, fmt.Sprintf("%08d", i))
-				st.Allow(ctx, t0, sluice.Request{Policy: p, Key: string(long), Cost: 1})
+				st.Allow(ctx, t0, sluice.Request{Policy: &p, Key: string(long), Cost: 1})
 			}
 			if n := st.Len(); n != 2000 {
 				t.Fatalf("Len() = %d, want 2000", n)

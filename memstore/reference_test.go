@@ -60,7 +60,7 @@ func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Dur
 		u := algo.Unit(c.Unit)
 		p = algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Limit, Period: u.Longest(), Cal: algo.NewCalendar(u, c.Location(), c.WeekStartsSunday)}
 	}
-	k := refKey{req.Policy, req.Key}
+	k := refKey{*req.Policy, req.Key}
 	var res algo.Verdict
 	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:

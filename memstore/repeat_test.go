@@ -50,7 +50,7 @@ func TestAllowAllManyRepeats(t *testing.T) {
 	p := sluice.FixedWindow(limit, time.Hour)
 	reqs := make([]sluice.Request, n)
 	for i := range reqs {
-		reqs[i] = sluice.Request{Policy: p, Key: "k" + strconv.Itoa(i%3), Cost: 2}
+		reqs[i] = sluice.Request{Policy: &p, Key: "k" + strconv.Itoa(i%3), Cost: 2}
 	}
 	now := time.Unix(1_700_000_000, 0)
 	out := make([]sluice.Decision, n)
@@ -63,7 +63,7 @@ func TestAllowAllManyRepeats(t *testing.T) {
 			t.Fatalf("out[%d] = %+v, want allowed with %d remaining", i, o, want)
 		}
 	}
-	got, err := st.Peek(context.Background(), now, sluice.Request{Policy: p, Key: "k0", Cost: 1})
+	got, err := st.Peek(context.Background(), now, sluice.Request{Policy: &p, Key: "k0", Cost: 1})
 	if want := int64(limit - 2*n/3 - 1); err != nil || got.Remaining != want {
 		t.Errorf("after AllowAll, Peek(k0) = %+v, %v; want %d remaining", got, err, want)
 	}

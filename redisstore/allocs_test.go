@@ -27,13 +27,13 @@ func TestLocalRefusalAllocs(t *testing.T) {
 			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, CallerTime: callerTime})
 			flood := sluice.TokenBucket(10, time.Hour, 10).Named("flood")
 			reqs := []sluice.Request{
-				{Policy: sluice.FixedWindow(1_000_000, time.Hour).Named("hourly"), Key: "abuser", Cost: 1},
-				{Policy: flood, Key: "abuser", Cost: 1},
-				{Policy: sluice.SlidingWindow(1_000_000, time.Minute).Named("minutely"), Key: "abuser", Cost: 1},
-				{Policy: flood, Key: "abuser", Cost: 2}, // the same key: one request of cost 3 with the second
+				{Policy: new(sluice.FixedWindow(1_000_000, time.Hour).Named("hourly")), Key: "abuser", Cost: 1},
+				{Policy: &flood, Key: "abuser", Cost: 1},
+				{Policy: new(sluice.SlidingWindow(1_000_000, time.Minute).Named("minutely")), Key: "abuser", Cost: 1},
+				{Policy: &flood, Key: "abuser", Cost: 2}, // the same key: one request of cost 3 with the second
 			}
 			out := make([]sluice.Decision, len(reqs))
-			one := sluice.Request{Policy: flood, Key: "other", Cost: 1}
+			one := sluice.Request{Policy: &flood, Key: "other", Cost: 1}
 			for range 11 {
 				if _, err := st.AllowAll(t.Context(), now, reqs, out); err != nil {
 					t.Fatal(err)

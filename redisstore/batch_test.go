@@ -87,9 +87,9 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A key that holds something Sluice did not write, under both prefixes.
-	bad := sluice.Request{Policy: batchPolicies[0], Key: "bad", Cost: 1}
+	bad := sluice.Request{Policy: &batchPolicies[0], Key: "bad", Cost: 1}
 	for _, st := range []*Store{batched, alone} {
-		if _, err := srv.Do("SET", st.policies.get(&bad.Policy).key(st.prefix, bad.Key), "garbage"); err != nil {
+		if _, err := srv.Do("SET", st.policies.get(bad.Policy).key(st.prefix, bad.Key), "garbage"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,7 +100,7 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 		if rng.IntN(20) == 0 {
 			cost = p.Capacity() + 1
 		}
-		r := sluice.Request{Policy: p, Key: fmt.Sprint("k", rng.IntN(3)), Cost: cost}
+		r := sluice.Request{Policy: &p, Key: fmt.Sprint("k", rng.IntN(3)), Cost: cost}
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && rng.IntN(2) == 0 {
 			r.MaxDelay = time.Duration(rng.IntN(1500)) * time.Millisecond
 		}
@@ -127,7 +127,7 @@ func TestBatchDecidesAsAlone(t *testing.T) {
 			}
 			for i := range calls {
 				r := request()
-				r.Policy = variants[rng.IntN(1+rng.IntN(3))]
+				r.Policy = &variants[rng.IntN(1+rng.IntN(3))]
 				if r.Policy.Algorithm != sluice.LeakyBucketAlgorithm {
 					r.MaxDelay = 0
 				}
@@ -216,13 +216,13 @@ func TestBatchingUnderLoad(t *testing.T) {
 				wg.Go(func() {
 					for range attempts {
 						if g%2 == 0 {
-							if !countAdmitted(t, st, &admitted, sluice.Request{Policy: p, Key: "one", Cost: 1}) {
+							if !countAdmitted(t, st, &admitted, sluice.Request{Policy: &p, Key: "one", Cost: 1}) {
 								return
 							}
 							continue
 						}
 						// Two policies on one key: all or nothing.
-						if !countAdmitted(t, st, &admittedAll, sluice.Request{Policy: p, Key: "two", Cost: 1}, sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "two", Cost: 1}) {
+						if !countAdmitted(t, st, &admittedAll, sluice.Request{Policy: &p, Key: "two", Cost: 1}, sluice.Request{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "two", Cost: 1}) {
 							return
 						}
 					}
@@ -269,7 +269,7 @@ func countAdmitted(t *testing.T, st *Store, admitted *atomic.Int64, reqs ...slui
 func TestBatchWaitersTimeOut(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 1000})
-	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "k", Cost: 1}
 	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestFullBatchesGoAtOnce(t *testing.T) {
 	for range 48 {
 		wg.Go(func() {
 			for range 8 {
-				if !countAdmitted(t, st, &admitted, sluice.Request{Policy: p, Key: "full", Cost: 1}) {
+				if !countAdmitted(t, st, &admitted, sluice.Request{Policy: &p, Key: "full", Cost: 1}) {
 					return
 				}
 			}
@@ -373,7 +373,7 @@ func TestBatchClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "k", Cost: 1}
 	var wg sync.WaitGroup
 	var slow, returned atomic.Int64
 	for range 40 {
@@ -433,9 +433,9 @@ func TestScriptCacheFlushed(t *testing.T) {
 			wg.Go(func() {
 				var err error
 				if g%3 == 0 {
-					_, err = st.AllowAll(t.Context(), time.Time{}, []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: sluice.GCRA(1000, time.Second, 1000), Key: "a", Cost: 1}}, nil)
+					_, err = st.AllowAll(t.Context(), time.Time{}, []sluice.Request{{Policy: &p, Key: "a", Cost: 1}, {Policy: new(sluice.GCRA(1000, time.Second, 1000)), Key: "a", Cost: 1}}, nil)
 				} else {
-					_, err = st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint("k", g), Cost: 1})
+					_, err = st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: fmt.Sprint("k", g), Cost: 1})
 				}
 				if err != nil {
 					t.Errorf("after SCRIPT FLUSH: %v", err)

@@ -49,7 +49,7 @@ func BenchmarkAllow(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := n.Add(1)
-					if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: p, Key: benchKeys[i%int64(len(benchKeys))], Cost: 1}); err != nil {
+					if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%int64(len(benchKeys))], Cost: 1}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -65,7 +65,7 @@ func BenchmarkAllowSerial(b *testing.B) {
 	p := sluice.GCRA(1_000_000, time.Second, 0)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: p, Key: benchKeys[i%len(benchKeys)], Cost: 1}); err != nil {
+		if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%len(benchKeys)], Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -76,7 +76,7 @@ func BenchmarkAllowSerial(b *testing.B) {
 // every request (10 an hour), never reaching Redis.
 func BenchmarkLocalRefusal(b *testing.B) {
 	st, _ := benchStore(b)
-	req := sluice.Request{Policy: sluice.TokenBucket(10, time.Hour, 10).Named("flood"), Key: "abuser", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.TokenBucket(10, time.Hour, 10).Named("flood")), Key: "abuser", Cost: 1}
 	for range 11 {
 		if _, err := st.Allow(b.Context(), time.Time{}, req); err != nil {
 			b.Fatal(err)
@@ -103,9 +103,9 @@ func BenchmarkLocalRefusal(b *testing.B) {
 func BenchmarkLocalRefusalAll(b *testing.B) {
 	st, _ := benchStore(b)
 	reqs := []sluice.Request{
-		{Policy: sluice.FixedWindow(1_000_000, time.Hour).Named("hourly"), Key: "abuser", Cost: 1},
-		{Policy: sluice.TokenBucket(10, time.Hour, 10).Named("flood"), Key: "abuser", Cost: 1},
-		{Policy: sluice.SlidingWindow(1_000_000, time.Minute).Named("minutely"), Key: "abuser", Cost: 1},
+		{Policy: new(sluice.FixedWindow(1_000_000, time.Hour).Named("hourly")), Key: "abuser", Cost: 1},
+		{Policy: new(sluice.TokenBucket(10, time.Hour, 10).Named("flood")), Key: "abuser", Cost: 1},
+		{Policy: new(sluice.SlidingWindow(1_000_000, time.Minute).Named("minutely")), Key: "abuser", Cost: 1},
 	}
 	out := make([]sluice.Decision, len(reqs))
 	for range 11 {
@@ -134,7 +134,7 @@ func BenchmarkAllowAll(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		reqs := []sluice.Request{{Policy: second, Cost: 1}, {Policy: hour, Cost: 1}}
+		reqs := []sluice.Request{{Policy: &second, Cost: 1}, {Policy: &hour, Cost: 1}}
 		for pb.Next() {
 			k := benchKeys[n.Add(1)%int64(len(benchKeys))]
 			reqs[0].Key, reqs[1].Key = k, k
@@ -194,7 +194,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					k := "203.0.113." + strconv.FormatInt(n.Add(1), 10)
-					if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: p, Key: k, Cost: 1}); err != nil {
+					if _, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: k, Cost: 1}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -221,7 +221,7 @@ func BenchmarkCallers(b *testing.B) {
 	for _, callers := range []int{1, 16, 64} {
 		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
 			decide := func(i int64) error {
-				d, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: p, Key: benchKeys[i%int64(len(benchKeys))], Cost: 1})
+				d, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%int64(len(benchKeys))], Cost: 1})
 				if err == nil && !d.Allowed {
 					err = fmt.Errorf("denied: %+v", d)
 				}

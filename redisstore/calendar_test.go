@@ -31,7 +31,7 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, skew := range []time.Duration{-20 * time.Hour, -time.Hour, 0, time.Second, time.Hour, 20 * time.Hour} {
-		req := sluice.Request{Policy: p, Key: "skew" + skew.String(), Cost: 1}
+		req := sluice.Request{Policy: &p, Key: "skew" + skew.String(), Cost: 1}
 		c, err := st.check(&req)
 		if err != nil {
 			t.Fatal(err)
@@ -57,7 +57,7 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 		}
 	}
 	for _, skew := range []time.Duration{-72 * time.Hour, 72 * time.Hour} {
-		req := sluice.Request{Policy: p, Key: "far", Cost: 1}
+		req := sluice.Request{Policy: &p, Key: "far", Cost: 1}
 		c, _ := st.check(&req)
 		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
 		if err != nil {

@@ -44,7 +44,7 @@ func exactness(t *testing.T, addrs []string) {
 			for try := 0; ; try++ {
 				key := fmt.Sprintf("hot-%s-%d", a, try)
 				before := redisMicros(t, stores[0])
-				admitted, failed := hammer(t, stores, goroutines, attempts, sluice.Request{Policy: p, Key: key, Cost: 1})
+				admitted, failed := hammer(t, stores, goroutines, attempts, sluice.Request{Policy: &p, Key: key, Cost: 1})
 				after := redisMicros(t, stores[0])
 				if failed > 0 {
 					t.Fatalf("%d calls failed", failed)

@@ -25,11 +25,11 @@ func TestClusterFailover(t *testing.T) {
 	st := newTestStore(t, c.Addrs[:1], Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
 	warm(t, st, c.Addrs...)
 	lag := lagProbe(t)
-	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "k", Cost: 1}
 	if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Allowed || d.Degraded {
 		t.Fatalf("Allow before the failover = %+v, %v", d, err)
 	}
-	master, err := c.NodeForSlot(int(slot(st.policies.get(&req.Policy).key(st.prefix, req.Key))))
+	master, err := c.NodeForSlot(int(slot(st.policies.get(req.Policy).key(st.prefix, req.Key))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestClusterBreakerPerMaster(t *testing.T) {
 	}
 	call := func(k string) (sluice.Decision, time.Duration) {
 		start := time.Now()
-		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: k, Cost: 1})
+		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: k, Cost: 1})
 		if err != nil {
 			t.Fatalf("Allow(%s): %v", k, err)
 		}

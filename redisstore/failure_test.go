@@ -125,7 +125,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 	st := newTestStore(t, []string{srv.Addr}, opts)
 	warm(t, st, srv.Addr)
 	lag := lagProbe(t)
-	req := sluice.Request{Policy: sluice.TokenBucket(2, time.Hour, 0), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.TokenBucket(2, time.Hour, 0)), Key: "k", Cost: 1}
 
 	d, err := st.Allow(t.Context(), time.Time{}, req)
 	if err != nil || !d.Allowed || d.Degraded || d.Remaining != 1 {
@@ -257,7 +257,7 @@ func TestRecoveryBelowThreshold(t *testing.T) {
 		},
 	})
 	warm(t, st, srv.Addr)
-	req := sluice.Request{Policy: sluice.FixedWindow(100, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(100, time.Hour)), Key: "k", Cost: 1}
 	if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || d.Degraded {
 		t.Fatalf("Allow with Redis up = %+v, %v", d, err)
 	}
@@ -305,7 +305,7 @@ func TestFailureAtStart(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	srv.Kill()
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerCooldown: failCooldown})
-	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(5, time.Hour)), Key: "k", Cost: 1}
 	start := time.Now()
 	d, err := st.Allow(t.Context(), time.Time{}, req)
 	if err != nil || d.Allowed || !d.Degraded || time.Since(start) > failTimeout+failMargin {
@@ -333,7 +333,7 @@ func TestCallerGivesUp(t *testing.T) {
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow, BreakerThreshold: 1})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(5, time.Hour)), Key: "k", Cost: 1}
 	for range 3 {
 		d, err := st.Allow(ctx, time.Time{}, req)
 		if !errors.Is(err, context.Canceled) || d.Degraded {
@@ -351,8 +351,8 @@ func TestFailureAllowAll(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	srv.Kill()
 	reqs := []sluice.Request{
-		{Policy: sluice.TokenBucket(10, time.Second, 0), Key: "k", Cost: 3},
-		{Policy: sluice.FixedWindow(1, time.Hour), Key: "k", Cost: 1},
+		{Policy: new(sluice.TokenBucket(10, time.Second, 0)), Key: "k", Cost: 3},
+		{Policy: new(sluice.FixedWindow(1, time.Hour)), Key: "k", Cost: 1},
 	}
 	for _, c := range []struct {
 		fp      FailurePolicy
@@ -379,7 +379,7 @@ func TestFailureAllowAll(t *testing.T) {
 func TestClose(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
-	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(5, time.Hour)), Key: "k", Cost: 1}
 	if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestSlowRedis(t *testing.T) {
 	st := newTestStore(t, []string{proxy.Addr}, Options{Failure: FailDeny, Timeout: failTimeout, BreakerThreshold: 3, BreakerCooldown: failCooldown})
 	warm(t, st, srv.Addr)
 	lag := lagProbe(t)
-	req := sluice.Request{Policy: sluice.FixedWindow(1000, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(1000, time.Hour)), Key: "k", Cost: 1}
 	call := func() (sluice.Decision, time.Duration) {
 		t.Helper()
 		start := time.Now()

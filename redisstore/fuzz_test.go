@@ -37,7 +37,7 @@ func FuzzScriptArgs(f *testing.F) {
 			later = at
 		}
 		// A key of its own per input, so that inputs do not share state.
-		req := sluice.Request{Policy: p, Key: fmt.Sprintf("%d|%s", n.Add(1), key), Cost: cost}
+		req := sluice.Request{Policy: &p, Key: fmt.Sprintf("%d|%s", n.Add(1), key), Cost: cost}
 		mem := memstore.New(memstore.Options{})
 		for _, when := range []time.Time{at, later} {
 			dm, errm := mem.Allow(t.Context(), when, req)

@@ -71,7 +71,7 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	if err != nil {
 		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}
-	st, err := inspectState(&req.Policy, vals)
+	st, err := inspectState(req.Policy, vals)
 	if err != nil {
 		s.report(err)
 		return sluice.State{}, err

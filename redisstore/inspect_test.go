@@ -39,7 +39,7 @@ func TestInspectDifferential(t *testing.T) {
 			for step := range 400 {
 				at = at.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 				key := fmt.Sprint("k", rng.IntN(3))
-				req := sluice.Request{Policy: p, Key: key, Cost: rng.Int64N(min(p.Capacity(), 3)) + 1}
+				req := sluice.Request{Policy: &p, Key: key, Cost: rng.Int64N(min(p.Capacity(), 3)) + 1}
 				if rng.IntN(3) == 0 {
 					want, werr := ms.Inspect(ctx, at, req)
 					got, gerr := rs.Inspect(ctx, at, req)
@@ -69,7 +69,7 @@ func TestInspectRedisClock(t *testing.T) {
 		sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(10, time.Hour), sluice.SlidingLog(10, time.Hour),
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
-			req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+			req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 			empty, err := st.Inspect(ctx, time.Time{}, req)
 			if err != nil || empty.Tracked || empty.Decision.Remaining != 9 {
 				t.Fatalf("Inspect of a new key = %+v, %v; want untracked with 9 remaining", empty, err)
@@ -115,12 +115,12 @@ func TestInspectErrors(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow})
 	p := sluice.TokenBucket(5, time.Second, 0)
-	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 6}); !errorsIs(err, sluice.ErrCostExceedsCapacity) {
+	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 6}); !errorsIs(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("Inspect(cost 6) error = %v, want ErrCostExceedsCapacity", err)
 	}
 	srv.Stop()
 	// The failure policy decides requests, not inspections.
-	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err == nil {
+	if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 1}); err == nil {
 		t.Error("Inspect with Redis gone: no error, want one")
 	}
 }
@@ -140,7 +140,7 @@ func TestInspectUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for i := range calls {
 				k := (c + i) % keys
-				d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: fmt.Sprint("k", k), Cost: 1})
+				d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: fmt.Sprint("k", k), Cost: 1})
 				if err != nil {
 					t.Errorf("Allow: %v", err)
 					return
@@ -153,7 +153,7 @@ func TestInspectUnderLoad(t *testing.T) {
 	}
 	inspected := 0
 	for range 200 {
-		if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k0", Cost: 1}); err != nil {
+		if _, err := st.Inspect(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k0", Cost: 1}); err != nil {
 			t.Errorf("Inspect during the flood: %v", err)
 			break
 		}

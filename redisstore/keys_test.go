@@ -100,7 +100,7 @@ func TestHostileKeysInRedis(t *testing.T) {
 	p := sluice.FixedWindow(1, time.Hour)
 	for round, want := range []bool{true, false} {
 		for _, k := range keys {
-			d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: k, Cost: 1})
+			d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: k, Cost: 1})
 			if err != nil || d.Allowed != want {
 				t.Errorf("round %d: Allow(%q…) = %+v, %v; want allowed %v", round, trunc(k), d, err, want)
 			}

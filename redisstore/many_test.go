@@ -40,7 +40,7 @@ return out`
 	p := sluice.FixedWindow(limit, time.Hour)
 	reqs := make([]sluice.Request, n)
 	for i := range reqs {
-		reqs[i] = sluice.Request{Policy: p, Key: "k" + strconv.Itoa(i%3), Cost: 2}
+		reqs[i] = sluice.Request{Policy: &p, Key: "k" + strconv.Itoa(i%3), Cost: 2}
 	}
 	cs, keys, err := st.manyKeys(reqs)
 	if err != nil {

@@ -60,7 +60,7 @@ func TestRefusedPolicy(t *testing.T) {
 	srv.Kill() // nothing may reach Redis: a call would fail differently
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow})
 	p := sluice.TokenBucket(1, 365*24*time.Hour, 1000)
-	req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 	if _, err := memstore.New(memstore.Options{}).Allow(t.Context(), time.Time{}, req); err != nil {
 		t.Fatalf("memstore refuses %v: %v", p, err)
 	}
@@ -70,7 +70,7 @@ func TestRefusedPolicy(t *testing.T) {
 	if _, err := st.Peek(t.Context(), time.Time{}, req); !errors.Is(err, ErrUnsupportedPolicy) {
 		t.Errorf("Peek(%v) error = %v, want ErrUnsupportedPolicy", p, err)
 	}
-	reqs := []sluice.Request{{Policy: sluice.TokenBucket(5, time.Second, 0), Key: "k", Cost: 1}, req}
+	reqs := []sluice.Request{{Policy: new(sluice.TokenBucket(5, time.Second, 0)), Key: "k", Cost: 1}, req}
 	if _, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil); !errors.Is(err, ErrUnsupportedPolicy) {
 		t.Errorf("AllowAll(..., %v) error = %v, want ErrUnsupportedPolicy", p, err)
 	}
@@ -110,7 +110,7 @@ func TestExtremes(t *testing.T) {
 	}
 	// Past the range: refused, not decided wrongly.
 	rs := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
-	_, err := rs.Allow(t.Context(), time.UnixMicro(maxTime), sluice.Request{Policy: policies[0], Key: "k", Cost: 1})
+	_, err := rs.Allow(t.Context(), time.UnixMicro(maxTime), sluice.Request{Policy: &policies[0], Key: "k", Cost: 1})
 	if err == nil {
 		t.Errorf("Allow at 2^52 µs succeeded, want an error naming the time range")
 	}

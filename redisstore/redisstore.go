@@ -418,7 +418,7 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 		var st []int64
 		v, st, err = s.oneReply(vals)
 		if err == nil {
-			d, err = parseDecision(&req.Policy, v[:])
+			d, err = parseDecision(req.Policy, v[:])
 		}
 		if err != nil {
 			s.report(err)
@@ -714,7 +714,7 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 			counted = true
 		}
 		es[i].seen(ts[i])
-		ds = append(ds, decisionOf(&reqs[i].Policy, r))
+		ds = append(ds, decisionOf(reqs[i].Policy, r))
 	}
 	return es, algo.Combine(ds), true
 }
@@ -847,7 +847,7 @@ func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Deci
 	if len(vals) >= replyHeader+replyWidth && vals[0] == 1 && vals[1] >= 1 && vals[1] <= int64(len(reqs)) {
 		// A request costs more than its capacity: nothing was charged.
 		r := &reqs[vals[1]-1]
-		d, err := parseDecision(&r.Policy, vals[replyHeader:replyHeader+replyWidth])
+		d, err := parseDecision(r.Policy, vals[replyHeader:replyHeader+replyWidth])
 		if err != nil || d.RetryAfter != sluice.Never {
 			return sluice.Decision{}, false, s.malformed(vals)
 		}
@@ -862,7 +862,7 @@ func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Deci
 		ds = out[:0]
 	}
 	for i := range reqs {
-		d, err := parseDecision(&reqs[i].Policy, vals[replyHeader+replyWidth*i:replyHeader+replyWidth*(i+1)])
+		d, err := parseDecision(reqs[i].Policy, vals[replyHeader+replyWidth*i:replyHeader+replyWidth*(i+1)])
 		if err != nil {
 			return sluice.Decision{}, false, err
 		}
@@ -880,7 +880,7 @@ func (s *Store) check(req *sluice.Request) (*compiled, error) {
 	if req.Cost < 1 {
 		return nil, fmt.Errorf("redisstore: %w, got %d", sluice.ErrInvalidCost, req.Cost)
 	}
-	c := s.policies.get(&req.Policy)
+	c := s.policies.get(req.Policy)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -1048,7 +1048,7 @@ func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Reques
 	var retry time.Duration
 	if !allowed {
 		br := s.breakers.all
-		if c := s.policies.get(&reqs[0].Policy); c.err == nil {
+		if c := s.policies.get(reqs[0].Policy); c.err == nil {
 			br = s.breakers.forKey(c.key(s.prefix, reqs[0].Key))
 		}
 		retry = max(time.Millisecond, br.retryAfter().Round(time.Millisecond))

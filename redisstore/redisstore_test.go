@@ -90,7 +90,7 @@ func TestCluster(t *testing.T) {
 		if slot(ka) == slot(kb) {
 			t.Fatalf("keys %q and %q share slot %d; pick other keys", ka, kb, slot(ka))
 		}
-		reqs := []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: p, Key: "b", Cost: 1}}
+		reqs := []sluice.Request{{Policy: &p, Key: "a", Cost: 1}, {Policy: &p, Key: "b", Cost: 1}}
 		_, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil)
 		if !errorsIs(err, ErrCrossSlot) || !errorsIs(err, sluice.ErrNotAtomic) {
 			t.Fatalf("AllowAll over keys a and b on a cluster: error = %v, want ErrCrossSlot, wrapping sluice.ErrNotAtomic", err)
@@ -103,7 +103,7 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		// Every policy of one key shares a slot, so AllowAll over them works.
-		reqs = []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: sluice.FixedWindow(5, time.Hour).Named("h"), Key: "a", Cost: 1}}
+		reqs = []sluice.Request{{Policy: &p, Key: "a", Cost: 1}, {Policy: new(sluice.FixedWindow(5, time.Hour).Named("h")), Key: "a", Cost: 1}}
 		if d, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil); err != nil || !d.Allowed {
 			t.Errorf("AllowAll over two policies of key a = %+v, %v; want allowed", d, err)
 		}
@@ -119,7 +119,7 @@ func TestCallerTimeNeverGoesBack(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	st := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
 	for a := range sluice.Algorithm(len(algorithmFiles)) {
-		req := sluice.Request{Policy: sluice.Policy{Algorithm: a, Limit: 1, Period: time.Second}, Key: "k", Cost: 1}
+		req := sluice.Request{Policy: &sluice.Policy{Algorithm: a, Limit: 1, Period: time.Second}, Key: "k", Cost: 1}
 		steps := []struct {
 			peek bool
 			at   time.Duration

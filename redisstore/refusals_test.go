@@ -203,7 +203,7 @@ func TestLocalRefusalsFlood(t *testing.T) {
 			for try := 0; ; try++ {
 				stores := newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError})
 				before := redisMicros(t, stores[0])
-				admitted, failed := hammer(t, stores, callers, attempts, sluice.Request{Policy: p, Key: "hot", Cost: 1})
+				admitted, failed := hammer(t, stores, callers, attempts, sluice.Request{Policy: &p, Key: "hot", Cost: 1})
 				after := redisMicros(t, stores[0])
 				if failed > 0 {
 					t.Fatalf("%d calls failed", failed)
@@ -227,8 +227,8 @@ func TestLocalRefusalsFlood(t *testing.T) {
 	t.Run("AllowAll", func(t *testing.T) {
 		stores := newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError})
 		reqs := []sluice.Request{
-			{Policy: sluice.TokenBucket(limit, time.Hour, limit).Named("tb"), Key: "hot", Cost: 1},
-			{Policy: sluice.SlidingWindow(1000, time.Hour).Named("sw"), Key: "hot", Cost: 1},
+			{Policy: new(sluice.TokenBucket(limit, time.Hour, limit).Named("tb")), Key: "hot", Cost: 1},
+			{Policy: new(sluice.SlidingWindow(1000, time.Hour).Named("sw")), Key: "hot", Cost: 1},
 		}
 		var ok, bad atomic.Int64
 		var wg sync.WaitGroup
@@ -288,7 +288,7 @@ func TestLocalRefusalsKeepScriptsOff(t *testing.T) {
 			for range callers {
 				wg.Go(func() {
 					for sent.Add(1) <= requests {
-						if _, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "flood", Cost: 1}); err != nil {
+						if _, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "flood", Cost: 1}); err != nil {
 							t.Errorf("Allow: %v", err)
 							return
 						}
@@ -342,7 +342,7 @@ func TestLocalRefusalsClockOffset(t *testing.T) {
 			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 			st.refusals.base = st.refusals.base.Add(-offset) // mono reads offset more
 			p := sluice.TokenBucket(50, time.Second, 3)
-			req := sluice.Request{Policy: p, Key: "k", Cost: 2}
+			req := sluice.Request{Policy: &p, Key: "k", Cost: 2}
 			c := st.policies.get(&p)
 			key := c.key(st.prefix, req.Key)
 			var checked int
@@ -443,7 +443,7 @@ func TestLocalRefusalsRedisDown(t *testing.T) {
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: time.Second, BreakerThreshold: 1, BreakerCooldown: 20 * time.Millisecond})
 	// One unit back every 1.5 s.
 	p := sluice.TokenBucket(2, 3*time.Second, 2)
-	req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 	for i, want := range []bool{true, true, false} {
 		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || d.Allowed != want || d.Degraded {
 			t.Fatalf("Allow %d = %+v, %v; want allowed %t from Redis", i, d, err, want)
@@ -460,7 +460,7 @@ func TestLocalRefusalsRedisDown(t *testing.T) {
 	}
 	// Another key: the failure policy decides, and nothing is cached.
 	entries := st.LocalRefusalStats().Entries
-	other := sluice.Request{Policy: p, Key: "other", Cost: 1}
+	other := sluice.Request{Policy: &p, Key: "other", Cost: 1}
 	for range 3 {
 		if d, err := st.Allow(t.Context(), time.Time{}, other); err != nil || !d.Degraded || d.Allowed {
 			t.Fatalf("Allow of another key with Redis down = %+v, %v; want denied by the failure policy", d, err)
@@ -496,13 +496,13 @@ func TestLocalRefusalsPolicyChange(t *testing.T) {
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	p := sluice.FixedWindow(1, time.Hour).Named("plan-free")
 	for _, want := range []bool{true, false} {
-		if d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err != nil || d.Allowed != want {
+		if d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 1}); err != nil || d.Allowed != want {
 			t.Fatalf("Allow = %+v, %v; want allowed %t", d, err, want)
 		}
 	}
 	for _, q := range []sluice.Policy{sluice.FixedWindow(2, time.Hour).Named("plan-free"), sluice.FixedWindow(1, time.Hour).Named("plan-pro")} {
 		n := st.LocalRefusalStats().Local
-		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: q, Key: "k", Cost: 1})
+		d, err := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &q, Key: "k", Cost: 1})
 		if err != nil || !d.Allowed || st.LocalRefusalStats().Local != n {
 			t.Errorf("Allow under %v after %v refused = %+v, %v; want allowed by Redis", q, p, d, err)
 		}
@@ -510,7 +510,7 @@ func TestLocalRefusalsPolicyChange(t *testing.T) {
 	if s := st.LocalRefusalStats(); s.ByPolicy["plan-free"] != 0 {
 		t.Errorf("local refusals by policy = %v", s.ByPolicy)
 	}
-	if d, _ := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); d.Allowed {
+	if d, _ := st.Allow(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 1}); d.Allowed {
 		t.Errorf("the first policy admits again")
 	}
 	if s := st.LocalRefusalStats(); s.ByPolicy["plan-free"] != 1 || s.Local != 1 || s.Decisions != 5 {
@@ -535,7 +535,7 @@ func TestLocalRefusalsBounded(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: c.opts})
 			for i := range 300 {
-				req := sluice.Request{Policy: p, Key: fmt.Sprint("key-", i), Cost: 1}
+				req := sluice.Request{Policy: &p, Key: fmt.Sprint("key-", i), Cost: 1}
 				for range 2 {
 					if _, err := st.Allow(t.Context(), time.Time{}, req); err != nil {
 						t.Fatal(err)
@@ -550,7 +550,7 @@ func TestLocalRefusalsBounded(t *testing.T) {
 				t.Errorf("%d bytes held, want at most %d", s.Bytes, c.opts.MaxBytes)
 			}
 			// The most recent refusal is cached (when on) and answered locally.
-			req := sluice.Request{Policy: p, Key: "key-299", Cost: 1}
+			req := sluice.Request{Policy: &p, Key: "key-299", Cost: 1}
 			st.Allow(t.Context(), time.Time{}, req)
 			if got := st.LocalRefusalStats().Local; (got == 1) != !c.opts.Off {
 				t.Errorf("local refusals after a repeated refusal = %d (off %t)", got, c.opts.Off)
@@ -565,7 +565,7 @@ func TestLocalRefusalsCluster(t *testing.T) {
 	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{})
 	stores := newInstances(t, c.Addrs[:1], 3, Options{Failure: FailError})
 	p := sluice.GCRA(20, time.Hour, 20)
-	admitted, failed := hammer(t, stores, 8, 30, sluice.Request{Policy: p, Key: "hot", Cost: 1})
+	admitted, failed := hammer(t, stores, 8, 30, sluice.Request{Policy: &p, Key: "hot", Cost: 1})
 	if failed > 0 || admitted != 20 {
 		t.Errorf("%d admitted, %d failed; want exactly 20 admitted", admitted, failed)
 	}
@@ -586,7 +586,7 @@ func TestLocalRefusalsHotSlot(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	allow := func(key string, at time.Duration) sluice.Decision {
 		t.Helper()
-		d, err := st.Allow(t.Context(), t0.Add(at), sluice.Request{Policy: p, Key: key, Cost: 1})
+		d, err := st.Allow(t.Context(), t0.Add(at), sluice.Request{Policy: &p, Key: key, Cost: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,7 +653,7 @@ func TestLocalRefusalsHotSlotAllowAll(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	allowAll := func(key string, at time.Duration) sluice.Decision {
 		t.Helper()
-		d, err := st.AllowAll(t.Context(), t0.Add(at), []sluice.Request{{Policy: q, Key: key, Cost: 1}, {Policy: p, Key: key, Cost: 1}}, nil)
+		d, err := st.AllowAll(t.Context(), t0.Add(at), []sluice.Request{{Policy: &q, Key: key, Cost: 1}, {Policy: &p, Key: key, Cost: 1}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

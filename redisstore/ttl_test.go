@@ -18,7 +18,7 @@ func TestTTL(t *testing.T) {
 	var longest time.Duration
 	for _, a := range sluice.Algorithms() {
 		p := sluice.Policy{Algorithm: a, Limit: 4, Period: period}
-		req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+		req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 		d, err := st.Allow(t.Context(), time.Time{}, req)
 		if err != nil || !d.Allowed || d.ResetAfter <= 0 {
 			t.Fatalf("Allow(%v) = %+v, %v", p, d, err)
@@ -58,7 +58,7 @@ func TestDenialWritesNothing(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
 	for _, a := range sluice.Algorithms() {
-		req := sluice.Request{Policy: sluice.Policy{Algorithm: a, Limit: 1, Period: time.Hour}, Key: "k", Cost: 1}
+		req := sluice.Request{Policy: &sluice.Policy{Algorithm: a, Limit: 1, Period: time.Hour}, Key: "k", Cost: 1}
 		if d, err := st.Allow(t.Context(), time.Time{}, req); err != nil || !d.Allowed {
 			t.Fatalf("first Allow(%v) = %+v, %v", req.Policy, d, err)
 		}
@@ -96,7 +96,7 @@ func dirty(t *testing.T, srv *testkit.RedisServer) int64 {
 func TestRedisClock(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
-	req := sluice.Request{Policy: sluice.FixedWindow(5, time.Hour), Key: "k", Cost: 1}
+	req := sluice.Request{Policy: new(sluice.FixedWindow(5, time.Hour)), Key: "k", Cost: 1}
 	// At the caller's time the window would end in exactly 30 minutes.
 	callerNow := time.Date(2001, 1, 1, 0, 30, 0, 0, time.UTC)
 	d, err := st.Allow(t.Context(), callerNow, req)

@@ -57,7 +57,7 @@ func (s *suite) weightedCost(t *testing.T) {
 		st := s.newStore(t)
 		p := policyOf(a, 10, slow)
 		for i, c := range []step{{7, true, 3}, {4, false, 3}, {3, true, 0}, {1, false, 0}} {
-			d, err := allow(t, st, s.at(0), sluice.Request{Policy: p, Key: "weighted", Cost: c.cost})
+			d, err := allow(t, st, s.at(0), sluice.Request{Policy: &p, Key: "weighted", Cost: c.cost})
 			expect(t, fmt.Sprintf("request %d: Allow(cost %d)", i, c.cost), d, err, c.allowed, c.remaining)
 		}
 	})
@@ -74,8 +74,8 @@ func (s *suite) costExceedsCapacity(t *testing.T) {
 			p.Limit, p.Burst = 10, 5
 		}
 		other := sluice.TokenBucket(4, slow, 0).Named("other")
-		big := sluice.Request{Policy: p, Key: "k", Cost: 6}
-		small := sluice.Request{Policy: other, Key: "k", Cost: 1}
+		big := sluice.Request{Policy: &p, Key: "k", Cost: 6}
+		small := sluice.Request{Policy: &other, Key: "k", Cost: 1}
 		check := func(op string, d sluice.Decision, err error) {
 			t.Helper()
 			if !errors.Is(err, sluice.ErrCostExceedsCapacity) {
@@ -98,7 +98,7 @@ func (s *suite) costExceedsCapacity(t *testing.T) {
 
 		// Nothing was charged: the whole capacity is still there, and the
 		// other policy lost nothing.
-		d, err = allow(t, st, s.at(0), sluice.Request{Policy: p, Key: "k", Cost: 5})
+		d, err = allow(t, st, s.at(0), sluice.Request{Policy: &p, Key: "k", Cost: 5})
 		expect(t, "Allow(cost 5) after the refusals", d, err, true, 0)
 		d, err = peek(t, st, s.at(0), small)
 		expect(t, "Peek(other policy) after the refusals", d, err, true, 3)
@@ -116,7 +116,7 @@ func (s *suite) invalidInput(t *testing.T) {
 	}
 	var calls []call
 	for _, c := range []int64{0, -1, math.MinInt64} {
-		calls = append(calls, call{fmt.Sprintf("cost %d", c), sluice.Request{Policy: good, Key: "k", Cost: c}, sluice.ErrInvalidCost})
+		calls = append(calls, call{fmt.Sprintf("cost %d", c), sluice.Request{Policy: &good, Key: "k", Cost: c}, sluice.ErrInvalidCost})
 	}
 	for _, p := range []struct {
 		name   string
@@ -139,7 +139,7 @@ func (s *suite) invalidInput(t *testing.T) {
 		{"unknown calendar unit", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Calendar: sluice.Calendar{Unit: 99}}},
 		{"sunday weeks of a month", sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 5, Calendar: sluice.Calendar{Unit: sluice.CalendarMonth, WeekStartsSunday: true}}},
 	} {
-		calls = append(calls, call{p.name, sluice.Request{Policy: p.policy, Key: "k", Cost: 1}, sluice.ErrInvalidPolicy})
+		calls = append(calls, call{p.name, sluice.Request{Policy: &p.policy, Key: "k", Cost: 1}, sluice.ErrInvalidPolicy})
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
@@ -150,7 +150,7 @@ func (s *suite) invalidInput(t *testing.T) {
 			if _, err := peek(t, st, s.at(0), c.req); !errors.Is(err, c.want) {
 				t.Errorf("Peek(%s) error = %v, want %v", fmtRequest(c.req), err, c.want)
 			}
-			ok := sluice.Request{Policy: good, Key: "k", Cost: 1}
+			ok := sluice.Request{Policy: &good, Key: "k", Cost: 1}
 			if _, _, err := allowAll(t, st, s.at(0), []sluice.Request{ok, c.req}); !errors.Is(err, c.want) {
 				t.Errorf("AllowAll(good, %s) error = %v, want %v", fmtRequest(c.req), err, c.want)
 			}
@@ -172,7 +172,7 @@ func (s *suite) invalidInput(t *testing.T) {
 	})
 	t.Run("AllowAll with out of the wrong length", func(t *testing.T) {
 		st := s.newStore(t)
-		reqs := []sluice.Request{{Policy: good, Key: "k", Cost: 1}, {Policy: good.Named("second"), Key: "k", Cost: 1}}
+		reqs := []sluice.Request{{Policy: &good, Key: "k", Cost: 1}, {Policy: new(good.Named("second")), Key: "k", Cost: 1}}
 		for _, n := range []int{0, 1, 3} {
 			out := make([]sluice.Decision, n)
 			err := noPanic(t, "AllowAll", reqs, func() error {
@@ -203,7 +203,7 @@ func (s *suite) allOrNothing(t *testing.T) {
 	st := s.newStore(t)
 	short := sluice.TokenBucket(10, slow, 0).Named("short")
 	long := sluice.FixedWindow(25, slow).Named("long")
-	reqs := []sluice.Request{{Policy: short, Key: "k", Cost: 1}, {Policy: long, Key: "k", Cost: 1}}
+	reqs := []sluice.Request{{Policy: &short, Key: "k", Cost: 1}, {Policy: &long, Key: "k", Cost: 1}}
 	for i := range 10 {
 		d, out, err := allowAll(t, st, s.at(0), reqs)
 		expect(t, fmt.Sprintf("request %d: AllowAll", i), d, err, true, int64(9-i))
@@ -224,7 +224,7 @@ func (s *suite) allOrNothing(t *testing.T) {
 	// With the capacities the other way round, long denies and short
 	// must not be charged.
 	wide := sluice.TokenBucket(30, slow, 0).Named("short")
-	reqs = []sluice.Request{{Policy: wide, Key: "k2", Cost: 1}, {Policy: long, Key: "k2", Cost: 1}}
+	reqs = []sluice.Request{{Policy: &wide, Key: "k2", Cost: 1}, {Policy: &long, Key: "k2", Cost: 1}}
 	s.admitAll(t, st, "k2", reqs, 25)
 	d, out, err = allowAll(t, st, s.at(0), reqs)
 	expect(t, "26th AllowAll", d, err, false, 0)
@@ -241,7 +241,7 @@ func (s *suite) allOrNothing(t *testing.T) {
 	// A leaky bucket that would have queued the request reports no
 	// Delay when another policy denies: nothing was queued.
 	leaky := sluice.LeakyBucket(10, slow, 0).Named("queue")
-	reqs = []sluice.Request{{Policy: leaky, Key: "k3", Cost: 1}, {Policy: sluice.FixedWindow(2, slow), Key: "k3", Cost: 1}}
+	reqs = []sluice.Request{{Policy: &leaky, Key: "k3", Cost: 1}, {Policy: new(sluice.FixedWindow(2, slow)), Key: "k3", Cost: 1}}
 	s.admitAll(t, st, "k3", reqs, 2)
 	d, out, err = allowAll(t, st, s.at(0), reqs)
 	expect(t, "3rd AllowAll(leaky, fixed)", d, err, false, 0)
@@ -267,7 +267,7 @@ func (s *suite) perSecondAndPerHour(t *testing.T) {
 	st := s.newStore(t)
 	second := sluice.TokenBucket(10, time.Second, 0).Named("second")
 	hour := sluice.FixedWindow(25, time.Hour).Named("hour")
-	reqs := []sluice.Request{{Policy: second, Key: "k", Cost: 1}, {Policy: hour, Key: "k", Cost: 1}}
+	reqs := []sluice.Request{{Policy: &second, Key: "k", Cost: 1}, {Policy: &hour, Key: "k", Cost: 1}}
 	type want struct {
 		allowed    bool
 		limit      int64
@@ -312,7 +312,7 @@ func (s *suite) duplicates(t *testing.T) {
 	st := s.newStore(t)
 	p := sluice.TokenBucket(5, slow, 0)
 	two := func(a, b int64) []sluice.Request {
-		return []sluice.Request{{Policy: p, Key: "d", Cost: a}, {Policy: p, Key: "d", Cost: b}}
+		return []sluice.Request{{Policy: &p, Key: "d", Cost: a}, {Policy: &p, Key: "d", Cost: b}}
 	}
 	d, out, err := allowAll(t, st, s.at(0), two(2, 2))
 	expect(t, "AllowAll(cost 2, cost 2)", d, err, true, 1)
@@ -324,13 +324,13 @@ func (s *suite) duplicates(t *testing.T) {
 	if !errors.Is(err, sluice.ErrCostExceedsCapacity) || d.RetryAfter != sluice.Never {
 		t.Errorf("AllowAll(cost 3, cost 3) under capacity 5 = %s, %v; want RetryAfter Never and ErrCostExceedsCapacity", fmtDecision(d), err)
 	}
-	d, err = allow(t, st, s.at(0), sluice.Request{Policy: p, Key: "d", Cost: 1})
+	d, err = allow(t, st, s.at(0), sluice.Request{Policy: &p, Key: "d", Cost: 1})
 	expect(t, "Allow(cost 1) after the denied duplicates", d, err, true, 0)
 
 	// A leaky bucket's MaxDelay bounds the wait of the summed request
 	// (none here: the queue is empty), not the second request's wait
 	// behind the first.
-	leaky := sluice.Request{Policy: sluice.LeakyBucket(10, slow, 0), Key: "d", Cost: 1, MaxDelay: 24 * time.Hour}
+	leaky := sluice.Request{Policy: new(sluice.LeakyBucket(10, slow, 0)), Key: "d", Cost: 1, MaxDelay: 24 * time.Hour}
 	d, out, err = allowAll(t, st, s.at(0), []sluice.Request{leaky, leaky})
 	expect(t, "AllowAll(leaky, leaky) with MaxDelay", d, err, true, 8)
 	expect(t, "AllowAll(leaky, leaky) with MaxDelay: out[1]", out[1], nil, true, 8)
@@ -346,7 +346,7 @@ func (s *suite) oneRequestDecidesAsAllow(t *testing.T) {
 		byAllow, byAll := s.newStore(t), s.newStore(t)
 		p := policyOf(a, 4, slow)
 		for i, cost := range []int64{1, 2, 2, 1, 1, 5} {
-			req := sluice.Request{Policy: p, Key: "k", Cost: cost}
+			req := sluice.Request{Policy: &p, Key: "k", Cost: cost}
 			want, wantErr := allow(t, byAllow, s.at(0), req)
 			got, out, err := allowAll(t, byAll, s.at(0), []sluice.Request{req})
 			if (err == nil) != (wantErr == nil) || !s.same(got, want) {
@@ -415,7 +415,7 @@ func (s *suite) peek(t *testing.T) {
 			{1, true, 0},
 			{1, false, 0},
 		} {
-			req := sluice.Request{Policy: p, Key: "peek", Cost: c.cost}
+			req := sluice.Request{Policy: &p, Key: "peek", Cost: c.cost}
 			p1, err1 := peek(t, st, s.at(0), req)
 			p2, err2 := peek(t, st, s.at(0), req)
 			d, err := allow(t, st, s.at(0), req)
@@ -435,7 +435,7 @@ func (s *suite) independentKeys(t *testing.T) {
 		p := policyOf(a, 2, slow)
 		for round, c := range []step{{1, true, 1}, {1, true, 0}, {1, false, 0}} {
 			for k := range 10 {
-				req := sluice.Request{Policy: p, Key: fmt.Sprintf("key-%d", k), Cost: c.cost}
+				req := sluice.Request{Policy: &p, Key: fmt.Sprintf("key-%d", k), Cost: c.cost}
 				d, err := allow(t, st, s.at(0), req)
 				expect(t, fmt.Sprintf("round %d: Allow(%q)", round, req.Key), d, err, c.allowed, c.remaining)
 			}
@@ -464,8 +464,8 @@ func (s *suite) arbitraryKeys(t *testing.T) {
 		keys := awkwardKeys()
 		for round, allowed := range []bool{true, false} {
 			for _, k := range keys {
-				d, err := allow(t, st, s.at(0), sluice.Request{Policy: p, Key: k, Cost: 1})
-				expect(t, fmt.Sprintf("round %d: Allow(%s)", round, fmtRequest(sluice.Request{Key: k, Cost: 1, Policy: p})), d, err, allowed, 0)
+				d, err := allow(t, st, s.at(0), sluice.Request{Policy: &p, Key: k, Cost: 1})
+				expect(t, fmt.Sprintf("round %d: Allow(%s)", round, fmtRequest(sluice.Request{Key: k, Cost: 1, Policy: &p})), d, err, allowed, 0)
 			}
 		}
 	})
@@ -509,7 +509,7 @@ func (s *suite) distinctPolicies(t *testing.T) {
 	}
 	for round, allowed := range []bool{true, false} {
 		for i, pr := range pairs {
-			req := sluice.Request{Policy: pr.p, Key: pr.key, Cost: pr.p.Capacity()}
+			req := sluice.Request{Policy: &pr.p, Key: pr.key, Cost: pr.p.Capacity()}
 			if !allowed {
 				req.Cost = 1
 			}
@@ -554,7 +554,7 @@ func (s *suite) concurrency(t *testing.T) {
 	}
 	forEachAlgorithm(t, func(t *testing.T, a sluice.Algorithm) {
 		st := s.newStore(t)
-		req := sluice.Request{Policy: policyOf(a, limit, slow), Key: "hot", Cost: 1}
+		req := sluice.Request{Policy: new(policyOf(a, limit, slow)), Key: "hot", Cost: 1}
 		got := hammer(t, func() (sluice.Decision, error) { return st.Allow(t.Context(), s.at(0), req) })
 		if got != limit {
 			t.Errorf("%d goroutines × %d Allow calls admitted %d under %v, want %d", s.goroutines, attempts, got, req.Policy, limit)
@@ -565,8 +565,8 @@ func (s *suite) concurrency(t *testing.T) {
 	t.Run("AllowAll", func(t *testing.T) {
 		st := s.newStore(t)
 		reqs := []sluice.Request{
-			{Policy: sluice.TokenBucket(limit, slow, 0), Key: "hot", Cost: 1},
-			{Policy: sluice.FixedWindow(60, slow), Key: "hot", Cost: 1},
+			{Policy: new(sluice.TokenBucket(limit, slow, 0)), Key: "hot", Cost: 1},
+			{Policy: new(sluice.FixedWindow(60, slow)), Key: "hot", Cost: 1},
 		}
 		got := hammer(t, func() (sluice.Decision, error) {
 			return st.AllowAll(t.Context(), s.at(0), reqs, make([]sluice.Decision, len(reqs)))
@@ -592,7 +592,7 @@ func (s *suite) clockBackwards(t *testing.T) {
 		var latest time.Duration
 		for i, at := range times {
 			latest = max(latest, at)
-			req := sluice.Request{Policy: p, Key: "k", Cost: 1}
+			req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 			for _, op := range []string{"Peek", "Allow"} {
 				f := allow
 				if op == "Peek" {
@@ -633,7 +633,7 @@ func (s *suite) retryAndReset(t *testing.T) {
 			var d sluice.Decision
 			for i := range n {
 				now = now.Add(randomGap(r, 3*time.Second))
-				req = sluice.Request{Policy: p, Key: key, Cost: 1 + int64(r.intn(3))}
+				req = sluice.Request{Policy: &p, Key: key, Cost: 1 + int64(r.intn(3))}
 				if a == sluice.LeakyBucketAlgorithm && r.intn(3) == 0 {
 					req.MaxDelay = time.Duration(1+r.intn(2000)) * time.Millisecond
 				}
@@ -679,7 +679,7 @@ func (s *suite) retryAndReset(t *testing.T) {
 							h, fmtRequest(req), fmtDecision(d), fmtAt(now), pr.at, fmtDecision(got))
 					}
 				case "reset":
-					one := sluice.Request{Policy: p, Key: key, Cost: 1}
+					one := sluice.Request{Policy: &p, Key: key, Cost: 1}
 					got, err1 := peek(t, st, at, one)
 					one.Key = "fresh-" + key
 					want, err2 := peek(t, st, at, one)

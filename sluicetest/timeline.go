@@ -161,7 +161,7 @@ func runRows(t *testing.T, st sluice.Store, p sluice.Policy, key string, rows []
 func runRowsFrom(t *testing.T, st sluice.Store, p sluice.Policy, key string, origin time.Time, rows []row) {
 	t.Helper()
 	for i, r := range rows {
-		req := sluice.Request{Policy: p, Key: key, Cost: r.cost, MaxDelay: r.maxDelay}
+		req := sluice.Request{Policy: &p, Key: key, Cost: r.cost, MaxDelay: r.maxDelay}
 		now := origin.Add(r.at)
 		op := "Allow"
 		var got sluice.Decision
@@ -207,7 +207,7 @@ func (s *suite) boundary(t *testing.T) {
 	}
 	forEachAlgorithm(t, func(t *testing.T, a sluice.Algorithm) {
 		st := s.newStore(t)
-		req := sluice.Request{Policy: policyOf(a, 100, time.Minute), Key: "boundary", Cost: 1}
+		req := sluice.Request{Policy: new(policyOf(a, 100, time.Minute)), Key: "boundary", Cost: 1}
 		admitted := 0
 		for _, at := range []time.Duration{59 * sec, 60 * sec} {
 			for range 100 {

@@ -144,7 +144,7 @@ func RandomTrace(seed uint64, cfg TraceConfig) Trace {
 		}
 	}
 	r := newRand(seed)
-	request := func(p sluice.Policy, key string) sluice.Request {
+	request := func(p *sluice.Policy, key string) sluice.Request {
 		req := sluice.Request{Policy: p, Key: key, Cost: 1 + r.int63n(cfg.MaxCost)}
 		if cfg.BigCostOneIn > 0 && r.intn(cfg.BigCostOneIn) == 0 {
 			req.Cost = 1 + r.int63n(p.Capacity()+1)
@@ -169,11 +169,11 @@ func RandomTrace(seed uint64, cfg TraceConfig) Trace {
 			st.Op = OpAllowAll
 		}
 		if st.Op != OpAllowAll || len(cfg.Policies) == 1 {
-			st.Reqs = []sluice.Request{request(cfg.Policies[r.intn(len(cfg.Policies))], key)}
+			st.Reqs = []sluice.Request{request(&cfg.Policies[r.intn(len(cfg.Policies))], key)}
 		} else {
 			k := min(2+r.intn(2), len(cfg.Policies))
 			for _, j := range pick(r, len(cfg.Policies), k) {
-				st.Reqs = append(st.Reqs, request(cfg.Policies[j], key))
+				st.Reqs = append(st.Reqs, request(&cfg.Policies[j], key))
 			}
 			if r.intn(8) == 0 {
 				st.Reqs = append(st.Reqs, request(st.Reqs[0].Policy, key))

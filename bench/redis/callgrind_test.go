@@ -78,7 +78,7 @@ func algorithmLibraries(b *testing.B, addr string) []library {
 		sluice.SlidingLog(1_000_000, time.Second),
 	} {
 		libs = append(libs, library{"sluice-" + p.Algorithm.String(), func(ctx context.Context, i int) error {
-			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: names[i], Cost: 1})
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 1})
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("%s denied: %+v", p.Algorithm, d)
 			}

@@ -130,7 +130,7 @@ func floodRun(b *testing.B, srv *testkit.RedisServer, st sluice.Store, kind stri
 	flood := kind != floodNone
 	ctx := context.Background()
 	for i := range goodCallers {
-		if _, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: goodPolicy, Key: names[i], Cost: 1}); err != nil {
+		if _, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &goodPolicy, Key: names[i], Cost: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -155,7 +155,7 @@ func floodRun(b *testing.B, srv *testkit.RedisServer, st sluice.Store, kind stri
 					break
 				}
 				t := time.Now()
-				d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: goodPolicy, Key: names[i%goodKeys], Cost: 1})
+				d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &goodPolicy, Key: names[i%goodKeys], Cost: 1})
 				if err == nil && !d.Allowed {
 					err = fmt.Errorf("a well-behaved key was denied: %+v", d)
 				}
@@ -174,7 +174,7 @@ func floodRun(b *testing.B, srv *testkit.RedisServer, st sluice.Store, kind stri
 		var fl sync.WaitGroup
 		for range floodCallers {
 			fl.Go(func() {
-				req := sluice.Request{Policy: floodPolicy, Key: "abuser", Cost: 1}
+				req := sluice.Request{Policy: &floodPolicy, Key: "abuser", Cost: 1}
 				for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
 					if kind == floodSpin {
 						spin(uint64(n))

@@ -87,14 +87,14 @@ func libraries(b *testing.B, addr string) []library {
 			return trivial.Exec(ctx, rc, nil, nil).Error()
 		}},
 		{"sluice", func(ctx context.Context, i int) error {
-			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: policy, Key: names[i], Cost: 1})
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &policy, Key: names[i], Cost: 1})
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("denied: %+v", d)
 			}
 			return err
 		}},
 		{"sluice-unbatched", func(ctx context.Context, i int) error {
-			d, err := unbatched.Allow(ctx, time.Time{}, sluice.Request{Policy: policy, Key: names[i], Cost: 1})
+			d, err := unbatched.Allow(ctx, time.Time{}, sluice.Request{Policy: &policy, Key: names[i], Cost: 1})
 			if err == nil && !d.Allowed {
 				err = fmt.Errorf("denied: %+v", d)
 			}

@@ -175,7 +175,7 @@ func BenchmarkMemstoreAllow(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: keys[i%benchKeys], Cost: 1})
+		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: keys[i%benchKeys], Cost: 1})
 		if err != nil || !d.Allowed {
 			b.Fatalf("Allow = %+v, %v, want allowed", d, err)
 		}

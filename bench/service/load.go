@@ -410,7 +410,7 @@ func (c *libClient) worker(int) (worker, error) { return c, nil }
 func (c *libClient) close() error { return c.st.Close() }
 
 func (c *libClient) decide(ctx context.Context, k int) (bool, error) {
-	d, err := c.st.Allow(ctx, time.Time{}, sluice.Request{Policy: c.policy, Key: c.keys[k], Cost: 1})
+	d, err := c.st.Allow(ctx, time.Time{}, sluice.Request{Policy: &c.policy, Key: c.keys[k], Cost: 1})
 	if err != nil {
 		return false, err
 	}

@@ -62,8 +62,10 @@ const (
 type Check struct {
 	// Policy and Key name the counter; Cost is what the request charges to
 	// it. A Cost below 1 charges nothing: the check is reported with
-	// State and takes no part in the verdict.
-	Policy sluice.Policy
+	// State and takes no part in the verdict. Policy must not be nil; it
+	// is only read, and points best at a policy that outlives the request
+	// (a door's configuration), since the store call makes it escape.
+	Policy *sluice.Policy
 	Key    string
 	Cost   int64
 	Mode   Mode
@@ -129,13 +131,12 @@ func (o *Outcome) NotAtomic() bool {
 	return o.Err != nil && errors.Is(o.Err, sluice.ErrNotAtomic)
 }
 
-// scratch holds the buffers of one Decide call, pooled so that a decision
-// allocates nothing of its own (a slice handed to Store.AllowAll, an
-// interface method, would escape to the heap).
+// scratch holds the buffers of one Decide call of several checks that
+// decide, pooled so that a decision allocates nothing of its own (a slice
+// handed to Store.AllowAll, an interface method, would escape to the
+// heap).
 type scratch struct {
-	idx  []int             // the enforced and deferred checks that charge
-	reqs []sluice.Request  // the store requests of the enforced ones
-	at   []int             // the check of each request
+	reqs []sluice.Request  // the store requests of the enforced checks
 	out  []sluice.Decision // the store's decision on each request
 	ds   []sluice.Decision // the decisions combined into the outcome
 }
@@ -145,10 +146,8 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // reset empties sc for the next call, keeping no key alive; the rest is
 // written anew.
 func (sc *scratch) reset() {
-	for i := range sc.reqs {
-		sc.reqs[i].Key = ""
-	}
-	sc.idx, sc.reqs, sc.at, sc.out, sc.ds = sc.idx[:0], sc.reqs[:0], sc.at[:0], sc.out[:0], sc.ds[:0]
+	clear(sc.reqs)
+	sc.reqs, sc.out, sc.ds = sc.reqs[:0], sc.out[:0], sc.ds[:0]
 }
 
 // release puts sc back in the pool.
@@ -177,190 +176,115 @@ func Decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 }
 
 // decide is Decide with the buffers sc, or (nil) buffers from the pool
-// when the request needs them.
+// when the request has several checks that decide.
 func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome, sc *scratch) {
-	if len(checks) == 1 && checks[0].Mode == Enforced && checks[0].Cost >= 1 && checks[0].Cost <= checks[0].Policy.Capacity() {
-		decideOne(ctx, store, now, &checks[0], &res[0], o)
-		return
-	}
-	if sc == nil {
-		sc = scratchPool.Get().(*scratch)
-		defer sc.release()
-	} else {
-		defer sc.reset()
-	}
-	if enforcedOnly(checks) {
-		decideAll(ctx, store, now, checks, res, o, sc)
-		return
-	}
 	clear(res)
 	*o = Outcome{Allowed: true, Decision: sluice.Decision{Allowed: true}, Decider: -1}
-	refused, peeked := false, false // refused before the store charged anything
-	total, shadows, deferred, free := scan(checks)
-	for i := range checks {
-		c := &checks[i]
-		if c.Mode == Shadow || c.Cost < 1 {
-			continue
-		}
-		sc.idx = append(sc.idx, i)
-		// No sum of the checks charged together exceeds their total.
-		if total > c.Policy.Capacity() && impossible(checks, i) {
-			res[i].Decision, res[i].Denied = never(c.Policy), true
-			refused = true
+	var n counts
+	n.scan(checks)
+	if n.decided > 1 || n.deferred {
+		if sc == nil {
+			sc = scratchPool.Get().(*scratch)
+			defer sc.release()
+		} else {
+			defer sc.reset()
 		}
 	}
-	if len(sc.idx) > 0 {
-		if !refused && deferred {
-			refused, peeked = peekDeferred(ctx, store, now, checks, res, sc.idx, o), true
+	if n.decided > 0 {
+		refused, peeked := false, false // refused before the store charged anything
+		for i := range checks {
+			c := &checks[i]
+			// No sum of the checks charged together exceeds their total.
+			if decides(c) && n.total > c.Policy.Capacity() && impossible(checks, i) {
+				res[i].Decision, res[i].Denied = never(c.Policy), true
+				refused = true
+			}
+		}
+		if !refused && n.deferred {
+			refused, peeked = peekDeferred(ctx, store, now, checks, res, o), true
 		}
 		switch {
 		case o.Err != nil:
 		case refused:
-			reportUncharged(ctx, store, now, checks, res, sc.idx, peeked)
-			o.settle(checks, res, sc, sluice.Decision{}, false)
+			reportUncharged(ctx, store, now, checks, res, peeked)
+			o.settle(checks, res, sc, nil, false)
 		default:
-			d, err := decideEnforced(ctx, store, now, checks, res, sc)
+			var d sluice.Decision
+			err := charge(ctx, store, now, checks, res, n.enforced, sc, &d)
 			if errors.Is(err, sluice.ErrCostExceedsCapacity) {
 				// A store that finds a cost it can never admit (the
 				// checks above should have found it) refuses it too.
 				d, err = sluice.Decision{RetryAfter: sluice.Never}, nil
-				for _, i := range sc.at {
-					res[i] = CheckResult{Decision: d, Denied: true}
+				for i := range checks {
+					if charges(&checks[i]) {
+						res[i] = CheckResult{Decision: d, Denied: true}
+					}
 				}
 			}
 			if err != nil {
 				o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err
 			} else {
-				o.settle(checks, res, sc, d, len(sc.reqs) > 0)
+				o.settle(checks, res, sc, &d, n.enforced > 0)
 			}
 		}
 	}
-	if o.Err == nil && shadows {
+	if o.Err == nil && n.shadows {
 		o.DryRunDenied = decideShadows(ctx, store, now, checks, res, o.Allowed)
 	}
-	for i := range checks {
-		if free && checks[i].Cost < 1 {
-			res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
+	if n.free {
+		for i := range checks {
+			if checks[i].Cost < 1 {
+				res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
+			}
 		}
 	}
 }
 
-// valueAllower is a store with a one-policy path that returns the
-// decision's fields one by one (memstore.Store.AllowPolicyValue): it
-// decides exactly as Allow does at now for sluice.Request{Policy: p, Key:
-// key, Cost: cost}. docs/BENCHMARKS.md says why it exists ("Why the hot
-// path is shaped as it is").
-type valueAllower interface {
-	AllowPolicyValue(now time.Time, p sluice.Policy, key string, cost int64) (allowed bool, limit, remaining int64, retryAfter, resetAfter, delay time.Duration, err error)
+// decides reports whether c takes part in the verdict: an enforced or
+// deferred check that charges.
+func decides(c *Check) bool { return c.Mode != Shadow && c.Cost >= 1 }
+
+// charges reports whether c is charged with the verdict: an enforced check
+// that charges.
+func charges(c *Check) bool { return c.Mode == Enforced && c.Cost >= 1 }
+
+// counts is what scan finds in a request's checks.
+type counts struct {
+	// total is the summed cost of the checks that decide (MaxInt64 if it
+	// overflows), a bound on the summed cost of any of them on one
+	// (policy, key), which impossible computes.
+	total int64
+	// decided and enforced count the checks that decide and those that
+	// are charged with the verdict.
+	decided, enforced int
+	// shadows, deferred and free report shadow checks that charge,
+	// deferred checks that charge and checks that charge nothing.
+	shadows, deferred, free bool
 }
 
-// decideOne is Decide for the most common request, one enforced check
-// that can pass: one store call and nothing pooled, with the outcome the
-// general path gives it. The store's decision is written to r field by
-// field and copied to o the same way (put).
-func decideOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, r *CheckResult, o *Outcome) {
-	d := &r.Decision
-	var err error
-	if va, ok := store.(valueAllower); ok && c.MaxDelay == 0 {
-		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = va.AllowPolicyValue(now, c.Policy, c.Key, c.Cost)
-		d.Degraded = false
-	} else {
-		*d, err = store.Allow(ctx, now, request(c))
-	}
-	switch {
-	case err == nil:
-		r.Err, r.Charged, r.Denied = nil, d.Allowed, !d.Allowed
-		o.Allowed, o.Decider, o.Err, o.DryRunDenied = d.Allowed, 0, nil, false
-		put(&o.Decision, d)
-	case errors.Is(err, sluice.ErrCostExceedsCapacity):
-		// A store that finds a cost it can never admit refuses it too.
-		*r = CheckResult{Decision: sluice.Decision{RetryAfter: sluice.Never}, Denied: true}
-		*o = Outcome{Decision: sluice.Decision{RetryAfter: sluice.Never}, Decider: 0}
-	default:
-		*r = CheckResult{Err: err}
-		*o = Outcome{Err: err, Decider: -1}
-	}
-}
-
-// put writes d's fields to *dst one by one, where d was just written field
-// by field (docs/BENCHMARKS.md, "Why the hot path is shaped as it is").
-func put(dst, d *sluice.Decision) {
-	dst.Allowed, dst.Limit, dst.Remaining = d.Allowed, d.Limit, d.Remaining
-	dst.RetryAfter, dst.ResetAfter, dst.Delay, dst.Degraded = d.RetryAfter, d.ResetAfter, d.Delay, d.Degraded
-}
-
-// enforcedOnly reports whether checks are several enforced checks that
-// charge and whose summed cost fits every one's capacity, so that none can
-// be impossible: the request decideAll decides.
-func enforcedOnly(checks []Check) bool {
-	if len(checks) < 2 {
-		return false
-	}
-	var total int64
+// scan counts checks into n, which starts at zero.
+func (n *counts) scan(checks []Check) {
 	for i := range checks {
 		c := &checks[i]
-		if c.Mode != Enforced || c.Cost < 1 || total > math.MaxInt64-c.Cost {
-			return false
+		switch {
+		case c.Cost < 1:
+			n.free = true
+			continue
+		case c.Mode == Shadow:
+			n.shadows = true
+			continue
+		case c.Mode == Deferred:
+			n.deferred = true
+		default:
+			n.enforced++
 		}
-		total += c.Cost
-	}
-	for i := range checks {
-		if total > checks[i].Policy.Capacity() {
-			return false
-		}
-	}
-	return true
-}
-
-// decideAll is Decide for several enforced checks that can pass
-// (enforcedOnly): one AllowAll call, with the outcome and results the
-// general path gives them, without its bookkeeping of which checks take
-// part (TestEnforcedAsGeneral).
-func decideAll(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome, sc *scratch) {
-	for i := range checks {
-		sc.reqs = append(sc.reqs, request(&checks[i]))
-	}
-	if cap(sc.out) < len(sc.reqs) {
-		sc.out = make([]sluice.Decision, len(sc.reqs))
-	}
-	out := sc.out[:len(sc.reqs)]
-	sc.out = out
-	d, err := store.AllowAll(ctx, now, sc.reqs, out)
-	switch {
-	case err == nil:
-	case errors.Is(err, sluice.ErrCostExceedsCapacity):
-		// A store that finds a cost it can never admit refuses it too.
-		d = sluice.Decision{RetryAfter: sluice.Never}
-		for i := range res {
-			res[i] = CheckResult{Decision: d, Denied: true}
-		}
-		*o = Outcome{Decision: d, Decider: 0}
-		return
-	default:
-		for i := range res {
-			res[i] = CheckResult{Err: err}
-		}
-		*o = Outcome{Err: err, Decider: -1}
-		return
-	}
-	allowed := d.Allowed
-	k := 0
-	for i := range res {
-		r := &res[i]
-		r.Decision, r.Err = out[i], nil
-		if d.Degraded {
-			// The failure policy decided the whole: its verdict is every
-			// check's.
-			r.Decision.Allowed, r.Decision.Degraded = d.Allowed, true
-		}
-		r.Charged, r.Denied = d.Allowed, !r.Decision.Allowed
-		allowed = allowed && !r.Denied
-		if rank(&r.Decision).Precedes(rank(&res[k].Decision)) {
-			k = i // Decider's choice, as settle makes it
+		n.decided++
+		if n.total > math.MaxInt64-c.Cost {
+			n.total = math.MaxInt64
+		} else {
+			n.total += c.Cost
 		}
 	}
-	d.Allowed = allowed
-	*o = Outcome{Allowed: allowed, Decision: d, Decider: k}
 }
 
 // impossible reports whether check i can never pass: its cost, summed with
@@ -372,7 +296,7 @@ func impossible(checks []Check, i int) bool {
 	sum := c.Cost
 	for j := range checks {
 		o := &checks[j]
-		if j == i || o.Cost < 1 || o.Key != c.Key || o.Policy != c.Policy || !together(c, o) {
+		if j == i || o.Cost < 1 || o.Key != c.Key || *o.Policy != *c.Policy || !together(c, o) {
 			continue
 		}
 		if sum > math.MaxInt64-o.Cost {
@@ -381,29 +305,6 @@ func impossible(checks []Check, i int) bool {
 		sum += o.Cost
 	}
 	return sum > c.Policy.Capacity()
-}
-
-// scan returns the summed cost of the enforced and deferred checks that
-// charge (MaxInt64 if it overflows), a bound on the summed cost of any of
-// them on one (policy, key), which impossible computes; and whether there
-// are shadow checks that charge, deferred checks that charge and checks
-// that charge nothing.
-func scan(checks []Check) (total int64, shadows, deferred, free bool) {
-	for i := range checks {
-		c := &checks[i]
-		deferred = deferred || c.Mode == Deferred && c.Cost >= 1
-		switch {
-		case c.Cost < 1:
-			free = true
-		case c.Mode == Shadow:
-			shadows = true
-		case total > math.MaxInt64-c.Cost:
-			total = math.MaxInt64
-		default:
-			total += c.Cost
-		}
-	}
-	return total, shadows, deferred, free
 }
 
 // together reports whether a and b are decided in one all-or-nothing call.
@@ -415,17 +316,17 @@ func together(a, b *Check) bool {
 }
 
 // never is the decision on a check that can never pass.
-func never(p sluice.Policy) sluice.Decision {
+func never(p *sluice.Policy) sluice.Decision {
 	return sluice.Decision{Limit: p.Limit, RetryAfter: sluice.Never}
 }
 
-// peekDeferred peeks the deferred checks among idx and reports whether one
-// refuses the request; a store error is set in o.
-func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, idx []int, o *Outcome) bool {
+// peekDeferred peeks the deferred checks and reports whether one refuses
+// the request; a store error is set in o.
+func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome) bool {
 	refused := false
-	for _, i := range idx {
+	for i := range checks {
 		c := &checks[i]
-		if c.Mode != Deferred {
+		if c.Mode != Deferred || c.Cost < 1 {
 			continue
 		}
 		d, err := store.Peek(ctx, now, request(c))
@@ -439,78 +340,114 @@ func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks
 	return refused
 }
 
-// reportUncharged fills the results of the checks of idx not decided yet,
-// for a request refused before the store charged anything: each reports
-// its state without the charge, and one that can never pass is refused
-// with RetryAfter Never. peeked reports that the deferred checks were
-// peeked already.
-func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, idx []int, peeked bool) {
-	for _, i := range idx {
-		r := &res[i]
-		impossible := r.Denied && r.Decision.RetryAfter == sluice.Never
-		if r.Denied && !impossible || checks[i].Mode == Deferred && peeked {
-			continue // decided already
-		}
-		d, err := State(ctx, store, now, checks[i])
-		*r = CheckResult{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
-		if impossible {
-			r.Decision.Allowed, r.Decision.RetryAfter, r.Denied = false, sluice.Never, true
+// reportUncharged fills the results of the checks that decide and are not
+// decided yet, for a request refused before the store charged anything
+// (see reportOne). peeked reports that the deferred checks were peeked
+// already.
+func reportUncharged(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, peeked bool) {
+	for i := range checks {
+		if decides(&checks[i]) && !(checks[i].Mode == Deferred && peeked) {
+			reportOne(ctx, store, now, checks, res, i)
 		}
 	}
 }
 
-// decideEnforced charges the enforced checks among sc.idx, all or
-// nothing, in one store call, and returns the store's combined decision.
-func decideEnforced(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, sc *scratch) (sluice.Decision, error) {
-	for _, i := range sc.idx {
-		if checks[i].Mode == Enforced {
-			sc.reqs = append(sc.reqs, request(&checks[i]))
-			sc.at = append(sc.at, i)
-		}
+// reportOne fills the result of check i, of a request or shadow group
+// refused before the store charged anything, unless another refusal
+// decided it already: the check reports its state without the charge, and
+// one that can never pass is refused with RetryAfter Never.
+func reportOne(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, i int) {
+	r := &res[i]
+	impossible := r.Denied && r.Decision.RetryAfter == sluice.Never
+	if r.Denied && !impossible {
+		return // decided already
 	}
-	var d sluice.Decision
+	d, err := State(ctx, store, now, checks[i])
+	*r = CheckResult{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
+	if impossible {
+		r.Decision.Allowed, r.Decision.RetryAfter, r.Denied = false, sluice.Never, true
+	}
+}
+
+// charge charges the n enforced checks that charge, all or nothing, in
+// one store call (Allow for one, AllowAll for several, with sc's
+// buffers), and writes each one's result and the store's combined
+// decision to *combined.
+func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, n int, sc *scratch, combined *sluice.Decision) error {
 	var err error
-	switch len(sc.reqs) {
+	switch n {
 	case 0:
-		return sluice.Decision{Allowed: true}, nil
+		*combined = sluice.Decision{Allowed: true}
+		return nil
 	case 1:
-		d, err = store.Allow(ctx, now, sc.reqs[0])
-		res[sc.at[0]].Decision = d
-	default:
-		if cap(sc.out) < len(sc.reqs) {
-			sc.out = make([]sluice.Decision, len(sc.reqs))
+		for i := range checks {
+			if charges(&checks[i]) {
+				err = allowOne(ctx, store, now, &checks[i], &res[i].Decision)
+				*combined = res[i].Decision
+				break
+			}
 		}
-		sc.out = sc.out[:len(sc.reqs)]
-		d, err = store.AllowAll(ctx, now, sc.reqs, sc.out)
-		for k, i := range sc.at {
-			res[i].Decision = sc.out[k]
+	default:
+		for i := range checks {
+			if charges(&checks[i]) {
+				sc.reqs = append(sc.reqs, request(&checks[i]))
+			}
+		}
+		if cap(sc.out) < n {
+			sc.out = make([]sluice.Decision, n)
+		}
+		sc.out = sc.out[:n]
+		*combined, err = store.AllowAll(ctx, now, sc.reqs, sc.out)
+		k := 0
+		for i := range checks {
+			if charges(&checks[i]) {
+				res[i].Decision = sc.out[k]
+				k++
+			}
 		}
 	}
-	for _, i := range sc.at {
+	allowed, degraded := combined.Allowed, combined.Degraded
+	for i := range checks {
+		if !charges(&checks[i]) {
+			continue
+		}
 		r := &res[i]
 		switch {
 		case err != nil:
 			*r = CheckResult{Err: err}
-		case d.Degraded:
+		case degraded:
 			// The failure policy decided the whole: its verdict is every
 			// check's.
-			r.Decision.Allowed, r.Decision.Degraded = d.Allowed, true
+			r.Decision.Allowed, r.Decision.Degraded = allowed, true
 		}
-		r.Charged = err == nil && d.Allowed
+		r.Charged = err == nil && allowed
 		r.Denied = err == nil && !r.Decision.Allowed
 	}
-	return d, err
+	return err
+}
+
+// allowOne charges c alone with the store's Allow and writes the store's
+// decision to *d, where it stays: the Decision is not copied again.
+func allowOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, d *sluice.Decision) (err error) {
+	*d, err = store.Allow(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay})
+	return err
 }
 
 // settle sets o's verdict, deciding check and combined decision from the
-// results of the enforced and deferred checks (sc.idx). charged is the
-// store's combined decision on the enforced checks, when they were sent
-// (sent): it is the outcome's decision when no deferred check took part,
-// and is combined with the deferred checks' decisions otherwise.
-func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged sluice.Decision, sent bool) {
-	allowed := true
+// results of the checks that decide. charged is the store's combined
+// decision on the enforced checks, when they were sent (sent; else nil):
+// it is the outcome's decision when no deferred check took part, and is
+// combined with the deferred checks' decisions otherwise. sc is nil only
+// for a request of one check that decides.
+func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged *sluice.Decision, sent bool) {
+	allowed, deferred := true, false
 	k := -1
-	for _, i := range sc.idx {
+	for i := range checks {
+		c := &checks[i]
+		if !decides(c) {
+			continue
+		}
+		deferred = deferred || c.Mode == Deferred
 		allowed = allowed && !res[i].Denied
 		if k < 0 || rank(&res[i].Decision).Precedes(rank(&res[k].Decision)) {
 			k = i // Decider's choice, without copying the decisions
@@ -518,24 +455,22 @@ func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged
 	}
 	o.Decider = k
 	switch {
-	case sent && len(sc.at) == len(sc.idx):
-		o.Decision = charged
-	case !sent:
-		ds := sc.ds[:0]
-		for _, i := range sc.idx {
-			ds = append(ds, res[i].Decision)
-		}
-		sc.ds = ds
-		o.Decision = algo.Combine(ds)
+	case sent && !deferred:
+		o.Decision = *charged
+	case sc == nil:
+		o.Decision = algo.Combine([]sluice.Decision{res[k].Decision})
 	default:
 		ds := sc.ds[:0]
-		for _, i := range sc.idx {
-			if checks[i].Mode == Deferred {
+		for i := range checks {
+			if c := &checks[i]; decides(c) && (!sent || c.Mode == Deferred) {
 				ds = append(ds, res[i].Decision)
 			}
 		}
-		sc.ds = append(ds, charged)
-		o.Decision = algo.Combine(sc.ds)
+		if sent {
+			ds = append(ds, *charged)
+		}
+		sc.ds = ds
+		o.Decision = algo.Combine(ds)
 	}
 	if sent && !charged.Allowed {
 		allowed = false
@@ -598,7 +533,9 @@ func decideGroup(ctx context.Context, store sluice.Store, now time.Time, checks 
 		}
 	}
 	if !passed {
-		reportUncharged(ctx, store, now, checks, res, group, false)
+		for _, j := range group {
+			reportOne(ctx, store, now, checks, res, j)
+		}
 		return
 	}
 	if len(group) == 1 {
@@ -633,7 +570,7 @@ func State(ctx context.Context, store sluice.Store, now time.Time, c Check) (slu
 		}
 		return never(c.Policy), nil
 	}
-	ask := PeekCost(c.Policy, c.Cost)
+	ask := PeekCost(*c.Policy, c.Cost)
 	d, err := store.Peek(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: ask})
 	if err != nil {
 		return d, err

@@ -26,7 +26,7 @@ func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outco
 
 func remaining(t *testing.T, st sluice.Store, p sluice.Policy, key string) int64 {
 	t.Helper()
-	d, err := engine.State(context.Background(), st, t0, engine.Check{Policy: p, Key: key})
+	d, err := engine.State(context.Background(), st, t0, engine.Check{Policy: &p, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +41,12 @@ func TestNever(t *testing.T) {
 		checks []engine.Check
 		denied []bool
 	}{
-		{"single", []engine.Check{{Policy: p, Key: "a", Cost: 21}}, []bool{true}},
-		{"summed", []engine.Check{{Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 15}}, []bool{true, true}},
-		{"summed beside another", []engine.Check{{Policy: other, Key: "a", Cost: 1}, {Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 6}}, []bool{false, true, true}},
-		{"summed with a deferred check", []engine.Check{{Policy: p, Key: "a", Cost: 15}, {Policy: p, Key: "a", Cost: 15, Mode: engine.Deferred}}, []bool{true, true}},
-		{"overflowing sum", []engine.Check{{Policy: p, Key: "a", Cost: 1 << 62}, {Policy: p, Key: "a", Cost: 1 << 62}, {Policy: p, Key: "a", Cost: 1 << 62}}, []bool{true, true, true}},
-		{"zero limit", []engine.Check{{Policy: sluice.Policy{}, Key: "a", Cost: 1}}, []bool{true}},
+		{"single", []engine.Check{{Policy: &p, Key: "a", Cost: 21}}, []bool{true}},
+		{"summed", []engine.Check{{Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 15}}, []bool{true, true}},
+		{"summed beside another", []engine.Check{{Policy: &other, Key: "a", Cost: 1}, {Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 6}}, []bool{false, true, true}},
+		{"summed with a deferred check", []engine.Check{{Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 15, Mode: engine.Deferred}}, []bool{true, true}},
+		{"overflowing sum", []engine.Check{{Policy: &p, Key: "a", Cost: 1 << 62}, {Policy: &p, Key: "a", Cost: 1 << 62}, {Policy: &p, Key: "a", Cost: 1 << 62}}, []bool{true, true, true}},
+		{"zero limit", []engine.Check{{Policy: &sluice.Policy{}, Key: "a", Cost: 1}}, []bool{true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,8 +78,8 @@ func TestNever(t *testing.T) {
 func TestDifferentCountersNotSummed(t *testing.T) {
 	p := sluice.TokenBucket(20, time.Minute, 0).Named("small")
 	st := memstore.New(memstore.Options{})
-	o, _ := decide(t, st, engine.Check{Policy: p, Key: "a", Cost: 15}, engine.Check{Policy: p, Key: "b", Cost: 15},
-		engine.Check{Policy: p.Named("other"), Key: "a", Cost: 15})
+	o, _ := decide(t, st, engine.Check{Policy: &p, Key: "a", Cost: 15}, engine.Check{Policy: &p, Key: "b", Cost: 15},
+		engine.Check{Policy: new(p.Named("other")), Key: "a", Cost: 15})
 	if !o.Allowed {
 		t.Fatalf("Decide = %+v, want allowed", o)
 	}
@@ -92,7 +92,7 @@ func TestShadow(t *testing.T) {
 	enforced := sluice.FixedWindow(1, time.Minute).Named("enforced")
 	trial := sluice.FixedWindow(1, time.Minute).Named("trial")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Policy: enforced, Key: "a", Cost: 1}, {Policy: trial, Key: "a", Cost: 1, Mode: engine.Shadow}}
+	checks := []engine.Check{{Policy: &enforced, Key: "a", Cost: 1}, {Policy: &trial, Key: "a", Cost: 1, Mode: engine.Shadow}}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || o.DryRunDenied || !res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, the trial charged", o, res)
@@ -102,7 +102,7 @@ func TestShadow(t *testing.T) {
 		t.Errorf("second = %+v %+v, want refused, the trial would refuse", o, res)
 	}
 	// A shadow check never refuses, even when it can never pass.
-	o, res = decide(t, st, engine.Check{Policy: trial, Key: "b", Cost: 2, Mode: engine.Shadow})
+	o, res = decide(t, st, engine.Check{Policy: &trial, Key: "b", Cost: 2, Mode: engine.Shadow})
 	if !o.Allowed || !o.DryRunDenied || res[0].Decision.RetryAfter != sluice.Never {
 		t.Errorf("impossible shadow = %+v %+v, want allowed, dry-run denied with Never", o, res)
 	}
@@ -114,7 +114,7 @@ func TestShadowGroup(t *testing.T) {
 	wide := sluice.FixedWindow(10, time.Minute).Named("wide")
 	narrow := sluice.FixedWindow(1, time.Minute).Named("narrow")
 	st := memstore.New(memstore.Options{})
-	group := []engine.Check{{Policy: wide, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}, {Policy: narrow, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}}
+	group := []engine.Check{{Policy: &wide, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}, {Policy: &narrow, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}}
 	decide(t, st, group...)
 	o, res := decide(t, st, group...)
 	if !o.Allowed || !o.DryRunDenied || res[0].Charged || res[0].Denied || !res[1].Denied {
@@ -129,12 +129,12 @@ func TestDeferred(t *testing.T) {
 	login := sluice.FixedWindow(1, time.Minute).Named("login")
 	api := sluice.FixedWindow(10, time.Minute).Named("api")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Policy: api, Key: "a", Cost: 1}, {Policy: login, Key: "a", Cost: 1, Mode: engine.Deferred}}
+	checks := []engine.Check{{Policy: &api, Key: "a", Cost: 1}, {Policy: &login, Key: "a", Cost: 1, Mode: engine.Deferred}}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || !res[0].Charged || res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, api charged, login only peeked", o, res)
 	}
-	if _, err := st.Allow(context.Background(), t0, sluice.Request{Policy: login, Key: "a", Cost: 1}); err != nil {
+	if _, err := st.Allow(context.Background(), t0, sluice.Request{Policy: &login, Key: "a", Cost: 1}); err != nil {
 		t.Fatal(err) // the door charges the deferred check after the response
 	}
 	o, res = decide(t, st, checks...)
@@ -148,13 +148,13 @@ func TestDeferred(t *testing.T) {
 
 func TestStoreError(t *testing.T) {
 	boom := errors.New("boom")
-	o, res := decide(t, failing{err: boom}, engine.Check{Policy: sluice.FixedWindow(1, time.Minute), Key: "a", Cost: 1},
-		engine.Check{Policy: sluice.FixedWindow(2, time.Minute), Key: "a", Cost: 1})
+	o, res := decide(t, failing{err: boom}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1},
+		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || !errors.Is(o.Err, boom) || !errors.Is(res[0].Err, boom) || o.Never() {
 		t.Errorf("Decide = %+v %+v, want the store's error", o, res)
 	}
 	// A store that reports a cost it can never admit refuses: no error.
-	o, _ = decide(t, failing{err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: sluice.FixedWindow(1, time.Minute), Key: "a", Cost: 1})
+	o, _ = decide(t, failing{err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || o.Err != nil || !o.Never() {
 		t.Errorf("Decide over ErrCostExceedsCapacity = %+v, want a refusal with RetryAfter Never", o)
 	}
@@ -162,8 +162,8 @@ func TestStoreError(t *testing.T) {
 
 func TestDegraded(t *testing.T) {
 	d := sluice.Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}
-	o, res := decide(t, failing{degraded: &d}, engine.Check{Policy: sluice.FixedWindow(5, time.Minute), Key: "a", Cost: 1},
-		engine.Check{Policy: sluice.FixedWindow(2, time.Minute), Key: "a", Cost: 1})
+	o, res := decide(t, failing{degraded: &d}, engine.Check{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1},
+		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || !o.Decision.Degraded || o.Err != nil {
 		t.Errorf("Decide = %+v, want refused and degraded", o)
 	}
@@ -200,8 +200,8 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 }
 
 // policies are one small policy of every algorithm, for the random
-// requests of TestOneCheckAsGeneral and TestEnforcedAsGeneral; roomy is a
-// limit that never refuses them.
+// requests of TestOneCheckWithShadow and TestEnforcedWithShadow; roomy is
+// a limit that never refuses them.
 var (
 	policies = []sluice.Policy{
 		sluice.TokenBucket(5, time.Second, 8).Named("tb"),
@@ -214,13 +214,13 @@ var (
 	roomy = sluice.TokenBucket(1_000_000, time.Second, 0).Named("roomy")
 )
 
-// TestOneCheckAsGeneral checks Decide's shortcut for a request of one
-// enforced check against its general path: two stores on one clock see the
-// same requests, one alone (the shortcut) and one with a shadow check
-// beside it on another key of a limit that never refuses (which takes the
-// general path and changes nothing else); the outcomes and the enforced
-// check's results must be the same, for every algorithm and random costs.
-func TestOneCheckAsGeneral(t *testing.T) {
+// TestOneCheckWithShadow checks that a shadow check changes nothing of
+// the decision on a request's enforced check: two stores on one clock see
+// the same requests, one alone (one check, the store's Allow) and one with
+// a shadow check beside it on another key of a limit that never refuses;
+// the outcomes and the enforced check's results must be the same, for
+// every algorithm and random costs.
+func TestOneCheckWithShadow(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
 	rnd := testkit.Rand(7)
@@ -228,7 +228,7 @@ func TestOneCheckAsGeneral(t *testing.T) {
 	for i := range 3000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
-		c := engine.Check{Policy: p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}
+		c := engine.Check{Policy: &p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 		}
@@ -236,28 +236,24 @@ func TestOneCheckAsGeneral(t *testing.T) {
 		var got, want engine.Outcome
 		engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one, &got)
 		two := make([]engine.CheckResult, 2)
-		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two, &want)
+		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: &roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two, &want)
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
 		}
 	}
 }
 
-// TestEnforcedAsGeneral checks Decide's shortcut for a request of several
-// enforced checks (decideAll) against its general path, as
-// TestOneCheckAsGeneral does for one: two stores on one clock see the same
-// two or three enforced checks, alone (the shortcut, when their summed
-// cost fits every capacity; else the general path on both sides) and with
-// a shadow check beside them on a limit that never refuses; the outcomes
-// and the enforced checks' results must be the same, for every algorithm,
-// shared and separate keys and policies, and random costs. The requests
-// alone go through one Buffers, as a door that keeps its own.
-func TestEnforcedAsGeneral(t *testing.T) {
+// TestEnforcedWithShadow is TestOneCheckWithShadow for two or three
+// enforced checks (the store's AllowAll, or a refusal before it when their
+// summed cost on one policy and key exceeds its capacity), for every
+// algorithm, shared and separate keys and policies, and random costs. The
+// requests alone go through one Buffers, as a door that keeps its own.
+func TestEnforcedWithShadow(t *testing.T) {
 	ctx := context.Background()
 	alone, beside, clock := teststore.Twins(t0)
 	rnd := testkit.Rand(11)
 	next := func(n uint64) uint64 { return rnd.Next() % n }
-	shortcuts := 0
+	fitting := 0
 	var buf engine.Buffers // a door's, kept across its requests
 	for i := range 6000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
@@ -266,7 +262,7 @@ func TestEnforcedAsGeneral(t *testing.T) {
 		var total int64
 		for j := range checks {
 			p := policies[next(uint64(len(policies)))]
-			c := engine.Check{Policy: p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}
+			c := engine.Check{Policy: &p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}
 			if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 				c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 			}
@@ -277,18 +273,18 @@ func TestEnforcedAsGeneral(t *testing.T) {
 			fits = fits && total <= c.Policy.Capacity()
 		}
 		if fits {
-			shortcuts++
+			fitting++
 		}
 		got := make([]engine.CheckResult, len(checks))
 		var o, w engine.Outcome
 		buf.Decide(ctx, alone, time.Time{}, checks, got, &o)
 		want := make([]engine.CheckResult, len(checks)+1)
-		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
+		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: &roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)
 		}
 	}
-	if shortcuts < 1000 {
-		t.Fatalf("only %d of the requests took the shortcut", shortcuts)
+	if fitting < 1000 {
+		t.Fatalf("only %d of the requests fit every capacity", fitting)
 	}
 }

@@ -85,7 +85,7 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 		prev = req.T
 		now := time.UnixMilli(req.T)
 		for i := range policies {
-			d, err := stores[i].Allow(ctx, now, sluice.Request{Policy: policies[i], Key: req.Key, Cost: req.Cost})
+			d, err := stores[i].Allow(ctx, now, sluice.Request{Policy: &policies[i], Key: req.Key, Cost: req.Cost})
 			if err != nil && !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 				return fmt.Errorf("simulate: request %d (%s at %d ms): %w", n+1, req.Key, req.T, err)
 			}

@@ -106,7 +106,7 @@ func hammer(t *testing.T, req sluice.Request, goroutines int, d time.Duration) h
 // (docs/reliability.md has the numbers).
 func TestHotKeyContention(t *testing.T) {
 	procs := runtime.GOMAXPROCS(0)
-	req := sluice.Request{Policy: hotPolicy, Key: "hot", Cost: 1}
+	req := sluice.Request{Policy: &hotPolicy, Key: "hot", Cost: 1}
 	var best [2]hotRun
 	for range 3 {
 		for i, g := range []int{procs, 8 * procs} {

@@ -319,7 +319,7 @@ func flood(ctx context.Context, cfg floodConfig) floodResult {
 	ref := memstore.New(memstore.Options{Shards: 1}) // uncapped, steady keys only
 	steady := make([]sluice.Request, cfg.Steady)
 	for j := range steady {
-		steady[j] = sluice.Request{Policy: steadyPolicies[j%len(steadyPolicies)], Key: "steady:" + strconv.Itoa(j), Cost: 1}
+		steady[j] = sluice.Request{Policy: &steadyPolicies[j%len(steadyPolicies)], Key: "steady:" + strconv.Itoa(j), Cost: 1}
 	}
 	checkSteady := func(now time.Time, req sluice.Request) {
 		got, err1 := st.Allow(ctx, now, req)
@@ -361,7 +361,7 @@ func flood(ctx context.Context, cfg floodConfig) floodResult {
 	for i := range cfg.Keys {
 		now := at(i)
 		key := floodKey(uint64(i), cfg.Seed)
-		d, err := st.Allow(ctx, now, sluice.Request{Policy: floodPolicy, Key: key, Cost: 1})
+		d, err := st.Allow(ctx, now, sluice.Request{Policy: &floodPolicy, Key: key, Cost: 1})
 		r.Requests++
 		if err != nil || d != fresh {
 			r.FloodUnexpected++
@@ -387,15 +387,15 @@ func flood(ctx context.Context, cfg floodConfig) floodResult {
 	end := at(cfg.Keys - 1)
 	never := memstore.New(memstore.Options{})
 	for _, i := range samples {
-		never.Allow(ctx, at(i), sluice.Request{Policy: floodPolicy, Key: floodKey(uint64(i), cfg.Seed), Cost: 1})
+		never.Allow(ctx, at(i), sluice.Request{Policy: &floodPolicy, Key: floodKey(uint64(i), cfg.Seed), Cost: 1})
 	}
-	blank, _ := memstore.New(memstore.Options{}).Peek(ctx, end, sluice.Request{Policy: floodPolicy, Key: "never seen", Cost: 1})
+	blank, _ := memstore.New(memstore.Options{}).Peek(ctx, end, sluice.Request{Policy: &floodPolicy, Key: "never seen", Cost: 1})
 	width := cfg.MaxKeys / 4
 	if width == 0 {
 		width = max(cfg.Keys/10, 1)
 	}
 	for _, i := range samples {
-		req := sluice.Request{Policy: floodPolicy, Key: floodKey(uint64(i), cfg.Seed), Cost: 1}
+		req := sluice.Request{Policy: &floodPolicy, Key: floodKey(uint64(i), cfg.Seed), Cost: 1}
 		got, _ := st.Peek(ctx, end, req)
 		remembered, _ := never.Peek(ctx, end, req)
 		age := cfg.Keys - 1 - i

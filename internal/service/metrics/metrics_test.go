@@ -58,12 +58,12 @@ func TestStoreCounts(t *testing.T) {
 	s := m.Store(mem)
 	ctx := context.Background()
 	p := sluice.TokenBucket(2, time.Minute, 2).Named("p")
-	reqs := []sluice.Request{{Policy: p, Key: "a", Cost: 1}, {Policy: p, Key: "b", Cost: 1}}
+	reqs := []sluice.Request{{Policy: &p, Key: "a", Cost: 1}, {Policy: &p, Key: "b", Cost: 1}}
 	if _, err := s.AllowAll(ctx, time.Time{}, reqs, make([]sluice.Decision, 2)); err != nil {
 		t.Fatal(err)
 	}
-	s.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: "a", Cost: 0}) // an invalid cost: not a failure
-	s.Peek(ctx, time.Time{}, sluice.Request{Policy: p, Key: "a", Cost: 1})
+	s.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "a", Cost: 0}) // an invalid cost: not a failure
+	s.Peek(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "a", Cost: 1})
 	m.Store(failing{mem}).Allow(ctx, time.Time{}, reqs[0])
 	for _, c := range []struct {
 		op         string

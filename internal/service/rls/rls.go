@@ -426,8 +426,8 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 			continue
 		}
 		s.override(it)
-		for _, l := range it.limits {
-			c := engine.Check{Policy: l.policy, Key: it.key, Cost: it.cost}
+		for j := range it.limits {
+			c := engine.Check{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost}
 			if it.shadow {
 				c.Mode, c.Group = engine.Shadow, i+1
 			}

@@ -76,23 +76,21 @@ func badRequest(format string, args ...any) *requestError {
 // request and response.
 func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
-	var one [1]item // the commonest body's one check, on the stack
-	items, multi, plan, rerr := h.parseCheck(w, r, st, &one)
+	sc := checkScratchPool.Get().(*checkScratch)
+	defer sc.release()
+	items, multi, plan, rerr := h.parseCheck(w, r, st, &sc.one)
 	if rerr != nil {
 		writeError(w, rerr.status, rerr.msg)
 		return
 	}
 	ctx := r.Context()
-	// One or two checks, the commonest requests, keep their results on
-	// the stack.
-	var resultBuf [2]httplimit.LimitResult
 	var results []httplimit.LimitResult
-	if len(items) <= len(resultBuf) {
-		results = resultBuf[:len(items)]
+	if len(items) <= len(sc.results) {
+		results = sc.results[:len(items)]
 	} else {
 		results = make([]httplimit.LimitResult, len(items))
 	}
-	d, err := h.decideChecks(ctx, items, results)
+	d, err := h.decideChecks(ctx, sc, items, results)
 	if errors.Is(err, sluice.ErrNotAtomic) { // engine.Outcome.NotAtomic
 		writeError(w, http.StatusUnprocessableEntity, notAtomicMessage)
 		return
@@ -152,23 +150,25 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 // decideChecks decides items with the engine (the enforced checks all or
 // nothing, the dry-run ones apart) and fills results. It returns the
 // combined decision, or the store's error on the enforced checks.
-func (h *Handler) decideChecks(ctx context.Context, items []item, results []httplimit.LimitResult) (sluice.Decision, error) {
-	var cbuf [8]engine.Check
-	var rbuf [8]engine.CheckResult
-	checks, eres := cbuf[:0], rbuf[:0]
-	if len(items) > len(cbuf) {
+func (h *Handler) decideChecks(ctx context.Context, sc *checkScratch, items []item, results []httplimit.LimitResult) (sluice.Decision, error) {
+	checks, eres := sc.checks[:0], sc.eres[:0]
+	if len(items) > len(sc.checks) {
 		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.CheckResult, 0, len(items))
 	}
-	for _, it := range items {
-		c := engine.Check{Policy: it.limit.Policy, Key: it.key, Cost: it.cost}
+	for i := range items {
+		it := &items[i]
+		c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost}
 		if it.limit.Shadow {
 			c.Mode = engine.Shadow
 		}
 		checks = append(checks, c)
 	}
 	eres = eres[:len(checks)]
+	if len(checks) <= len(sc.checks) {
+		sc.used = len(checks)
+	}
 	var o engine.Outcome
-	engine.Decide(ctx, h.store, time.Time{}, checks, eres, &o)
+	sc.buf.Decide(ctx, h.store, time.Time{}, checks, eres, &o)
 	if o.Err != nil {
 		return sluice.Decision{}, o.Err
 	}
@@ -183,6 +183,30 @@ func (h *Handler) decideChecks(ctx context.Context, items []item, results []http
 		}
 	}
 	return o.Decision, nil
+}
+
+// checkScratch holds the buffers of one POST /v1/check of up to a few
+// checks, pooled: the store call makes the checks' policies escape, so
+// they live here rather than on the stack.
+type checkScratch struct {
+	one     [1]item // the commonest body's one check
+	results [2]httplimit.LimitResult
+	checks  [8]engine.Check
+	eres    [8]engine.CheckResult
+	used    int // how many of checks and eres the request used
+	buf     engine.Buffers
+}
+
+var checkScratchPool = sync.Pool{New: func() any { return new(checkScratch) }}
+
+// release clears sc, keeping no key alive, and puts it back in the pool.
+func (sc *checkScratch) release() {
+	sc.one = [1]item{}
+	sc.results = [2]httplimit.LimitResult{}
+	clear(sc.checks[:sc.used])
+	clear(sc.eres[:sc.used])
+	sc.used = 0
+	checkScratchPool.Put(sc)
 }
 
 // notAtomicMessage answers checks that the store cannot decide all or

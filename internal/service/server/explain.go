@@ -129,7 +129,7 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, "the store cannot report the state of a key")
 		return
 	}
-	s, err := in.Inspect(r.Context(), time.Time{}, sluice.Request{Policy: l.Policy, Key: key, Cost: inspectCost})
+	s, err := in.Inspect(r.Context(), time.Time{}, sluice.Request{Policy: &l.Policy, Key: key, Cost: inspectCost})
 	if err != nil {
 		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "explain: store failed", slog.String("limit", name), slog.Any("error", err))
 		writeError(w, http.StatusServiceUnavailable, "the store could not report the key's state; see the server's log")
