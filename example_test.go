@@ -99,7 +99,7 @@ func ExampleParseAlgorithm() {
 	fmt.Println(err)
 	// Output:
 	// sliding_window <nil> false
-	// unknown algorithm "sliding-window" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window)
+	// unknown algorithm "sliding-window" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency)
 }
 
 // Wait blocks until the request fits, and fails at once when it would not

@@ -133,6 +133,22 @@ var reqPool = sync.Pool{New: func() any {
 	return &s
 }}
 
+// Release gives back what lease holds: the Lease of a Decision that Allow
+// or Wait admitted under a concurrency policy. It reports whether it freed
+// anything; releasing a lease again, or one that expired, frees nothing
+// and is not an error (see the Store contract).
+func (l *Limiter) Release(ctx context.Context, lease string) (bool, error) {
+	return l.store.Release(ctx, time.Time{}, lease)
+}
+
+// Renew extends what lease holds by each concurrency policy's lease, for
+// a request that runs longer than its lease, and returns the time until
+// the first of them expires. It fails with an error wrapping
+// ErrLeaseExpired when the lease holds nothing any more.
+func (l *Limiter) Renew(ctx context.Context, lease string) (time.Duration, error) {
+	return l.store.Renew(ctx, time.Time{}, lease)
+}
+
 // Wait blocks until key may spend cost units under every policy, then
 // spends them; see WaitAll, which it calls.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {

@@ -47,16 +47,25 @@ const (
 	// previous window's count by how much of it still overlaps the last
 	// Period.
 	SlidingWindowAlgorithm
-	numAlgorithms
+	numRateAlgorithms
+
+	// ConcurrencyAlgorithm is not a rate: at most Limit units held at once
+	// per key, each admitted request holding its cost until its Lease is
+	// released, or for Period (the lease's length) if it is neither
+	// released nor renewed. See Concurrency.
+	ConcurrencyAlgorithm = numRateAlgorithms
+	numAlgorithms        = ConcurrencyAlgorithm + 1
 )
 
 var algorithmNames = [numAlgorithms]string{
-	"token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window",
+	"token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window", "concurrency",
 }
 
-// Algorithms returns every algorithm, in the order of their constants.
+// Algorithms returns the six rate algorithms, in the order of their
+// constants; ConcurrencyAlgorithm, which bounds what is in flight rather
+// than a rate, is not among them.
 func Algorithms() []Algorithm {
-	out := make([]Algorithm, numAlgorithms)
+	out := make([]Algorithm, numRateAlgorithms)
 	for i := range out {
 		out[i] = Algorithm(i)
 	}
@@ -64,8 +73,8 @@ func Algorithms() []Algorithm {
 }
 
 // String returns the algorithm's name as used in configuration files:
-// token_bucket, gcra, leaky_bucket, fixed_window, sliding_log or
-// sliding_window.
+// token_bucket, gcra, leaky_bucket, fixed_window, sliding_log,
+// sliding_window or concurrency.
 func (a Algorithm) String() string {
 	if a < numAlgorithms {
 		return algorithmNames[a]
@@ -80,7 +89,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency)", name)
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -123,7 +132,8 @@ const (
 // them Burst must be zero or equal to Limit.
 //
 // Period must be a whole number of microseconds, the resolution at which
-// Sluice (and Redis's TIME) counts time.
+// Sluice (and Redis's TIME) counts time. For ConcurrencyAlgorithm it is
+// the length of a lease.
 //
 // Calendar, when set, makes a window policy's windows calendar days,
 // weeks, months or years in a time zone (see Calendar); Period must then
@@ -176,6 +186,16 @@ func SlidingLog(limit int64, period time.Duration) Policy {
 // SlidingWindow returns a sliding-window-counter policy.
 func SlidingWindow(limit int64, period time.Duration) Policy {
 	return Policy{Algorithm: SlidingWindowAlgorithm, Limit: limit, Period: period}
+}
+
+// Concurrency returns a concurrency policy: at most limit units held at
+// once per key. A request admitted under it holds its cost until the
+// Lease of its Decision is released (Store.Release), and for lease at
+// most if it is neither released nor renewed (Store.Renew), so that a
+// holder that crashed frees its units when the lease runs out. The lease
+// is the policy's Period.
+func Concurrency(limit int64, lease time.Duration) Policy {
+	return Policy{Algorithm: ConcurrencyAlgorithm, Limit: limit, Period: lease}
 }
 
 // Named returns a copy of p with the given name.
@@ -271,6 +291,9 @@ func (p Policy) problem() error {
 // "api: token_bucket 100/1m0s burst 20".
 func (p Policy) String() string {
 	s := fmt.Sprintf("%s %d/%v", p.Algorithm, p.Limit, p.Period)
+	if p.Algorithm == ConcurrencyAlgorithm {
+		s = fmt.Sprintf("%s %d lease %v", p.Algorithm, p.Limit, p.Period)
+	}
 	if p.Calendar.Unit != NoCalendar {
 		s = fmt.Sprintf("%s %d/%v", p.Algorithm, p.Limit, p.Calendar)
 	}

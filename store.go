@@ -52,6 +52,19 @@ type Decision struct {
 	// Degraded reports that the Store could not reach its backend and the
 	// decision was made by its failure policy (allow, deny or local).
 	Degraded bool
+	// Lease, on a decision that admitted a request under one or more
+	// concurrency policies, names what the request holds: give it back to
+	// the store's Release when the request ends, or to Renew to hold on
+	// longer. One lease covers every unit the decision took (for AllowAll,
+	// the combined decision carries it; out's decisions do not). It is
+	// empty on every other decision.
+	//
+	// A lease is opaque: the store makes it, and only a store of the same
+	// kind and backend (for Redis: any store on the same Redis) can
+	// release or renew it. It is printable ASCII, safe to hand to a client
+	// as it is: it names the keys held and a random identifier that
+	// cannot be guessed, and releases nothing that another lease holds.
+	Lease string
 }
 
 // Request asks a Store to charge Cost units to Key under *Policy.
@@ -104,10 +117,39 @@ type Request struct {
 //   - Peek decides as Allow would and charges nothing.
 //   - Implementations are safe for concurrent use, and keep neither reqs
 //     nor out after a call returns (callers reuse them).
+//
+// Leases, for the concurrency policies (ConcurrencyAlgorithm):
+//   - An admitted Allow or AllowAll under one or more concurrency policies
+//     takes cost units of each (policy, key) and returns them in one
+//     Decision.Lease. It is all or nothing with the rate policies of the
+//     same call: when any request is refused, no unit is held and no rate
+//     is charged. A refused decision holds nothing and has no Lease.
+//   - A unit is held from the decision until its lease is released, or
+//     until the lease's expiry (the decision's time plus the policy's
+//     Period, on the store's clock: Redis's TIME for Redis) if it is
+//     neither released nor renewed. At no instant are more than Limit
+//     units of a (policy, key) held.
+//   - Release frees what the lease still holds and reports whether it
+//     freed anything. Releasing a lease again, or one that expired, frees
+//     nothing and is not an error; a lease's release never frees units
+//     that another decision holds.
+//   - Renew extends every hold of the lease that has not expired by its
+//     policy's Period from now, and returns how long until the first of
+//     them expires. A lease that holds nothing any more (expired or
+//     released) is an error wrapping ErrLeaseExpired.
+//   - A Lease that this kind of store did not make, or that is malformed,
+//     is an error wrapping ErrInvalidLease, for Release and Renew alike.
+//   - For a concurrency policy, Remaining is Limit minus the units held
+//     after the decision, RetryAfter (refused) the time until enough
+//     holds expire for the request to fit if none is released or renewed
+//     (a release makes room sooner), and ResetAfter the time until every
+//     hold has expired. docs/algorithms.md has the exact definitions.
 type Store interface {
 	Allow(ctx context.Context, now time.Time, req Request) (Decision, error)
 	AllowAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, error)
 	Peek(ctx context.Context, now time.Time, req Request) (Decision, error)
+	Release(ctx context.Context, now time.Time, lease string) (released bool, err error)
+	Renew(ctx context.Context, now time.Time, lease string) (expiresIn time.Duration, err error)
 }
 
 // Errors.
@@ -128,4 +170,14 @@ var (
 	// change (every limit of one key can be decided together) or the
 	// requests be decided apart.
 	ErrNotAtomic = errors.New("the store cannot decide these requests all or nothing: their keys live apart")
+	// ErrInvalidLease is wrapped by the error of a Release or Renew whose
+	// lease is malformed or was not made by this kind of store.
+	ErrInvalidLease = errors.New("invalid lease")
+	// ErrLeaseExpired is wrapped by the error of a Renew whose lease
+	// holds nothing any more: it expired, or was released.
+	ErrLeaseExpired = errors.New("lease expired or released")
+	// ErrNotSupported is wrapped by the error of a store asked to decide
+	// under a policy it cannot decide (a concurrency policy on a store
+	// without leases).
+	ErrNotSupported = errors.New("not supported by this store")
 )

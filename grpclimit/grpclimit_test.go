@@ -216,6 +216,16 @@ func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Reques
 	return s.Allow(ctx, now, req)
 }
 
+func (s failingStore) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
+	_, err := s.Allow(ctx, now, sluice.Request{})
+	return false, err
+}
+
+func (s failingStore) Renew(ctx context.Context, now time.Time, lease string) (time.Duration, error) {
+	_, err := s.Allow(ctx, now, sluice.Request{})
+	return 0, err
+}
+
 func TestStoreFailure(t *testing.T) {
 	for _, tt := range []struct {
 		name     string

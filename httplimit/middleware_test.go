@@ -373,6 +373,12 @@ func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Reques
 	return s.Allow(ctx, now, req)
 }
 
+func (s failingStore) Release(context.Context, time.Time, string) (bool, error) { return false, s.err }
+
+func (s failingStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
+	return 0, s.err
+}
+
 func TestStoreFailure(t *testing.T) {
 	secret := errors.New("dial tcp 10.9.8.7:6379: connection refused (password=hunter2)")
 	tests := []struct {
@@ -604,6 +610,7 @@ func TestNewErrors(t *testing.T) {
 		{"cost over capacity", store, []Limit{{Policy: ok, Cost: 2}}, nil, "exceeds the policy's capacity"},
 		{"bad ipv6 prefix", store, []Limit{{Policy: ok}}, &Options{ClientIP: &ClientIP{IPv6Prefix: 129}}, "IPv6Prefix"},
 		{"negative retry", store, []Limit{{Policy: ok}}, &Options{ErrorRetryAfter: -1}, "ErrorRetryAfter"},
+		{"concurrency", store, []Limit{{Policy: sluice.Concurrency(2, time.Minute)}}, nil, "releases none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -19,6 +20,9 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	c, err := s.check(&req)
 	if err != nil {
 		return sluice.State{}, err
+	}
+	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		return sluice.State{}, fmt.Errorf("memstore: inspect: %w: the state of a concurrency policy", sluice.ErrNotSupported)
 	}
 	sh, h, t, d := s.lockPeek(c, &req, now)
 	var v algo.View

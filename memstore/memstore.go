@@ -99,6 +99,8 @@ type shard struct {
 	logs  table[*logState]
 	sweep int // cursor of the incremental sweep
 	cap   int // the most entries the shard may hold; 0 means no cap
+	conc  table[*concState]
+	_     [32]byte // to a whole number of cache lines
 }
 
 type logState struct {
@@ -382,16 +384,21 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	if c.err != nil {
 		return sluice.Decision{}, c.err
 	}
+	var lt *leaseTaker
+	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		lt = newLeaseTaker()
+	}
 	t := s.micros(now)
 	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	d := sh.decide(s, c, req, h, t, req.Cost, true)
+	d := sh.decide(s, c, req, h, t, req.Cost, true, lt)
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
+	d.Lease = lt.lease()
 	return d, nil
 }
 
@@ -418,7 +425,7 @@ func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *s
 	sh = &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	return sh, h, t, sh.decide(s, c, req, h, t, req.Cost, false)
+	return sh, h, t, sh.decide(s, c, req, h, t, req.Cost, false, nil)
 }
 
 // AllowAll decides every request and charges them all, or none when one is
@@ -462,15 +469,21 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	// Decide without charging.
 	allowed := true
 	for i := range reqs {
-		r := s.shards[idx[i]].run(s, cs[i], &reqs[i], hs[i], t, sums[i], false)
+		r := s.shards[idx[i]].run(s, cs[i], &reqs[i], hs[i], t, sums[i], false, nil)
 		if r.RetryAfter == sluice.Never {
 			return decision(r, reqs[i].Policy.Limit), capacityError(&reqs[i])
 		}
 		allowed = allowed && r.Allowed
 		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
 	}
-	s.settleAll(reqs, cs, hs, idx, ds, t, allowed)
-	return algo.Combine(ds), nil
+	var lt *leaseTaker
+	if allowed && anyConcurrency(reqs) {
+		lt = newLeaseTaker()
+	}
+	s.settleAll(reqs, cs, hs, idx, ds, t, allowed, lt)
+	d := algo.Combine(ds)
+	d.Lease = lt.lease()
+	return d, nil
 }
 
 // smallRepeat is the most requests of an AllowAll whose repeated (policy,
@@ -540,7 +553,7 @@ func (s *Store) unlockAll(locked []int) {
 // ds: when all were allowed it charges them; otherwise the allowed ones
 // report their state as it stays, without the charge. The shards of idx
 // must be locked.
-func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64, allowed bool) {
+func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64, allowed bool, lt *leaseTaker) {
 	for i := range reqs {
 		r := &reqs[i]
 		if r.MaxDelay != 0 {
@@ -553,9 +566,9 @@ func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, id
 		}
 		switch {
 		case allowed:
-			s.shards[idx[i]].run(s, cs[i], r, hs[i], t, r.Cost, true) // the decision is ds[i] already
+			s.shards[idx[i]].run(s, cs[i], r, hs[i], t, r.Cost, true, lt) // the decision is ds[i] already
 		case ds[i].Allowed:
-			ds[i] = s.shards[idx[i]].decide(s, cs[i], r, hs[i], t, 0, false)
+			ds[i] = s.shards[idx[i]].decide(s, cs[i], r, hs[i], t, 0, false, nil)
 			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
@@ -571,15 +584,18 @@ func (sh *shard) advance(t int64) int64 {
 }
 
 // decide runs req's algorithm on the state of h at t, for cost, and stores
-// the new state when commit is set and the request is admitted. sh.mu must
-// be held.
-func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) sluice.Decision {
-	return decision(sh.run(s, c, req, h, t, cost, commit), req.Policy.Limit)
+// the new state when commit is set and the request is admitted; a
+// concurrency policy's hold is then taken for lt's lease. sh.mu must be
+// held.
+func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) sluice.Decision {
+	return decision(sh.run(s, c, req, h, t, cost, commit, lt), req.Policy.Limit)
 }
 
 // run is decide's algorithm step, before its verdict becomes a Decision.
-func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
+func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
 	switch req.Policy.Algorithm {
+	case sluice.ConcurrencyAlgorithm:
+		return sh.decideConc(s, c, h, t, cost, commit, lt)
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
 		return sh.decideWindow(s, c, req, h, t, cost, commit)
 	case sluice.SlidingLogAlgorithm:
@@ -690,7 +706,7 @@ func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64,
 	return r
 }
 
-func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n }
+func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n + sh.conc.n }
 
 // sweepSteps is how many slots each insert examines for initial entries.
 const sweepSteps = 4
@@ -776,6 +792,7 @@ func (s *Store) Prune(now time.Time) int {
 		dropped += pruneTable(sh, &sh.tat, t, func(v algo.TAT) int64 { return v.Expiry() })
 		dropped += pruneTable(sh, &sh.win, t, func(v algo.Window) int64 { return v.Expire })
 		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire })
+		dropped += pruneTable(sh, &sh.conc, t, func(v *concState) int64 { return v.expire })
 	}
 	return dropped
 }

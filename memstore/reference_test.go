@@ -113,6 +113,16 @@ func (r *reference) Peek(_ context.Context, now time.Time, req sluice.Request) (
 	return r.one(now, req, false)
 }
 
+// Release and Renew: the reference decides the rate algorithms only, and
+// makes no lease.
+func (r *reference) Release(context.Context, time.Time, string) (bool, error) {
+	return false, sluice.ErrInvalidLease
+}
+
+func (r *reference) Renew(context.Context, time.Time, string) (time.Duration, error) {
+	return 0, sluice.ErrInvalidLease
+}
+
 func (r *reference) one(now time.Time, req sluice.Request, commit bool) (sluice.Decision, error) {
 	if err := check(&req); err != nil {
 		return sluice.Decision{}, err

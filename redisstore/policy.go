@@ -152,6 +152,11 @@ func compile(p sluice.Policy) *compiled {
 		c.err = fmt.Errorf("redisstore: %w", err)
 		return c
 	}
+	if p.Algorithm == sluice.ConcurrencyAlgorithm {
+		c.err = fmt.Errorf("redisstore: %w: %s: a concurrency policy holds leases, which the Redis store does not keep (%w); use the memory store for it",
+			ErrUnsupportedPolicy, p, sluice.ErrNotSupported)
+		return c
+	}
 	period := int64(p.Period / time.Microsecond)
 	burst := p.Capacity()
 	hi, lo := bits.Mul64(uint64(burst), uint64(period))

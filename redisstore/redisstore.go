@@ -1067,3 +1067,15 @@ func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Reques
 	}
 	return algo.Combine(ds), nil
 }
+
+// Release implements sluice.Store. The Redis store decides no concurrency
+// policy, so it makes no lease: every lease is an error wrapping
+// sluice.ErrInvalidLease.
+func (s *Store) Release(_ context.Context, _ time.Time, lease string) (bool, error) {
+	return false, fmt.Errorf("redisstore: release: %w: the Redis store makes no leases", sluice.ErrInvalidLease)
+}
+
+// Renew implements sluice.Store; see Release.
+func (s *Store) Renew(_ context.Context, _ time.Time, lease string) (time.Duration, error) {
+	return 0, fmt.Errorf("redisstore: renew: %w: the Redis store makes no leases", sluice.ErrInvalidLease)
+}

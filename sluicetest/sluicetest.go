@@ -36,6 +36,7 @@ type Option func(*config)
 type config struct {
 	callerTime bool
 	goroutines int
+	leases     bool
 }
 
 // StoreClock tells Run that the store decides at its own clock and ignores
@@ -52,6 +53,13 @@ func StoreClock() Option {
 // against one key; the default is 8. Values below 2 are raised to 2.
 func Concurrency(goroutines int) Option {
 	return func(c *config) { c.goroutines = max(2, goroutines) }
+}
+
+// Leases tells Run that the store decides concurrency policies
+// (sluice.ConcurrencyAlgorithm) and keeps their leases: Run then also
+// checks the lease part of the sluice.Store contract.
+func Leases() Option {
+	return func(c *config) { c.leases = true }
 }
 
 // Run runs the conformance suite as subtests of t. newStore must return a
@@ -92,6 +100,12 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 	t.Run("ClockBackwards", s.clockBackwards)
 	t.Run("RetryAndReset", s.retryAndReset)
 	t.Run("Calendar", s.calendar)
+	if cfg.leases {
+		t.Run("LeaseTimeline", s.leaseTimeline)
+		t.Run("LeaseAllOrNothing", s.leaseAllOrNothing)
+		t.Run("LeaseExact", s.leaseExact)
+		t.Run("LeaseInvalid", s.leaseInvalid)
+	}
 }
 
 type suite struct {
@@ -236,6 +250,9 @@ func checkInvariants(t *testing.T, op string, req sluice.Request, d sluice.Decis
 	}
 	if d.Degraded {
 		bad("Degraded is set, but the store did not fail")
+	}
+	if got, want := d.Lease != "", d.Allowed && req.Policy.Algorithm == sluice.ConcurrencyAlgorithm && op != "Peek" && op != "AllowAll"; got != want {
+		bad(fmt.Sprintf("has a lease %v, want %v: exactly the admitted Allow of a concurrency policy has one", got, want))
 	}
 }
 

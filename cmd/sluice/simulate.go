@@ -514,6 +514,9 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 		if err != nil {
 			return nil, usageErrorf("simulate", "simulate: --algorithm: %w", err)
 		}
+		if a == sluice.ConcurrencyAlgorithm {
+			return nil, usageErrorf("simulate", "simulate: --algorithm: concurrency is not a rate: a trace of request times says nothing of how long each request runs; simulate the rate algorithms (token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window or all)")
+		}
 		algs = []sluice.Algorithm{a}
 	}
 	ps := make([]sluice.Policy, len(algs))

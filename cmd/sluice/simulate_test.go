@@ -183,7 +183,7 @@ func TestSimulateFlagErrors(t *testing.T) {
 		{"no algorithm", []string{"simulate", "--limit", "10", "--period", "1s"},
 			"sluice: simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, all)\n"},
 		{"unknown algorithm", []string{"simulate", "--algorithm", "token-bucket", "--limit", "10", "--period", "1s"},
-			`sluice: simulate: --algorithm: unknown algorithm "token-bucket" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window)` + "\n"},
+			`sluice: simulate: --algorithm: unknown algorithm "token-bucket" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency)` + "\n"},
 		{"no limit", []string{"simulate", "--algorithm", "gcra", "--period", "1s"}, "sluice: simulate: --limit is required\n"},
 		{"no period", []string{"simulate", "--algorithm", "gcra", "--limit", "5"},
 			"sluice: simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h; or calendar_day, calendar_week, calendar_month, calendar_year)\n"},

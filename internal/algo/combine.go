@@ -14,6 +14,7 @@ type decision = struct {
 	ResetAfter time.Duration
 	Delay      time.Duration
 	Degraded   bool
+	Lease      string
 }
 
 // Decision is the constraint that sluice.Decision satisfies.

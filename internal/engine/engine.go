@@ -475,6 +475,9 @@ func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged
 	if sent && !charged.Allowed {
 		allowed = false
 	}
+	if sent {
+		o.Decision.Lease = charged.Lease // what the charged checks hold
+	}
 	o.Allowed = allowed
 	o.Decision.Allowed = allowed
 }

@@ -199,6 +199,10 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 	return f.Allow(ctx, now, req)
 }
 
+func (f failing) Release(context.Context, time.Time, string) (bool, error) { return false, f.err }
+
+func (f failing) Renew(context.Context, time.Time, string) (time.Duration, error) { return 0, f.err }
+
 // policies are one small policy of every algorithm, for the random
 // requests of TestOneCheckWithShadow and TestEnforcedWithShadow; roomy is
 // a limit that never refuses them.

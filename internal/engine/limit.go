@@ -35,6 +35,10 @@ func CheckLimit(where, unit string, l Limit, i int, names map[string]int) error 
 			return fmt.Errorf("%s: %w", where, err)
 		}
 	}
+	if p.Algorithm == sluice.ConcurrencyAlgorithm {
+		return fmt.Errorf("%s: %w: a concurrency policy holds a lease while the %s runs, and this door releases none; "+
+			"use a sluice.Limiter and Release the Decision's Lease when the %s ends", where, sluice.ErrNotSupported, unit, unit)
+	}
 	if l.Cost < 0 {
 		return fmt.Errorf("%s: cost must not be negative, got %d", where, l.Cost)
 	}

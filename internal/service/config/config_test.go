@@ -539,3 +539,26 @@ func loadGood(t *testing.T, name string) *Config {
 	}
 	return c
 }
+
+// TestConcurrencyRefused checks that a concurrency limit is refused with
+// the file, line and path, and a sentence saying why and what to use: no
+// door of sluice serve releases a lease.
+func TestConcurrencyRefused(t *testing.T) {
+	_, err := Parse("conc.yaml", []byte("limits:\n  inflight:\n    algorithm: concurrency\n    limit: 5\n    period: 30s\n"), testFormats)
+	got := problems(err)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "conc.yaml:3: limits.inflight.algorithm: concurrency limits are not available in sluice serve") ||
+		!strings.Contains(got[0], "sluice.Concurrency") {
+		t.Fatalf("Parse = %q, want one problem at conc.yaml:3 naming sluice.Concurrency", got)
+	}
+}
+
+// TestEnvoyConcurrencyRefused checks that the envoy section refuses a
+// concurrency algorithm, saying why: Envoy never says when a request ends.
+func TestEnvoyConcurrencyRefused(t *testing.T) {
+	y := "listen: {grpc: 127.0.0.1:8081}\nenvoy:\n  domains:\n    - domain: edge\n      descriptors:\n        - key: user\n          algorithm: concurrency\n          rate_limit: {unit: second, requests_per_unit: 5}\n"
+	_, err := Parse("envoy.yaml", []byte(y), testFormats)
+	got := problems(err)
+	if len(got) != 1 || !strings.Contains(got[0], "algorithm: concurrency is not available for Envoy") || !strings.HasPrefix(got[0], "envoy.yaml:7: envoy.domains[0].descriptors[0].algorithm") {
+		t.Fatalf("Parse = %q, want one problem saying concurrency is not available for Envoy", got)
+	}
+}

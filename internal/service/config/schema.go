@@ -337,6 +337,10 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	} else if a, err := sluice.ParseAlgorithm(s); err != nil {
 		d.add(deref(v), join(path, "algorithm"), "unknown algorithm %q (want %s)%s", s, list(algorithmNames()), suggest(s, algorithmNames()))
 		good = false
+	} else if a == sluice.ConcurrencyAlgorithm {
+		d.add(deref(v), join(path, "algorithm"), "concurrency limits are not available in sluice serve: none of its doors releases a lease when a request ends, so every admitted request would hold its slot until the lease ran out; "+
+			"limit concurrency in your Go code with sluice.Concurrency and a Limiter (Release when the request ends), or use a rate here (want %s)", list(algorithmNames()))
+		good = false
 	} else {
 		p.Algorithm = a
 		algOK = true

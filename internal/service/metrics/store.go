@@ -95,3 +95,13 @@ func Underlying(s sluice.Store) sluice.Store {
 		s = u.Unwrap()
 	}
 }
+
+// Release implements sluice.Store.
+func (s *Store) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
+	return s.next.Release(ctx, now, lease)
+}
+
+// Renew implements sluice.Store.
+func (s *Store) Renew(ctx context.Context, now time.Time, lease string) (time.Duration, error) {
+	return s.next.Renew(ctx, now, lease)
+}

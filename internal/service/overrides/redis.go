@@ -449,6 +449,9 @@ func decode(field, value string) (Override, error) {
 	if err != nil {
 		return Override{}, fmt.Errorf("field %q: %w", field, err)
 	}
+	if alg == sluice.ConcurrencyAlgorithm {
+		return Override{}, fmt.Errorf("field %q: an override cannot be a concurrency limit", field)
+	}
 	o := Override{
 		Limit:  limit,
 		Key:    key,

@@ -300,9 +300,12 @@ func (v *validator) descriptors(ds []Descriptor, path string, names map[string]b
 		var descAlgo sluice.Algorithm = sluice.FixedWindowAlgorithm
 		if d.Algorithm != "" {
 			a, err := sluice.ParseAlgorithm(d.Algorithm)
-			if err != nil {
-				v.add(p+".algorithm", "%v", err)
-			} else {
+			switch {
+			case err != nil:
+				v.add(p+".algorithm", "%s", unknownAlgorithm(d.Algorithm))
+			case a == sluice.ConcurrencyAlgorithm:
+				v.add(p+".algorithm", "%s", noConcurrency)
+			default:
 				descAlgo = a
 			}
 		}
@@ -367,7 +370,11 @@ func (v *validator) rateLimit(r RateLimit, path string, descAlgo sluice.Algorith
 	if r.Algorithm != "" {
 		a, err := sluice.ParseAlgorithm(r.Algorithm)
 		if err != nil {
-			v.add(path+".algorithm", "%v", err)
+			v.add(path+".algorithm", "%s", unknownAlgorithm(r.Algorithm))
+			return
+		}
+		if a == sluice.ConcurrencyAlgorithm {
+			v.add(path+".algorithm", "%s", noConcurrency)
 			return
 		}
 		algo = a
@@ -402,4 +409,12 @@ func (v *validator) rateLimit(r RateLimit, path string, descAlgo sluice.Algorith
 	if err := p.Validate(); err != nil {
 		v.add(path, "%v", err)
 	}
+}
+
+// noConcurrency says why the envoy section takes no concurrency algorithm.
+const noConcurrency = "concurrency is not available for Envoy: its rate limit protocol never says when a request ends, so a slot taken could not be released before its lease ran out; use a rate algorithm, or limit concurrency with Envoy's own circuit breakers (max_requests)"
+
+// unknownAlgorithm says that name is no algorithm the envoy section takes.
+func unknownAlgorithm(name string) string {
+	return fmt.Sprintf("unknown algorithm %q (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window)", name)
 }

@@ -697,6 +697,16 @@ func (s downStore) Peek(context.Context, time.Time, sluice.Request) (sluice.Deci
 	return s.decide(0, nil)
 }
 
+func (s downStore) Release(context.Context, time.Time, string) (bool, error) {
+	_, err := s.decide(0, nil)
+	return false, err
+}
+
+func (s downStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
+	_, err := s.decide(0, nil)
+	return 0, err
+}
+
 func TestStoreFailure(t *testing.T) {
 	const src = "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
 	t.Run("error is Unavailable", func(t *testing.T) {

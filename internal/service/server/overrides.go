@@ -244,6 +244,9 @@ func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBo
 		if err != nil {
 			return overrides.Override{}, badRequest("algorithm: %v", err)
 		}
+		if a == sluice.ConcurrencyAlgorithm {
+			return overrides.Override{}, badRequest("algorithm: an override cannot make a limit a concurrency limit: sluice serve's doors release no lease; choose a rate algorithm")
+		}
 		p.Algorithm = a
 	}
 	switch {

@@ -1,0 +1,206 @@
+package memstore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// concState is a concurrency key's holds and the first time at which none
+// of them counts (the sweep and Prune drop the key then). A concurrency
+// key is never evicted to make room: forgetting it would forget units
+// that are held.
+type concState struct {
+	holds  algo.Holds
+	expire int64
+}
+
+// leaseTaker collects what one decision holds: the lease's identifier and
+// the hashes of the (policy, key) pairs it took units of.
+type leaseTaker struct {
+	id [16]byte
+	hs []uint64
+	hb [4]uint64
+}
+
+// newLeaseTaker returns a leaseTaker with a fresh random identifier. The
+// generator is math/rand/v2's, seeded by the runtime from the system's
+// entropy: a client that holds some leases cannot predict another's.
+func newLeaseTaker() *leaseTaker {
+	lt := &leaseTaker{}
+	binary.LittleEndian.PutUint64(lt.id[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(lt.id[8:], rand.Uint64())
+	lt.hs = lt.hb[:0]
+	return lt
+}
+
+// took records a hold on h.
+func (lt *leaseTaker) took(h uint64) {
+	if !slices.Contains(lt.hs, h) {
+		lt.hs = append(lt.hs, h)
+	}
+}
+
+// leasePrefix starts every lease this store makes.
+const leasePrefix = "m1."
+
+// maxLeaseKeys bounds the keys one lease names, so that a lease from a
+// client costs a bounded amount of work.
+const maxLeaseKeys = 64
+
+// lease returns the Lease that names what lt took, or "" when it took
+// nothing (or lt is nil).
+func (lt *leaseTaker) lease() string {
+	if lt == nil || len(lt.hs) == 0 {
+		return ""
+	}
+	b := make([]byte, 16, 16+8*len(lt.hs))
+	copy(b, lt.id[:])
+	for _, h := range lt.hs {
+		b = binary.LittleEndian.AppendUint64(b, h)
+	}
+	return leasePrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseLease returns the identifier and the key hashes of a lease this
+// store made, or an error wrapping sluice.ErrInvalidLease.
+func parseLease(lease string) (id [16]byte, hs []uint64, err error) {
+	rest, ok := strings.CutPrefix(lease, leasePrefix)
+	if !ok {
+		return id, nil, fmt.Errorf("memstore: %w: not a lease of the memory store", sluice.ErrInvalidLease)
+	}
+	if len(rest) > base64.RawURLEncoding.EncodedLen(16+8*maxLeaseKeys) {
+		return id, nil, fmt.Errorf("memstore: %w: too long", sluice.ErrInvalidLease)
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil || len(b) < 16+8 || (len(b)-16)%8 != 0 {
+		return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+	}
+	copy(id[:], b)
+	for b = b[16:]; len(b) > 0; b = b[8:] {
+		h := binary.LittleEndian.Uint64(b)
+		if h == 0 {
+			return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+		}
+		hs = append(hs, h)
+	}
+	return id, hs, nil
+}
+
+// decideConc is decide for a concurrency policy: the holds of h at t, and
+// with commit an admitted request's hold taken for lt's lease.
+func (sh *shard) decideConc(s *Store, c *compiled, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+	limit, lease := c.pp.Limit, c.pp.Period
+	take := commit && lt != nil && cost > 0
+	var id [16]byte
+	if take {
+		id = lt.id
+	}
+	i, found := sh.conc.find(h)
+	if !found {
+		var none algo.Holds
+		r := algo.Concurrency(limit, &none, t, cost, id, lease, false)
+		if take && r.Allowed {
+			cs := &concState{}
+			algo.Concurrency(limit, &cs.holds, t, cost, id, lease, true)
+			cs.expire = cs.holds.Expiry()
+			sh.makeRoom(s, t)
+			sh.conc.insert(h, cs)
+			sh.sweepConc(t)
+			lt.took(h)
+		}
+		return r
+	}
+	cs := sh.conc.slots[i].v
+	r := algo.Concurrency(limit, &cs.holds, t, cost, id, lease, take)
+	if take && r.Allowed {
+		lt.took(h)
+	}
+	cs.expire = cs.holds.Expiry()
+	if cs.holds.Len() == 0 {
+		sh.conc.remove(i)
+	}
+	return r
+}
+
+func (sh *shard) sweepConc(t int64) {
+	sweepTable(&sh.conc, &sh.sweep, t, func(v *concState) int64 { return v.expire })
+}
+
+// Release frees what lease still holds at now (zero: the store's clock)
+// and reports whether it freed anything; see the sluice.Store contract.
+func (s *Store) Release(_ context.Context, now time.Time, lease string) (bool, error) {
+	id, hs, err := parseLease(lease)
+	if err != nil {
+		return false, err
+	}
+	t := s.micros(now)
+	var freed int64
+	for _, h := range hs {
+		sh := &s.shards[h&s.mask]
+		sh.mu.Lock()
+		tt := sh.advance(t)
+		if i, found := sh.conc.find(h); found {
+			cs := sh.conc.slots[i].v
+			freed += cs.holds.Release(id, tt)
+			cs.expire = cs.holds.Expiry()
+			if cs.holds.Len() == 0 {
+				sh.conc.remove(i)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return freed > 0, nil
+}
+
+// Renew extends every hold of lease that has not expired at now (zero:
+// the store's clock) by its policy's lease, and returns the time until the
+// first of them expires; see the sluice.Store contract.
+func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Duration, error) {
+	id, hs, err := parseLease(lease)
+	if err != nil {
+		return 0, err
+	}
+	t := s.micros(now)
+	var first int64
+	renewed := false
+	for _, h := range hs {
+		sh := &s.shards[h&s.mask]
+		sh.mu.Lock()
+		tt := sh.advance(t)
+		if i, found := sh.conc.find(h); found {
+			cs := sh.conc.slots[i].v
+			if e, ok := cs.holds.Renew(id, tt); ok {
+				if !renewed || e-tt < first {
+					first = e - tt
+				}
+				renewed = true
+				cs.expire = cs.holds.Expiry()
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if !renewed {
+		return 0, fmt.Errorf("memstore: renew: %w", sluice.ErrLeaseExpired)
+	}
+	return time.Duration(first) * time.Microsecond, nil
+}
+
+// anyConcurrency reports whether a request of reqs is under a concurrency
+// policy.
+func anyConcurrency(reqs []sluice.Request) bool {
+	for i := range reqs {
+		if reqs[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+			return true
+		}
+	}
+	return false
+}
