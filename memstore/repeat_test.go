@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestSummedCosts: the running sums of repeated hashes are right, and
@@ -14,31 +15,15 @@ import (
 // work grows linearly with the requests (the pairs compared before grew
 // with their square: 200 million for 20,000 requests).
 func TestSummedCosts(t *testing.T) {
-	for _, n := range []int{1, 2, smallRepeat, smallRepeat + 1, 20_000} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			const keys = 3
-			hs := make([]uint64, n)
-			reqs := make([]sluice.Request, n)
-			for i := range n {
-				hs[i] = uint64(i%keys) * 0x9e3779b97f4a7c15
-				reqs[i].Cost = int64(i%keys + 1)
-			}
-			sums, compared := summedCosts(hs, reqs, nil)
-			if len(sums) != n {
-				t.Fatalf("summedCosts returned %d sums, want %d", len(sums), n)
-			}
-			for i, got := range sums {
-				// Request i is the (i/keys+1)th on its hash, each of cost
-				// i%keys+1.
-				if want := int64(i/keys+1) * int64(i%keys+1); got != want {
-					t.Fatalf("sums[%d] = %d, want %d", i, got, want)
-				}
-			}
-			if maxPairs := min(n, smallRepeat) * (min(n, smallRepeat) - 1) / 2; compared > maxPairs || n > smallRepeat && compared != 0 {
-				t.Errorf("summedCosts compared %d pairs of hashes for %d requests, want at most %d (none above %d requests)", compared, n, maxPairs, smallRepeat)
-			}
-		})
-	}
+	testkit.CheckSummedCosts(t, smallRepeat, func(keys []int, costs []int64) ([]int64, int) {
+		hs := make([]uint64, len(keys))
+		reqs := make([]sluice.Request, len(keys))
+		for i, k := range keys {
+			hs[i] = uint64(k) * 0x9e3779b97f4a7c15
+			reqs[i].Cost = costs[i]
+		}
+		return summedCosts(hs, reqs, nil)
+	})
 }
 
 // TestAllowAllManyRepeats: an AllowAll of many requests on a few keys

@@ -72,28 +72,14 @@ return out`
 // keys are right, and above maxLocalAll requests no pair of keys is
 // compared, so that the work grows linearly with the requests.
 func TestSummedCosts(t *testing.T) {
-	for _, n := range []int{1, 2, maxLocalAll, maxLocalAll + 1, 20_000} {
-		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			const keys = 3
-			entries := [keys]*entry{{key: "a"}, {key: "b"}, {key: "c"}}
-			es := make([]*entry, n)
-			reqs := make([]sluice.Request, n)
-			for i := range n {
-				es[i] = entries[i%keys]
-				reqs[i].Cost = int64(i%keys + 1)
-			}
-			sums, compared := summedCosts(es, reqs, nil)
-			if len(sums) != n {
-				t.Fatalf("summedCosts returned %d sums, want %d", len(sums), n)
-			}
-			for i, got := range sums {
-				if want := int64(i/keys+1) * int64(i%keys+1); got != want {
-					t.Fatalf("sums[%d] = %d, want %d", i, got, want)
-				}
-			}
-			if maxPairs := min(n, maxLocalAll) * (min(n, maxLocalAll) - 1) / 2; compared > maxPairs || n > maxLocalAll && compared != 0 {
-				t.Errorf("summedCosts compared %d pairs of keys for %d requests, want at most %d (none above %d requests)", compared, n, maxPairs, maxLocalAll)
-			}
-		})
-	}
+	testkit.CheckSummedCosts(t, maxLocalAll, func(keys []int, costs []int64) ([]int64, int) {
+		entries := [...]*entry{{key: "a"}, {key: "b"}, {key: "c"}}
+		es := make([]*entry, len(keys))
+		reqs := make([]sluice.Request, len(keys))
+		for i, k := range keys {
+			es[i] = entries[k]
+			reqs[i].Cost = costs[i]
+		}
+		return summedCosts(es, reqs, nil)
+	})
 }

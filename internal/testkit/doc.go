@@ -3,9 +3,9 @@
 // processes (single, TLS, Cluster, Sentinel) and a TCP proxy that delays
 // or cuts their replies; the sluice binary run as a process; certificate
 // authorities and certificates; a Prometheus series' value; Envoy's rate
-// limit descriptors; the fenced code blocks of the docs; and the
-// benchmarks' ResponseWriter, request loops, key picker, closed loop of
-// callers and CPU time per operation. The store fixtures, which import
-// the stores, are in internal/teststore. Only tests and benchmarks import
-// it.
+// limit descriptors; the fenced code blocks of the docs; a check of the
+// stores' running sums of costs per key; and the benchmarks'
+// ResponseWriter, request loops, key picker, closed loop of callers and
+// CPU time per operation. The store fixtures, which import the stores,
+// are in internal/teststore. Only tests and benchmarks import it.
 package testkit
