@@ -28,20 +28,7 @@ func TestCheckAllocs(t *testing.T) {
 	rd := bytes.NewReader(body)
 	req := httptest.NewRequest("POST", "/v1/check", rd)
 	nop := io.NopCloser(rd)
-	rec := testkit.NewWriter()
-	call := func() {
-		rd.Reset(body)
-		req.Body = nop
-		rec.Reset()
-		f.h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK {
-			t.Fatalf("POST /v1/check = %d, want 200", rec.Code)
-		}
-	}
-	call()
-	if n := testing.AllocsPerRun(200, call); n > 4 {
-		t.Errorf("POST /v1/check: %v allocations per call, want at most 4", n)
-	}
+	f.checkAllocs(t, "POST /v1/check", req, func() { rd.Reset(body); req.Body = nop }, 4)
 }
 
 // TestForwardAuthAllocs bounds the allocations of an admitted
@@ -64,16 +51,27 @@ proxy:
 	req.Header.Set("X-API-Key", "k1")
 	req.Header.Set("X-Forwarded-Method", "GET")
 	req.Header.Set("X-Forwarded-Uri", "/api/items?page=2")
+	f.checkAllocs(t, "forward-auth", req, nil, 10)
+}
+
+// checkAllocs serves req, after calling reset (if not nil) to make it
+// ready again, and fails unless it is answered 200 with at most max
+// allocations per call.
+func (f *fixture) checkAllocs(t *testing.T, what string, req *http.Request, reset func(), max float64) {
+	t.Helper()
 	rec := testkit.NewWriter()
 	call := func() {
+		if reset != nil {
+			reset()
+		}
 		rec.Reset()
 		f.h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {
-			t.Fatalf("forward-auth = %d, want 200", rec.Code)
+			t.Fatalf("%s = %d, want 200", what, rec.Code)
 		}
 	}
 	call()
-	if n := testing.AllocsPerRun(200, call); n > 10 {
-		t.Errorf("forward-auth: %v allocations per call, want at most 10", n)
+	if n := testing.AllocsPerRun(200, call); n > max {
+		t.Errorf("%s: %v allocations per call, want at most %v", what, n, max)
 	}
 }
