@@ -162,9 +162,7 @@ func TestExplainChargesNothing(t *testing.T) {
 		t.Errorf("the store tracks %d keys after explaining, want 0", n)
 	}
 	want := `{"allowed":true,"limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":40000}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k"}`).Body.String()); got != want {
-		t.Errorf("check after explaining = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"k"}`, want, "check after explaining")
 }
 
 // TestExplainNever: a cost above the capacity is explained as every door
@@ -189,13 +187,9 @@ func TestExplainNever(t *testing.T) {
 		t.Errorf("summary = %q", s)
 	}
 	want := `{"allowed":false,"limit":2,"remaining":1,"retry_after_ms":-1,"reset_after_ms":40000}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k","cost":3}`).Body.String()); got != want {
-		t.Errorf("check of cost 3 = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"k","cost":3}`, want, "check of cost 3")
 	want = `{"allowed":true,"limit":2,"remaining":0,"retry_after_ms":0,"reset_after_ms":40000}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k"}`).Body.String()); got != want {
-		t.Errorf("check after explaining = %s, want %s (nothing charged)", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"k"}`, want, "check after explaining (nothing charged)")
 }
 
 func TestExplainErrors(t *testing.T) {

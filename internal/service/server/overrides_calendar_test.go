@@ -20,9 +20,7 @@ func TestOverrideCalendar(t *testing.T) {
 	}
 	f.clock.Advance(time.Date(2026, 3, 31, 23, 59, 0, 0, berlin).Sub(start))
 	want := `{"allowed":true,"limit":1000,"remaining":999,"retry_after_ms":0,"reset_after_ms":60000,"window_start":"2026-03-01T00:00:00+01:00","window_end":"2026-04-01T00:00:00+02:00","override":true}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"k1"}`).Body.String()); got != want {
-		t.Errorf("check = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"k1"}`, want, "check")
 	for body, msg := range map[string]string{
 		`{"limit":5,"period":"calendar_month","time_zone":"Mars/Olympus"}`: `unknown time zone \"Mars/Olympus\"`,
 		`{"limit":5,"period":"1h","time_zone":"UTC"}`:                      "apply only to a calendar period",

@@ -208,17 +208,13 @@ func TestOverridesApply(t *testing.T) {
 	}
 	// The decision API: k1 has 200, k2 the limit's 10.
 	want := `{"allowed":true,"limit":100,"burst":200,"remaining":199,"retry_after_ms":0,"reset_after_ms":10,"override":true}`
-	if got := strings.TrimSpace(f.check(`{"limit":"api-key","key":"k1"}`).Body.String()); got != want {
-		t.Errorf("check k1 = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"api-key","key":"k1"}`, want, "check k1")
 	rec = f.check(`{"limit":"api-key","key":"k1","cost":150}`)
 	if !strings.Contains(rec.Body.String(), `"allowed":true`) || rec.Header().Get("RateLimit-Policy") != `"api-key";q=100;w=1` {
 		t.Errorf("a cost above the limit's capacity but within the override's = %s %q", rec.Body, rec.Header().Get("RateLimit-Policy"))
 	}
 	want = `{"allowed":true,"limit":10,"remaining":9,"retry_after_ms":0,"reset_after_ms":100}`
-	if got := strings.TrimSpace(f.check(`{"limit":"api-key","key":"k2"}`).Body.String()); got != want {
-		t.Errorf("check k2 = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"api-key","key":"k2"}`, want, "check k2")
 	// Forward-auth: k3 gets 3 a minute (with another algorithm), others 10.
 	if rec := f.do("PUT", "/v1/overrides/api-key/k3", `{"limit":3,"period":"1m","algorithm":"fixed_window"}`); rec.Code != 201 {
 		t.Fatalf("PUT k3 = %d %s", rec.Code, rec.Body)

@@ -119,6 +119,16 @@ func (f *fixture) check(body string) *httptest.ResponseRecorder {
 	return f.do("POST", "/v1/check", body)
 }
 
+// wantCheck posts body to /v1/check and fails unless the answer's body,
+// without its final newline, is want; format and args say what was
+// checked, as for t.Errorf.
+func (f *fixture) wantCheck(t *testing.T, body, want, format string, args ...any) {
+	t.Helper()
+	if got := strings.TrimSpace(f.check(body).Body.String()); got != want {
+		t.Errorf(format+" = %s, want %s", append(args, got, want)...)
+	}
+}
+
 func TestCheckSingle(t *testing.T) {
 	f := newFixture(t, testYAML)
 	rec := f.check(`{"limit":"api-key","key":"k1","cost":1}`)
@@ -173,15 +183,11 @@ func TestCheckFixedWindow(t *testing.T) {
 		`{"allowed":true,"limit":2,"remaining":0,"retry_after_ms":0,"reset_after_ms":40000}`,
 		`{"allowed":false,"limit":2,"remaining":0,"retry_after_ms":40000,"reset_after_ms":40000}`,
 	} {
-		if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"a"}`).Body.String()); got != want {
-			t.Errorf("check %d = %s, want %s", i, got, want)
-		}
+		f.wantCheck(t, `{"limit":"tiny","key":"a"}`, want, "check %d", i)
 	}
 	f.clock.Advance(40 * time.Second)
 	want := `{"allowed":true,"limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":60000}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"a"}`).Body.String()); got != want {
-		t.Errorf("next window: %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"a"}`, want, "next window")
 }
 
 // TestCheckLeakyDelay checks the answer of a leaky bucket whose burst (5)
@@ -190,9 +196,7 @@ func TestCheckLeakyDelay(t *testing.T) {
 	f := newFixture(t, testYAML)
 	f.check(`{"limit":"leaky","key":"q"}`)
 	want := `{"allowed":true,"limit":10,"burst":5,"remaining":3,"retry_after_ms":0,"reset_after_ms":200,"delay_ms":100}`
-	if got := strings.TrimSpace(f.check(`{"limit":"leaky","key":"q"}`).Body.String()); got != want {
-		t.Errorf("second leaky check = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"leaky","key":"q"}`, want, "second leaky check")
 }
 
 func TestCheckMulti(t *testing.T) {
@@ -222,9 +226,7 @@ func TestCheckMulti(t *testing.T) {
 	}
 	// Nothing was charged to api-key by the denied request.
 	want = `{"allowed":true,"limit":10,"remaining":4,"retry_after_ms":0,"reset_after_ms":600}`
-	if got := strings.TrimSpace(f.check(`{"limit":"api-key","key":"u"}`).Body.String()); got != want {
-		t.Errorf("api-key after a denied batch = %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"api-key","key":"u"}`, want, "api-key after a denied batch")
 }
 
 func TestCheckShadow(t *testing.T) {
@@ -356,9 +358,7 @@ func TestCheckErrors(t *testing.T) {
 	}
 	// None of the refused requests was charged.
 	want := `{"allowed":true,"limit":2,"remaining":1,"retry_after_ms":0,"reset_after_ms":40000}`
-	if got := strings.TrimSpace(f.check(`{"limit":"tiny","key":"a"}`).Body.String()); got != want {
-		t.Errorf("after refused requests: %s, want %s", got, want)
-	}
+	f.wantCheck(t, `{"limit":"tiny","key":"a"}`, want, "after refused requests")
 }
 
 func TestMethodNotAllowed(t *testing.T) {
@@ -531,9 +531,7 @@ func TestReloadKeepsState(t *testing.T) {
 		{`{"limit":"fresh","key":"a"}`, `{"allowed":true,"limit":3,"remaining":2,"retry_after_ms":0,"reset_after_ms":334}`},
 	}
 	for _, tt := range tests {
-		if got := strings.TrimSpace(f.check(tt.body).Body.String()); got != tt.want {
-			t.Errorf("after reload %s = %s, want %s", tt.body, got, tt.want)
-		}
+		f.wantCheck(t, tt.body, tt.want, "after reload %s", tt.body)
 	}
 	if rec := f.check(`{"limit":"per-ip","key":"a"}`); rec.Code != http.StatusNotFound {
 		t.Errorf("removed limit = %d, want 404", rec.Code)
