@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/plans"
 )
 
@@ -67,15 +68,7 @@ func TestParseTable(t *testing.T) {
 func TestFileReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "customers.csv")
-	write := func(s string, mod time.Time) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mod, mod); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(s string, mod time.Time) { testkit.WriteFileAt(t, path, s, mod) }
 	mod := time.Unix(1_700_000_000, 0)
 	write("k1,pro\n", mod)
 	now := time.Unix(1_800_000_000, 0)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestOpenTable: sluice serve opens a plan table file, picks up a changed
@@ -47,12 +48,7 @@ func TestOpenTable(t *testing.T) {
 		// it whatever the file system's time resolution.
 		change := func(body string, at time.Time) {
 			t.Helper()
-			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chtimes(path, at, at); err != nil {
-				t.Fatal(err)
-			}
+			testkit.WriteFileAt(t, path, body, at)
 			time.Sleep(d.tableCheck) // the next look
 		}
 		change("k-new,free\n", time.Now().Add(time.Minute))

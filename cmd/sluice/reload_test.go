@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -116,11 +115,7 @@ func TestReloadIgnoresTouch(t *testing.T) {
 	in := startServe(t, "--config", path, "--watch", "10ms", "--log-level", "debug")
 	// The same content again, with a new modification time (set, since
 	// file times may be as coarse as a few milliseconds).
-	writeConfig(t, path, reloadV1)
-	later := time.Now().Add(time.Second)
-	if err := os.Chtimes(path, later, later); err != nil {
-		t.Fatal(err)
-	}
+	testkit.WriteFileAt(t, path, reloadV1, time.Now().Add(time.Second))
 	testkit.WaitFor(t, waitTimeout, "the rewrite to be seen", func() bool {
 		return strings.Contains(in.stderr.String(), "rewritten with the same content")
 	})

@@ -138,13 +138,7 @@ func (in *instance) metric(t *testing.T, series string) string {
 
 // writeConfig writes a configuration file at path, in place (truncated,
 // then written, as many editors do), and returns path.
-func writeConfig(t *testing.T, path, content string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
+var writeConfig = testkit.WriteFile
 
 func TestServeDefaultConfig(t *testing.T) {
 	t.Parallel()

@@ -122,6 +122,18 @@ func WriteFile(t testing.TB, path, content string) string {
 	return path
 }
 
+// WriteFileAt writes content to path, sets the file's modification time
+// (and access time) to mod, and returns path: a change that a watcher
+// sees whatever the file system's time resolution.
+func WriteFileAt(t testing.TB, path, content string, mod time.Time) string {
+	t.Helper()
+	WriteFile(t, path, content)
+	if err := os.Chtimes(path, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // FreePort returns a loopback port that was free a moment ago, for a
 // program that cannot be told to pick its own.
 func FreePort(t testing.TB) int {

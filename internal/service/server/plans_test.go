@@ -143,19 +143,15 @@ func TestPlansByTable(t *testing.T) {
 		}
 	}
 	// The file changes: k-new is pro from the next look on.
-	if err := os.WriteFile(path, []byte("k-new,pro\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	future := time.Now().Add(time.Minute)
-	os.Chtimes(path, future, future)
+	testkit.WriteFileAt(t, path, "k-new,pro\n", future)
 	f.clock.Advance(time.Millisecond) // the next look
 	if got, _ := f.admitted(20, "by-table", "X-API-Key", "k-new"); got != 3 {
 		t.Errorf("k-new after the change: admitted %d of 20, want 3 (pro)", got)
 	}
 	// A broken file keeps the table in use.
-	os.WriteFile(path, []byte("k-new,gold\n"), 0o644)
 	future = future.Add(time.Minute)
-	os.Chtimes(path, future, future)
+	testkit.WriteFileAt(t, path, "k-new,gold\n", future)
 	f.clock.Advance(time.Second)
 	if got, _ := f.admitted(20, "by-table", "X-API-Key", "k-new"); got != 2 {
 		t.Errorf("k-new after a broken file: admitted %d, want 2 (the rest of pro's 5 an hour)", got)
