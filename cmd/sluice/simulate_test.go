@@ -67,26 +67,7 @@ func TestSimulateBoundaryGolden(t *testing.T) {
 }
 
 // jsonKeys returns the field names of a JSON object in order.
-func jsonKeys(t *testing.T, line string) []string {
-	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(line))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		t.Fatalf("%q: want an object, got %v, %v", line, tok, err)
-	}
-	var keys []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		keys = append(keys, tok.(string))
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-	}
-	return keys
-}
+var jsonKeys = testkit.JSONKeys
 
 type jsonlLine struct {
 	T            int64  `json:"t"`

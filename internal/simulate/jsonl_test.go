@@ -9,29 +9,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // jsonFields returns the field names of a JSON object in the order they
 // appear, and the object decoded.
 func jsonFields(t *testing.T, line string) ([]string, map[string]any) {
 	t.Helper()
-	dec := json.NewDecoder(strings.NewReader(line))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		t.Fatalf("%s: want an object, got %v, %v", line, tok, err)
-	}
-	var names []string
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-		names = append(names, tok.(string))
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			t.Fatalf("%s: %v", line, err)
-		}
-	}
+	names := testkit.JSONKeys(t, line)
 	obj := make(map[string]any)
 	d2 := json.NewDecoder(strings.NewReader(line))
 	d2.UseNumber()
