@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -144,4 +145,167 @@ func TestCallerTimeNeverGoesBack(t *testing.T) {
 			}
 		}
 	}
+}
+
+// edgePeriod is the longest period (in µs) for which a token bucket of
+// limit 1 and burst 15 still qualifies: 15·P <= 2^52 − 2.
+const edgePeriod = 300239975158032 * time.Microsecond
+
+// TestSupportedPolicies checks which valid policies the Redis store takes:
+// every practical one, and all but those whose empty bucket takes more
+// than 2^52 µs (about 142 years) to refill.
+func TestSupportedPolicies(t *testing.T) {
+	day, year := 24*time.Hour, 365*24*time.Hour
+	for _, c := range []struct {
+		p  sluice.Policy
+		ok bool
+	}{
+		{sluice.TokenBucket(10, time.Second, 0), true},
+		{sluice.TokenBucket(100, time.Minute, 0), true},
+		{sluice.TokenBucket(1_000_000, day, 1_000_000), true},
+		{sluice.GCRA(999_999_937, time.Hour, 17), true},
+		{sluice.LeakyBucket(3, time.Second, 4), true},
+		{sluice.TokenBucket(sluice.MaxLimit, year, sluice.MaxLimit), true},
+		{sluice.TokenBucket(sluice.MaxLimit, sluice.MaxPeriod, 0), true},
+		{sluice.TokenBucket(7, sluice.MaxPeriod, 7), true},
+		{sluice.FixedWindow(sluice.MaxLimit, sluice.MaxPeriod), true},
+		{sluice.SlidingWindow(sluice.MaxLimit, sluice.MaxPeriod), true},
+		{sluice.SlidingLog(sluice.MaxLimit, sluice.MaxPeriod), true},
+		{sluice.SlidingWindow(1_000_000, day), true},
+		{sluice.TokenBucket(1, edgePeriod, 15), true},
+		// One µs more and the refill time passes 2^52 − 2 µs.
+		{sluice.TokenBucket(1, edgePeriod+time.Microsecond, 15), false},
+		{sluice.TokenBucket(1, year, 1000), false},
+		{sluice.GCRA(3, sluice.MaxPeriod, 1000), false},
+	} {
+		if err := c.p.Validate(); err != nil {
+			t.Fatalf("%v is not a valid policy: %v", c.p, err)
+		}
+		err := compile(c.p).err
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrUnsupportedPolicy)) {
+			t.Errorf("compile(%v) error = %v, want supported = %v", c.p, err, c.ok)
+		}
+	}
+}
+
+// TestRefusedPolicy checks that a policy the store cannot decide exactly
+// is refused with ErrUnsupportedPolicy before Redis is asked, by every
+// method, while the memory store decides it.
+func TestRefusedPolicy(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	srv.Kill() // nothing may reach Redis: a call would fail differently
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailAllow})
+	p := sluice.TokenBucket(1, 365*24*time.Hour, 1000)
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
+	if _, err := memstore.New(memstore.Options{}).Allow(t.Context(), time.Time{}, req); err != nil {
+		t.Fatalf("memstore refuses %v: %v", p, err)
+	}
+	if d, err := st.Allow(t.Context(), time.Time{}, req); !errors.Is(err, ErrUnsupportedPolicy) || d.Degraded {
+		t.Errorf("Allow(%v) = %+v, %v; want ErrUnsupportedPolicy", p, d, err)
+	}
+	if _, err := st.Peek(t.Context(), time.Time{}, req); !errors.Is(err, ErrUnsupportedPolicy) {
+		t.Errorf("Peek(%v) error = %v, want ErrUnsupportedPolicy", p, err)
+	}
+	reqs := []sluice.Request{{Policy: new(sluice.TokenBucket(5, time.Second, 0)), Key: "k", Cost: 1}, req}
+	if _, err := st.AllowAll(t.Context(), time.Time{}, reqs, nil); !errors.Is(err, ErrUnsupportedPolicy) {
+		t.Errorf("AllowAll(..., %v) error = %v, want ErrUnsupportedPolicy", p, err)
+	}
+	if _, err := sluice.New(st, p); err != nil {
+		t.Logf("sluice.New accepts the policy (valid); the store refuses it per call: %v", err)
+	}
+	if st.BreakerState() != BreakerClosed {
+		t.Errorf("a refused policy reached Redis: the breaker is %v", st.BreakerState())
+	}
+}
+
+// TestExtremes replays random traces whose policies sit at the limits the
+// Redis store takes (the longest refill it accepts, the largest limits and
+// periods) at times near the end of its range, in 2112, where timestamps
+// approach 2^53 µs: the store must still agree with the memory store.
+func TestExtremes(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	policies := []sluice.Policy{
+		sluice.TokenBucket(1, edgePeriod, 15).Named("edge"),
+		sluice.LeakyBucket(1, edgePeriod, 15).Named("edge-leaky"),
+		sluice.GCRA(999_999_937, sluice.MaxPeriod, 14_000).Named("prime"),
+		sluice.SlidingWindow(sluice.MaxLimit, sluice.MaxPeriod).Named("window"),
+		sluice.SlidingWindow(999_999_999, 86_399_999_999*time.Microsecond).Named("window-odd"),
+		sluice.FixedWindow(sluice.MaxLimit, sluice.MaxPeriod).Named("fixed"),
+		sluice.SlidingLog(3, sluice.MaxPeriod).Named("log"),
+	}
+	for _, p := range policies {
+		if err := compile(p).err; err != nil {
+			t.Fatalf("%v: %v", p, err)
+		}
+	}
+	start := time.UnixMicro(maxTime).Add(-30 * 24 * time.Hour)
+	for seed := range uint64(4) {
+		tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 400, Policies: policies, Start: start, MaxGap: time.Hour, BigCostOneIn: 4})
+		rs := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
+		sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
+	}
+	// Past the range: refused, not decided wrongly.
+	rs := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
+	_, err := rs.Allow(t.Context(), time.UnixMicro(maxTime), sluice.Request{Policy: &policies[0], Key: "k", Cost: 1})
+	if err == nil {
+		t.Errorf("Allow at 2^52 µs succeeded, want an error naming the time range")
+	}
+}
+
+// FuzzScriptArgs feeds arbitrary policies, keys, costs and times through the
+// Go layer into the Lua scripts of a private redis-server and checks that
+// every answer is the memory store's: the same decision, or the same kind
+// of error. A policy the Redis store refuses as beyond its exact range
+// (ErrUnsupportedPolicy) is the one allowed difference.
+func FuzzScriptArgs(f *testing.F) {
+	srv := testkit.StartRedis(f)
+	st := newTestStore(f, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
+	f.Add(uint8(0), int64(10), int64(1_000_000), int64(0), "key", int64(1), int64(1_767_225_600_000_000), int64(250_000))
+	f.Add(uint8(2), int64(7), int64(1_000_000), int64(3), "{tag}:x\n\x00", int64(2), int64(1_767_225_659_999_999), int64(1))
+	f.Add(uint8(3), int64(100), int64(60_000_000), int64(0), "", int64(100), int64(1_767_225_659_000_000), int64(1_000_000))
+	f.Add(uint8(4), int64(3), int64(10_000_000), int64(0), "log", int64(4), int64(0), int64(0))
+	f.Add(uint8(5), int64(1_000_000_000), int64(31_536_000_000_000), int64(0), "big", int64(999_999_999), int64(1<<51), int64(1<<40))
+	f.Add(uint8(1), int64(-1), int64(0), int64(-5), "bad", int64(0), int64(-1), int64(-1))
+	var n atomic.Int64
+	f.Fuzz(func(t *testing.T, alg uint8, limit, periodUS, burst int64, key string, cost, atUS, gapUS int64) {
+		p := sluice.Policy{Algorithm: sluice.Algorithm(alg % 7), Limit: limit, Burst: burst,
+			Period: time.Duration(periodUS%(1<<53)) * time.Microsecond}
+		// Caller times must lie between 1970 and 2112 for the Redis store.
+		at := time.UnixMicro(abs(atUS) % (1 << 52))
+		later := at.Add(time.Duration(abs(gapUS)%(1<<40)) * time.Microsecond)
+		if later.UnixMicro() >= 1<<52 {
+			later = at
+		}
+		// A key of its own per input, so that inputs do not share state.
+		req := sluice.Request{Policy: &p, Key: fmt.Sprintf("%d|%s", n.Add(1), key), Cost: cost}
+		mem := memstore.New(memstore.Options{})
+		for _, when := range []time.Time{at, later} {
+			dm, errm := mem.Allow(t.Context(), when, req)
+			dr, errr := st.Allow(t.Context(), when, req)
+			if errors.Is(errr, ErrUnsupportedPolicy) && errm == nil {
+				return
+			}
+			for _, kind := range []error{sluice.ErrInvalidPolicy, sluice.ErrInvalidCost, sluice.ErrCostExceedsCapacity} {
+				if errors.Is(errm, kind) != errors.Is(errr, kind) {
+					t.Fatalf("Allow(%v, %+v) at %v: memory store says %v, Redis store %v", p, req, when, errm, errr)
+				}
+			}
+			if (errm == nil) != (errr == nil) {
+				t.Fatalf("Allow(%v, %+v) at %v: memory store says %v, Redis store %v", p, req, when, errm, errr)
+			}
+			if errm == nil && dm != dr {
+				t.Fatalf("Allow(%v, %+v) at %v = %+v from Redis, want %+v as from memory", p, req, when, dr, dm)
+			}
+		}
+	})
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		if x == -x { // MinInt64
+			return 0
+		}
+		return -x
+	}
+	return x
 }
