@@ -328,30 +328,44 @@ func exactness(t *testing.T, addrs []string) {
 	stores := newInstances(t, addrs, instances*clients, Options{Failure: FailError, Timeout: 2 * time.Second})
 	for _, a := range sluice.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
-			p := sluice.Policy{Algorithm: a, Limit: limit, Period: time.Hour}
-			if a.HasBurst() {
-				p.Burst = limit
-			}
-			for try := 0; ; try++ {
-				key := fmt.Sprintf("hot-%s-%d", a, try)
-				before := redisMicros(t, stores[0])
-				admitted, failed := hammer(t, stores, goroutines, attempts, sluice.Request{Policy: &p, Key: key, Cost: 1})
-				after := redisMicros(t, stores[0])
-				if failed > 0 {
-					t.Fatalf("%d calls failed", failed)
-				}
-				period := int64(time.Hour / time.Microsecond)
-				if a == sluice.FixedWindowAlgorithm && before/period != after/period && try < 2 {
-					t.Logf("the run crossed a window boundary; running it again")
-					continue
-				}
-				if admitted != limit {
-					t.Errorf("%d instances × %d clients × %d goroutines × %d attempts admitted %d under %v, want exactly %d",
-						instances, clients, goroutines, attempts, admitted, p, limit)
-				}
-				return
-			}
+			hammerExactly(t, a, limit, goroutines, attempts, func(try int) ([]*Store, string) {
+				return stores, fmt.Sprintf("hot-%s-%d", a, try)
+			})
 		})
+	}
+}
+
+// hammerExactly hammers one key under a policy of algorithm a, limit
+// per hour (burst limit), with hammer on the stores and the key that next
+// returns, on Redis's own clock, and fails unless none of the calls
+// failed and exactly limit were admitted. A fixed window whose run
+// crossed a window boundary is run again, twice at most, with next's
+// stores and key for the next try. It returns the stores of the run it
+// judged.
+func hammerExactly(t *testing.T, a sluice.Algorithm, limit int64, goroutines, attempts int, next func(try int) ([]*Store, string)) []*Store {
+	t.Helper()
+	p := sluice.Policy{Algorithm: a, Limit: limit, Period: time.Hour}
+	if a.HasBurst() {
+		p.Burst = limit
+	}
+	for try := 0; ; try++ {
+		stores, key := next(try)
+		before := redisMicros(t, stores[0])
+		admitted, failed := hammer(t, stores, goroutines, attempts, sluice.Request{Policy: &p, Key: key, Cost: 1})
+		after := redisMicros(t, stores[0])
+		if failed > 0 {
+			t.Fatalf("%d calls failed", failed)
+		}
+		period := int64(p.Period / time.Microsecond)
+		if a == sluice.FixedWindowAlgorithm && before/period != after/period && try < 2 {
+			t.Logf("the run crossed a window boundary; running it again")
+			continue
+		}
+		if admitted != limit {
+			t.Errorf("%d stores × %d goroutines × %d attempts admitted %d under %v, want exactly %d",
+				len(stores), goroutines, attempts, admitted, p, limit)
+		}
+		return stores
 	}
 }
 

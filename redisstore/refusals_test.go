@@ -196,31 +196,14 @@ func TestLocalRefusalsFlood(t *testing.T) {
 	)
 	for _, a := range sluice.Algorithms() {
 		t.Run(a.String(), func(t *testing.T) {
-			p := sluice.Policy{Algorithm: a, Limit: limit, Period: time.Hour}
-			if a.HasBurst() {
-				p.Burst = limit
-			}
-			for try := 0; ; try++ {
-				stores := newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError})
-				before := redisMicros(t, stores[0])
-				admitted, failed := hammer(t, stores, callers, attempts, sluice.Request{Policy: &p, Key: "hot", Cost: 1})
-				after := redisMicros(t, stores[0])
-				if failed > 0 {
-					t.Fatalf("%d calls failed", failed)
-				}
-				period := int64(time.Hour / time.Microsecond)
-				if a == sluice.FixedWindowAlgorithm && before/period != after/period && try < 2 {
-					continue // the run crossed a window boundary
-				}
-				if admitted != limit {
-					t.Errorf("%d instances × %d callers × %d attempts admitted %d under %v, want exactly %d",
-						instances, callers, attempts, admitted, p, limit)
-				}
-				total := int64(instances * callers * attempts)
-				if n := localCount(stores...); int64(n) < (total-limit)/2 {
-					t.Errorf("%d of %d refusals were local, want most", n, total-limit)
-				}
-				return
+			// New instances for each try: a try's local refusals must not
+			// carry over to the next.
+			stores := hammerExactly(t, a, limit, callers, attempts, func(int) ([]*Store, string) {
+				return newInstances(t, []string{srv.Addr}, instances, Options{Failure: FailError}), "hot"
+			})
+			total := int64(instances * callers * attempts)
+			if n := localCount(stores...); int64(n) < (total-limit)/2 {
+				t.Errorf("%d of %d refusals were local, want most", n, total-limit)
 			}
 		})
 	}
