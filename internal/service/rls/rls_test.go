@@ -63,7 +63,7 @@ type harness struct {
 }
 
 // compile decodes and compiles an envoy section given as YAML.
-func compile(t *testing.T, src string) *Config {
+func compile(t testing.TB, src string) *Config {
 	t.Helper()
 	domains, ps := Parse([]byte(src), "envoy")
 	if len(ps) > 0 {
@@ -808,7 +808,7 @@ descriptors:
 }
 
 func BenchmarkShouldRateLimit(b *testing.B) {
-	domains, ps := Parse([]byte(`
+	cfg := compile(b, `
 domain: edge
 descriptors:
   - key: remote_address
@@ -817,14 +817,7 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 1000000000}
       - {unit: day, requests_per_unit: 1000000000}
-`), "envoy")
-	if len(ps) > 0 {
-		b.Fatal(ps)
-	}
-	cfg, err := Compile(domains)
-	if err != nil {
-		b.Fatal(err)
-	}
+`)
 	svc := New(memstore.New(memstore.Options{}), cfg, Options{})
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
 		desc("remote_address", "10.0.0.1"), desc("api_key", "k1"),
