@@ -56,12 +56,14 @@ func benchEnvoy(tb testing.TB, cfg *config.Config) *rls.Config {
 	return envoy
 }
 
-// measured returns st wrapped in the metrics' Store decorator, as sluice
-// serve hands it to every front door, with those metrics and their
-// registry: the handlers then pay for the sluice_store_* series as they do
-// in the service.
-func measured(tb testing.TB, st sluice.Store) (*metrics.Store, *metrics.Metrics, *prometheus.Registry) {
+// measuredMemory returns a memory store, closed when tb ends, wrapped in
+// the metrics' Store decorator, as sluice serve hands its store to every
+// front door, with those metrics and their registry: the handlers then pay
+// for the sluice_store_* series as they do in the service.
+func measuredMemory(tb testing.TB) (*metrics.Store, *metrics.Metrics, *prometheus.Registry) {
 	tb.Helper()
+	st := memstore.New(memstore.Options{})
+	tb.Cleanup(func() { st.Close() })
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
@@ -86,13 +88,11 @@ func (r *recorder) Write(b []byte) (int, error) {
 }
 
 // checkHandler returns the service's HTTP handler on the benchmark's
-// configuration and a measured memory store, closed when b ends.
+// configuration and a measured memory store.
 func checkHandler(b *testing.B) *sluiceserver.Handler {
 	b.Helper()
 	cfg := benchConfig(b)
-	st := memstore.New(memstore.Options{})
-	b.Cleanup(func() { st.Close() })
-	ms, m, reg := measured(b, st)
+	ms, m, reg := measuredMemory(b)
 	h, err := sluiceserver.New(cfg, ms, sluiceserver.Options{Registry: reg, Metrics: m})
 	if err != nil {
 		b.Fatal(err)
@@ -133,9 +133,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 func rlsService(b *testing.B) *rls.Service {
 	b.Helper()
 	cfg := benchConfig(b)
-	st := memstore.New(memstore.Options{})
-	b.Cleanup(func() { st.Close() })
-	ms, m, _ := measured(b, st)
+	ms, m, _ := measuredMemory(b)
 	return rls.New(ms, benchEnvoy(b, cfg), rls.Options{OnDecision: func(ev rls.Event) {
 		m.RLSDecision(ev.Domain, ev.Key, ev.Outcome.String())
 	}})
