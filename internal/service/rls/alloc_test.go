@@ -71,7 +71,7 @@ func TestShouldRateLimitManyChecks(t *testing.T) {
 		for j, st := range resp.Statuses {
 			// The deciding limit is the minute's: fewest left, then the
 			// first to refuse; its window ends 30 s after now.
-			if got := st.GetCurrentLimit().GetUnit(); got != rlsv3.RateLimitResponse_RateLimit_MINUTE {
+			if got := st.GetCurrentLimit().GetUnit(); got != minute {
 				t.Errorf("call %d, status %d: unit %v, want MINUTE", i, j, got)
 			}
 			if got := st.GetDurationUntilReset().AsDuration(); got != 30*time.Second {

@@ -137,6 +137,14 @@ const (
 	over = rlsv3.RateLimitResponse_OVER_LIMIT
 )
 
+// The units of the current limits the tests expect.
+const (
+	second = rlsv3.RateLimitResponse_RateLimit_SECOND
+	minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	hour   = rlsv3.RateLimitResponse_RateLimit_HOUR
+	day    = rlsv3.RateLimitResponse_RateLimit_DAY
+)
+
 // want is the expected status of one descriptor; a zero unit means no
 // current_limit.
 type want struct {
@@ -186,12 +194,12 @@ descriptors:
 		want want
 		all  rlsv3.RateLimitResponse_Code
 	}{
-		{0, want{ok, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 2, time.Minute}, ok},
-		{10 * time.Second, want{ok, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 1, 50 * time.Second}, ok},
-		{20 * time.Second, want{ok, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 40 * time.Second}, ok},
-		{30 * time.Second, want{over, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 30 * time.Second}, over},
-		{59*time.Second + 999*time.Millisecond, want{over, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, time.Millisecond}, over},
-		{time.Minute, want{ok, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 2, time.Minute}, ok},
+		{0, want{ok, 3, minute, 2, time.Minute}, ok},
+		{10 * time.Second, want{ok, 3, minute, 1, 50 * time.Second}, ok},
+		{20 * time.Second, want{ok, 3, minute, 0, 40 * time.Second}, ok},
+		{30 * time.Second, want{over, 3, minute, 0, 30 * time.Second}, over},
+		{59*time.Second + 999*time.Millisecond, want{over, 3, minute, 0, time.Millisecond}, over},
+		{time.Minute, want{ok, 3, minute, 2, time.Minute}, ok},
 	}
 	for _, s := range steps {
 		h.clock.Set(t0.Add(s.at))
@@ -203,7 +211,7 @@ descriptors:
 	}
 	// Another address has its own window.
 	checkStatus(t, "other address", h.call(t, "edge", desc("remote_address", "10.0.0.2")).Statuses[0],
-		want{ok, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE, 2, time.Minute})
+		want{ok, 3, minute, 2, time.Minute})
 }
 
 // TestTwoLimitsOnOneDescriptor: 2 per second AND 5 per day, all-or-nothing.
@@ -216,20 +224,19 @@ descriptors:
       - {unit: second, requests_per_unit: 2}
       - {unit: day, requests_per_unit: 5}
 `)
-	sec, day := rlsv3.RateLimitResponse_RateLimit_SECOND, rlsv3.RateLimitResponse_RateLimit_DAY
 	steps := []struct {
 		at   time.Duration
 		want want
 	}{
-		{0, want{ok, 2, sec, 1, time.Second}},
-		{0, want{ok, 2, sec, 0, time.Second}},
-		{0, want{over, 2, sec, 0, time.Second}},         // not charged to the day
-		{time.Second, want{ok, 2, sec, 1, time.Second}}, // day: 2 left
-		{time.Second, want{ok, 2, sec, 0, time.Second}}, // day: 1 left
-		{time.Second, want{over, 2, sec, 0, time.Second}},
+		{0, want{ok, 2, second, 1, time.Second}},
+		{0, want{ok, 2, second, 0, time.Second}},
+		{0, want{over, 2, second, 0, time.Second}},         // not charged to the day
+		{time.Second, want{ok, 2, second, 1, time.Second}}, // day: 2 left
+		{time.Second, want{ok, 2, second, 0, time.Second}}, // day: 1 left
+		{time.Second, want{over, 2, second, 0, time.Second}},
 		{2 * time.Second, want{ok, 5, day, 0, 24*time.Hour - 2*time.Second}},
 		{3 * time.Second, want{over, 5, day, 0, 24*time.Hour - 3*time.Second}},
-		{24 * time.Hour, want{ok, 2, sec, 1, time.Second}},
+		{24 * time.Hour, want{ok, 2, second, 1, time.Second}},
 	}
 	for i, s := range steps {
 		h.clock.Set(t0.Add(s.at))
@@ -280,7 +287,6 @@ descriptors:
   - key: case
     rate_limit: {unit: HOUR, requests_per_unit: 6, unit_multiplier: 2}
 `)
-	min, day, sec := rlsv3.RateLimitResponse_RateLimit_MINUTE, rlsv3.RateLimitResponse_RateLimit_DAY, rlsv3.RateLimitResponse_RateLimit_SECOND
 	tests := []struct {
 		name string
 		d    *rlscommon.RateLimitDescriptor
@@ -291,21 +297,21 @@ descriptors:
 		{"key without value", desc("to_number", "206"), want{ok, 100, day, 99, 24 * time.Hour}},
 		{"placeholder without limit", desc("message_type", "marketing"), want{ok, 0, 0, 0, -1}},
 		{"other value of a placeholder", desc("message_type", "transactional", "to_number", "206"), want{ok, 0, 0, 0, -1}},
-		{"most specific value", desc("remote_address", "50.0.0.5"), want{over, 0, sec, 0, -1}},
-		{"fallback value", desc("remote_address", "50.0.0.6"), want{ok, 10, sec, 9, time.Second}},
-		{"exact before wildcard", desc("path", "/api/special"), want{ok, 1, min, 0, time.Minute}},
-		{"first wildcard in order", desc("path", "/api/v1"), want{ok, 2, min, 1, time.Minute}},
-		{"wildcard counts each value", desc("path", "/api/v2"), want{ok, 2, min, 1, time.Minute}},
-		{"wildcard again", desc("path", "/api/v1"), want{ok, 2, min, 0, time.Minute}},
-		{"shared wildcard", desc("path", "/shared/a"), want{ok, 3, min, 2, time.Minute}},
-		{"shared wildcard shares", desc("path", "/shared/b"), want{ok, 3, min, 1, time.Minute}},
-		{"key fallback after wildcards", desc("path", "/other"), want{ok, 4, min, 3, time.Minute}},
+		{"most specific value", desc("remote_address", "50.0.0.5"), want{over, 0, second, 0, -1}},
+		{"fallback value", desc("remote_address", "50.0.0.6"), want{ok, 10, second, 9, time.Second}},
+		{"exact before wildcard", desc("path", "/api/special"), want{ok, 1, minute, 0, time.Minute}},
+		{"first wildcard in order", desc("path", "/api/v1"), want{ok, 2, minute, 1, time.Minute}},
+		{"wildcard counts each value", desc("path", "/api/v2"), want{ok, 2, minute, 1, time.Minute}},
+		{"wildcard again", desc("path", "/api/v1"), want{ok, 2, minute, 0, time.Minute}},
+		{"shared wildcard", desc("path", "/shared/a"), want{ok, 3, minute, 2, time.Minute}},
+		{"shared wildcard shares", desc("path", "/shared/b"), want{ok, 3, minute, 1, time.Minute}},
+		{"key fallback after wildcards", desc("path", "/other"), want{ok, 4, minute, 3, time.Minute}},
 		{"request deeper than config", desc("key", "value", "subkey", "subvalue"), want{ok, 0, 0, 0, -1}},
-		{"config level matches", desc("key", "value"), want{ok, 300, sec, 299, time.Second}},
+		{"config level matches", desc("key", "value"), want{ok, 300, second, 299, time.Second}},
 		{"keys are case-sensitive", desc("Key", "value"), want{ok, 0, 0, 0, -1}},
 		{"unknown key", desc("nothing", "x"), want{ok, 0, 0, 0, -1}},
 		{"unlimited", desc("ldap", "cn=x"), want{ok, 0, 0, math.MaxUint32, -1}},
-		{"unit multiplier", desc("case", "x"), want{ok, 6, rlsv3.RateLimitResponse_RateLimit_HOUR, 5, 2 * time.Hour}},
+		{"unit multiplier", desc("case", "x"), want{ok, 6, hour, 5, 2 * time.Hour}},
 		{"empty descriptor", desc(), want{ok, 0, 0, 0, -1}},
 	}
 	for _, tt := range tests {
@@ -365,23 +371,22 @@ descriptors:
         value: "*x*"
         rate_limit: {unit: minute, requests_per_unit: 7}
 `)
-	min := rlsv3.RateLimitResponse_RateLimit_MINUTE
 	tests := []struct {
 		name string
 		d    *rlscommon.RateLimitDescriptor
 		want want
 	}{
-		{"star in the middle", desc("file", "log-2024.txt"), want{ok, 1, min, 0, time.Minute}},
-		{"star matches nothing", desc("file", "log.txt"), want{ok, 1, min, 0, time.Minute}},
-		{"exact before any wildcard", desc("file", "log-special.txt"), want{ok, 3, min, 2, time.Minute}},
-		{"leading star", desc("file", "notes.txt"), want{ok, 2, min, 1, time.Minute}},
+		{"star in the middle", desc("file", "log-2024.txt"), want{ok, 1, minute, 0, time.Minute}},
+		{"star matches nothing", desc("file", "log.txt"), want{ok, 1, minute, 0, time.Minute}},
+		{"exact before any wildcard", desc("file", "log-special.txt"), want{ok, 3, minute, 2, time.Minute}},
+		{"leading star", desc("file", "notes.txt"), want{ok, 2, minute, 1, time.Minute}},
 		{"no wildcard matches", desc("file", "log.csv"), want{ok, 0, 0, 0, -1}},
-		{"two stars, both empty", desc("route", "svcgetv1"), want{ok, 4, min, 3, time.Minute}},
-		{"two stars", desc("route", "svc-a-get-b-v1"), want{ok, 4, min, 3, time.Minute}},
-		{"pieces out of order", desc("route", "svcv1get"), want{ok, 5, min, 4, time.Minute}},
-		{"a lone star shares its counter", desc("route", "anything"), want{ok, 5, min, 3, time.Minute}},
-		{"a lone star matches the empty value", desc("route", ""), want{ok, 5, min, 2, time.Minute}},
-		{"nested wildcards", desc("tail", "abc", "op", "xyz"), want{ok, 7, min, 6, time.Minute}},
+		{"two stars, both empty", desc("route", "svcgetv1"), want{ok, 4, minute, 3, time.Minute}},
+		{"two stars", desc("route", "svc-a-get-b-v1"), want{ok, 4, minute, 3, time.Minute}},
+		{"pieces out of order", desc("route", "svcv1get"), want{ok, 5, minute, 4, time.Minute}},
+		{"a lone star shares its counter", desc("route", "anything"), want{ok, 5, minute, 3, time.Minute}},
+		{"a lone star matches the empty value", desc("route", ""), want{ok, 5, minute, 2, time.Minute}},
+		{"nested wildcards", desc("tail", "abc", "op", "xyz"), want{ok, 7, minute, 6, time.Minute}},
 		{"nested wildcard misses", desc("tail", "abc", "op", "yz"), want{ok, 0, 0, 0, -1}},
 	}
 	for _, tt := range tests {
@@ -428,7 +433,6 @@ descriptors:
   - key: b
     rate_limit: {unit: minute, requests_per_unit: 10}
 `)
-	min := rlsv3.RateLimitResponse_RateLimit_MINUTE
 	withHits := func(d *rlscommon.RateLimitDescriptor, n uint64) *rlscommon.RateLimitDescriptor {
 		d.HitsAddend = wrapperspb.UInt64(n)
 		return d
@@ -437,28 +441,28 @@ descriptors:
 	resp := h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 3, Descriptors: []*rlscommon.RateLimitDescriptor{
 		desc("a", "x"), withHits(desc("b", "x"), 1),
 	}})
-	checkStatus(t, "a with request hits 3", resp.Statuses[0], want{ok, 10, min, 7, time.Minute})
-	checkStatus(t, "b with its own hits 1", resp.Statuses[1], want{ok, 10, min, 9, time.Minute})
+	checkStatus(t, "a with request hits 3", resp.Statuses[0], want{ok, 10, minute, 7, time.Minute})
+	checkStatus(t, "b with its own hits 1", resp.Statuses[1], want{ok, 10, minute, 9, time.Minute})
 	// A per-descriptor 0 charges nothing and reports the state.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 3, Descriptors: []*rlscommon.RateLimitDescriptor{withHits(desc("a", "x"), 0)}})
-	checkStatus(t, "a with hits 0", resp.Statuses[0], want{ok, 10, min, 7, time.Minute})
+	checkStatus(t, "a with hits 0", resp.Statuses[0], want{ok, 10, minute, 7, time.Minute})
 	// 8 more do not fit in 7: denied, and nothing charged; as in
 	// envoyproxy/ratelimit, a refused descriptor has nothing left.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 8, Descriptors: []*rlscommon.RateLimitDescriptor{desc("a", "x")}})
 	if resp.OverallCode != over {
 		t.Errorf("8 hits: overall_code = %v, want OVER_LIMIT", resp.OverallCode)
 	}
-	checkStatus(t, "a with hits 8", resp.Statuses[0], want{over, 10, min, 0, time.Minute})
+	checkStatus(t, "a with hits 8", resp.Statuses[0], want{over, 10, minute, 0, time.Minute})
 	// More than the limit can never fit.
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", Descriptors: []*rlscommon.RateLimitDescriptor{withHits(desc("a", "x"), 11)}})
-	checkStatus(t, "a with hits 11", resp.Statuses[0], want{over, 10, min, 0, -1})
+	checkStatus(t, "a with hits 11", resp.Statuses[0], want{over, 10, minute, 0, -1})
 	// Negative hits (refunds) are not supported: nothing is charged.
 	neg := withHits(desc("a", "x"), 5)
 	neg.IsNegativeHits = true
 	checkStatus(t, "negative hits", h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", Descriptors: []*rlscommon.RateLimitDescriptor{neg}}).Statuses[0],
-		want{ok, 10, min, 7, time.Minute})
+		want{ok, 10, minute, 7, time.Minute})
 	resp = h.callReq(t, &rlsv3.RateLimitRequest{Domain: "h", HitsAddend: 7, Descriptors: []*rlscommon.RateLimitDescriptor{desc("a", "x")}})
-	checkStatus(t, "a with the last 7", resp.Statuses[0], want{ok, 10, min, 0, time.Minute})
+	checkStatus(t, "a with the last 7", resp.Statuses[0], want{ok, 10, minute, 0, time.Minute})
 }
 
 // TestAllOrNothing: when one descriptor is over, none is charged.
@@ -471,22 +475,21 @@ descriptors:
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 1}
 `)
-	min := rlsv3.RateLimitResponse_RateLimit_MINUTE
 	resp := h.call(t, "d", desc("user", "u"), desc("path", "/p"))
 	if resp.OverallCode != ok {
 		t.Fatalf("first: overall_code = %v, want OK", resp.OverallCode)
 	}
-	checkStatus(t, "first user", resp.Statuses[0], want{ok, 10, min, 9, time.Minute})
-	checkStatus(t, "first path", resp.Statuses[1], want{ok, 1, min, 0, time.Minute})
+	checkStatus(t, "first user", resp.Statuses[0], want{ok, 10, minute, 9, time.Minute})
+	checkStatus(t, "first path", resp.Statuses[1], want{ok, 1, minute, 0, time.Minute})
 	for i := range 3 {
 		resp = h.call(t, "d", desc("user", "u"), desc("path", "/p"))
 		if resp.OverallCode != over {
 			t.Fatalf("repeat %d: overall_code = %v, want OVER_LIMIT", i, resp.OverallCode)
 		}
-		checkStatus(t, "denied user (not charged)", resp.Statuses[0], want{ok, 10, min, 9, time.Minute})
-		checkStatus(t, "denied path", resp.Statuses[1], want{over, 1, min, 0, time.Minute})
+		checkStatus(t, "denied user (not charged)", resp.Statuses[0], want{ok, 10, minute, 9, time.Minute})
+		checkStatus(t, "denied path", resp.Statuses[1], want{over, 1, minute, 0, time.Minute})
 	}
-	checkStatus(t, "user alone", h.call(t, "d", desc("user", "u")).Statuses[0], want{ok, 10, min, 8, time.Minute})
+	checkStatus(t, "user alone", h.call(t, "d", desc("user", "u")).Statuses[0], want{ok, 10, minute, 8, time.Minute})
 	evs := h.events.take()
 	var denied, charged int
 	for _, ev := range evs {
@@ -518,9 +521,8 @@ descriptors:
   - key: gate
     rate_limit: {unit: second, requests_per_unit: 1}
 `)
-	sec := rlsv3.RateLimitResponse_RateLimit_SECOND
 	a := desc("service", "auth", "user", "user-a")
-	for i, w := range []want{{ok, 1, sec, 0, time.Second}, {ok, 1, sec, 0, time.Second}} {
+	for i, w := range []want{{ok, 1, second, 0, time.Second}, {ok, 1, second, 0, time.Second}} {
 		resp := h.call(t, "s", a)
 		if resp.OverallCode != ok {
 			t.Errorf("shadow call %d: overall_code = %v, want OK", i, resp.OverallCode)
@@ -547,8 +549,8 @@ descriptors:
 	if resp.OverallCode != over {
 		t.Fatalf("gate again: overall_code = %v, want OVER_LIMIT", resp.OverallCode)
 	}
-	checkStatus(t, "shadow beside a denial", resp.Statuses[1], want{ok, 1, sec, 1, time.Second})
-	checkStatus(t, "shadow after", h.call(t, "s", a).Statuses[0], want{ok, 1, sec, 0, time.Second})
+	checkStatus(t, "shadow beside a denial", resp.Statuses[1], want{ok, 1, second, 1, time.Second})
+	checkStatus(t, "shadow after", h.call(t, "s", a).Statuses[0], want{ok, 1, second, 0, time.Second})
 }
 
 func TestReplaces(t *testing.T) {
@@ -571,7 +573,6 @@ descriptors:
           requests_per_unit: 2
           unit: second
 `)
-	sec := rlsv3.RateLimitResponse_RateLimit_SECOND
 	d1 := desc("key_1", "value_1", "user", "bkthomps")
 	d2 := desc("key_2", "value_2", "user", "bkthomps")
 	for i := range 2 {
@@ -580,10 +581,10 @@ descriptors:
 			t.Fatalf("call %d: overall_code = %v, want OK (the 1/s limit is replaced)", i, resp.OverallCode)
 		}
 		checkStatus(t, "replaced", resp.Statuses[0], want{ok, 0, 0, 0, -1})
-		checkStatus(t, "replacing", resp.Statuses[1], want{ok, 2, sec, uint32(1 - i), time.Second})
+		checkStatus(t, "replacing", resp.Statuses[1], want{ok, 2, second, uint32(1 - i), time.Second})
 	}
 	// Alone, the replaced limit applies, and was not charged above.
-	checkStatus(t, "specific alone", h.call(t, "r", d1).Statuses[0], want{ok, 1, sec, 0, time.Second})
+	checkStatus(t, "specific alone", h.call(t, "r", d1).Statuses[0], want{ok, 1, second, 0, time.Second})
 	if got := h.call(t, "r", d1).Statuses[0].GetCurrentLimit().GetName(); got != "specific_limit" {
 		t.Errorf("current_limit.name = %q, want specific_limit", got)
 	}
@@ -636,11 +637,10 @@ descriptors:
 `)
 	d := desc("tenant", "t1")
 	d.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
-	sec := rlsv3.RateLimitResponse_RateLimit_SECOND
-	checkStatus(t, "override first", h.call(t, "o", d).Statuses[0], want{ok, 1, sec, 0, time.Second})
-	checkStatus(t, "override second", h.call(t, "o", d).Statuses[0], want{over, 1, sec, 0, time.Second})
+	checkStatus(t, "override first", h.call(t, "o", d).Statuses[0], want{ok, 1, second, 0, time.Second})
+	checkStatus(t, "override second", h.call(t, "o", d).Statuses[0], want{over, 1, second, 0, time.Second})
 	checkStatus(t, "configured limit", h.call(t, "o", desc("tenant", "t1")).Statuses[0],
-		want{ok, 100, rlsv3.RateLimitResponse_RateLimit_MINUTE, 99, time.Minute})
+		want{ok, 100, minute, 99, time.Minute})
 	bad := desc("tenant", "t1")
 	bad.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "o", Descriptors: []*rlscommon.RateLimitDescriptor{bad}})
@@ -740,7 +740,7 @@ func TestSetConfig(t *testing.T) {
 	h := start(t, v1)
 	h.call(t, "c", desc("k", "v"))
 	h.svc.SetConfig(compile(t, v1+"  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
-	checkStatus(t, "after reload", h.call(t, "c", desc("k", "v")).Statuses[0], want{ok, 2, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, time.Minute})
+	checkStatus(t, "after reload", h.call(t, "c", desc("k", "v")).Statuses[0], want{ok, 2, minute, 0, time.Minute})
 	h.svc.SetConfig(nil)
 	checkStatus(t, "no config", h.call(t, "c", desc("k", "v")).Statuses[0], want{ok, 0, 0, 0, -1})
 }
