@@ -540,15 +540,45 @@ func loadGood(t *testing.T, name string) *Config {
 	return c
 }
 
-// TestConcurrencyRefused checks that a concurrency limit is refused with
-// the file, line and path, and a sentence saying why and what to use: no
-// door of sluice serve releases a lease.
-func TestConcurrencyRefused(t *testing.T) {
-	_, err := Parse("conc.yaml", []byte("limits:\n  inflight:\n    algorithm: concurrency\n    limit: 5\n    period: 30s\n"), testFormats)
-	got := problems(err)
-	if len(got) != 1 || !strings.HasPrefix(got[0], "conc.yaml:3: limits.inflight.algorithm: concurrency limits are not available in sluice serve") ||
-		!strings.Contains(got[0], "sluice.Concurrency") {
-		t.Fatalf("Parse = %q, want one problem at conc.yaml:3 naming sluice.Concurrency", got)
+// TestConcurrencyLimits checks a concurrency limit's fields: a lease
+// instead of a period, no dry run, no charge_on, and no rule that only
+// forward-auth could use; each problem with its file, line and path, and
+// a sentence saying why.
+func TestConcurrencyLimits(t *testing.T) {
+	c, err := Parse("conc.yaml", []byte("limits:\n  inflight:\n    algorithm: concurrency\n    limit: 5\n    lease: 30s\n"), testFormats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := c.Limit("inflight"); l.Policy != sluice.Concurrency(5, 30*time.Second).Named("inflight") {
+		t.Errorf("Limit(inflight) = %v", l.Policy)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"limits:\n  c:\n    algorithm: concurrency\n    limit: 5\n    period: 30s\n",
+			"conc.yaml:5: limits.c.period: a concurrency limit counts what is in flight, not a rate: it has no period; give its lease instead"},
+		{"limits:\n  c:\n    algorithm: concurrency\n    limit: 5\n",
+			"conc.yaml:2: limits.c.lease: missing: how long an admitted request holds its slot if it is never released"},
+		{"limits:\n  c:\n    algorithm: concurrency\n    limit: 5\n    lease: 30s\n    shadow: true\n",
+			"conc.yaml:6: limits.c.shadow: a concurrency limit cannot be a dry run"},
+		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    lease: 30s\n",
+			"conc.yaml:6: limits.c.lease: applies only to algorithm concurrency"},
+		{"limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  rules:\n    - limits: [{limit: c, key: ip}]\n",
+			"conc.yaml:5: proxy.rules[0].limits[0].limit: limit \"c\" is a concurrency limit, and this proxy has no upstream"},
+		{"limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip, charge_on: [401]}]\n",
+			"conc.yaml:6: proxy.rules[0].limits[0].charge_on: limit \"c\" is a concurrency limit"},
+	} {
+		_, err := Parse("conc.yaml", []byte(tt.yaml), testFormats)
+		got := problems(err)
+		found := false
+		for _, g := range got {
+			found = found || strings.HasPrefix(g, tt.want)
+		}
+		if !found {
+			t.Errorf("Parse(%q) = %q, want a problem starting %q", tt.yaml, got, tt.want)
+		}
+	}
+	c, err = Parse("conc.yaml", []byte("limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip}]\n"), testFormats)
+	if err != nil {
+		t.Errorf("a concurrency limit on a proxied rule: %v", err)
 	}
 }
 

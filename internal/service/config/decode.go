@@ -41,6 +41,10 @@ type decoder struct {
 	plans                         map[string]Plan
 	tables                        map[string]PlanTable
 	declaredPlans, declaredTables map[string]bool
+	// upstream reports that the proxy section names an upstream, so that
+	// its rules' requests run behind Sluice: only then can a rule hold a
+	// concurrency limit's lease for as long as its request runs.
+	upstream bool
 }
 
 // field is one key and its value in a mapping.

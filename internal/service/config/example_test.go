@@ -21,7 +21,7 @@ proxy:
 
 	fmt.Println(err)
 	// Output:
-	// sluice.yaml:4: limits.api-key.algorithm: unknown algorithm "token-bucket" (want token_bucket, gcra, leaky_bucket, fixed_window, sliding_log or sliding_window); did you mean "token_bucket"?
+	// sluice.yaml:4: limits.api-key.algorithm: unknown algorithm "token-bucket" (want token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window or concurrency); did you mean "token_bucket"?
 	// sluice.yaml:6: limits.api-key.period: invalid duration "1 s" (want a number and a unit, like 500ms, 10s, 1m, 1h or 1d)
 	// sluice.yaml:7: limits.api-key.burst: must be from 0 to 1000000000, got -1
 	// sluice.yaml:10: proxy.rules[0].limits[0].limit: no limit named "apikey" in the limits section

@@ -300,14 +300,35 @@ func (d *decoder) localRefusals(at, v *yaml.Node) LocalRefusals {
 	return lr
 }
 
-var limitKeys = []string{"algorithm", "limit", "period", "time_zone", "week_starts", "burst", "shadow"}
+var limitKeys = []string{"algorithm", "limit", "period", "lease", "time_zone", "week_starts", "burst", "shadow"}
 
 func algorithmNames() []string {
 	var names []string
 	for _, a := range sluice.Algorithms() {
 		names = append(names, a.String())
 	}
-	return names
+	return append(names, sluice.ConcurrencyAlgorithm.String())
+}
+
+// lease decodes a concurrency limit's lease into p.Period: how long an
+// admitted request holds its slot if it is never released. A concurrency
+// limit has no period, calendar or burst.
+func (d *decoder) lease(at *yaml.Node, o object, path string, p *sluice.Policy) bool {
+	good := true
+	for _, k := range []string{"period", "time_zone", "week_starts"} {
+		if kv := o.get(k); kv != nil {
+			d.add(o.fields[k].key, join(path, k), "a concurrency limit counts what is in flight, not a rate: it has no %s; give its lease instead (how long a slot is held if never released, like 30s)", k)
+			good = false
+		}
+	}
+	v := o.get("lease")
+	if v == nil {
+		d.add(at, join(path, "lease"), "missing: how long an admitted request holds its slot if it is never released, like 30s (longer than your slowest request)")
+		return false
+	}
+	x, ok := d.duration(v, join(path, "lease"), sluice.MaxPeriod)
+	p.Period = x
+	return good && ok
 }
 
 func (d *decoder) limits(top object) map[string]Limit {
@@ -337,10 +358,6 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	} else if a, err := sluice.ParseAlgorithm(s); err != nil {
 		d.add(deref(v), join(path, "algorithm"), "unknown algorithm %q (want %s)%s", s, list(algorithmNames()), suggest(s, algorithmNames()))
 		good = false
-	} else if a == sluice.ConcurrencyAlgorithm {
-		d.add(deref(v), join(path, "algorithm"), "concurrency limits are not available in sluice serve: none of its doors releases a lease when a request ends, so every admitted request would hold its slot until the lease ran out; "+
-			"limit concurrency in your Go code with sluice.Concurrency and a Limiter (Release when the request ends), or use a rate here (want %s)", list(algorithmNames()))
-		good = false
 	} else {
 		p.Algorithm = a
 		algOK = true
@@ -353,8 +370,18 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	} else {
 		good = false
 	}
-	if !d.period(at, o, path, &p, algOK) {
-		good = false
+	if algOK && p.Algorithm == sluice.ConcurrencyAlgorithm {
+		if !d.lease(at, o, path, &p) {
+			good = false
+		}
+	} else {
+		if v := o.get("lease"); v != nil && algOK {
+			d.add(o.fields["lease"].key, join(path, "lease"), "applies only to algorithm concurrency (how long a slot is held if never released); %s counts a rate over its period", p.Algorithm)
+			good = false
+		}
+		if !d.period(at, o, path, &p, algOK) {
+			good = false
+		}
 	}
 	if v := o.get("burst"); v != nil {
 		bp := join(path, "burst")
@@ -377,6 +404,10 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	if v := o.get("shadow"); v != nil {
 		shadow, ok = d.boolean(v, join(path, "shadow"))
 		good = good && ok
+		if shadow && algOK && p.Algorithm == sluice.ConcurrencyAlgorithm {
+			d.add(o.fields["shadow"].key, join(path, "shadow"), "a concurrency limit cannot be a dry run: a dry run is charged apart from the request and would hold a slot that nothing releases; remove shadow")
+			good = false
+		}
 	}
 	if !good {
 		return Limit{}, false
@@ -418,6 +449,7 @@ func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
 		})
 	}
 	if v := o.get("rules"); v != nil {
+		d.upstream = p.Upstream != nil
 		p.Rules = d.rules(v, limits)
 	}
 	return p
@@ -688,6 +720,10 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 	} else if !known {
 		d.add(deref(v), join(path, "limit"), "no limit named %q in the limits section%s", s, suggest(s, sortedKeys(limits)))
 		good = false
+	} else if lim.Policy.Algorithm == sluice.ConcurrencyAlgorithm && !d.upstream {
+		d.add(deref(v), join(path, "limit"), "limit %q is a concurrency limit, and this proxy has no upstream, so only /v1/forward-auth could use the rule; "+
+			"a gateway never tells Sluice when its request ends, so the slot could not be released: set proxy.upstream so that Sluice forwards the requests and holds the slot while each runs, or use a rate limit here", s)
+		good = false
 	} else {
 		rl.Limit = s
 	}
@@ -716,6 +752,9 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 			good = false
 		} else if known && lim.Shadow {
 			d.add(o.fields["charge_on"].key, cp, "limit %q is a dry run (shadow: true), which is charged before the response; remove charge_on or shadow", rl.Limit)
+			good = false
+		} else if known && lim.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+			d.add(o.fields["charge_on"].key, cp, "limit %q is a concurrency limit: it holds a slot while the request runs, not a charge after the response; remove charge_on", rl.Limit)
 			good = false
 		} else {
 			rl.ChargeOn = statuses
