@@ -87,6 +87,9 @@ type Metrics struct {
 	// forwardAuthUntrusted counts forward-auth requests whose
 	// X-Forwarded-* fields were ignored.
 	forwardAuthUntrusted prometheus.Counter
+	// leaseReleases counts POST /v1/release by whether it freed units;
+	// leaseRenewals counts POST /v1/renew by outcome.
+	leaseReleases, leaseRenewals *prometheus.CounterVec
 	// rlsCounters holds the counter of each label set of rlsDecisions
 	// counted so far (rlsLabels -> prometheus.Counter): a lookup of the
 	// vector hashes and checks the three values on every decision. Its
@@ -120,8 +123,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := newCollectors()
 	m.reg = reg
 	if err := m.register(m.decisions, m.storeDuration, m.storeErrors, m.requests, m.duration,
-		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions, m.forwardAuthUntrusted); err != nil {
+		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions, m.forwardAuthUntrusted,
+		m.leaseReleases, m.leaseRenewals); err != nil {
 		return nil, err
+	}
+	for _, v := range []string{"true", "false"} {
+		m.leaseReleases.WithLabelValues(v)
+	}
+	for _, v := range []string{"renewed", "expired"} {
+		m.leaseRenewals.WithLabelValues(v)
 	}
 	for _, op := range []string{opAllow, opAllowAll, opPeek} {
 		m.storeDuration.WithLabelValues(op)
@@ -190,6 +200,12 @@ func newCollectors() *Metrics {
 			"domain", "descriptor", "outcome"),
 		forwardAuthUntrusted: counter("sluice_forward_auth_untrusted_total",
 			"Forward-auth requests whose X-Forwarded-* fields were ignored because the peer is not in proxy.trusted_proxies: rules matched the forward-auth request itself, and ip keys were the peer's address."),
+		leaseReleases: counterVec("sluice_lease_releases_total",
+			"Releases of concurrency leases (POST /v1/release), by whether they freed units (freed=true) or found the lease released already or expired (freed=false).",
+			"freed"),
+		leaseRenewals: counterVec("sluice_lease_renewals_total",
+			"Renewals of concurrency leases (POST /v1/renew), by outcome: renewed, or expired (the lease held nothing any more).",
+			"outcome"),
 	}
 	m.decisionCounters.Store(new(sync.Map))
 	return m
@@ -396,4 +412,19 @@ func (d *descriptorLabels) label(key string) string {
 	d.known.Store(key, true)
 	d.count++
 	return key
+}
+
+// LeaseReleased counts a release of a lease, by whether it freed units.
+func (m *Metrics) LeaseReleased(freed bool) {
+	m.leaseReleases.WithLabelValues(strconv.FormatBool(freed)).Inc()
+}
+
+// LeaseRenewed counts a renewal of a lease: renewed, or expired when the
+// lease held nothing any more.
+func (m *Metrics) LeaseRenewed(renewed bool) {
+	outcome := "renewed"
+	if !renewed {
+		outcome = "expired"
+	}
+	m.leaseRenewals.WithLabelValues(outcome).Inc()
 }

@@ -138,6 +138,12 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	} else {
 		b = appendResult(b, &results[0], &items[0], now)
 	}
+	if d.Lease != "" {
+		// The checks hold a concurrency limit's slot: the client releases
+		// it with POST /v1/release when its request ends.
+		b = appendLease(b[:len(b)-1], d.Lease, items)
+		b = append(b, '}')
+	}
 	b = append(b, '\n')
 	// net/http sets Content-Length for a body written at once.
 	hd := w.Header()
@@ -556,4 +562,21 @@ func millis(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// appendLease appends the lease of an admitted check and the time until
+// it expires unless renewed: the shortest lease of its concurrency limits,
+// all taken at the decision's time.
+func appendLease(b []byte, lease string, items []item) []byte {
+	var in time.Duration
+	for i := range items {
+		p := &items[i].limit.Policy
+		if p.Algorithm == sluice.ConcurrencyAlgorithm && !items[i].limit.Shadow && (in == 0 || p.Period < in) {
+			in = p.Period
+		}
+	}
+	b = append(b, `,"lease":`...)
+	b = strconv.AppendQuote(b, lease)
+	b = append(b, `,"lease_expires_in_ms":`...)
+	return strconv.AppendInt(b, millis(in), 10)
 }

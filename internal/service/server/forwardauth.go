@@ -80,6 +80,12 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 		ru.refuseUnknownPlan(w)
 		return
 	}
+	if a.concurrency {
+		writeProblemJSON(w, http.StatusNotImplemented, "Not Implemented",
+			"this rule holds a concurrency limit, and forward-auth cannot: a gateway never tells Sluice when its request ends, so the slot could not be released. "+
+				"Send the rule's requests through Sluice's proxy (listen.http with proxy.upstream), which holds the slot while each runs, or use a rate limit for forward-auth.")
+		return
+	}
 	if a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)

@@ -47,6 +47,9 @@ type applied struct {
 	// charge_on limits after the upstream's response; nil without an
 	// upstream.
 	proxied http.Handler
+	// concurrency reports that a limit is a concurrency limit, which only
+	// the proxy can hold while the request runs: forward-auth refuses it.
+	concurrency bool
 }
 
 // rulePlan picks the plan of a request and the middleware that applies
@@ -194,6 +197,9 @@ func (h *Handler) apply(st *state, limits []httplimit.Limit, opts *httplimit.Opt
 		return nil, err
 	}
 	a := &applied{mw: mw}
+	for i := range limits {
+		a.concurrency = a.concurrency || limits[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm
+	}
 	if st.proxy != nil {
 		a.proxied = mw.Handler(st.proxy)
 	}

@@ -240,6 +240,8 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	// with handleAdmin, probes with handleProbe; see admin.go.
 	h.initRoutes()
 	h.handle("/v1/check", "check", onlyMethod("POST", h.serveCheck))
+	h.handle("/v1/release", "release", onlyMethod("POST", h.serveRelease))
+	h.handle("/v1/renew", "renew", onlyMethod("POST", h.serveRenew))
 	h.handle("/v1/forward-auth", "forward_auth", h.serveForwardAuth)
 	h.handleProbe("/healthz", "healthz", onlyMethod("GET", h.serveHealthz))
 	h.handleProbe("/readyz", "readyz", onlyMethod("GET", h.serveReadyz))

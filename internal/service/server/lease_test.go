@@ -1,0 +1,136 @@
+package server
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+const leaseYAML = `
+limits:
+  inflight:
+    algorithm: concurrency
+    limit: 2
+    lease: 30s
+  per-key:
+    algorithm: token_bucket
+    limit: 100
+    period: 1s
+`
+
+// checkLease posts a check and returns the answer's fields.
+func checkLease(t *testing.T, f *fixture, body string) map[string]any {
+	t.Helper()
+	rec := f.check(body)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("check %s: %d %s", body, rec.Code, rec.Body)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatalf("check %s: %v in %s", body, err, rec.Body)
+	}
+	return got
+}
+
+// TestCheckLease checks the decision API's leases: an admitted check of a
+// concurrency limit answers its lease and when it expires; the limit then
+// refuses until a release frees a slot; a second release frees nothing;
+// a renewal answers the new expiry, and 404 once the lease is released;
+// the lease expires by itself on the store's clock.
+func TestCheckLease(t *testing.T) {
+	f := newFixture(t, leaseYAML)
+	one := `{"limit":"inflight","key":"u1"}`
+	a := checkLease(t, f, one)
+	if a["allowed"] != true || a["remaining"] != 1.0 || a["lease_expires_in_ms"] != 30000.0 {
+		t.Fatalf("first check = %v, want allowed, remaining 1, lease_expires_in_ms 30000", a)
+	}
+	leaseA, _ := a["lease"].(string)
+	if leaseA == "" {
+		t.Fatalf("first check = %v, want a lease", a)
+	}
+	checks := `{"checks":[{"limit":"inflight","key":"u1"},{"limit":"per-key","key":"u1"}]}`
+	b := checkLease(t, f, checks)
+	leaseB, _ := b["lease"].(string)
+	if b["allowed"] != true || leaseB == "" || b["lease_expires_in_ms"] != 30000.0 {
+		t.Fatalf("second check (with a rate) = %v, want allowed with a lease", b)
+	}
+	if c := checkLease(t, f, one); c["allowed"] != false || c["lease"] != nil || c["retry_after_ms"] != 30000.0 {
+		t.Fatalf("third check = %v, want refused without a lease, retry_after_ms 30000 (the first expiry)", c)
+	}
+
+	release := func(lease string) *http.Response {
+		t.Helper()
+		return f.do("POST", "/v1/release", `{"lease":`+quote(lease)+`}`).Result()
+	}
+	if got := body(t, release(leaseA)); got != `{"released":true}` {
+		t.Fatalf("release = %s, want released true", got)
+	}
+	if got := body(t, release(leaseA)); got != `{"released":false}` {
+		t.Fatalf("release again = %s, want released false", got)
+	}
+	if c := checkLease(t, f, one); c["allowed"] != true {
+		t.Fatalf("check after the release = %v, want allowed", c)
+	}
+
+	f.clock.Advance(10 * time.Second)
+	if rec := f.do("POST", "/v1/renew", `{"lease":`+quote(leaseB)+`}`); rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"lease_expires_in_ms":30000}` {
+		t.Fatalf("renew = %d %s, want 200 lease_expires_in_ms 30000", rec.Code, rec.Body)
+	}
+	release(leaseB)
+	if rec := f.do("POST", "/v1/renew", `{"lease":`+quote(leaseB)+`}`); rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "expired or was released") {
+		t.Fatalf("renew after the release = %d %s, want 404 saying why", rec.Code, rec.Body)
+	}
+	// The third lease, never released, expires 30 s after its check.
+	f.clock.Advance(30 * time.Second)
+	if c := checkLease(t, f, one); c["allowed"] != true || c["remaining"] != 1.0 {
+		t.Fatalf("check after every lease expired = %v, want allowed with remaining 1", c)
+	}
+	if freed, not := counter(t, f.reg, "sluice_lease_releases_total", "true"), counter(t, f.reg, "sluice_lease_releases_total", "false"); freed != 2 || not != 1 {
+		t.Errorf("sluice_lease_releases_total = %v freed, %v not, want 2 and 1", freed, not)
+	}
+	if r, e := counter(t, f.reg, "sluice_lease_renewals_total", "renewed"), counter(t, f.reg, "sluice_lease_renewals_total", "expired"); r != 1 || e != 1 {
+		t.Errorf("sluice_lease_renewals_total = %v renewed, %v expired, want 1 and 1", r, e)
+	}
+}
+
+// TestLeaseErrors checks that a malformed release or renewal is a 400
+// problem+json saying what is wrong, never a 5xx.
+func TestLeaseErrors(t *testing.T) {
+	f := newFixture(t, leaseYAML)
+	for _, tt := range []struct{ path, body, want string }{
+		{"/v1/release", ``, "the body is empty"},
+		{"/v1/release", `{}`, "missing lease"},
+		{"/v1/release", `{"lease":null}`, "missing lease"},
+		{"/v1/release", `{"lease":5}`, "lease must be a string"},
+		{"/v1/release", `{"lease":"x"}`, "not one this Sluice made"},
+		{"/v1/release", `{"lease":"m1.AAAA"}`, "not one this Sluice made"},
+		{"/v1/release", `{"lease":"m1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","extra":1}`, `unknown field \"extra\" (want lease)`},
+		{"/v1/renew", `{"lease":"m1.!!"}`, "not one this Sluice made"},
+		{"/v1/renew", `[]`, "must be a JSON object"},
+	} {
+		rec := f.do("POST", tt.path, tt.body)
+		if rec.Code != http.StatusBadRequest || rec.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(rec.Body.String(), tt.want) {
+			t.Errorf("POST %s %s = %d %s %s, want 400 problem+json containing %q", tt.path, tt.body, rec.Code, rec.Header().Get("Content-Type"), rec.Body, tt.want)
+		}
+	}
+	if rec := f.do("GET", "/v1/release", ""); rec.Code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /v1/release = %d, want 405", rec.Code)
+	}
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func body(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
