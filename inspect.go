@@ -76,6 +76,12 @@ type State struct {
 	// Oldest and Newest, for sliding_log, are the times of the oldest and
 	// newest entries that count; zero when none does.
 	Oldest, Newest time.Time
+
+	// Held, for concurrency, is the units held at At, by Leases leases;
+	// Expires is when the last of them runs out unless renewed (zero when
+	// none is held).
+	Held, Leases int64
+	Expires      time.Time
 }
 
 // Amount is an exact non-negative number of cost units: Whole + Num/Den,

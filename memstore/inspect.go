@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -21,9 +20,6 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	if err != nil {
 		return sluice.State{}, err
 	}
-	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
-		return sluice.State{}, fmt.Errorf("memstore: inspect: %w: the state of a concurrency policy", sluice.ErrNotSupported)
-	}
 	sh, h, t, d := s.lockPeek(c, &req, now)
 	var v algo.View
 	var tracked bool
@@ -40,6 +36,14 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 		} else {
 			v = algo.ViewSlidingWindow(c.pp.Params, st, t)
 		}
+	case sluice.ConcurrencyAlgorithm:
+		i, found := sh.conc.find(h)
+		if found {
+			v = algo.ViewHolds(&sh.conc.slots[i].v.holds, t)
+		} else {
+			v = algo.ViewHolds(&algo.Holds{}, t)
+		}
+		tracked = v.Leases > 0
 	case sluice.SlidingLogAlgorithm:
 		i, found := sh.logs.find(h)
 		if found {

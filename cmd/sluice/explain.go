@@ -120,6 +120,15 @@ func explainState(a *server.Explanation, row func(k, format string, args ...any)
 			row("current", "%d", *st.Current)
 		}
 		row("estimate", "%s", server.ReadableAmount(st.Estimate, a.Policy.Limit, ""))
+	case st.Held != nil:
+		leases := int64(0)
+		if st.Leases != nil {
+			leases = *st.Leases
+		}
+		row("held", "%d of %d by %d leases", *st.Held, a.Policy.Limit, leases)
+		if st.Expires != "" {
+			row("expires", "%s", st.Expires)
+		}
 	case st.Entries != nil:
 		counted := int64(0)
 		if st.Counted != nil {

@@ -34,6 +34,24 @@ type View struct {
 	Entries        int
 	Counted        int64
 	Oldest, Newest int64
+
+	// Concurrency: the units held at Now, by how many leases, and when
+	// the last of them expires unless renewed (0 when none is held).
+	Held, Leases int64
+	Expires      int64
+}
+
+// ViewHolds returns a concurrency key's holds h at now.
+func ViewHolds(h *Holds, now int64) View {
+	v := View{Now: now}
+	for _, x := range h.hs {
+		if x.Expiry > now {
+			v.Held += x.Units
+			v.Leases++
+			v.Expires = max(v.Expires, x.Expiry)
+		}
+	}
+	return v
 }
 
 // ViewTAT returns the token-bucket family's state s at now: a bucket of

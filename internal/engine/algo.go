@@ -34,6 +34,11 @@ func ViewState(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) s
 		if p.Algorithm == sluice.SlidingWindowAlgorithm {
 			st.Previous = v.Previous
 		}
+	case sluice.ConcurrencyAlgorithm:
+		st.Held, st.Leases = v.Held, v.Leases
+		if v.Expires > 0 {
+			st.Expires = time.UnixMicro(v.Expires).UTC()
+		}
 	case sluice.SlidingLogAlgorithm:
 		st.Entries, st.Counted = v.Entries, v.Counted
 		if v.Entries > 0 {

@@ -53,6 +53,9 @@ type policyJSON struct {
 	PeriodMS   int64  `json:"period_ms"`
 	TimeZone   string `json:"time_zone,omitempty"`
 	WeekStarts string `json:"week_starts,omitempty"`
+	// Lease, for a concurrency limit, is how long a lease holds its units
+	// unless released or renewed (Period says the same).
+	Lease string `json:"lease,omitempty"`
 	// Burst is the capacity of the token-bucket family.
 	Burst  int64 `json:"burst,omitempty"`
 	Shadow bool  `json:"shadow,omitempty"`
@@ -75,6 +78,11 @@ type stateJSON struct {
 	Current     *int64 `json:"current,omitempty"`
 	Previous    *int64 `json:"previous,omitempty"`
 	Estimate    string `json:"estimate,omitempty"`
+	// Concurrency: the units held, by how many leases, and when the last
+	// runs out unless renewed.
+	Held    *int64 `json:"held,omitempty"`
+	Leases  *int64 `json:"leases,omitempty"`
+	Expires string `json:"expires,omitempty"`
 	// The sliding log.
 	Entries *int   `json:"entries,omitempty"`
 	Counted *int64 `json:"counted,omitempty"`
@@ -165,6 +173,8 @@ func explain(l config.Limit, key string, cost int64, s sluice.State) *Explanatio
 		explainWindow(e, &b, p, s)
 	case sluice.SlidingLogAlgorithm:
 		explainLog(e, &b, p, s)
+	case sluice.ConcurrencyAlgorithm:
+		explainHeld(e, &b, p, s)
 	default:
 		explainBucket(e, &b, p, s)
 	}
@@ -216,6 +226,19 @@ func explainWindow(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice
 				ReadableAmount(s.Estimate.String(), p.Limit, ""), s.Previous, human(p.Period-elapsed), formatPeriod(p.Period), s.Current)
 		}
 	}
+}
+
+// explainHeld describes the state s of a concurrency limit p, in e and in
+// b.
+func explainHeld(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice.State) {
+	e.State = stateJSON{Held: &s.Held, Leases: &s.Leases}
+	if s.Leases == 0 {
+		fmt.Fprintf(b, "Nothing is held of %d.", p.Limit)
+		return
+	}
+	e.State.Expires = s.Expires.UTC().Format(timeFormat)
+	fmt.Fprintf(b, "%d of %d held by %s; the last runs out in %s unless renewed or released first.",
+		s.Held, p.Limit, plural(int(s.Leases), "lease", "leases"), human(s.Expires.Sub(s.At)))
 }
 
 // explainLog describes the state s of a sliding log of policy p, in e and

@@ -134,3 +134,27 @@ func body(t *testing.T, r *http.Response) string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// TestExplainLease checks that /v1/explain shows what a concurrency limit
+// holds for a key: the units, the leases and when the last runs out.
+func TestExplainLease(t *testing.T) {
+	f := newFixture(t, leaseYAML)
+	checkLease(t, f, `{"limit":"inflight","key":"u1"}`)
+	f.clock.Advance(10 * time.Second)
+	rec := f.do("GET", "/v1/explain?limit=inflight&key=u1", "")
+	var e struct {
+		Summary string
+		Policy  struct{ Lease string }
+		State   struct {
+			Held, Leases int64
+			Expires      string
+		}
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("explain = %d %s, %v", rec.Code, rec.Body, err)
+	}
+	if e.State.Held != 1 || e.State.Leases != 1 || e.Policy.Lease != "30s" || e.State.Expires == "" ||
+		!strings.Contains(e.Summary, "1 of 2 held by 1 lease; the last runs out in 20s") {
+		t.Errorf("explain = %s, want 1 of 2 held by 1 lease, running out in 20s", rec.Body)
+	}
+}

@@ -330,6 +330,9 @@ func (h *Handler) storeStatus(ctx context.Context, cfg config.Store) storeJSON {
 // start.
 func periodJSON(p sluice.Policy, shadow bool) policyJSON {
 	j := policyJSON{Limit: p.Limit, Period: formatPeriod(p.Period), PeriodMS: p.Period.Milliseconds(), Shadow: shadow}
+	if p.Algorithm == sluice.ConcurrencyAlgorithm {
+		j.Lease = j.Period
+	}
 	if c := p.Calendar; c.Unit != sluice.NoCalendar {
 		j.Period, j.TimeZone = c.Unit.String(), c.Location().String()
 		if c.Unit == sluice.CalendarWeek {
