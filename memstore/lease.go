@@ -138,19 +138,52 @@ func (sh *shard) sweepConc(t int64) {
 // Release frees what lease still holds at now (zero: the store's clock)
 // and reports whether it freed anything; see the sluice.Store contract.
 func (s *Store) Release(_ context.Context, now time.Time, lease string) (bool, error) {
+	var freed int64
+	err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
+		freed += cs.holds.Release(id, t)
+	})
+	return freed > 0, err
+}
+
+// Renew extends every hold of lease that has not expired at now (zero:
+// the store's clock) by its policy's lease, and returns the time until the
+// first of them expires; see the sluice.Store contract.
+func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Duration, error) {
+	var first int64
+	renewed := false
+	err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
+		if e, ok := cs.holds.Renew(id, t); ok {
+			if !renewed || e-t < first {
+				first = e - t
+			}
+			renewed = true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case !renewed:
+		return 0, fmt.Errorf("memstore: renew: %w", sluice.ErrLeaseExpired)
+	}
+	return time.Duration(first) * time.Microsecond, nil
+}
+
+// eachHold calls f, under its shard's lock and at the shard's time for
+// now, on the state of every key lease names that holds anything, and
+// drops the keys left holding nothing.
+func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *concState, t int64)) error {
 	id, hs, err := parseLease(lease)
 	if err != nil {
-		return false, err
+		return err
 	}
 	t := s.micros(now)
-	var freed int64
 	for _, h := range hs {
 		sh := &s.shards[h&s.mask]
 		sh.mu.Lock()
 		tt := sh.advance(t)
 		if i, found := sh.conc.find(h); found {
 			cs := sh.conc.slots[i].v
-			freed += cs.holds.Release(id, tt)
+			f(id, cs, tt)
 			cs.expire = cs.holds.Expiry()
 			if cs.holds.Len() == 0 {
 				sh.conc.remove(i)
@@ -158,40 +191,7 @@ func (s *Store) Release(_ context.Context, now time.Time, lease string) (bool, e
 		}
 		sh.mu.Unlock()
 	}
-	return freed > 0, nil
-}
-
-// Renew extends every hold of lease that has not expired at now (zero:
-// the store's clock) by its policy's lease, and returns the time until the
-// first of them expires; see the sluice.Store contract.
-func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Duration, error) {
-	id, hs, err := parseLease(lease)
-	if err != nil {
-		return 0, err
-	}
-	t := s.micros(now)
-	var first int64
-	renewed := false
-	for _, h := range hs {
-		sh := &s.shards[h&s.mask]
-		sh.mu.Lock()
-		tt := sh.advance(t)
-		if i, found := sh.conc.find(h); found {
-			cs := sh.conc.slots[i].v
-			if e, ok := cs.holds.Renew(id, tt); ok {
-				if !renewed || e-tt < first {
-					first = e - tt
-				}
-				renewed = true
-				cs.expire = cs.holds.Expiry()
-			}
-		}
-		sh.mu.Unlock()
-	}
-	if !renewed {
-		return 0, fmt.Errorf("memstore: renew: %w", sluice.ErrLeaseExpired)
-	}
-	return time.Duration(first) * time.Microsecond, nil
+	return nil
 }
 
 // anyConcurrency reports whether a request of reqs is under a concurrency
