@@ -235,9 +235,11 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 	// calls of one caller time.
 	args = append(args, batch[0].args[0])
 	script := b.script
-	if a := b.algorithm(batch[0].script); a >= 0 && b.sameScript(batch) {
+	if a := b.algorithm(batch[0].script); a >= 0 && sluice.Algorithm(a) != sluice.ConcurrencyAlgorithm && b.sameScript(batch) {
 		// Single requests of one algorithm go to that algorithm's batch
-		// script, which takes fewer arguments (batch_one.lua).
+		// script, which takes fewer arguments (batch_one.lua). A
+		// concurrency request's B is its lease id, one per call, which
+		// batch_one.lua does not take: those go to batch.lua.
 		script = b.one[a]
 		args = appendOneArgs(args, batch, sluice.Algorithm(a))
 		for _, w := range batch {

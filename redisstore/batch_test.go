@@ -50,7 +50,7 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (script *r
 		if err != nil {
 			t.Fatal(err)
 		}
-		args, err := st.manyArgs(cs, call.reqs, nowArg, now)
+		args, err := st.manyArgs(cs, call.reqs, nowArg, now, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func (call batchCall) prepare(t *testing.T, st *Store, now time.Time) (script *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys, args, wire, err = st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg, now)
+	keys, args, wire, err = st.oneArgs(c, c.key(st.prefix, call.reqs[0].Key), &call.reqs[0], call.op, nowArg, now, "")
 	if err != nil {
 		t.Fatal(err)
 	}

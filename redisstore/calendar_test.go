@@ -36,7 +36,7 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
+		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 	for _, skew := range []time.Duration{-72 * time.Hour, 72 * time.Hour} {
 		req := sluice.Request{Policy: &p, Key: "far", Cost: 1}
 		c, _ := st.check(&req)
-		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew))
+		keys, args, wire, err := st.oneArgs(c, c.key(st.prefix, req.Key), &req, opAllow, nowArg, redisNow.Add(skew), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,9 @@ var _ sluice.Inspector = (*Store)(nil)
 var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, error) {
 	var out [len(algorithmFiles)]*rueidis.Lua
 	for a, f := range algorithmFiles {
+		if sluice.Algorithm(a) == sluice.ConcurrencyAlgorithm {
+			continue // Inspect refuses concurrency policies
+		}
 		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
 		src, err := scriptSource(false, nil, slices.Concat([]string{textNow, "muldivmod.lua", "lib.lua"}, f.files, []string{decide, "inspect.lua"})...)
 		if err != nil {
@@ -52,6 +55,9 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	c, err := s.check(&req)
 	if err != nil {
 		return sluice.State{}, err
+	}
+	if c.conc() {
+		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w: the state of a concurrency policy", sluice.ErrNotSupported)
 	}
 	scripts, err := inspectScripts()
 	if err != nil {

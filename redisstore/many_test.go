@@ -46,7 +46,7 @@ return out`
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err := st.manyArgs(cs, reqs, "", time.Time{})
+	args, err := st.manyArgs(cs, reqs, "", time.Time{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type compiled struct {
 	calArg atomic.Pointer[calendarArg]
 }
 
+// conc reports whether c is a concurrency policy's.
+func (c *compiled) conc() bool { return c.policy.Algorithm == sluice.ConcurrencyAlgorithm }
+
 // calendarArg is a calendar policy's P argument, valid for the times in
 // [from, to): the starts of the windows from two before the one holding
 // those times to three after it, as numbers and as text.
@@ -130,6 +133,7 @@ var algoCodes = [...]string{
 	sluice.FixedWindowAlgorithm:   "fw",
 	sluice.SlidingLogAlgorithm:    "sl",
 	sluice.SlidingWindowAlgorithm: "sw",
+	sluice.ConcurrencyAlgorithm:   "cc",
 }
 
 func gcd(a, b int64) int64 {
@@ -153,8 +157,12 @@ func compile(p sluice.Policy) *compiled {
 		return c
 	}
 	if p.Algorithm == sluice.ConcurrencyAlgorithm {
-		c.err = fmt.Errorf("redisstore: %w: %s: a concurrency policy holds leases, which the Redis store does not keep (%w); use the memory store for it",
-			ErrUnsupportedPolicy, p, sluice.ErrNotSupported)
+		// L and P as they are: units held add up to at most L, and every
+		// expiry is a time plus P, below 2^53 µs.
+		c.code = algoCodes[p.Algorithm]
+		c.fp = fingerprint(c.code, p.Limit, p.Period.String(), 0, p.Name)
+		c.ln, c.pn = p.Limit, int64(p.Period/time.Microsecond)
+		c.l, c.p, c.b = strconv.FormatInt(c.ln, 10), strconv.FormatInt(c.pn, 10), "0"
 		return c
 	}
 	period := int64(p.Period / time.Microsecond)

@@ -374,7 +374,9 @@ func (s *Store) one(ctx context.Context, now time.Time, req *sluice.Request, op 
 		return d, err
 	}
 	var e *entry
-	if rf := s.refusals; rf != nil {
+	if rf := s.refusals; rf != nil && !c.conc() {
+		// A concurrency policy is never refused locally: a release can
+		// admit, at any moment, what Redis refused.
 		if e = rf.hotGet(c, req.Key); e == nil {
 			e = rf.getFor(c, s.prefix, req.Key)
 		}
@@ -407,7 +409,20 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 	}
 	var buf [128]byte
 	key := string(c.appendKey(buf[:0], s.prefix, req.Key))
-	keys, args, wire, err := s.oneArgs(c, key, req, op, nowArg, now)
+	var id, lease string
+	if c.conc() {
+		lid := newLeaseID()
+		id = lid.text()
+		if op == opAllow {
+			// Made before the call: a decision whose lease could not be
+			// made takes nothing.
+			var err error
+			if lease, err = encodeLease(lid, []string{key}); err != nil {
+				return sluice.Decision{}, err
+			}
+		}
+	}
+	keys, args, wire, err := s.oneArgs(c, key, req, op, nowArg, now, id)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -422,7 +437,7 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 		}
 		if err != nil {
 			s.report(err)
-		} else if s.refusals != nil {
+		} else if s.refusals != nil && !c.conc() {
 			s.learn(c, key, req.Key, false, e, d.Allowed, st, nowArg != "", sent, v[3])
 		}
 	}
@@ -435,6 +450,9 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 	}
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
+	}
+	if d.Allowed {
+		d.Lease = lease
 	}
 	return d, nil
 }
@@ -542,12 +560,14 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if len(reqs) > len(csBuf) {
 		cs = make([]*compiled, 0, len(reqs))
 	}
+	conc := false
 	for i := range reqs {
 		c, err := s.check(&reqs[i])
 		if err != nil {
 			return sluice.Decision{}, err
 		}
 		cs = append(cs, c)
+		conc = conc || c.conc()
 	}
 	var keys []string
 	if len(reqs) > 1 && !oneKey(reqs) && s.cluster() {
@@ -561,7 +581,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	var esBuf [maxLocalAll]*entry
 	var es []*entry
 	var sent int64
-	if rf := s.refusals; rf != nil {
+	if rf := s.refusals; rf != nil && !conc {
+		// With a concurrency policy, never: a release can admit, at any
+		// moment, what Redis refused.
 		es = esBuf[:0]
 		if len(reqs) > len(esBuf) {
 			es = make([]*entry, 0, len(reqs))
@@ -587,7 +609,17 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if keys == nil {
 		keys = s.keysOf(cs, reqs)
 	}
-	args, err := s.manyArgs(cs, reqs, nowArg, now)
+	var id, lease string
+	if conc {
+		// The lease is made before the call: a decision whose lease could
+		// not be made takes nothing.
+		lid := newLeaseID()
+		id = lid.text()
+		if lease, err = leaseOf(lid, cs, keys); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	args, err := s.manyArgs(cs, reqs, nowArg, now, id)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
@@ -599,6 +631,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		if done {
 			if err == nil && s.refusals != nil {
 				s.learnMany(cs, keys, reqs, es, d.Allowed, vals, nowArg != "", sent)
+			}
+			if err == nil && d.Allowed {
+				d.Lease = lease
 			}
 			return d, err
 		}
@@ -791,7 +826,7 @@ func (s *Store) learnMany(cs []*compiled, keys []string, reqs []sluice.Request, 
 // req, whose compiled policy is c, at now (zero for Redis's clock): args as
 // the batch scripts take them, and wire, the packed argument that the
 // single-request scripts take (see packOne and Store.eval).
-func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time) (keys, args, wire []string, err error) {
+func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg string, now time.Time, id string) (keys, args, wire []string, err error) {
 	p := c.p
 	var cal *calendarArg
 	if c.cal != nil {
@@ -800,9 +835,13 @@ func (s *Store) oneArgs(c *compiled, key string, req *sluice.Request, op, nowArg
 		}
 		p = cal.arg
 	}
+	b := c.b
+	if c.conc() {
+		b = id
+	}
 	keys = []string{key}
-	args = []string{nowArg, op, c.l, p, c.b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
-	wire = []string{packOne(c, cal, req, op, nowArg)}
+	args = []string{nowArg, op, c.l, p, b, strconv.FormatInt(req.Cost, 10), maxDelayArg(req.MaxDelay)}
+	wire = []string{packOne(c, cal, req, op, nowArg, id)}
 	return keys, args, wire, nil
 }
 
@@ -827,8 +866,9 @@ func (s *Store) keysOf(cs []*compiled, reqs []sluice.Request) []string {
 }
 
 // manyArgs returns the arguments of the AllowAll script for reqs, whose
-// compiled policies are cs, at now (zero for Redis's clock).
-func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string, now time.Time) ([]string, error) {
+// compiled policies are cs, at now (zero for Redis's clock); id is the
+// lease id, the B of every concurrency request.
+func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string, now time.Time, id string) ([]string, error) {
 	args := make([]string, 1, 1+6*len(reqs))
 	args[0] = nowArg
 	for i, c := range cs {
@@ -836,7 +876,11 @@ func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string, n
 		if err != nil {
 			return nil, err
 		}
-		args = append(args, c.code, c.l, p, c.b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
+		b := c.b
+		if c.conc() {
+			b = id
+		}
+		args = append(args, c.code, c.l, p, b, strconv.FormatInt(reqs[i].Cost, 10), maxDelayArg(reqs[i].MaxDelay))
 	}
 	return args, nil
 }
@@ -1066,16 +1110,4 @@ func (s *Store) degrade(ctx context.Context, now time.Time, reqs []sluice.Reques
 		copy(out, ds)
 	}
 	return algo.Combine(ds), nil
-}
-
-// Release implements sluice.Store. The Redis store decides no concurrency
-// policy, so it makes no lease: every lease is an error wrapping
-// sluice.ErrInvalidLease.
-func (s *Store) Release(_ context.Context, _ time.Time, lease string) (bool, error) {
-	return false, fmt.Errorf("redisstore: release: %w: the Redis store makes no leases", sluice.ErrInvalidLease)
-}
-
-// Renew implements sluice.Store; see Release.
-func (s *Store) Renew(_ context.Context, _ time.Time, lease string) (time.Duration, error) {
-	return 0, fmt.Errorf("redisstore: renew: %w: the Redis store makes no leases", sluice.ErrInvalidLease)
 }

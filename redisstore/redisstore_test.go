@@ -46,12 +46,12 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 	t.Run("Conformance", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
-		})
+		}, sluicetest.Leases())
 	})
 	t.Run("ConformanceRedisTime", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{Failure: FailError})
-		}, sluicetest.StoreClock())
+		}, sluicetest.StoreClock(), sluicetest.Leases())
 	})
 	t.Run("Differential", func(t *testing.T) {
 		for seed := range uint64(seeds) {
@@ -295,6 +295,11 @@ func FuzzScriptArgs(f *testing.F) {
 			if (errm == nil) != (errr == nil) {
 				t.Fatalf("Allow(%v, %+v) at %v: memory store says %v, Redis store %v", p, req, when, errm, errr)
 			}
+			// Leases differ by store; each must have one when the other does.
+			if (dm.Lease == "") != (dr.Lease == "") {
+				t.Fatalf("Allow(%v, %+v) at %v: lease %q from Redis, %q from memory", p, req, when, dr.Lease, dm.Lease)
+			}
+			dm.Lease, dr.Lease = "", ""
 			if errm == nil && dm != dr {
 				t.Fatalf("Allow(%v, %+v) at %v = %+v from Redis, want %+v as from memory", p, req, when, dr, dm)
 			}

@@ -30,12 +30,13 @@ var algorithmFiles = [...]struct {
 	sluice.FixedWindowAlgorithm:   {[]string{"window.lua", "fixed_window.lua"}, "win_decide", "fixed_window"},
 	sluice.SlidingLogAlgorithm:    {[]string{"sliding_log.lua"}, "sliding_log", "false"},
 	sluice.SlidingWindowAlgorithm: {[]string{"window.lua", "sliding_window.lua"}, "win_decide", "sliding_window"},
+	sluice.ConcurrencyAlgorithm:   {[]string{"concurrency.lua"}, "conc_decide", "false"},
 }
 
 // manyFiles are the files of the AllowAll script after muldivmod.lua and
 // lib.lua, in order; the batch script adds batch.lua.
 var manyFiles = []string{
-	"tat.lua", "token_bucket.lua", "gcra.lua", "leaky_bucket.lua", "window.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "many.lua",
+	"tat.lua", "token_bucket.lua", "gcra.lua", "leaky_bucket.lua", "window.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "concurrency.lua", "many.lua",
 }
 
 // flat reports whether algorithm a's single-request script is
@@ -114,11 +115,12 @@ func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string
 // packOne returns the argument of the single-request scripts for req under
 // c, whose operation is op and time argument nowArg (see Store.timeArg):
 // MessagePack of L, P, B, cost, maxdelay, whether it is a Peek, and now
-// (nil for Redis's clock). P is the period in µs, or for a calendar policy
+// (nil for Redis's clock). For a concurrency policy B is id, the lease id
+// (see concurrency.lua), as a string. P is the period in µs, or for a calendar policy
 // (cal, the argument for the call's time) an array of the six window
 // starts. Every number is an integer below 2^53, which Redis's cmsgpack
 // turns into a Lua number exactly.
-func packOne(c *compiled, cal *calendarArg, req *sluice.Request, op, nowArg string) string {
+func packOne(c *compiled, cal *calendarArg, req *sluice.Request, op, nowArg, id string) string {
 	var buf [128]byte
 	b := appendPackedInt(buf[:0], c.ln)
 	if cal != nil {
@@ -129,7 +131,12 @@ func packOne(c *compiled, cal *calendarArg, req *sluice.Request, op, nowArg stri
 	} else {
 		b = appendPackedInt(b, c.pn)
 	}
-	b = appendPackedInt(b, req.Policy.Capacity())
+	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		b = append(b, 0xa0|byte(len(id))) // fixstr: ids are 22 bytes
+		b = append(b, id...)
+	} else {
+		b = appendPackedInt(b, req.Policy.Capacity())
+	}
 	b = appendPackedInt(b, req.Cost)
 	md := int64(-1)
 	if req.MaxDelay > 0 {

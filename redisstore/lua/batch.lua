@@ -19,9 +19,10 @@
 -- one decides a single Allow or Peek: the request at KEYS[kb + 1] whose
 -- fields follow ARGV[ab].
 local function one(kb, ab, commit)
-  local a = algorithms[ARGV[ab + 1]]
+  local code = ARGV[ab + 1]
+  local a = algorithms[code]
   return reply(a[1](KEYS[kb + 1], a[2], tonumber(ARGV[ab + 2]), period(ARGV[ab + 3]),
-    tonumber(ARGV[ab + 4]), NOW, tonumber(ARGV[ab + 5]), commit, tonumber(ARGV[ab + 6])))
+    barg(code, ARGV[ab + 4]), NOW, tonumber(ARGV[ab + 5]), commit, tonumber(ARGV[ab + 6])))
 end
 
 local replies = {}

@@ -3,7 +3,8 @@
 --
 -- allow_all(kb, ab, n) decides n requests: request i's state key is
 -- KEYS[kb + i] and its six fields follow ARGV[ab]: the algorithm, L, P (µs),
--- B, cost and maxdelay, as for single.lua. The AllowAll script calls it on
+-- B, cost and maxdelay, as for single.lua (for a concurrency request, 'cc',
+-- B is the lease id; see concurrency.lua). The AllowAll script calls it on
 -- every key, with ARGV[1] the time (see lib.lua); batch.lua calls it on a
 -- part of its keys.
 -- Reply: status, index, then allowed, remaining, retry, reset and delay per
@@ -22,7 +23,17 @@ local algorithms = {
   fw = {win_decide, fixed_window},
   sw = {win_decide, sliding_window},
   sl = {sliding_log, false},
+  cc = {conc_decide, false},
 }
+
+-- barg reads the B field of a request of algorithm code: a number, or for
+-- a concurrency request the lease id as it is.
+local function barg(code, b)
+  if code == 'cc' then
+    return b
+  end
+  return tonumber(b)
+end
 
 local function allow_all(kb, ab, n)
   local function field(i, f)
@@ -32,8 +43,9 @@ local function allow_all(kb, ab, n)
   -- decide runs request i's algorithm at now for cost, charging it if commit
   -- is set and it is admitted.
   local function decide(i, now, cost, commit, maxdelay)
-    local a = algorithms[field(i, 1)]
-    return a[1](KEYS[kb + i], a[2], tonumber(field(i, 2)), period(field(i, 3)), tonumber(field(i, 4)), now, cost, commit, maxdelay)
+    local code = field(i, 1)
+    local a = algorithms[code]
+    return a[1](KEYS[kb + i], a[2], tonumber(field(i, 2)), period(field(i, 3)), barg(code, field(i, 4)), now, cost, commit, maxdelay)
   end
 
   -- seen returns the latest time the state of request i has seen.
@@ -45,6 +57,9 @@ local function allow_all(kb, ab, n)
     elseif alg == 'fw' or alg == 'sw' then
       local _, _, _, w = win_load(key)
       return w
+    elseif alg == 'cc' then
+      local w = call('HGET', key, 'w')
+      return tonumber(w or 0) or error({err = MALFORMED .. key})
     end
     local _, _, w = tat_load(key)
     return w

@@ -1,0 +1,205 @@
+-- concurrency.lua: at most L units held at once per key, each admitted
+-- request holding its cost until its lease is released or expires.
+--
+-- Mirrors internal/algo/concurrency.go. A concurrency key is a Redis hash:
+-- one field per lease id (22 characters of base64url, from the Go side)
+-- whose value is "units expiry lease" (µs: the hold counts at t iff t <
+-- expiry; lease is the length a renewal adds again), and, when times are
+-- tracked, the field w with the latest time the key has seen. The key
+-- expires with its last hold (see PAD in lib.lua). Holds that no longer
+-- count are dropped whenever the key is read for a decision, a release or
+-- a renewal.
+
+-- conc_read returns the holds at key that count at now, each {id, units,
+-- expiry, lease}; the ids of the holds that no longer count; w (0 when
+-- times are not tracked or the key has none); and now, never before w.
+local function conc_read(key, now)
+  local kv = call('HGETALL', key)
+  local all, w = {}, 0
+  for i = 1, #kv, 2 do
+    local f, v = kv[i], kv[i + 1]
+    if f == 'w' then
+      w = tonumber(v)
+      if not w then
+        error({err = MALFORMED .. key})
+      end
+    else
+      local u, e, l = match(v, '^(%d+) (%d+) (%d+)$')
+      if not u then
+        error({err = MALFORMED .. key})
+      end
+      all[#all + 1] = {f, tonumber(u), tonumber(e), tonumber(l)}
+    end
+  end
+  if now < w then
+    now = w
+  end
+  local hs, gone = {}, {}
+  for i = 1, #all do
+    local h = all[i]
+    if h[3] > now then
+      hs[#hs + 1] = h
+    else
+      gone[#gone + 1] = h[1]
+    end
+  end
+  return hs, gone, w, now
+end
+
+-- conc_last returns the units held by hs and their latest expiry (0 for
+-- none).
+local function conc_last(hs)
+  local held, last = 0, 0
+  for i = 1, #hs do
+    held = held + hs[i][2]
+    if hs[i][3] > last then
+      last = hs[i][3]
+    end
+  end
+  return held, last
+end
+
+-- conc_write stores the key's holds at now: it deletes the fields of gone,
+-- writes the holds of hs whose id set holds, and w when times are tracked,
+-- and sets the key to expire with its last hold. A key left with no hold
+-- is deleted (kept PAD ms for w when times are tracked).
+local function conc_write(key, hs, gone, set, now)
+  for i = 1, #gone, 64 do
+    call('HDEL', key, unpack(gone, i, math.min(i + 63, #gone)))
+  end
+  for i = 1, #hs do
+    local h = hs[i]
+    if set[h[1]] then
+      call('HSET', key, h[1], format('%d %d %d', h[2], h[3], h[4]))
+    end
+  end
+  if #hs == 0 and not TRACK then
+    call('DEL', key)
+    return
+  end
+  if TRACK then
+    call('HSET', key, 'w', format('%d', now))
+  end
+  local _, last = conc_last(hs)
+  local dt = last - now
+  if dt < 0 then
+    dt = 0
+  end
+  call('PEXPIRE', key, format('%d', floor((dt + 999) / 1000) + PAD))
+end
+
+-- conc_decide decides a request of cost units at now on the holds at key
+-- (algorithm and maxdelay are unused: it has the signature of tat_decide),
+-- under at most L units held at once, and returns allowed, remaining,
+-- retry (µs, -1 for never), reset (µs) and delay (0). With commit an
+-- admitted request's hold of cost units, named id (B's place in the
+-- arguments) and expiring P µs after now, is added; a second hold of the
+-- same id (AllowAll's repeated key) adds its units to the first. A cost of
+-- 0 asks for the state. It returns no state for local refusals: a release
+-- can admit at any moment what a refusal refused.
+local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay)
+  local hs, gone, w, t = conc_read(key, now)
+  local held, last = conc_last(hs)
+  local set = {}
+  local ok, rem, retry, reset
+  if cost > L then
+    rem = L - held
+    if rem < 0 then
+      rem = 0
+    end
+    reset = last - t
+    if reset < 0 then
+      reset = 0
+    end
+    ok, retry = false, -1
+  elseif held + cost <= L then
+    local expiry = last
+    if cost > 0 then
+      if t + P > expiry then
+        expiry = t + P
+      end
+      if commit then
+        local found = false
+        for i = 1, #hs do
+          if hs[i][1] == id then
+            hs[i][2], hs[i][3], hs[i][4] = hs[i][2] + cost, t + P, P
+            found = true
+          end
+        end
+        if not found then
+          hs[#hs + 1] = {id, cost, t + P, P}
+        end
+        set[id] = true
+      end
+    end
+    reset = expiry - t
+    if reset < 0 then
+      reset = 0
+    end
+    ok, rem, retry = true, L - held - cost, 0
+  else
+    -- The first time at which holds of held + cost − L units will have
+    -- expired, taking them in order of expiry.
+    local need, byexp = held + cost - L, {}
+    for i = 1, #hs do
+      byexp[i] = hs[i]
+    end
+    table.sort(byexp, function(a, b) return a[3] < b[3] end)
+    local freed, at = 0, t
+    for i = 1, #byexp do
+      if freed >= need then
+        break
+      end
+      freed, at = freed + byexp[i][2], byexp[i][3]
+    end
+    rem = L - held
+    if rem < 0 then
+      rem = 0
+    end
+    ok, retry, reset = false, at - t, last - t
+  end
+  if #gone > 0 or next(set) or (TRACK and t > w) then
+    conc_write(key, hs, gone, set, t)
+  end
+  return ok, rem, retry, reset, 0, nil
+end
+
+-- conc_release drops the hold of id at key and returns the units it held
+-- if it still counted at now (0 if it expired, was released, or never
+-- was).
+local function conc_release(key, id, now)
+  local hs, gone, w, t = conc_read(key, now)
+  local freed, keep = 0, {}
+  for i = 1, #hs do
+    if hs[i][1] == id then
+      freed = hs[i][2]
+      gone[#gone + 1] = id
+    else
+      keep[#keep + 1] = hs[i]
+    end
+  end
+  if #gone > 0 or (TRACK and t > w) then
+    conc_write(key, keep, gone, {}, t)
+  end
+  return freed
+end
+
+-- conc_renew moves the expiry of the hold of id at key, if it still counts
+-- at now, to its lease after now, and returns the time until then in µs,
+-- or -1 when there is no such hold.
+local function conc_renew(key, id, now)
+  local hs, gone, w, t = conc_read(key, now)
+  local set, left = {}, -1
+  for i = 1, #hs do
+    local h = hs[i]
+    if h[1] == id then
+      h[3] = t + h[4]
+      set[id] = true
+      left = h[4]
+    end
+  end
+  if #gone > 0 or next(set) or (TRACK and t > w) then
+    conc_write(key, hs, gone, set, t)
+  end
+  return left
+end
