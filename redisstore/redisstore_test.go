@@ -78,12 +78,14 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 func TestSingle(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	conformance(t, []string{srv.Addr}, 12)
+	t.Run("Leases", func(t *testing.T) { leaseTests(t, []string{srv.Addr}) })
 }
 
 func TestCluster(t *testing.T) {
 	c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{})
 	conformance(t, c.Addrs[:1], 4)
 	t.Run("Exactness", func(t *testing.T) { exactness(t, c.Addrs) })
+	t.Run("Leases", func(t *testing.T) { leaseTests(t, c.Addrs) })
 	t.Run("CrossSlot", func(t *testing.T) {
 		st := newTestStore(t, c.Addrs, Options{Failure: FailError})
 		p := sluice.TokenBucket(10, time.Minute, 0)
