@@ -3,10 +3,12 @@
 // balancer, a key still gets exactly its limit, not N times it.
 //
 // Decisions are those of the memory store (github.com/sluicehq/sluice/
-// memstore), field for field: the six algorithms run as Lua scripts that
-// mirror internal/algo decision by decision, with exact integer arithmetic,
-// and one script call (EVALSHA) decides a request atomically, however many
-// instances send requests for the same key at once. AllowAll decides all its
+// memstore), field for field: the six algorithms and the concurrency limit
+// run as Lua scripts that mirror internal/algo decision by decision, with
+// exact integer arithmetic, and one script call (EVALSHA) decides a request
+// atomically, however many instances send requests for the same key at
+// once. A concurrency policy's leases can be released or renewed by any
+// store on the same Redis and Prefix (see Store.Release). AllowAll decides all its
 // requests in the same single call. Under load, the calls of concurrent
 // callers go to Redis together in one script call, each decided exactly as
 // alone (Options.MaxBatch).
