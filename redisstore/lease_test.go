@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +95,7 @@ func leaseTests(t *testing.T, addrs []string) {
 	t.Run("Exact", func(t *testing.T) { leaseExactInstances(t, addrs) })
 	t.Run("Expiry", func(t *testing.T) { leaseExpiry(t, addrs) })
 	t.Run("AcrossSlots", func(t *testing.T) { leaseAcrossSlots(t, addrs) })
+	t.Run("Differential", func(t *testing.T) { leaseDifferential(t, addrs, 4) })
 }
 
 // leaseAcrossInstances takes a lease on one store and releases it on
@@ -425,5 +428,85 @@ func leaseFailure(t *testing.T, fp FailurePolicy, how string) {
 	ok, err := st.Release(ctx, time.Time{}, before)
 	if err != nil || ok != (how == "pause") {
 		t.Errorf("Release of the lease taken before, after Redis came back (%s) = %v, %v; want %v", how, ok, err, how == "pause")
+	}
+}
+
+// leaseDifferential replays random decisions, releases and renewals under
+// concurrency and rate policies on the memory store and on Redis at the
+// same caller times (to the µs): every answer must agree, the leases of one
+// decision on both standing for each other.
+func leaseDifferential(t *testing.T, addrs []string, seeds int) {
+	policies := []sluice.Policy{
+		sluice.Concurrency(3, 10*time.Second).Named("c3"),
+		sluice.Concurrency(5, 2*time.Second).Named("c5"),
+		sluice.Concurrency(1, 1500*time.Millisecond).Named("c1"),
+		sluice.TokenBucket(5, 10*time.Second, 0).Named("rate"),
+	}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 1))
+			mem := memstore.New(memstore.Options{})
+			rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
+			ctx := t.Context()
+			now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+			var leases [][2]string // memory's, Redis's
+			for step := range 600 {
+				now = now.Add(time.Duration(r.Int64N(700_000)) * time.Microsecond)
+				key := []string{"a", "b"}[r.IntN(2)]
+				req := func() sluice.Request {
+					return sluice.Request{Policy: &policies[r.IntN(len(policies))], Key: key, Cost: 1 + r.Int64N(3)}
+				}
+				what := fmt.Sprintf("step %d at %v", step, now.Format("15:04:05.000000"))
+				switch op := r.IntN(10); {
+				case op < 5:
+					var dm, dr sluice.Decision
+					var errm, errr error
+					switch q := req(); op {
+					case 0, 1:
+						dm, errm = mem.Allow(ctx, now, q)
+						dr, errr = rs.Allow(ctx, now, q)
+						what += fmt.Sprintf(" Allow(%v, %d)", q.Policy, q.Cost)
+					case 2:
+						dm, errm = mem.Peek(ctx, now, q)
+						dr, errr = rs.Peek(ctx, now, q)
+						what += fmt.Sprintf(" Peek(%v, %d)", q.Policy, q.Cost)
+					default:
+						reqs := []sluice.Request{q, req(), req()}[:2+r.IntN(2)]
+						outm, outr := make([]sluice.Decision, len(reqs)), make([]sluice.Decision, len(reqs))
+						dm, errm = mem.AllowAll(ctx, now, reqs, outm)
+						dr, errr = rs.AllowAll(ctx, now, reqs, outr)
+						what += fmt.Sprintf(" AllowAll(%v)", reqs)
+						if errm == nil && fmt.Sprint(outm) != fmt.Sprint(outr) { // out is unspecified with an error
+							t.Fatalf("%s: out %v from Redis, %v from memory", what, outr, outm)
+						}
+					}
+					if (errm == nil) != (errr == nil) || (dm.Lease == "") != (dr.Lease == "") {
+						t.Fatalf("%s = %+v, %v from Redis; %+v, %v from memory", what, dr, errr, dm, errm)
+					}
+					if dm.Lease != "" {
+						leases = append(leases, [2]string{dm.Lease, dr.Lease})
+					}
+					dm.Lease, dr.Lease = "", ""
+					if dm != dr {
+						t.Fatalf("%s = %+v from Redis, want %+v as from memory", what, dr, dm)
+					}
+				case len(leases) == 0:
+				case op < 8:
+					l := leases[r.IntN(len(leases))]
+					okm, errm := mem.Release(ctx, now, l[0])
+					okr, errr := rs.Release(ctx, now, l[1])
+					if okm != okr || errm != nil || errr != nil {
+						t.Fatalf("%s Release = %v, %v from Redis; %v, %v from memory", what, okr, errr, okm, errm)
+					}
+				default:
+					l := leases[r.IntN(len(leases))]
+					inm, errm := mem.Renew(ctx, now, l[0])
+					inr, errr := rs.Renew(ctx, now, l[1])
+					if inm != inr || errors.Is(errm, sluice.ErrLeaseExpired) != errors.Is(errr, sluice.ErrLeaseExpired) || (errm == nil) != (errr == nil) {
+						t.Fatalf("%s Renew = %v, %v from Redis; %v, %v from memory", what, inr, errr, inm, errm)
+					}
+				}
+			}
+		})
 	}
 }
