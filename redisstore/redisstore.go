@@ -411,17 +411,15 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 	}
 	var buf [128]byte
 	key := string(c.appendKey(buf[:0], s.prefix, req.Key))
-	var id, lease string
-	if c.conc() {
+	var id, lease string // a Peek takes nothing: no id
+	if c.conc() && op == opAllow {
+		// Made before the call: a decision whose lease could not be made
+		// takes nothing.
 		lid := newLeaseID()
 		id = lid.text()
-		if op == opAllow {
-			// Made before the call: a decision whose lease could not be
-			// made takes nothing.
-			var err error
-			if lease, err = encodeLease(lid, []string{key}); err != nil {
-				return sluice.Decision{}, err
-			}
+		var err error
+		if lease, err = encodeLease(lid, []string{key}); err != nil {
+			return sluice.Decision{}, err
 		}
 	}
 	keys, args, wire, err := s.oneArgs(c, key, req, op, nowArg, now, id)

@@ -181,6 +181,8 @@ func TestSupportedPolicies(t *testing.T) {
 		{sluice.TokenBucket(1, edgePeriod+time.Microsecond, 15), false},
 		{sluice.TokenBucket(1, year, 1000), false},
 		{sluice.GCRA(3, sluice.MaxPeriod, 1000), false},
+		{sluice.Concurrency(1, time.Millisecond), true},
+		{sluice.Concurrency(sluice.MaxLimit, sluice.MaxPeriod), true},
 	} {
 		if err := c.p.Validate(); err != nil {
 			t.Fatalf("%v is not a valid policy: %v", c.p, err)

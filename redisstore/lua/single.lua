@@ -9,7 +9,9 @@
 --   packOne): the Go side unpacks them into L, P (µs, or for calendar
 --   windows six window starts; see window_bounds in window.lua), B, COST,
 --   MAXD (maxdelay, µs, -1 for none), PEEK and ARG_NOW (see lib.lua) before
---   lib.lua. The batch scripts take the same fields as text.
+--   lib.lua. The batch scripts take the same fields as text. For a
+--   concurrency policy B is the lease id (empty for a Peek; see
+--   concurrency.lua).
 -- Reply: after an admission 1, remaining, reset (µs) and, when not 0,
 --   delay (µs); after a refusal 0, remaining, retry (µs, -1 for never),
 --   reset and delay, and with STATE the time and the key's state (see
