@@ -30,10 +30,7 @@ func FuzzParseLease(f *testing.F) {
 			t.Fatalf("parseLease(%q) = %d keys, want 1 to %d", s, len(hs), maxLeaseKeys)
 		}
 		again := &leaseTaker{id: id}
-		again.hs = again.hb[:0]
-		for _, h := range hs {
-			again.hs = append(again.hs, h) // as the store wrote them, repeats and all
-		}
+		again.hs = append(again.hb[:0], hs...) // as the store wrote them, repeats and all
 		if got := again.lease(); got != s {
 			t.Fatalf("parseLease(%q) then lease() = %q", s, got)
 		}

@@ -576,7 +576,7 @@ func TestConcurrencyLimits(t *testing.T) {
 			t.Errorf("Parse(%q) = %q, want a problem starting %q", tt.yaml, got, tt.want)
 		}
 	}
-	c, err = Parse("conc.yaml", []byte("limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip}]\n"), testFormats)
+	_, err = Parse("conc.yaml", []byte("limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip}]\n"), testFormats)
 	if err != nil {
 		t.Errorf("a concurrency limit on a proxied rule: %v", err)
 	}
