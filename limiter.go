@@ -150,7 +150,9 @@ func (l *Limiter) Renew(ctx context.Context, lease string) (time.Duration, error
 }
 
 // Wait blocks until key may spend cost units under every policy, then
-// spends them; see WaitAll, which it calls.
+// spends them; see WaitAll, which it calls. Under a concurrency policy it
+// waits for a slot, polling as WaitAll says, and the Decision's Lease
+// holds the slot until it is given to Release.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {
 	if cost < 1 {
 		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
@@ -171,7 +173,17 @@ func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, e
 // WaitAll honours ctx: it returns ctx's error when ctx ends while it
 // sleeps, and when ctx has a deadline that the wait would pass, it fails at
 // once, without sleeping, with an error that wraps
-// context.DeadlineExceeded. A request whose cost exceeds its capacity fails
+// context.DeadlineExceeded.
+//
+// A refusal by a concurrency policy is waited for differently: its
+// RetryAfter is when enough leases expire at the latest, while a holder's
+// Release usually makes room sooner, and no store tells a waiter when. So
+// WaitAll polls: it tries again after 1ms, then after twice as long each
+// time, at most every LeasePoll, never later than the RetryAfter and until
+// ctx's deadline (then it fails with an error wrapping
+// context.DeadlineExceeded). A release is seen within LeasePoll; waiters
+// are not served in the order they came. A rate policy refusing the same
+// request still sets the earliest try, as it is exact. A request whose cost exceeds its capacity fails
 // at once with ErrCostExceedsCapacity. A refusal made by a store's failure
 // policy without a retry time is retried after a second. WaitAll sets the
 // MaxDelay of reqs to the time left before the deadline.
@@ -192,6 +204,11 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 	if !ok {
 		c = systemClock{}
 	}
+	leases := false
+	for i := range reqs {
+		leases = leases || reqs[i].Policy.Algorithm == ConcurrencyAlgorithm
+	}
+	poll := time.Duration(0) // the last poll for a concurrency refusal
 	for {
 		now := c.Now()
 		deadline, hasDeadline := ctx.Deadline()
@@ -204,19 +221,31 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
 		}
-		d, out, err := tryAll(ctx, store, reqs, maxDelay)
+		d, out, err := tryAll(ctx, store, reqs, maxDelay, leases)
 		if err != nil {
 			return d, err
 		}
 		if d.Allowed {
 			if d.Delay > 0 {
-				err = c.Sleep(ctx, d.Delay)
+				if err = c.Sleep(ctx, d.Delay); err != nil && d.Lease != "" {
+					// Nobody will release what the lease holds.
+					store.Release(context.WithoutCancel(ctx), time.Time{}, d.Lease)
+				}
 			}
 			return d, err
 		}
 		wait, err := retryIn(d, reqs, out, maxDelay)
 		if err != nil {
 			return d, err
+		}
+		if leases {
+			if w, ok := pollIn(reqs, out, poll); ok {
+				wait, poll = w, w
+				if hasDeadline {
+					// A release may come before the deadline: poll up to it.
+					wait = max(min(wait, deadline.Sub(c.Now())), time.Microsecond)
+				}
+			}
 		}
 		if hasDeadline && c.Now().Add(wait).After(deadline) {
 			return d, fmt.Errorf("sluice: wait: retry in %v would pass the deadline: %w", wait, context.DeadlineExceeded)
@@ -241,8 +270,9 @@ func (systemClock) Sleep(ctx context.Context, d time.Duration) error { return ct
 
 // tryAll asks store to admit reqs now, on its own clock, all or nothing,
 // each with maxDelay, and returns the decision and, when there is a
-// maxDelay (a deadline), each request's own.
-func tryAll(ctx context.Context, store Store, reqs []Request, maxDelay time.Duration) (Decision, []Decision, error) {
+// maxDelay (a deadline) or a concurrency policy among reqs (leases), each
+// request's own.
+func tryAll(ctx context.Context, store Store, reqs []Request, maxDelay time.Duration, leases bool) (Decision, []Decision, error) {
 	for i := range reqs {
 		reqs[i].MaxDelay = maxDelay
 	}
@@ -251,7 +281,7 @@ func tryAll(ctx context.Context, store Store, reqs []Request, maxDelay time.Dura
 		return d, []Decision{d}, err
 	}
 	var out []Decision
-	if maxDelay > 0 {
+	if maxDelay > 0 || leases {
 		out = make([]Decision, len(reqs))
 	}
 	d, err := store.AllowAll(ctx, time.Time{}, reqs, out)
@@ -281,4 +311,38 @@ func retryIn(d Decision, reqs []Request, out []Decision, maxDelay time.Duration)
 		return time.Second, nil // a failure policy's refusal has no retry time
 	}
 	return d.RetryAfter, nil
+}
+
+// LeasePoll is the longest WaitAll waits between two tries of a request
+// that a concurrency policy refused: a release is seen at most this late.
+const LeasePoll = 25 * time.Millisecond
+
+// pollIn returns how long WaitAll waits before it tries reqs again, when
+// a concurrency policy refused them (out holds each request's decision):
+// twice the last poll (1ms at first), at most LeasePoll and at most that
+// policy's RetryAfter, and no sooner than a rate policy that refused
+// them too admits them. It returns false when no concurrency policy
+// refused them.
+func pollIn(reqs []Request, out []Decision, last time.Duration) (time.Duration, bool) {
+	var rate, conc time.Duration
+	refused := false
+	for i := range reqs {
+		if out[i].Allowed {
+			continue
+		}
+		if reqs[i].Policy.Algorithm == ConcurrencyAlgorithm {
+			refused = true
+			conc = max(conc, out[i].RetryAfter)
+		} else {
+			rate = max(rate, out[i].RetryAfter)
+		}
+	}
+	if !refused {
+		return 0, false
+	}
+	step := min(max(2*last, time.Millisecond), LeasePoll)
+	if conc > 0 {
+		step = min(step, conc)
+	}
+	return max(rate, step), true
 }

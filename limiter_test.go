@@ -441,3 +441,65 @@ func TestWaitOnTheStoresClock(t *testing.T) {
 		t.Errorf("the failed Wait slept %v, want none", clk.Now().Sub(before))
 	}
 }
+
+func TestWaitConcurrency(t *testing.T) {
+	t.Run("polls for a released slot", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLimiter(t, sluice.Concurrency(1, 10*time.Second))
+			first, err := l.Allow(t.Context(), "k", 1)
+			if err != nil || !first.Allowed || first.Lease == "" {
+				t.Fatalf("Allow = %+v, %v; want a lease", first, err)
+			}
+			const release = 100 * time.Millisecond
+			go func() {
+				time.Sleep(release) // the bubble's clock: no real time passes
+				if ok, err := l.Release(context.Background(), first.Lease); !ok || err != nil {
+					t.Errorf("Release = %v, %v", ok, err)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			var d sluice.Decision
+			took := elapsed(func() { d, err = l.Wait(ctx, "k", 1) })
+			if err != nil || !d.Allowed || d.Lease == "" {
+				t.Fatalf("Wait = %+v, %v; want a lease", d, err)
+			}
+			if took <= release || took > release+sluice.LeasePoll {
+				t.Errorf("Wait took %v after a release at %v, want at most %v more (its RetryAfter was 10s)", took, release, sluice.LeasePoll)
+			}
+		})
+	})
+	t.Run("fails at the deadline, not at once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLimiter(t, sluice.Concurrency(1, 10*time.Second))
+			if d, err := l.Allow(t.Context(), "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("Allow = %+v, %v", d, err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			var err error
+			took := elapsed(func() { _, err = l.Wait(ctx, "k", 1) })
+			if !errors.Is(err, context.DeadlineExceeded) || took != 2*time.Second {
+				t.Errorf("Wait with nothing released = %v after %v, want DeadlineExceeded after 2s", err, took)
+			}
+		})
+	})
+	t.Run("a rate refusal sets the earliest try", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLimiter(t, sluice.Concurrency(1, 10*time.Second).Named("c"), sluice.TokenBucket(1, time.Second, 1).Named("r"))
+			first, err := l.Allow(t.Context(), "k", 1)
+			if err != nil || !first.Allowed {
+				t.Fatalf("Allow = %+v, %v", first, err)
+			}
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				l.Release(context.Background(), first.Lease)
+			}()
+			var d sluice.Decision
+			took := elapsed(func() { d, err = l.Wait(t.Context(), "k", 1) })
+			if err != nil || !d.Allowed || took != time.Second {
+				t.Errorf("Wait = %+v, %v after %v; want allowed after the rate's 1s", d, err, took)
+			}
+		})
+	})
+}
