@@ -48,6 +48,9 @@ const (
 	hdrRetryAfter = "Retry-After"
 )
 
+// quotaFields are the fields writeHeaders may set.
+var quotaFields = [...]string{hdrPolicy, hdrRateLimit, hdrLimit, hdrRemaining, hdrReset, hdrXLimit, hdrXRemaining, hdrXReset}
+
 func (s HeaderStyle) has(f HeaderStyle) bool {
 	if s == 0 {
 		s = HeadersIETF
@@ -83,7 +86,10 @@ func ceilSeconds(d time.Duration) int64 {
 // within a year (10 per 100ms is `q=100;w=1`); otherwise w is left out.
 // Characters a String cannot hold (outside printable ASCII) are written
 // as '?'. A calendar policy's window has no fixed length: AppendPolicy
-// leaves its w out, and AppendPolicyAt gives the current window's.
+// leaves its w out, and AppendPolicyAt gives the current window's. A
+// concurrency policy has no window: q is the units it lets a key hold at
+// once, and w is left out (its Period is the length of a lease, not a
+// window).
 func AppendPolicy(dst []byte, p sluice.Policy) []byte {
 	return AppendPolicyAt(dst, p, time.Time{})
 }
@@ -95,6 +101,9 @@ func AppendPolicy(dst []byte, p sluice.Policy) []byte {
 func AppendPolicyAt(dst []byte, p sluice.Policy, now time.Time) []byte {
 	dst = appendSFString(dst, p.Name)
 	period := p.Period
+	if p.Algorithm == sluice.ConcurrencyAlgorithm {
+		period = 0
+	}
 	if p.Calendar.Unit != sluice.NoCalendar {
 		period = 0
 		if start, end, ok := p.Window(now); ok && !now.IsZero() {

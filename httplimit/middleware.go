@@ -41,7 +41,10 @@ type Limit struct {
 	// then only provides a default name for returned policies without one.
 	// Returning false exempts the request from this limit. The policies
 	// returned should have distinct names, since the name appears in the
-	// RateLimit-Policy field and separates their state.
+	// RateLimit-Policy field and separates their state. It may return a
+	// concurrency policy, held as Handler says, except for a Shadow or
+	// ChargeOn limit: such a limit then does not apply to the request,
+	// and the Logger gets an error.
 	PolicyFunc func(r *http.Request, key string) (sluice.Policy, bool)
 	// ChargeOn, when set, charges the limit after the response instead of
 	// before it, and only for the statuses it accepts: "5 failed logins per
@@ -50,13 +53,16 @@ type Limit struct {
 	// request whose limit is already spent is refused before it reaches the
 	// handler; concurrent requests that pass that check together may all
 	// be charged afterwards. Only Handler charges such limits; Check only
-	// checks them. ChargeOn cannot be combined with Shadow.
+	// checks them. ChargeOn cannot be combined with Shadow, nor with a
+	// concurrency policy, which holds its units while the request runs.
 	ChargeOn func(status int) bool
 	// Shadow makes the limit a dry run: it is decided and charged as if it
 	// were enforced, its would-be denials are counted (Stats), logged and
 	// reported to Options.OnDecision, but it never refuses a request and it
 	// is not shown in the response's quota fields. It is decided apart
-	// from the enforced limits, so it never changes what they charge.
+	// from the enforced limits, so it never changes what they charge. A
+	// concurrency policy cannot be a dry run: it would hold units that
+	// nothing releases.
 	Shadow bool
 }
 
@@ -172,6 +178,7 @@ type Middleware struct {
 	now         func() time.Time
 	policyField []string // RateLimit-Policy when every enforced limit applies
 	chargeOn    bool     // some limit is charged after the response
+	leases      bool     // some limit's Policy is a concurrency one
 	pool        sync.Pool
 }
 
@@ -247,6 +254,7 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 			shadow:     l.Shadow,
 		}
 		m.chargeOn = m.chargeOn || l.ChargeOn != nil
+		m.leases = m.leases || p.Algorithm == sluice.ConcurrencyAlgorithm
 		if !l.Shadow {
 			m.enforced++
 			// A PolicyFunc that returns the limit's own Policy (a runtime
@@ -314,14 +322,25 @@ func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, err
 	if !validPolicyName(p.Name) {
 		return sluice.Policy{}, fmt.Errorf("%s: name must be printable ASCII", where)
 	}
-	el := engine.Limit{Policy: p, Cost: l.Cost, VariablePolicy: l.PolicyFunc != nil, VariableCost: l.CostFunc != nil}
-	if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
-		return sluice.Policy{}, err
-	}
 	if l.ChargeOn != nil && l.Shadow {
 		return sluice.Policy{}, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
 	}
+	el := engine.Limit{Policy: p, Cost: l.Cost, VariablePolicy: l.PolicyFunc != nil, VariableCost: l.CostFunc != nil, Mode: mode(l)}
+	if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
+		return sluice.Policy{}, err
+	}
 	return p, nil
+}
+
+// mode returns the engine's mode of l.
+func mode(l Limit) engine.Mode {
+	switch {
+	case l.Shadow:
+		return engine.Shadow
+	case l.ChargeOn != nil:
+		return engine.Deferred
+	}
+	return engine.Enforced
 }
 
 // newScratch returns the buffers of one request under n limits.
@@ -337,24 +356,62 @@ func newScratch(n int) *scratch {
 // Handler returns next wrapped by the middleware: requests that the limits
 // admit go on to next with the quota fields set on the response; refused
 // ones get the DenyHandler's response.
+//
+// A request admitted under a concurrency limit holds its units (the
+// decision's Lease) while next runs, and Handler releases them once when
+// next returns or panics (the panic then goes on). When the client goes
+// away, the request's context ends and the units are released when next
+// returns, which a handler that honours its context does at once: never
+// while next still runs, so that no more requests than the limit are
+// ever inside next together. The release is not bound to the request's
+// context, which may have ended, but to a context of its own that ends
+// after ReleaseTimeout. A handler that runs longer than the policy's
+// lease loses its units when the lease expires: choose a lease longer
+// than the slowest request.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	if !m.chargeOn {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if m.Check(w, r) {
-				next.ServeHTTP(w, r)
+			sc := m.pool.Get().(*scratch)
+			lease, ok := m.check(w, r, sc)
+			m.release(sc)
+			if !ok {
+				return
 			}
+			if lease != "" {
+				defer m.releaseLease(r, lease)
+			}
+			next.ServeHTTP(w, r)
 		})
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sc := m.pool.Get().(*scratch)
 		defer m.release(sc)
-		if !m.check(w, r, sc) {
+		lease, ok := m.check(w, r, sc)
+		if !ok {
 			return
+		}
+		if lease != "" {
+			defer m.releaseLease(r, lease)
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		m.settle(r, sc.res, sw.status)
 	})
+}
+
+// ReleaseTimeout bounds how long the middleware and the Transport wait
+// for a store to release a lease when a request ends.
+const ReleaseTimeout = 5 * time.Second
+
+// releaseLease releases lease, taken for r, with a context that r's
+// ending does not cancel; a failure is logged.
+func (m *Middleware) releaseLease(r *http.Request, lease string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+	defer cancel()
+	if _, err := m.store.Release(ctx, time.Time{}, lease); err != nil && m.logger != nil {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: releasing a concurrency lease failed; its units are held until it expires",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
 }
 
 // settle charges the ChargeOn limits that status calls for, after the
@@ -419,15 +476,55 @@ func (w *statusWriter) Flush() {
 // waits the admitted request's Delay first, and reports false, writing
 // nothing, if r's context ends meanwhile. Limits with ChargeOn are only
 // checked, never charged, by Check.
+//
+// Check cannot hold a concurrency limit's lease, since it cannot tell when
+// the request ends: on a Middleware with a limit whose Policy is a
+// concurrency one, Check decides nothing and answers every request with
+// 500 Internal Server Error and a problem+json body that says so (a
+// forward-auth endpoint cannot enforce such a limit; put the middleware's
+// Handler in front of the work instead). A concurrency policy that a
+// PolicyFunc returns is found only when the request is decided: Check
+// then releases the lease at once and answers the same 500; the rate
+// limits of that decision stay charged.
 func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
+	if m.leases {
+		m.refuseLease(w, r)
+		return false
+	}
 	sc := m.pool.Get().(*scratch)
 	defer m.release(sc)
-	return m.check(w, r, sc)
+	lease, ok := m.check(w, r, sc)
+	if lease != "" {
+		m.releaseLease(r, lease)
+		m.refuseLease(w, r)
+		return false
+	}
+	return ok
 }
 
+// refuseLease answers a request that Check cannot admit because a
+// concurrency limit needs it to run behind the middleware's Handler.
+func (m *Middleware) refuseLease(w http.ResponseWriter, r *http.Request) {
+	if m.logger != nil {
+		m.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: a concurrency limit needs the request to run behind the middleware's Handler; Check cannot hold a lease",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	}
+	h := w.Header()
+	for _, k := range quotaFields {
+		delete(h, k)
+	}
+	h["Cache-Control"] = []string{"no-store"}
+	writeProblem500(w, checkLeaseDetail)
+}
+
+// checkLeaseDetail says why Check refuses a request under a concurrency
+// limit.
+const checkLeaseDetail = "A concurrency limit needs the request to run behind the middleware; Check cannot hold a lease."
+
 // check is Check with the caller's scratch, whose results stay valid until
-// it is released.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) bool {
+// it is released. It reports whether the request proceeds and the lease
+// it then holds, if any, which the caller must release.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) (lease string, ok bool) {
 	ctx := r.Context()
 	res := sc.res
 	static := m.prepare(r, sc)
@@ -452,9 +549,15 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, sc *scratch) 
 		if o.Err == nil && !o.Decision.Degraded {
 			writeHeaders(h, m.style, res, pf, m.now)
 		}
-		return o.Decision.Delay <= 0 || ctxsleep.Sleep(ctx, o.Decision.Delay) == nil
+		if o.Decision.Delay > 0 && ctxsleep.Sleep(ctx, o.Decision.Delay) != nil {
+			if o.Decision.Lease != "" {
+				m.releaseLease(r, o.Decision.Lease)
+			}
+			return "", false
+		}
+		return o.Decision.Lease, true
 	}
-	return m.refuse(w, r, sc, status, retry, pf, o.Never())
+	return "", m.refuse(w, r, sc, status, retry, pf, o.Never())
 }
 
 // prepare fills sc with the limits that apply to r: sc.res for every
@@ -488,6 +591,9 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 				}
 				rs.Policy = p
 				static = static && (p == l.policy || l.shadow)
+				if l.shadow || l.chargeOn != nil {
+					ok = m.leaseless(r, l, p)
+				}
 			}
 		}
 		if !ok {
@@ -518,6 +624,18 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 	}
 	sc.eres = sc.eres[:len(checks)]
 	return static
+}
+
+// leaseless reports whether p, which the PolicyFunc of l (a dry run or a
+// limit charged after the response) returned for r, can be decided: a
+// concurrency policy cannot, and is logged.
+func (m *Middleware) leaseless(r *http.Request, l *limit, p sluice.Policy) bool {
+	err := engine.Leases(p, mode(Limit{Shadow: l.shadow, ChargeOn: l.chargeOn}), "request")
+	if err != nil && m.logger != nil {
+		m.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: the limit does not apply to the request",
+			slog.String("limit", p.Name), slog.Any("error", err))
+	}
+	return err == nil
 }
 
 // dryRuns counts and logs the dry-run limits that would have refused r,

@@ -610,7 +610,8 @@ func TestNewErrors(t *testing.T) {
 		{"cost over capacity", store, []Limit{{Policy: ok, Cost: 2}}, nil, "exceeds the policy's capacity"},
 		{"bad ipv6 prefix", store, []Limit{{Policy: ok}}, &Options{ClientIP: &ClientIP{IPv6Prefix: 129}}, "IPv6Prefix"},
 		{"negative retry", store, []Limit{{Policy: ok}}, &Options{ErrorRetryAfter: -1}, "ErrorRetryAfter"},
-		{"concurrency", store, []Limit{{Policy: sluice.Concurrency(2, time.Minute)}}, nil, "releases none"},
+		{"concurrency dry run", store, []Limit{{Policy: sluice.Concurrency(2, time.Minute), Shadow: true}}, nil, "cannot be a dry run"},
+		{"concurrency after the response", store, []Limit{{Policy: sluice.Concurrency(2, time.Minute), ChargeOn: func(int) bool { return true }}}, nil, "cannot be charged after the response"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -63,7 +63,8 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 		secs = RetryAfterSeconds(d.RetryAfter)
 	}
 	if d.Status == http.StatusInternalServerError {
-		b = append(b, `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"The rate limiter cannot decide this request's limits all or nothing with its store; see the server's log."}`...)
+		writeProblem500(w, "The rate limiter cannot decide this request's limits all or nothing with its store; see the server's log.")
+		return
 	} else if d.Status == http.StatusServiceUnavailable {
 		b = append(b, `{"type":"`+ProblemReducedCapacity+`","title":"Temporary Reduced Capacity","status":503,"detail":"The rate limiter is unavailable; `...)
 		b = appendRetryIn(b, secs)
@@ -94,6 +95,22 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
 	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	h["X-Content-Type-Options"] = []string{"nosniff"}
 	w.WriteHeader(d.Status)
+	w.Write(b)
+}
+
+// writeProblem500 writes a 500 Internal Server Error with a problem+json
+// body of type about:blank and the given detail, a sentence with no
+// character that JSON escapes.
+func writeProblem500(w http.ResponseWriter, detail string) {
+	b := make([]byte, 0, 128+len(detail))
+	b = append(b, `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":"`...)
+	b = append(b, detail...)
+	b = append(b, `"}`...)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(http.StatusInternalServerError)
 	w.Write(b)
 }
 

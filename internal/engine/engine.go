@@ -24,6 +24,9 @@
 //     decided together, all or nothing.
 //   - Checks that are not charged report the state without the charge
 //     (State).
+//   - Enforced checks of concurrency policies hold their units under the
+//     lease of Outcome.Decision, which the door releases when the request
+//     ends; a shadow or deferred check cannot hold one (Leases).
 //
 // The package also holds what Sluice's stores share on top of the root
 // package: the translation between a sluice.Policy and internal/algo's
