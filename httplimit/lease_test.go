@@ -3,12 +3,15 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -326,4 +329,107 @@ func TestPolicyFuncConcurrency(t *testing.T) {
 	if resp := serve(h, httptest.NewRequest("GET", "/", nil)); resp.StatusCode != http.StatusOK {
 		t.Errorf("after the first returned: status %d, want 200", resp.StatusCode)
 	}
+}
+
+func TestTransportConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		remote := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := calls.Add(1)
+			switch r.URL.Path {
+			case "/fail":
+				panic("not reached") // failT answers it
+			case "/429":
+				if n == 1 {
+					w.Header().Set("Retry-After", "1")
+					w.WriteHeader(http.StatusTooManyRequests)
+					return
+				}
+			}
+			io.WriteString(w, "ok")
+		})
+		base := failT{handlerTransport{remote}}
+		tr, err := NewTransport(base, memstore.New(memstore.Options{}), []OutLimit{{Policy: sluice.Concurrency(1, time.Hour), Key: Constant("api")}}, &TransportOptions{Retries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: tr}
+		call := func(path string, timeout time.Duration) (*http.Response, time.Duration, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://api.test"+path, nil)
+			start := time.Now()
+			resp, err := c.Do(req)
+			return resp, time.Since(start), err
+		}
+
+		held, _, err := call("/", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The body is open: the next call waits, until its deadline.
+		if _, took, err := call("/", time.Second); !errors.Is(err, context.DeadlineExceeded) || took != time.Second {
+			t.Fatalf("while a body is open: %v after %v, want DeadlineExceeded after 1s", err, took)
+		}
+		// A call that waits proceeds soon after the body is closed.
+		done := make(chan time.Duration)
+		go func() {
+			resp, took, err := call("/", time.Minute)
+			if err != nil {
+				t.Error(err)
+			} else {
+				resp.Body.Close()
+			}
+			done <- took
+		}()
+		time.Sleep(100 * time.Millisecond) // the bubble's clock: the waiter polls meanwhile
+		held.Body.Close()
+		if took := <-done; took <= 100*time.Millisecond || took > 100*time.Millisecond+sluice.LeasePoll {
+			t.Errorf("a waiting call went on after %v, want within %v of the Close at 100ms", took, sluice.LeasePoll)
+		}
+		// A body read to its end releases too, and a Close after it
+		// releases nothing more.
+		resp, _, err := call("/", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := io.ReadAll(resp.Body); string(b) != "ok" {
+			t.Fatalf("body %q", b)
+		}
+		next, took, err := call("/", time.Minute)
+		if err != nil || took != 0 {
+			t.Fatalf("after the body was read to its end: %v after %v, want at once", err, took)
+		}
+		resp.Body.Close()
+		if _, _, err := call("/", time.Second); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a second Close freed another call's slot: %v", err)
+		}
+		next.Body.Close()
+		// A failed round trip releases at once.
+		if _, _, err := call("/fail", time.Minute); err == nil {
+			t.Fatal("/fail succeeded")
+		}
+		// A 429 sent again gives its slot back while it waits.
+		calls.Store(0)
+		resp, took, err = call("/429", time.Minute)
+		if err != nil || resp.StatusCode != http.StatusOK || took != time.Second {
+			t.Fatalf("429 then retry: %v, %v after %v; want 200 after 1s", resp, err, took)
+		}
+		resp.Body.Close()
+		if resp, took, err := call("/", time.Minute); err != nil || took != 0 {
+			t.Fatalf("after all: %v after %v, want at once", err, took)
+		} else {
+			resp.Body.Close()
+		}
+	})
+}
+
+// failT fails every request to /fail and sends the others through T.
+type failT struct{ T http.RoundTripper }
+
+func (f failT) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/fail" {
+		return nil, errors.New("connection refused")
+	}
+	return f.T.RoundTrip(r)
 }

@@ -86,6 +86,16 @@ const retryDelayPeek = 64 << 10
 // reads) has passed. The 429 itself is returned to the caller, or, with
 // TransportOptions.Retries, sent again after the delay.
 //
+// A concurrency limit (sluice.Concurrency) caps the calls in flight to
+// the remote side: a request it admits holds its units from before it is
+// sent until its response's body is closed or read to its end (the body
+// is wrapped to see that), or until RoundTrip fails; a 429 that is sent
+// again gives them back while it waits. A caller that neither reads nor
+// closes a body holds its units until the policy's lease expires. While
+// the limit is full, a request waits for a slot by trying again every
+// few milliseconds, as sluice.WaitAll does (at most every
+// sluice.LeasePoll), up to its context's deadline.
+//
 // With a shared store (redisstore), every process using the same policies
 // shares one outbound budget; the backoff after a remote 429 is kept in
 // each process. A Transport is safe for concurrent use.
@@ -191,57 +201,127 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var notBefore time.Time // after a 429: when req may be sent again
 	for retries := t.retries; ; retries-- {
-		if err := t.wait(ctx, bkey, hasBKey, notBefore, reqs); err != nil {
+		lease, err := t.wait(ctx, bkey, hasBKey, notBefore, reqs)
+		if err != nil {
 			closeBody(req)
 			return nil, err
 		}
 		resp, err := t.base.RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
-			return resp, err
+			return t.hand(ctx, resp, err, lease)
 		}
 		notBefore = time.Now().Add(t.delay(resp))
 		if hasBKey {
 			t.hold(bkey, notBefore)
 		}
 		if retries == 0 {
-			return resp, nil
+			return t.hand(ctx, resp, nil, lease)
 		}
 		if dl, ok := ctx.Deadline(); ok && notBefore.After(dl) {
-			return resp, nil
+			return t.hand(ctx, resp, nil, lease)
 		}
 		next, ok := rewind(req)
 		if !ok {
-			return resp, nil
+			return t.hand(ctx, resp, nil, lease)
 		}
 		discard(resp)
+		t.release(ctx, lease)
 		req = next
 	}
 }
 
+// hand returns what the base transport answered to a request that holds
+// lease (none when it is empty): on an error the lease is released at
+// once; on a response it is held until the response's body is closed or
+// read to its end.
+func (t *Transport) hand(ctx context.Context, resp *http.Response, err error, lease string) (*http.Response, error) {
+	if lease == "" {
+		return resp, err
+	}
+	if err != nil || resp.Body == nil {
+		t.release(ctx, lease)
+		return resp, err
+	}
+	lb := &leaseBody{ReadCloser: resp.Body, release: func() { t.release(ctx, lease) }}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+		// A 101 Switching Protocols body is written to as well.
+		resp.Body = leaseRWBody{lb, rw}
+	} else {
+		resp.Body = lb
+	}
+	return resp, nil
+}
+
+// release releases lease, if any, with a context that the end of the
+// request's context does not cancel.
+func (t *Transport) release(ctx context.Context, lease string) {
+	if lease == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	t.store.Release(ctx, time.Time{}, lease) // a lease not released expires
+}
+
+// leaseBody is a response body that releases its request's lease once,
+// on Close or when a Read reaches the end.
+type leaseBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *leaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(b.release)
+	}
+	return n, err
+}
+
+func (b *leaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
+
+// leaseRWBody is a leaseBody that can be written to.
+type leaseRWBody struct {
+	*leaseBody
+	w io.Writer
+}
+
+func (b leaseRWBody) Write(p []byte) (int, error) { return b.w.Write(p) }
+
 // wait waits until a request may be sent: until notBefore, until its
 // backoff key (if it has one) is not held, and until the limits admit
-// reqs. When a hold begins while it waits for the limits, it waits for the
-// hold and then for the limits again, so that the requests that were
-// waiting do not all leave together when the hold ends; what the limits
-// charged is not given back.
-func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefore time.Time, reqs []sluice.Request) error {
+// reqs, and returns the lease the limits' decision holds, if any. When a
+// hold begins while it waits for the limits, it waits for the hold and
+// then for the limits again, so that the requests that were waiting do
+// not all leave together when the hold ends; what the rate limits charged
+// is not given back, and what a concurrency limit holds is.
+func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefore time.Time, reqs []sluice.Request) (string, error) {
 	if err := sleepUntil(ctx, notBefore, "the retry after a 429"); err != nil {
-		return err
+		return "", err
 	}
 	for {
 		if hasBKey {
 			if err := t.waitHold(ctx, bkey); err != nil {
-				return err
+				return "", err
 			}
 		}
+		var lease string
 		if len(reqs) > 0 {
-			if _, err := sluice.WaitAll(ctx, t.store, reqs); err != nil {
-				return fmt.Errorf("httplimit: transport: %w", err)
+			d, err := sluice.WaitAll(ctx, t.store, reqs)
+			if err != nil {
+				return "", fmt.Errorf("httplimit: transport: %w", err)
 			}
+			lease = d.Lease
 		}
 		if !hasBKey || !t.holdUntil(bkey).After(time.Now()) {
-			return nil
+			return lease, nil
 		}
+		t.release(ctx, lease)
 	}
 }
 
