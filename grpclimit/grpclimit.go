@@ -18,6 +18,23 @@
 // after a ResourceExhausted with retry information from the server they
 // hold every further call until it has passed, the calls already waiting
 // for the limits included.
+//
+// A limit may be a concurrency one (sluice.Concurrency), which bounds the
+// calls in flight rather than their rate; it cannot be a dry run. On the
+// server, a unary call holds its units while the handler runs and a
+// stream for its whole life, until the handler returns or panics; a
+// refused call fails with ResourceExhausted as for any limit, its retry
+// time the latest at which enough leases expire. On the client, a
+// Waiter's unary call holds its units until the call returns, and a
+// stream until it ends: RecvMsg returns an error (io.EOF at its end), a
+// client-streaming call's single response arrives, or the call's context
+// ends (a stream that is neither read to its end nor cancelled holds its
+// units until the policy's lease expires, as it holds its own resources).
+// A Waiter waits for a slot by trying again every few milliseconds, at
+// most every sluice.LeasePoll, up to the call's deadline, since the
+// holders' releases come sooner than the refusal's retry time. Units are
+// released with a context that the call's end does not cancel, within
+// ReleaseTimeout.
 package grpclimit
 
 import (
@@ -128,6 +145,7 @@ type Event struct {
 type Limiter struct {
 	store      sluice.Store
 	limits     []limit
+	leases     bool // some limit is a concurrency one
 	onDecision func(*Event)
 	failOpen   bool
 	errRetry   time.Duration
@@ -179,6 +197,9 @@ func prepare(limits []Limit, defaultKey KeyFunc, where string) ([]limit, error) 
 		}
 		at := fmt.Sprintf("%s: limit %d (%q)", where, i+1, l.Policy.Name)
 		el := engine.Limit{Policy: l.Policy, Cost: l.Cost, VariableCost: l.CostFunc != nil}
+		if l.Shadow {
+			el.Mode = engine.Shadow
+		}
 		if err := engine.CheckLimit(at, "call", el, i, names); err != nil {
 			return nil, err
 		}
@@ -206,7 +227,7 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, limits: ls, onDecision: opts.OnDecision, failOpen: opts.FailOpen,
+	l := &Limiter{store: store, limits: ls, leases: leases(ls), onDecision: opts.OnDecision, failOpen: opts.FailOpen,
 		errRetry: opts.ErrorRetryAfter, logger: opts.Logger}
 	if l.errRetry == 0 {
 		l.errRetry = time.Second
@@ -214,30 +235,66 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Unary returns the unary server interceptor.
+// leases reports whether one of ls is a concurrency limit.
+func leases(ls []limit) bool {
+	for i := range ls {
+		if ls[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+			return true
+		}
+	}
+	return false
+}
+
+// ReleaseTimeout bounds how long the interceptors wait for a store to
+// release a concurrency limit's lease when a call ends.
+const ReleaseTimeout = 5 * time.Second
+
+// release releases lease, if any, with a context that the end of the
+// call's context does not cancel; a failure goes to logger, if any.
+func release(ctx context.Context, store sluice.Store, lease string, logger *slog.Logger) {
+	if lease == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	if _, err := store.Release(ctx, time.Time{}, lease); err != nil && logger != nil {
+		logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: releasing a concurrency lease failed; its units are held until it expires", slog.Any("error", err))
+	}
+}
+
+// Unary returns the unary server interceptor. A call admitted under a
+// concurrency limit holds its units until the handler returns or panics.
 func (l *Limiter) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := l.Check(ctx, info.FullMethod)
+		lease, md, err := l.check(ctx, info.FullMethod)
 		if err != nil {
 			if md != nil {
 				grpc.SetTrailer(ctx, md)
 			}
 			return nil, err
 		}
+		if lease != "" {
+			defer release(ctx, l.store, lease, l.logger)
+		}
 		return handler(ctx, req)
 	}
 }
 
 // Stream returns the stream server interceptor; a stream is decided once,
-// when it opens.
+// when it opens, and one admitted under a concurrency limit holds its
+// units until the handler returns or panics.
 func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := l.Check(ss.Context(), info.FullMethod)
+		ctx := ss.Context()
+		lease, md, err := l.check(ctx, info.FullMethod)
 		if err != nil {
 			if md != nil {
 				ss.SetTrailer(md)
 			}
 			return err
+		}
+		if lease != "" {
+			defer release(ctx, l.store, lease, l.logger)
 		}
 		return handler(srv, ss)
 	}
@@ -247,7 +304,22 @@ func (l *Limiter) Stream() grpc.StreamServerInterceptor {
 // otherwise a status error (ResourceExhausted or Unavailable) and the
 // trailer metadata to send with it, for callers that are not one of the
 // interceptors.
+//
+// Check cannot tell when the call ends, so it cannot hold a concurrency
+// limit's lease: on a Limiter with a concurrency limit it decides nothing
+// and fails every call with codes.Internal, saying so; use the
+// interceptors.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, error) {
+	if l.leases {
+		return nil, status.Error(codes.Internal, "a concurrency limit needs the call to run behind the interceptors; Check cannot hold a lease")
+	}
+	_, md, err := l.check(ctx, fullMethod)
+	return md, err
+}
+
+// check is Check, which also returns the lease of an admitted call, if
+// any, for the caller to release when the call ends.
+func (l *Limiter) check(ctx context.Context, fullMethod string) (string, metadata.MD, error) {
 	res := make([]LimitResult, len(l.limits))
 	var cbuf [4]engine.Check
 	var ibuf [4]int
@@ -287,7 +359,7 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 		l.onDecision(&Event{FullMethod: fullMethod, Results: res, Allowed: code == codes.OK, Code: code, Decision: o.Decision, Err: o.Err, DryRunDenied: dry})
 	}
 	if code == codes.OK {
-		return nil, nil
+		return o.Decision.Lease, nil, nil
 	}
 	var violated []string
 	if code == codes.ResourceExhausted {
@@ -302,7 +374,8 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) (metadata.MD, er
 				slog.String("method", fullMethod), slog.Duration("retry_after", retry))
 		}
 	}
-	return refusal(code, retry, violated)
+	md, err := refusal(code, retry, violated)
+	return "", md, err
 }
 
 // verdict returns the status code of a call decided as o (codes.OK when
@@ -422,6 +495,7 @@ type WaiterOptions struct {
 type Waiter struct {
 	store      sluice.Store
 	limits     []limit
+	leases     bool // some limit is a concurrency one
 	maxBackoff time.Duration
 
 	mu   sync.Mutex
@@ -446,7 +520,7 @@ func NewWaiter(store sluice.Store, limits []Limit, opts *WaiterOptions) (*Waiter
 			return nil, fmt.Errorf("grpclimit: waiter: limit %d (%q): a waiter has no dry run", i+1, ls[i].Policy.Name)
 		}
 	}
-	w := &Waiter{store: store, limits: ls, maxBackoff: opts.MaxBackoff}
+	w := &Waiter{store: store, limits: ls, leases: leases(ls), maxBackoff: opts.MaxBackoff}
 	if w.maxBackoff <= 0 {
 		w.maxBackoff = 10 * time.Minute
 	}
@@ -461,7 +535,22 @@ func NewWaiter(store sluice.Store, limits []Limit, opts *WaiterOptions) (*Waiter
 // the hold and then for the limits again (what they charged is not given
 // back), so that the calls that were waiting do not all leave together
 // when it ends. Key functions read the outgoing context.
+//
+// Wait cannot tell when the call ends, so it cannot hold a concurrency
+// limit's lease: on a Waiter with a concurrency limit it fails at once
+// with an error wrapping sluice.ErrNotSupported; use the interceptors.
 func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
+	if w.leases {
+		return fmt.Errorf("grpclimit: waiter: %w: a concurrency limit needs the call to go through the interceptors; Wait cannot hold a lease", sluice.ErrNotSupported)
+	}
+	_, err := w.acquire(ctx, fullMethod)
+	return err
+}
+
+// acquire is Wait, which also returns the lease the call then holds, if
+// any, for the caller to release when the call ends. A lease taken before
+// a hold began is released while the call waits for the hold.
+func (w *Waiter) acquire(ctx context.Context, fullMethod string) (string, error) {
 	reqs := make([]sluice.Request, 0, len(w.limits))
 	for i := range w.limits {
 		lm := &w.limits[i]
@@ -473,17 +562,19 @@ func (w *Waiter) Wait(ctx context.Context, fullMethod string) error {
 	}
 	for {
 		if err := w.waitHold(ctx); err != nil {
-			return err
+			return "", err
 		}
 		if len(reqs) == 0 {
-			return nil
+			return "", nil
 		}
-		if _, err := sluice.WaitAll(ctx, w.store, reqs); err != nil {
-			return fmt.Errorf("grpclimit: %w", err)
+		d, err := sluice.WaitAll(ctx, w.store, reqs)
+		if err != nil {
+			return "", fmt.Errorf("grpclimit: %w", err)
 		}
 		if !w.holdUntil().After(time.Now()) {
-			return nil
+			return d.Lease, nil
 		}
+		release(ctx, w.store, d.Lease, nil)
 	}
 }
 
@@ -529,29 +620,66 @@ func (w *Waiter) observe(err error) {
 	w.mu.Unlock()
 }
 
-// Unary returns the unary client interceptor.
+// Unary returns the unary client interceptor. A call admitted under a
+// concurrency limit holds its units until it returns.
 func (w *Waiter) Unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if err := w.Wait(ctx, method); err != nil {
+		lease, err := w.acquire(ctx, method)
+		if err != nil {
 			return waitStatus(err)
 		}
-		err := invoker(ctx, method, req, reply, cc, opts...)
+		if lease != "" {
+			defer release(ctx, w.store, lease, nil)
+		}
+		err = invoker(ctx, method, req, reply, cc, opts...)
 		w.observe(err)
 		return err
 	}
 }
 
 // Stream returns the stream client interceptor; a stream waits once,
-// before it opens.
+// before it opens, and one admitted under a concurrency limit holds its
+// units until it ends (see the package documentation).
 func (w *Waiter) Stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		if err := w.Wait(ctx, method); err != nil {
+		lease, err := w.acquire(ctx, method)
+		if err != nil {
 			return nil, waitStatus(err)
 		}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		w.observe(err)
-		return cs, err
+		if lease == "" {
+			return cs, err
+		}
+		if err != nil {
+			release(ctx, w.store, lease, nil)
+			return cs, err
+		}
+		ls := &leaseStream{ClientStream: cs, single: !desc.ServerStreams}
+		var once sync.Once
+		ls.release = func() { once.Do(func() { release(ctx, w.store, lease, nil) }) }
+		ls.stop = context.AfterFunc(ctx, ls.release)
+		return ls, nil
 	}
+}
+
+// leaseStream is a client stream that releases its call's lease once,
+// when it ends: RecvMsg fails (io.EOF at the end), the single response of
+// a stream without server streaming arrives, or the call's context ends.
+type leaseStream struct {
+	grpc.ClientStream
+	single  bool // the server answers with one message
+	release func()
+	stop    func() bool // stops the release at the context's end
+}
+
+func (s *leaseStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil || s.single {
+		s.stop()
+		s.release()
+	}
+	return err
 }
 
 // waitStatus turns a Wait error into a status error: DeadlineExceeded or
