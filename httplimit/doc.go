@@ -33,6 +33,23 @@
 // minutes" charges 401 and 403, and refuses the sixth attempt before it
 // reaches the handler).
 //
+// # Concurrency limits
+//
+// A Limit whose policy is sluice.Concurrency bounds how many requests of a
+// key run at once rather than how often they start. Handler holds an
+// admitted request's units (the decision's lease) while the next handler
+// runs and releases them once when it returns, panics, or, after the
+// client went away, returns on its ended context; never while it still
+// runs. A PolicyFunc may return such a policy too. A concurrency limit
+// cannot be a dry run nor use ChargeOn, and Middleware.Check, which
+// cannot tell when a request ends, answers 500 on a middleware that has
+// one. A refused request gets 429 with Retry-After, the time when enough
+// leases expire at the latest (a release usually makes room sooner).
+// RateLimit-Policy writes such a policy as `"conc";q=10`, q the units a
+// key may hold at once and no w (its Period is the lease, not a window);
+// RateLimit's r is the units left, and t, on an admitted request, when
+// every lease held expires if none is released.
+//
 // Client addresses are never taken from headers a client can forge:
 // ClientIP reads X-Forwarded-For, X-Real-IP or Forwarded only when the
 // connection comes from a configured trusted proxy, and groups IPv6
@@ -72,6 +89,12 @@
 // the remote side holds every request to the same key, those already
 // waiting included, until its Retry-After has passed. With a shared store
 // (Redis) several processes share one outbound budget.
+//
+// A concurrency limit on the Transport caps the calls in flight to the
+// remote side: a request holds its units until its response body is
+// closed or read to its end, and a request that finds the limit full
+// waits for a slot, trying again every few milliseconds up to its
+// deadline.
 //
 // A remote that gives the delay of a 429 elsewhere, as Telegram's Bot API
 // does in its JSON body (parameters.retry_after), is read by
