@@ -261,3 +261,53 @@ func BenchmarkBytesPerKey(b *testing.B) {
 	}
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/key")
 }
+
+// BenchmarkLease is a concurrency lease taken and released on one key
+// (Store.Allow, then Store.Release), beside a rate decision on another key
+// of the same store (Store.Allow under benchPolicy), serial and parallel.
+// The lease's limit is never reached, so every Allow takes one.
+func BenchmarkLease(b *testing.B) {
+	ctx := context.Background()
+	conc := sluice.Concurrency(sluice.MaxLimit, time.Minute).Named("conc")
+	rate := benchPolicy.Named("rate")
+	acquireRelease := func(b *testing.B, st *memstore.Store, key string) bool {
+		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &conc, Key: key, Cost: 1})
+		if !checkAllowed(b, d, err) {
+			return false
+		}
+		if ok, err := st.Release(ctx, time.Time{}, d.Lease); !ok || err != nil {
+			b.Errorf("Release = %v, %v, want true", ok, err)
+			return false
+		}
+		return true
+	}
+	allow := func(b *testing.B, st *memstore.Store, key string) bool {
+		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &rate, Key: key, Cost: 1})
+		return checkAllowed(b, d, err)
+	}
+	for _, bm := range []struct {
+		name string
+		op   func(*testing.B, *memstore.Store, string) bool
+	}{{"concurrency acquire+release", acquireRelease}, {"rate allow", allow}} {
+		b.Run(bm.name+"/serial", func(b *testing.B) {
+			st := memstore.New(memstore.Options{})
+			b.ReportAllocs()
+			for b.Loop() {
+				if !bm.op(b, st, "user:1") {
+					return
+				}
+			}
+		})
+		b.Run(bm.name+"/parallel", func(b *testing.B) {
+			st := memstore.New(memstore.Options{})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !bm.op(b, st, "user:1") {
+						return
+					}
+				}
+			})
+		})
+	}
+}
