@@ -14,6 +14,7 @@ import (
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
 	throttledmem "github.com/throttled/throttled/v2/store/memstore"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
@@ -468,4 +469,69 @@ func BenchmarkSluiceLayers(b *testing.B) {
 		cpu.Report(b)
 		runtime.KeepAlive(sink)
 	})
+}
+
+// BenchmarkConcurrencySlot takes and gives back one slot of a concurrency
+// limit in process: a lease of sluice.Concurrency on the memory store
+// (Store.Allow, then Store.Release) against golang.org/x/sync/semaphore's
+// Acquire and Release, serial and parallel. The limit is never reached,
+// so neither ever waits: this is the cost of the bookkeeping alone. The
+// semaphore bounds one process and keeps no key; the store keeps a slot
+// count per key, a lease a crashed holder's slot expires by, and the same
+// decision as its rate policies.
+func BenchmarkConcurrencySlot(b *testing.B) {
+	ctx := context.Background()
+	policy := sluice.Concurrency(sluice.MaxLimit, time.Minute)
+	store := func(b *testing.B) func() bool {
+		st := memstore.New(memstore.Options{})
+		req := sluice.Request{Policy: &policy, Key: "user:1", Cost: 1}
+		return func() bool {
+			d, err := st.Allow(ctx, time.Time{}, req)
+			if err != nil || !d.Allowed {
+				b.Errorf("Allow = %+v, %v, want allowed", d, err)
+				return false
+			}
+			if ok, err := st.Release(ctx, time.Time{}, d.Lease); !ok || err != nil {
+				b.Errorf("Release = %v, %v, want true", ok, err)
+				return false
+			}
+			return true
+		}
+	}
+	sema := func(b *testing.B) func() bool {
+		s := semaphore.NewWeighted(sluice.MaxLimit)
+		return func() bool {
+			if err := s.Acquire(ctx, 1); err != nil {
+				b.Errorf("Acquire = %v", err)
+				return false
+			}
+			s.Release(1)
+			return true
+		}
+	}
+	for _, sub := range []struct {
+		name string
+		op   func(*testing.B) func() bool
+	}{{"sluice-memstore", store}, {"x-sync-semaphore", sema}} {
+		b.Run(sub.name+"/serial", func(b *testing.B) {
+			op := sub.op(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				if !op() {
+					return
+				}
+			}
+		})
+		b.Run(sub.name+"/parallel", func(b *testing.B) {
+			op := sub.op(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !op() {
+						return
+					}
+				}
+			})
+		})
+	}
 }
