@@ -105,7 +105,7 @@ func TestNearestRank(t *testing.T) {
 func TestComparisonWriteTable(t *testing.T) {
 	ps := allPolicies(2, time.Second, 3)
 	cmp := NewComparison(ps)
-	reqs := []Request{{1000, "a", 1}, {1000, "a", 1}, {1000, "a", 1}, {1500, "b", 2}}
+	reqs := []Request{{T: 1000, Key: "a", Cost: 1}, {T: 1000, Key: "a", Cost: 1}, {T: 1000, Key: "a", Cost: 1}, {T: 1500, Key: "b", Cost: 2}}
 	err := Run(t.Context(), &sliceSource{reqs: reqs}, ps, func(r Request, ds []sluice.Decision) error {
 		cmp.Add(r, ds)
 		return nil

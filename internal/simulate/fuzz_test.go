@@ -34,6 +34,8 @@ func FuzzParseTrace(f *testing.F) {
 				t.Fatalf("request %d: time %d before %d", i, r.T, reqs[i-1].T)
 			case r.Cost < 1 || r.Cost > MaxCost:
 				t.Fatalf("request %d: cost %d out of range", i, r.Cost)
+			case r.Duration < 0 || r.Duration > MaxTime-r.T:
+				t.Fatalf("request %d: duration %d at %d out of range", i, r.Duration, r.T)
 			case r.Key == "" || strings.ContainsAny(r.Key, "\",\n\r") || !utf8.ValidString(r.Key):
 				t.Fatalf("request %d: invalid key %q", i, r.Key)
 			case strings.TrimSpace(r.Key) != r.Key:

@@ -35,17 +35,17 @@ func TestJSONLWriter(t *testing.T) {
 		d    sluice.Decision
 		want string
 	}{
-		{"allowed", Request{1767268859000, "client-1", 1}, sluice.Decision{Allowed: true, Remaining: 99, ResetAfter: 600 * time.Millisecond},
+		{"allowed", Request{T: 1767268859000, Key: "client-1", Cost: 1}, sluice.Decision{Allowed: true, Remaining: 99, ResetAfter: 600 * time.Millisecond},
 			`{"t":1767268859000,"key":"client-1","cost":1,"allowed":true,"remaining":99,"retry_after_ms":0,"delay_ms":0,"reset_after_ms":600}`},
-		{"denied", Request{5, "a", 2}, sluice.Decision{RetryAfter: 200 * time.Millisecond, ResetAfter: 59600 * time.Millisecond},
+		{"denied", Request{T: 5, Key: "a", Cost: 2}, sluice.Decision{RetryAfter: 200 * time.Millisecond, ResetAfter: 59600 * time.Millisecond},
 			`{"t":5,"key":"a","cost":2,"allowed":false,"remaining":0,"retry_after_ms":200,"delay_ms":0,"reset_after_ms":59600}`},
-		{"never", Request{5, "a", 7}, sluice.Decision{Remaining: 3, RetryAfter: sluice.Never},
+		{"never", Request{T: 5, Key: "a", Cost: 7}, sluice.Decision{Remaining: 3, RetryAfter: sluice.Never},
 			`{"t":5,"key":"a","cost":7,"allowed":false,"remaining":3,"retry_after_ms":-1,"delay_ms":0,"reset_after_ms":0}`},
-		{"delay rounded up", Request{5, "a", 1}, sluice.Decision{Allowed: true, Delay: 1001 * time.Microsecond, ResetAfter: 3 * time.Millisecond},
+		{"delay rounded up", Request{T: 5, Key: "a", Cost: 1}, sluice.Decision{Allowed: true, Delay: 1001 * time.Microsecond, ResetAfter: 3 * time.Millisecond},
 			`{"t":5,"key":"a","cost":1,"allowed":true,"remaining":0,"retry_after_ms":0,"delay_ms":2,"reset_after_ms":3}`},
-		{"sub-millisecond delay", Request{5, "a", 1}, sluice.Decision{Allowed: true, Delay: time.Microsecond},
+		{"sub-millisecond delay", Request{T: 5, Key: "a", Cost: 1}, sluice.Decision{Allowed: true, Delay: time.Microsecond},
 			`{"t":5,"key":"a","cost":1,"allowed":true,"remaining":0,"retry_after_ms":0,"delay_ms":1,"reset_after_ms":0}`},
-		{"escaped key", Request{5, `a\b"c` + "\x01é", 1}, sluice.Decision{Allowed: true},
+		{"escaped key", Request{T: 5, Key: `a\b"c` + "\x01é", Cost: 1}, sluice.Decision{Allowed: true},
 			`{"t":5,"key":"a\\b\"c\u0001é","cost":1,"allowed":true,"remaining":0,"retry_after_ms":0,"delay_ms":0,"reset_after_ms":0}`},
 	}
 	for _, tt := range tests {

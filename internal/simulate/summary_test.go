@@ -13,7 +13,7 @@ func TestKeySummary(t *testing.T) {
 	p := sluice.LeakyBucket(2, time.Second, 0)
 	sum := NewKeySummary(p)
 	reqs := []Request{
-		{1000, "b", 1}, {1000, "a", 1}, {1000, "b", 1}, {1000, "b", 1}, {1000, "a", 5}, {1250, "a", 1},
+		{T: 1000, Key: "b", Cost: 1}, {T: 1000, Key: "a", Cost: 1}, {T: 1000, Key: "b", Cost: 1}, {T: 1000, Key: "b", Cost: 1}, {T: 1000, Key: "a", Cost: 5}, {T: 1250, Key: "a", Cost: 1},
 	}
 	err := Run(t.Context(), &sliceSource{reqs: reqs}, []sluice.Policy{p}, func(r Request, ds []sluice.Decision) error {
 		sum.Add(r, ds[0])
@@ -56,7 +56,7 @@ func TestKeySummary(t *testing.T) {
 
 func TestKeySummaryOneKey(t *testing.T) {
 	sum := NewKeySummary(sluice.FixedWindow(1, time.Second))
-	sum.Add(Request{0, "k", 1}, sluice.Decision{Allowed: true})
+	sum.Add(Request{T: 0, Key: "k", Cost: 1}, sluice.Decision{Allowed: true})
 	got := table(t, sum)
 	if !strings.Contains(got, "Trace: 1 request, at 1970-01-01T00:00:00Z, 1 key\nPolicy: fixed_window, limit 1 per 1s\n") {
 		t.Errorf("heading wrong:\n%s", got)

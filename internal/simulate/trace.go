@@ -26,21 +26,31 @@ const (
 )
 
 // Request is one request of a trace: at T milliseconds since the Unix
-// epoch, Key asks for Cost units.
+// epoch, Key asks for Cost units, and runs for Duration milliseconds.
+// Only a concurrency policy uses Duration: an admitted request holds its
+// units from T until T + Duration (0: released at once, right after its
+// decision). The rate algorithms ignore it.
 type Request struct {
-	T    int64
-	Key  string
-	Cost int64
+	T        int64
+	Key      string
+	Cost     int64
+	Duration int64 // ms, from 0; T + Duration is at most MaxTime
 }
 
-// AppendCSV appends r as a trace line (without the newline): "t,key,cost".
-// A Request read by a TraceReader reads back unchanged.
+// AppendCSV appends r as a trace line (without the newline):
+// "t,key,cost", or "t,key,cost,duration" when Duration is not 0. A
+// Request read by a TraceReader reads back unchanged.
 func (r Request) AppendCSV(b []byte) []byte {
 	b = strconv.AppendInt(b, r.T, 10)
 	b = append(b, ',')
 	b = append(b, r.Key...)
 	b = append(b, ',')
-	return strconv.AppendInt(b, r.Cost, 10)
+	b = strconv.AppendInt(b, r.Cost, 10)
+	if r.Duration != 0 {
+		b = append(b, ',')
+		b = strconv.AppendInt(b, r.Duration, 10)
+	}
+	return b
 }
 
 // ParseError is a trace that cannot be read: Line is the 1-based line
@@ -58,11 +68,14 @@ func (e *ParseError) Error() string {
 // TraceReader reads a trace, one request at a time, holding one line in
 // memory. The format, which `sluice simulate` documents too:
 //
-//   - One request per line: t_ms,key[,cost]. t_ms is an integer count of
-//     milliseconds since the Unix epoch, from 0 to MaxTime. key is any
-//     non-empty text without commas, double quotes or control characters
-//     (quoted CSV fields are not supported, so a key cannot hold a comma).
-//     cost is an integer from 1 to MaxCost; without the field it is 1.
+//   - One request per line: t_ms,key[,cost[,duration_ms]]. t_ms is an
+//     integer count of milliseconds since the Unix epoch, from 0 to
+//     MaxTime. key is any non-empty text without commas, double quotes or
+//     control characters (quoted CSV fields are not supported, so a key
+//     cannot hold a comma). cost is an integer from 1 to MaxCost; without
+//     the field it is 1. duration_ms, how long the request runs, is an
+//     integer from 0 such that t_ms + duration_ms is at most MaxTime;
+//     without the field it is 0. A duration needs the cost field before it.
 //   - Spaces and tabs around a field are ignored; lines may end in \r\n.
 //   - Blank lines, and lines whose first non-blank character is '#', are
 //     skipped.
@@ -202,11 +215,11 @@ func isInteger(b []byte) bool {
 // message saying what is wrong when the line is malformed.
 func parseLine(b []byte) (Request, string) {
 	n := bytes.Count(b, []byte(",")) + 1
-	if n > 3 {
-		return Request{}, fmt.Sprintf("extra fields: %d fields, want t_ms,key[,cost]", n)
+	if n > 4 {
+		return Request{}, fmt.Sprintf("extra fields: %d fields, want t_ms,key[,cost[,duration_ms]]", n)
 	}
 	if n < 2 {
-		return Request{}, "missing key: want t_ms,key[,cost]"
+		return Request{}, "missing key: want t_ms,key[,cost[,duration_ms]]"
 	}
 	tf := bytes.TrimSpace(field(b, 0))
 	t, msg := parseInt("t_ms", tf, 0, MaxTime)
@@ -218,9 +231,12 @@ func parseLine(b []byte) (Request, string) {
 		return Request{}, msg
 	}
 	cost := int64(1)
-	if n == 3 {
+	if n >= 3 {
 		cf := bytes.TrimSpace(field(b, 2))
 		if len(cf) == 0 {
+			if n == 4 {
+				return Request{}, "cost is empty (a line with a duration_ms needs its cost)"
+			}
 			return Request{}, "cost is empty (leave the field out for the default, 1)"
 		}
 		cost, msg = parseInt("cost", cf, 1, MaxCost)
@@ -228,7 +244,21 @@ func parseLine(b []byte) (Request, string) {
 			return Request{}, msg
 		}
 	}
-	return Request{T: t, Key: string(kf), Cost: cost}, ""
+	var d int64
+	if n == 4 {
+		df := bytes.TrimSpace(field(b, 3))
+		if len(df) == 0 {
+			return Request{}, "duration_ms is empty (leave the field out for the default, 0)"
+		}
+		d, msg = parseInt("duration_ms", df, 0, MaxTime)
+		if msg != "" {
+			return Request{}, msg
+		}
+		if d > MaxTime-t {
+			return Request{}, fmt.Sprintf("duration_ms %d ends the request at %d, after the maximum time, %d", d, t+d, int64(MaxTime))
+		}
+	}
+	return Request{T: t, Key: string(kf), Cost: cost, Duration: d}, ""
 }
 
 // parseInt parses a decimal integer field that must lie in [lo, hi].

@@ -36,23 +36,27 @@ func TestTraceReader(t *testing.T) {
 	}{
 		{"empty", "", nil},
 		{"only comments and blanks", "# a\n\n   \n\t# b\n", nil},
-		{"no header", "5,a,2\n6,b\n", []Request{{5, "a", 2}, {6, "b", 1}}},
-		{"header", "t_ms,key,cost\n5,a,2\n", []Request{{5, "a", 2}}},
-		{"header after comments", "# c\n\nt,k\n5,a\n", []Request{{5, "a", 1}}},
-		{"one-field header", "time\n5,a\n", []Request{{5, "a", 1}}},
-		{"default cost", "1,a\n", []Request{{1, "a", 1}}},
-		{"equal timestamps", "7,a\n7,b\n7,a,3\n", []Request{{7, "a", 1}, {7, "b", 1}, {7, "a", 3}}},
-		{"spaces around fields", "  10 , user 1 ,\t4 \n", []Request{{10, "user 1", 4}}},
-		{"CRLF", "t_ms,key\r\n1,a\r\n2,b,2\r\n", []Request{{1, "a", 1}, {2, "b", 2}}},
-		{"no final newline", "1,a\n2,b", []Request{{1, "a", 1}, {2, "b", 1}}},
-		{"byte order mark", "\uFEFF1,a\n", []Request{{1, "a", 1}}},
-		{"byte order mark before header", "\uFEFFt_ms,key\n1,a\n", []Request{{1, "a", 1}}},
-		{"plus sign", "+3,a,+2\n", []Request{{3, "a", 2}}},
-		{"zero time", "0,a\n", []Request{{0, "a", 1}}},
-		{"max time and cost", "253402300799999,a,1000000000\n", []Request{{MaxTime, "a", MaxCost}}},
-		{"unicode key", "1,ключ/🙂\n", []Request{{1, "ключ/🙂", 1}}},
-		{"comment between requests", "1,a\n# pause\n2,a\n", []Request{{1, "a", 1}, {2, "a", 1}}},
-		{"key with hash", "1,#a\n", []Request{{1, "#a", 1}}},
+		{"no header", "5,a,2\n6,b\n", []Request{{T: 5, Key: "a", Cost: 2}, {T: 6, Key: "b", Cost: 1}}},
+		{"header", "t_ms,key,cost\n5,a,2\n", []Request{{T: 5, Key: "a", Cost: 2}}},
+		{"header after comments", "# c\n\nt,k\n5,a\n", []Request{{T: 5, Key: "a", Cost: 1}}},
+		{"one-field header", "time\n5,a\n", []Request{{T: 5, Key: "a", Cost: 1}}},
+		{"default cost", "1,a\n", []Request{{T: 1, Key: "a", Cost: 1}}},
+		{"equal timestamps", "7,a\n7,b\n7,a,3\n", []Request{{T: 7, Key: "a", Cost: 1}, {T: 7, Key: "b", Cost: 1}, {T: 7, Key: "a", Cost: 3}}},
+		{"spaces around fields", "  10 , user 1 ,\t4 \n", []Request{{T: 10, Key: "user 1", Cost: 4}}},
+		{"CRLF", "t_ms,key\r\n1,a\r\n2,b,2\r\n", []Request{{T: 1, Key: "a", Cost: 1}, {T: 2, Key: "b", Cost: 2}}},
+		{"no final newline", "1,a\n2,b", []Request{{T: 1, Key: "a", Cost: 1}, {T: 2, Key: "b", Cost: 1}}},
+		{"byte order mark", "\uFEFF1,a\n", []Request{{T: 1, Key: "a", Cost: 1}}},
+		{"byte order mark before header", "\uFEFFt_ms,key\n1,a\n", []Request{{T: 1, Key: "a", Cost: 1}}},
+		{"plus sign", "+3,a,+2\n", []Request{{T: 3, Key: "a", Cost: 2}}},
+		{"zero time", "0,a\n", []Request{{T: 0, Key: "a", Cost: 1}}},
+		{"max time and cost", "253402300799999,a,1000000000\n", []Request{{T: MaxTime, Key: "a", Cost: MaxCost}}},
+		{"unicode key", "1,ключ/🙂\n", []Request{{T: 1, Key: "ключ/🙂", Cost: 1}}},
+		{"comment between requests", "1,a\n# pause\n2,a\n", []Request{{T: 1, Key: "a", Cost: 1}, {T: 2, Key: "a", Cost: 1}}},
+		{"key with hash", "1,#a\n", []Request{{T: 1, Key: "#a", Cost: 1}}},
+		{"duration", "t_ms,key,cost,duration_ms\n5,a,2,300\n6,b,1\n", []Request{{T: 5, Key: "a", Cost: 2, Duration: 300}, {T: 6, Key: "b", Cost: 1}}},
+		{"zero duration", "5,a,1,0\n", []Request{{T: 5, Key: "a", Cost: 1}}},
+		{"duration with spaces and sign", "5, a , 1 , +7 \r\n", []Request{{T: 5, Key: "a", Cost: 1, Duration: 7}}},
+		{"duration to max time", "253402300799000,a,1,999\n", []Request{{T: MaxTime - 999, Key: "a", Cost: 1, Duration: 999}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +84,7 @@ func TestTraceReaderErrors(t *testing.T) {
 		{"time after 9999", "253402300800000,a\n", `line 1: t_ms 253402300800000 is larger than the maximum, 253402300799999`},
 		{"time overflow", "99999999999999999999,a\n", `line 1: t_ms 99999999999999999999 is larger than the maximum, 253402300799999`},
 		{"empty time", "1,a\n,a\n", `line 2: t_ms is empty`},
-		{"missing key", "1,a\n2\n", `line 2: missing key: want t_ms,key[,cost]`},
+		{"missing key", "1,a\n2\n", `line 2: missing key: want t_ms,key[,cost[,duration_ms]]`},
 		{"empty key", "1,a\n2,,1\n", `line 2: key is empty`},
 		{"blank key", "1,a\n2, \t,1\n", `line 2: key is empty`},
 		{"quoted key", "1,\"a,b\"\n", `line 1: key "\"a" contains a double quote (quoted CSV fields are not supported)`},
@@ -92,8 +96,16 @@ func TestTraceReaderErrors(t *testing.T) {
 		{"zero cost", "1,a,1\n2,a,0\n", `line 2: cost 0 is less than 1`},
 		{"negative cost", "1,a,-3\n", `line 1: cost -3 is less than 1`},
 		{"cost too large", "1,a,1000000001\n", `line 1: cost 1000000001 is larger than the maximum, 1000000000`},
-		{"extra field", "1,a,1,x\n", `line 1: extra fields: 4 fields, want t_ms,key[,cost]`},
-		{"trailing comma", "1,a,1,\n", `line 1: extra fields: 4 fields, want t_ms,key[,cost]`},
+		{"extra field", "1,a,1,5,x\n", `line 1: extra fields: 5 fields, want t_ms,key[,cost[,duration_ms]]`},
+		{"trailing comma", "1,a,1,5,\n", `line 1: extra fields: 5 fields, want t_ms,key[,cost[,duration_ms]]`},
+		{"bad duration", "1,a\n2,a,1,x\n", `line 2: duration_ms "x" is not an integer`},
+		{"decimal duration", "1,a,1,2.5\n", `line 1: duration_ms "2.5" is not an integer`},
+		{"duration with unit", "t,k,c,d\n1,a,1,30s\n", `line 2: duration_ms "30s" is not an integer`},
+		{"negative duration", "1,a,1,-5\n", `line 1: duration_ms -5 is negative`},
+		{"empty duration", "1,a\n\n3,a,1,\n", `line 3: duration_ms is empty (leave the field out for the default, 0)`},
+		{"duration without cost", "1,a,,5\n", `line 1: cost is empty (a line with a duration_ms needs its cost)`},
+		{"duration past max time", "253402300799000,a,1,1000\n", `line 1: duration_ms 1000 ends the request at 253402300800000, after the maximum time, 253402300799999`},
+		{"duration overflow", "1,a,1,99999999999999999999\n", `line 1: duration_ms 99999999999999999999 is larger than the maximum, 253402300799999`},
 		{"header not first", "1,a\nt_ms,key\n", `line 2: t_ms "t_ms" is not an integer`},
 		{"decreasing", "# c\nt,k\n10,a\n\n20,b\n19,a\n", `line 6: t_ms 19 is before 20 on line 5 (timestamps must be non-decreasing)`},
 		{"decreasing across keys", "5,a\n4,b\n", `line 2: t_ms 4 is before 5 on line 1 (timestamps must be non-decreasing)`},
@@ -117,7 +129,7 @@ func TestTraceReaderErrors(t *testing.T) {
 // before a bad line, and then the same error again.
 func TestTraceReaderStopsAtError(t *testing.T) {
 	tr := NewTraceReader(strings.NewReader("1,a\n2,b,0\n3,c\n"))
-	if r, err := tr.Next(); err != nil || r != (Request{1, "a", 1}) {
+	if r, err := tr.Next(); err != nil || r != (Request{T: 1, Key: "a", Cost: 1}) {
 		t.Fatalf("Next() = %v, %v, want {1 a 1}, nil", r, err)
 	}
 	_, err1 := tr.Next()
@@ -158,6 +170,10 @@ func TestAppendCSV(t *testing.T) {
 	r := Request{T: 1767268859000, Key: "client 1", Cost: 3}
 	if got, want := string(r.AppendCSV(nil)), "1767268859000,client 1,3"; got != want {
 		t.Errorf("AppendCSV = %q, want %q", got, want)
+	}
+	r.Duration = 1500
+	if got, want := string(r.AppendCSV(nil)), "1767268859000,client 1,3,1500"; got != want {
+		t.Errorf("AppendCSV with a duration = %q, want %q", got, want)
 	}
 }
 
