@@ -4,13 +4,15 @@
 // decisions one by one (JSONLWriter), per key (KeySummary), or as a
 // comparison of several algorithms (Comparison).
 //
-// A simulation streams: Run holds one request at a time, and the reports
-// keep what they need per key, not per request (see each type's doc for
-// its memory). Every decision is the in-memory store's, so it is exactly
+// A simulation streams: Run holds one request at a time (and, under a
+// concurrency policy, the leases of the admitted requests still running),
+// and the reports keep what they need per key, not per request (see each
+// type's doc for its memory). Every decision is the in-memory store's, so it is exactly
 // what a Limiter would decide at those instants.
 package simulate
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -41,11 +43,31 @@ const ctxCheckEvery = 1024
 // reused between calls; observe must copy what it keeps.
 //
 // Each policy keeps its own state, starting empty (buckets full, windows
-// empty). A request whose cost exceeds a policy's capacity is a decision:
-// denied, with RetryAfter sluice.Never. Run returns the first error of src
-// (other than io.EOF) or of observe, an error when a request's time is
-// before the previous one's, and ctx's error when ctx ends.
+// empty, nothing held). A request whose cost exceeds a policy's capacity
+// is a decision: denied, with RetryAfter sluice.Never. Run returns the
+// first error of src (other than io.EOF) or of observe, an error when a
+// request's time is before the previous one's, and ctx's error when ctx
+// ends.
+//
+// Under a concurrency policy a request runs for its Duration: the one
+// admitted at T holds its cost until T + Duration, when Run releases its
+// lease (Store.Release at that instant). Before deciding a request at T,
+// Run releases, in order of their ends, every lease that ends at or
+// before T; a request of Duration 0 is released at T right after its
+// decision; after the last request, the leases still held are released
+// at their ends. A request that runs as long as the policy's lease
+// (Period) or longer loses its units when the lease expires, since Run
+// does not renew leases. The rate policies ignore Duration. Run keeps one
+// entry per admitted request that still holds units, at most the limit
+// per key and concurrency policy.
 func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func(req Request, ds []sluice.Decision) error) error {
+	return run(ctx, src, policies, observe, nil)
+}
+
+// run is Run, and calls released, when not nil, after each release of a
+// lease with the policy's index, the time (ms) and whether it freed units.
+func run(ctx context.Context, src Source, policies []sluice.Policy, observe func(req Request, ds []sluice.Decision) error,
+	released func(policy int, t int64, freed bool)) error {
 	if len(policies) == 0 {
 		return errors.New("simulate: no policy")
 	}
@@ -61,8 +83,29 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 		stores[i] = memstore.New(memstore.Options{})
 		defer stores[i].Close()
 	}
+	var holds holdHeap
+	release := func(h hold) error {
+		freed, err := stores[h.policy].Release(ctx, time.UnixMilli(h.end), h.lease)
+		if err != nil {
+			return fmt.Errorf("simulate: release at %d ms: %w", h.end, err)
+		}
+		if released != nil {
+			released(h.policy, h.end, freed)
+		}
+		return nil
+	}
+	// releaseUntil releases, in order of their ends, the holds that end
+	// at or before t.
+	releaseUntil := func(t int64) error {
+		for len(holds) > 0 && holds[0].end <= t {
+			if err := release(heap.Pop(&holds).(hold)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	ds := make([]sluice.Decision, len(policies))
-	var prev int64
+	var prev, seq int64
 	for n := int64(0); ; n++ {
 		if n%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
@@ -71,7 +114,7 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 		}
 		req, err := src.Next()
 		if err == io.EOF {
-			return nil
+			return releaseUntil(math.MaxInt64)
 		}
 		if err != nil {
 			return err
@@ -82,7 +125,13 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 		if req.T < 0 || req.T > MaxTime {
 			return fmt.Errorf("simulate: request %d: time %d ms is outside 0 to %d", n+1, req.T, int64(MaxTime))
 		}
+		if req.Duration < 0 || req.Duration > MaxTime-req.T {
+			return fmt.Errorf("simulate: request %d: duration %d ms at %d ms is negative or ends after %d", n+1, req.Duration, req.T, int64(MaxTime))
+		}
 		prev = req.T
+		if err := releaseUntil(req.T); err != nil {
+			return err
+		}
 		now := time.UnixMilli(req.T)
 		for i := range policies {
 			d, err := stores[i].Allow(ctx, now, sluice.Request{Policy: &policies[i], Key: req.Key, Cost: req.Cost})
@@ -90,11 +139,53 @@ func Run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 				return fmt.Errorf("simulate: request %d (%s at %d ms): %w", n+1, req.Key, req.T, err)
 			}
 			ds[i] = d
+			if d.Lease == "" {
+				continue // refused, or a rate policy
+			}
+			h := hold{end: req.T + req.Duration, seq: seq, policy: i, lease: d.Lease}
+			seq++
+			switch {
+			case req.Duration == 0:
+				if err := release(h); err != nil {
+					return err
+				}
+			case req.Duration*int64(time.Millisecond) < int64(policies[i].Period):
+				heap.Push(&holds, h)
+			default:
+				// The lease expires at or before the request's end, where
+				// its release would free nothing: the store frees the
+				// units on its own.
+			}
 		}
 		if err := observe(req, ds); err != nil {
 			return err
 		}
 	}
+}
+
+// hold is the lease of a request admitted under a concurrency policy,
+// which Run releases at end (ms since the Unix epoch). seq, the order of
+// the decisions, orders the holds that end at the same instant.
+type hold struct {
+	end, seq int64
+	policy   int
+	lease    string
+}
+
+// holdHeap is a min-heap of holds by end, then seq (container/heap).
+type holdHeap []hold
+
+func (h holdHeap) Len() int { return len(h) }
+func (h holdHeap) Less(i, j int) bool {
+	return h[i].end < h[j].end || h[i].end == h[j].end && h[i].seq < h[j].seq
+}
+func (h holdHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *holdHeap) Push(x any)   { *h = append(*h, x.(hold)) }
+func (h *holdHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Span describes the requests of a simulation: how many, and the times of
