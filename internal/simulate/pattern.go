@@ -205,10 +205,10 @@ func (r Rate) String() string {
 
 // Traffic describes generated traffic: Keys keys ("client-1" to
 // "client-N"), each sending requests of cost 1 in the Pattern at Rate on
-// average, for Duration from Start. Every key sends the same requests,
-// except with Poisson, where each key has its own random stream. The
-// requests of all keys come in time order; those at the same millisecond
-// come by key number, then in each key's order.
+// average, for Duration from Start, each request running for Hold. Every
+// key sends the same requests, except with Poisson, where each key has its
+// own random stream. The requests of all keys come in time order; those at
+// the same millisecond come by key number, then in each key's order.
 //
 // Every pattern but Poisson is defined by Λ(t), the number of requests a
 // key should have sent t ms after the start (a real number, Λ(0) = 0): in
@@ -250,6 +250,10 @@ type Traffic struct {
 	Keys int
 	// Seed seeds Poisson; the other patterns ignore it.
 	Seed uint64
+	// Hold is how long each request runs (its Duration), a whole number
+	// of ms from 0 (the default: released at once) to MaxDuration. Only
+	// a concurrency policy uses it.
+	Hold time.Duration
 }
 
 // Validate reports what is wrong with t, if anything.
@@ -263,6 +267,10 @@ func (t Traffic) Validate() error {
 		return fmt.Errorf("duration must be a positive whole number of milliseconds, got %v", t.Duration)
 	case t.Duration > MaxDuration:
 		return fmt.Errorf("duration must be at most %v (30 days), got %v", MaxDuration, t.Duration)
+	case t.Hold < 0 || t.Hold%time.Millisecond != 0:
+		return fmt.Errorf("hold must be a whole number of milliseconds from 0, got %v", t.Hold)
+	case t.Hold > MaxDuration:
+		return fmt.Errorf("hold must be at most %v (30 days), got %v", MaxDuration, t.Hold)
 	}
 	if err := t.Rate.Validate(); err != nil {
 		return err
@@ -279,7 +287,7 @@ func (t Traffic) Validate() error {
 			return fmt.Errorf("the %v pattern needs a duration that is a whole number of periods (%v), got %v", t.Pattern, t.Period, t.Duration)
 		}
 	}
-	if end := t.Start() + int64(t.Duration/time.Millisecond) - 1; end > MaxTime || end < 0 {
+	if end := t.Start() + int64(t.Duration/time.Millisecond) - 1 + int64(t.Hold/time.Millisecond); end > MaxTime || end < 0 {
 		return fmt.Errorf("the traffic would end after the latest time a trace may hold (%d ms)", int64(MaxTime))
 	}
 	return nil
@@ -309,6 +317,9 @@ func (t Traffic) String() string {
 	s := fmt.Sprintf("%v, %v per key, %s, %d %s", t.Pattern, t.Rate, shortDuration(t.Duration), t.Keys, keys)
 	if t.Pattern == Poisson {
 		s += fmt.Sprintf(", seed %d", t.Seed)
+	}
+	if t.Hold > 0 {
+		s += ", each request held " + shortDuration(t.Hold)
 	}
 	return s
 }
@@ -369,7 +380,7 @@ func (g *Generator) Next() (Request, error) {
 		return Request{}, io.EOF
 	}
 	s := g.pending[0]
-	req := Request{T: g.start + int64(s.t), Key: g.names[s.key], Cost: 1}
+	req := Request{T: g.start + int64(s.t), Key: g.names[s.key], Cost: 1, Duration: int64(g.traffic.Hold / time.Millisecond)}
 	if g.advance(s) {
 		heap.Fix(&g.pending, 0)
 	} else {

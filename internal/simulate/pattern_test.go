@@ -394,6 +394,10 @@ func TestTrafficValidate(t *testing.T) {
 		{"sub-ms period", func(tr *Traffic) { tr.Period = 2500 * time.Microsecond; tr.Duration = 5 * time.Millisecond }, "whole number of milliseconds"},
 		{"steady ignores the period", func(tr *Traffic) { tr.Pattern, tr.Period, tr.Duration = Steady, 0, 90*time.Second }, ""},
 		{"ten-year period", func(tr *Traffic) { tr.Period, tr.Duration = 3650*24*time.Hour, 0 }, "duration must be a positive"},
+		{"hold", func(tr *Traffic) { tr.Hold = 2 * time.Second }, ""},
+		{"negative hold", func(tr *Traffic) { tr.Hold = -time.Millisecond }, "hold must be a whole number of milliseconds from 0, got -1ms"},
+		{"sub-ms hold", func(tr *Traffic) { tr.Hold = 1500 * time.Microsecond }, "hold must be a whole number of milliseconds"},
+		{"long hold", func(tr *Traffic) { tr.Hold = 31 * 24 * time.Hour }, "hold must be at most 720h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,6 +417,36 @@ func TestTrafficValidate(t *testing.T) {
 				t.Error("NewGenerator accepted what Validate refused")
 			}
 		})
+	}
+}
+
+// TestGeneratorHold checks that every generated request carries the
+// traffic's Hold as its Duration, and that String says so.
+func TestGeneratorHold(t *testing.T) {
+	tr := Traffic{Pattern: Steady, Rate: Rate{10, time.Second}, Duration: time.Second, Keys: 2, Hold: 250 * time.Millisecond}
+	g, err := NewGenerator(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		r, err := g.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if r.Duration != 250 {
+			t.Fatalf("request %d %+v: Duration %d, want 250", n, r, r.Duration)
+		}
+	}
+	if n != 20 {
+		t.Errorf("%d requests, want 20", n)
+	}
+	if got, want := tr.String(), "steady, 10/s per key, 1s, 2 keys, each request held 250ms"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
 
