@@ -122,8 +122,12 @@ func (s *KeySummary) WriteTable(w io.Writer) error {
 }
 
 // describe names a policy for a table's heading, such as
-// "token_bucket, limit 100 per 1m0s, burst 20".
+// "token_bucket, limit 100 per 1m0s, burst 20", or "concurrency, limit 2
+// held at once, lease 30s".
 func describe(p sluice.Policy) string {
+	if p.Algorithm == sluice.ConcurrencyAlgorithm {
+		return fmt.Sprintf("%s, limit %d held at once, lease %v", p.Algorithm, p.Limit, p.Period)
+	}
 	s := fmt.Sprintf("%s, limit %d per %s", p.Algorithm, p.Limit, PeriodText(p))
 	if p.Algorithm.HasBurst() {
 		s += fmt.Sprintf(", burst %d", p.Capacity())

@@ -65,3 +65,36 @@ func TestKeySummaryOneKey(t *testing.T) {
 		t.Errorf("one key with no oversized request: want no TOTAL row and no note:\n%s", got)
 	}
 }
+
+// TestKeySummaryConcurrency checks the summary of a concurrency policy:
+// the table's rows count as for the rate algorithms, and its heading
+// names the lease.
+func TestKeySummaryConcurrency(t *testing.T) {
+	p := sluice.Concurrency(2, 30*time.Second)
+	sum := NewKeySummary(p)
+	reqs := []Request{
+		{T: 1000, Key: "a", Cost: 1, Duration: 3000},
+		{T: 1500, Key: "a", Cost: 1, Duration: 3000},
+		{T: 2000, Key: "a", Cost: 1, Duration: 1000},
+		{T: 4000, Key: "a", Cost: 1},
+		{T: 4000, Key: "a", Cost: 3},
+	}
+	err := Run(t.Context(), &sliceSource{reqs: reqs}, []sluice.Policy{p}, func(r Request, ds []sluice.Decision) error {
+		sum.Add(r, ds[0])
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []KeyStats{{Key: "a", Requests: 5, Admitted: 3, Denied: 2, OverCapacity: 1, Cost: 7, CostAdmitted: 3}}
+	if got := sum.Keys(); !slices.Equal(got, want) {
+		t.Errorf("Keys() = %+v, want %+v", got, want)
+	}
+	got := table(t, sum)
+	if want := "Policy: concurrency, limit 2 held at once, lease 30s\n"; !strings.Contains(got, want) {
+		t.Errorf("table:\n%s\nwant a line %q", got, want)
+	}
+	if want := "1 of the denied requests cost more than the capacity, 2"; !strings.Contains(got, want) {
+		t.Errorf("table:\n%s\nwant %q", got, want)
+	}
+}
