@@ -20,17 +20,28 @@ import (
 const simulateUsage = `Usage: sluice simulate --algorithm ALG|all --limit N --period DUR [--burst B]
                        [--time-zone ZONE] [--week-starts DAY]
                        [--trace FILE|- | --pattern NAME --rate R --duration DUR
-                       [--keys N] [--seed S]] [--format table|jsonl] [--chart FILE]
+                       [--keys N] [--seed S] [--hold DUR]] [--format table|jsonl]
+                       [--chart FILE]
+       sluice simulate --algorithm concurrency --limit N [--lease DUR] ...
 
 Replays a trace of requests through a rate-limiting algorithm at the trace's
 own times and prints every decision (jsonl) or a summary per key (table).
-With --algorithm all it compares the six algorithms on the same trace.
+With --algorithm all it compares the six rate algorithms on the same trace.
 Instead of a trace, --pattern generates traffic; --chart draws the result.
+--algorithm concurrency replays the trace through a concurrency limit, each
+request holding its units for its duration (see Trace, below).
 
 Flags:
   --algorithm ALG|all  token_bucket, gcra, leaky_bucket, fixed_window,
-                       sliding_log, sliding_window, or all (required)
-  --limit N            cost units admitted per period (required)
+                       sliding_log, sliding_window, concurrency, or all
+                       (required; all is the six rate algorithms)
+  --limit N            cost units admitted per period; for concurrency,
+                       cost units held at once per key (required)
+  --lease DUR          concurrency only: the lease, in Go duration syntax
+                       (default 30s). A request that runs this long or
+                       longer loses its units when its lease expires: the
+                       simulation does not renew leases. concurrency takes
+                       no --period, --burst or calendar flags
   --period DUR         the period, in Go duration syntax: 250ms, 1s, 1m, 24h
                        (required; a whole number of microseconds); or for
                        fixed_window and sliding_window a calendar period:
@@ -68,6 +79,9 @@ Generated traffic (instead of --trace; see docs/simulate.md):
                        sends the same traffic (poisson: its own stream)
   --seed S             seed of the poisson pattern, an unsigned integer
                        (default 1); the other patterns do not use it
+  --hold DUR           how long each request runs, a whole number of ms
+                       (default 0: released at once); only concurrency
+                       uses it, and it takes only steady, poisson and ramp
   The traffic starts at 2026-01-01T00:00:00Z (Unix ms 1767225600000); burst,
   boundary and onoff start at the first multiple of --period from there and
   need a --duration that is a whole number of periods. Every request costs 1.
@@ -86,7 +100,7 @@ Generated traffic (instead of --trace; see docs/simulate.md):
   in millisecond m, ceil(A(m+1)) - ceil(A(m)), A(t) being the count the
   pattern's rate adds up to by time t.
 
-Trace: CSV, one request per line, t_ms,key[,cost]:
+Trace: CSV, one request per line, t_ms,key[,cost[,duration_ms]]:
   - t_ms: integer milliseconds since the Unix epoch (0 to 253402300799999);
     windows align to multiples of the period from 0. Timestamps never
     decrease from one line to the next (equal is fine); a trace where one
@@ -94,6 +108,12 @@ Trace: CSV, one request per line, t_ms,key[,cost]:
   - key: non-empty, without commas, double quotes or control characters
     (quoted CSV fields are not supported).
   - cost: an integer from 1 to 1000000000; 1 when the field is left out.
+  - duration_ms: how long the request runs, an integer from 0, the request
+    ending by 253402300799999; 0 when the field is left out (a line with a
+    duration has its cost too). Only concurrency uses it: an admitted
+    request holds its cost from t_ms until t_ms + duration_ms, when its
+    lease is released (before any request at that time); with 0, right
+    after its decision. The rate algorithms ignore it.
   - Spaces around fields are ignored. Blank lines and lines starting with #
     are skipped. The first line that is neither is a header, and skipped,
     when its first field is not an integer.
@@ -112,6 +132,9 @@ reset_after_ms:
                   initial if nothing else came; for sliding_window up to
                   twice the period, as a window's count weighs until the
                   end of the next window
+For concurrency, remaining is the units not held after the decision, and
+retry_after_ms and reset_after_ms count until holds would expire (their
+leases' ends), not until requests end: a release comes sooner.
 A jsonl run reads the trace twice, so that a bad line stops it before any
 output; standard input that cannot seek (a pipe) is copied to a temporary file.
 
@@ -126,7 +149,9 @@ the trailing period (t - P, t], and the limit as a dashed line: a row above
 the line admitted more than the limit within one period (fixed_window at a
 window boundary). leaky_bucket's requests count when they start, at their
 time plus their delay. With several keys, counts are of all keys and the
-line is at the limit times the number of keys. The time axis is cut into
+line is at the limit times the number of keys. For concurrency the row shows
+instead the units held (colour) and the units the requests would hold were
+all admitted (grey), at each instant. The time axis is cut into
 1000 slices; each shows the exact maximum within it. The same flags give
 the same file, byte for byte. The chart holds every request in memory (at
 most 1000000).
@@ -143,6 +168,8 @@ Examples:
   sluice simulate --algorithm all --limit 100 --period 1m --trace examples/traces/boundary.csv
   sluice simulate --algorithm all --limit 100 --period 1m \
                   --pattern boundary --rate 100/1m --duration 4m --chart boundary.png
+  sluice simulate --algorithm concurrency --limit 10 --lease 30s \
+                  --pattern poisson --rate 5 --hold 2s --duration 1m --keys 3
 `
 
 // simulateFlags are the parsed flags of `sluice simulate`.
@@ -161,6 +188,8 @@ type simulateFlags struct {
 	duration  time.Duration
 	keys      int64
 	seed      uint64
+	lease     time.Duration
+	hold      time.Duration
 	// allowEmpty accepts a trace without requests.
 	allowEmpty bool
 }
@@ -169,10 +198,11 @@ type simulateFlags struct {
 // reports to stderr, and the values it fills.
 func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	f := &simulateFlags{keys: 1, seed: 1}
+	f := &simulateFlags{keys: 1, seed: 1, lease: 30 * time.Second}
 	fs.StringVar(&f.algorithm, "algorithm", "", "the algorithm, or all")
 	fs.Var(numFlag[int64]{&f.limit}, "limit", "cost units per period")
 	fs.Var(&f.period, "period", "the period")
+	fs.Var((*durationFlag)(&f.lease), "lease", "the concurrency limit's lease")
 	fs.StringVar(&f.timeZone, "time-zone", "", "a calendar period's time zone")
 	fs.StringVar(&f.weekStart, "week-starts", "", "a calendar week's first day: monday or sunday")
 	fs.Var(numFlag[int64]{&f.burst}, "burst", "the token-bucket family's capacity")
@@ -184,6 +214,7 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.Var((*durationFlag)(&f.duration), "duration", "how long the generated traffic lasts")
 	fs.Var(numFlag[int64]{&f.keys}, "keys", "number of keys of the generated traffic")
 	fs.Var(numFlag[uint64]{&f.seed}, "seed", "seed of the poisson pattern")
+	fs.Var((*durationFlag)(&f.hold), "hold", "how long each generated request runs")
 	fs.BoolVar(&f.allowEmpty, "allow-empty", false, "accept a trace without requests")
 	return fs, f
 }
@@ -286,7 +317,11 @@ func parseSimulate(s streams, args []string) (*simulation, error) {
 			return nil, usageErrorf("simulate", "simulate: --chart draws counts over a trailing period and does not take a calendar period; leave out --chart, or give --period a duration")
 		}
 	}
-	if r.traffic, err = f.traffic(set, r.policies[0].Period); err != nil {
+	period := r.policies[0].Period
+	if r.policies[0].Algorithm == sluice.ConcurrencyAlgorithm {
+		period = 0 // the lease is no period to repeat traffic at
+	}
+	if r.traffic, err = f.traffic(set, period); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -413,7 +448,7 @@ func (r *simulation) report(out io.Writer) (observe func(simulate.Request, []slu
 // which the periodic patterns repeat at.
 func (f *simulateFlags) traffic(set map[string]bool, period time.Duration) (*simulate.Traffic, error) {
 	if !set["pattern"] {
-		for _, name := range []string{"rate", "duration", "keys", "seed"} {
+		for _, name := range []string{"rate", "duration", "keys", "seed", "hold"} {
 			if set[name] {
 				return nil, usageErrorf("simulate", "simulate: --%s describes generated traffic and needs --pattern", name)
 			}
@@ -442,7 +477,10 @@ func (f *simulateFlags) traffic(set map[string]bool, period time.Duration) (*sim
 	if p.Periodic() && f.period.calendar != "" {
 		return nil, usageErrorf("simulate", "simulate: --pattern %s repeats every period and needs a duration as --period; with a calendar period use steady, poisson or ramp, or a trace", p)
 	}
-	t := simulate.Traffic{Pattern: p, Rate: rate, Duration: f.duration, Period: period, Keys: int(f.keys), Seed: f.seed}
+	if p.Periodic() && period == 0 {
+		return nil, usageErrorf("simulate", "simulate: --pattern %s repeats every period, and a concurrency limit has none; use steady, poisson or ramp, or a trace", p)
+	}
+	t := simulate.Traffic{Pattern: p, Rate: rate, Duration: f.duration, Period: period, Keys: int(f.keys), Seed: f.seed, Hold: f.hold}
 	if err := t.Validate(); err != nil {
 		return nil, usageErrorf("simulate", "simulate: --pattern %s: %w", p, err)
 	}
@@ -484,9 +522,13 @@ func writeChart(chart *simulate.Chart, tmp *os.File, format, name string) error 
 func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 	switch {
 	case !set["algorithm"] || f.algorithm == "":
-		return nil, usageErrorf("simulate", "simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, all)")
+		return nil, usageErrorf("simulate", "simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency, all)")
 	case !set["limit"]:
 		return nil, usageErrorf("simulate", "simulate: --limit is required")
+	case f.algorithm == sluice.ConcurrencyAlgorithm.String():
+		return f.concurrency(set)
+	case set["lease"]:
+		return nil, usageErrorf("simulate", "simulate: --lease applies only to --algorithm concurrency; a rate algorithm takes --period")
 	case !set["period"]:
 		return nil, usageErrorf("simulate", "simulate: --period is required (Go duration syntax: 250ms, 1s, 1m, 24h; or calendar_day, calendar_week, calendar_month, calendar_year)")
 	case f.period.calendar == "" && (set["time-zone"] || set["week-starts"]):
@@ -514,9 +556,6 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 		if err != nil {
 			return nil, usageErrorf("simulate", "simulate: --algorithm: %w", err)
 		}
-		if a == sluice.ConcurrencyAlgorithm {
-			return nil, usageErrorf("simulate", "simulate: --algorithm: concurrency is not a rate: a trace of request times says nothing of how long each request runs; simulate the rate algorithms (token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window or all)")
-		}
 		algs = []sluice.Algorithm{a}
 	}
 	ps := make([]sluice.Policy, len(algs))
@@ -530,6 +569,21 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 		}
 	}
 	return ps, nil
+}
+
+// concurrency returns the concurrency policy the flags ask for: --limit
+// units held at once, with --lease. set holds the names of the flags given.
+func (f *simulateFlags) concurrency(set map[string]bool) ([]sluice.Policy, error) {
+	for _, name := range []string{"period", "burst", "time-zone", "week-starts"} {
+		if set[name] {
+			return nil, usageErrorf("simulate", "simulate: --%s does not apply to --algorithm concurrency, which limits the units held at once, not a rate; give the lease with --lease (default 30s)", name)
+		}
+	}
+	p := sluice.Concurrency(f.limit, f.lease)
+	if err := p.Validate(); err != nil {
+		return nil, usageErrorf("simulate", "simulate: %w", err)
+	}
+	return []sluice.Policy{p}, nil
 }
 
 // checkAndRewind reads the whole trace from r to check it, and returns a

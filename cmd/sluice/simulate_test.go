@@ -162,7 +162,7 @@ func TestSimulateFlagErrors(t *testing.T) {
 	with := func(extra ...string) []string { return append(slices.Clone(base), extra...) }
 	checkUsageErrors(t, []usageErrorCase{
 		{"no algorithm", []string{"simulate", "--limit", "10", "--period", "1s"},
-			"sluice: simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, all)\n"},
+			"sluice: simulate: --algorithm is required (one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency, all)\n"},
 		{"unknown algorithm", []string{"simulate", "--algorithm", "token-bucket", "--limit", "10", "--period", "1s"},
 			`sluice: simulate: --algorithm: unknown algorithm "token-bucket" (want one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, concurrency)` + "\n"},
 		{"no limit", []string{"simulate", "--algorithm", "gcra", "--period", "1s"}, "sluice: simulate: --limit is required\n"},
@@ -259,10 +259,11 @@ func TestSimulateTraceErrors(t *testing.T) {
 	}{
 		{"bad time", "t_ms,key\n1,a\nnoon,a\n", `line 3: t_ms "noon" is not an integer`},
 		{"empty key", "1,a\n2,,1\n", "line 2: key is empty"},
-		{"missing key", "# x\n1\n", "line 2: missing key: want t_ms,key[,cost]"},
+		{"missing key", "# x\n1\n", "line 2: missing key: want t_ms,key[,cost[,duration_ms]]"},
 		{"zero cost", "1,a,0\n", "line 1: cost 0 is less than 1"},
 		{"bad cost", "1,a,1\n2,a,two\n", `line 2: cost "two" is not an integer`},
-		{"extra fields", "1,a,1,extra\n", "line 1: extra fields: 4 fields, want t_ms,key[,cost]"},
+		{"extra fields", "1,a,1,5,extra\n", "line 1: extra fields: 5 fields, want t_ms,key[,cost[,duration_ms]]"},
+		{"bad duration", "1,a,1,extra\n", `line 1: duration_ms "extra" is not an integer`},
 		{"negative time", "-5,a\n", "line 1: t_ms -5 is negative"},
 		{"decreasing on the last line", "t,k\n1,a\n2,a\n3,a\n2,a\n", "line 5: t_ms 2 is before 3 on line 4 (timestamps must be non-decreasing)"},
 	}
