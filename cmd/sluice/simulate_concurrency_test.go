@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +123,27 @@ func TestSimulateConcurrencyTraceErrors(t *testing.T) {
 			if r.code != 1 || r.stderr != want+"\n" || r.stdout != "" {
 				t.Errorf("%q, %s: exit %d, stderr %q, stdout %q; want 1, %q, nothing", trace, format, r.code, r.stderr, r.stdout, want)
 			}
+		}
+	}
+}
+
+func TestSimulateConcurrencyChart(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "concurrency.svg")
+	r := runSluice(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2", "--trace", concurrencyTrace, "--chart", svg)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"concurrency: admitted 3 of 4 requests, at most 2 units held at once",
+		"limit: 2 held at once",
+		"Trace: " + concurrencyTrace + ", 4 requests",
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the SVG lacks %q", want)
 		}
 	}
 }

@@ -50,11 +50,18 @@ func ChartFormat(name string) (string, error) {
 // several keys, the counts are of all keys together and the line is at
 // the limit times the number of keys.
 //
+// A concurrency policy's row shows instead, at every instant t, the units
+// held (the admitted requests that run at t: from their time until their
+// end or their lease's expiry, whichever comes first) and in grey the
+// units the requests would hold were every one admitted, with the limit
+// (times the number of keys) as the line. A chart's policies are all
+// concurrency policies or all rate policies.
+//
 // The time axis is cut into 1000 equal slices; a row's value in a slice is
 // the exact maximum of its count over the slice, so no peak is lost.
 //
-// A Chart holds every request it is given (about 16 bytes per request and
-// per policy, plus 16), up to MaxChartRequests.
+// A Chart holds every request it is given (about 24 bytes per request and
+// per policy, plus 24), up to MaxChartRequests.
 type Chart struct {
 	// Heading holds the lines written above the rows. When empty, a line
 	// describes the policies.
@@ -71,10 +78,12 @@ type Chart struct {
 	keys     map[string]struct{}
 }
 
-// event is cost offered or admitted at t µs since the Unix epoch.
+// event is cost offered or admitted at t µs since the Unix epoch, held
+// for d µs under a concurrency policy.
 type event struct {
 	t    int64
 	cost int64
+	d    int64
 }
 
 // NewChart returns an empty chart of policies, whose decisions Add
@@ -101,15 +110,20 @@ func (c *Chart) Add(req Request, ds []sluice.Decision) error {
 	if len(ds) != len(c.policies) {
 		return fmt.Errorf("chart: %d decisions for %d policies", len(ds), len(c.policies))
 	}
-	t := req.T * 1000
-	c.offered = append(c.offered, event{t: t, cost: req.Cost})
+	t, hold := req.T*1000, req.Duration*1000
+	c.offered = append(c.offered, event{t: t, cost: req.Cost, d: hold})
 	if _, ok := c.keys[req.Key]; !ok {
 		c.keys[req.Key] = struct{}{}
 	}
 	for i, d := range ds {
-		if d.Allowed {
-			c.admitted[i] = append(c.admitted[i], event{t: t + int64(d.Delay/time.Microsecond), cost: req.Cost})
+		if !d.Allowed {
+			continue
 		}
+		if p := &c.policies[i]; p.Algorithm == sluice.ConcurrencyAlgorithm {
+			c.admitted[i] = append(c.admitted[i], event{t: t, cost: req.Cost, d: min(hold, int64(p.Period/time.Microsecond))})
+			continue
+		}
+		c.admitted[i] = append(c.admitted[i], event{t: t + int64(d.Delay/time.Microsecond), cost: req.Cost})
 	}
 	return nil
 }
@@ -127,6 +141,7 @@ var (
 		sluice.FixedWindowAlgorithm:   {0xD5, 0x5E, 0x00, 0xFF},
 		sluice.SlidingLogAlgorithm:    {0xCC, 0x79, 0xA7, 0xFF},
 		sluice.SlidingWindowAlgorithm: {0xE6, 0x9F, 0x00, 0xFF},
+		sluice.ConcurrencyAlgorithm:   {0x00, 0x72, 0xB2, 0xFF},
 	}
 	offeredFill = color.RGBA{0xDD, 0xDD, 0xDD, 0xFF}
 	offeredLine = color.RGBA{0x99, 0x99, 0x99, 0xFF}
@@ -163,6 +178,11 @@ func (c *Chart) Write(w io.Writer, format string) (err error) {
 	if len(c.policies) == 0 {
 		return errors.New("chart: no policy")
 	}
+	for _, p := range c.policies {
+		if (p.Algorithm == sluice.ConcurrencyAlgorithm) != c.concurrency() {
+			return errors.New("chart: cannot draw concurrency and rate policies together")
+		}
+	}
 	heading := c.heading()
 	height := vg.Length(len(heading)*headingLine + legendHeight + len(c.policies)*rowHeight + bottomMargin + 8)
 
@@ -177,6 +197,11 @@ func (c *Chart) Write(w io.Writer, format string) (err error) {
 	c.draw(dc, heading)
 	_, err = canvas.WriteTo(w)
 	return err
+}
+
+// concurrency reports whether the chart is of concurrency policies.
+func (c *Chart) concurrency() bool {
+	return c.policies[0].Algorithm == sluice.ConcurrencyAlgorithm
 }
 
 func (c *Chart) heading() []string {
@@ -243,6 +268,11 @@ func (c *Chart) span() (from, to int64) {
 			last = max(last, e.t)
 		}
 	}
+	if c.concurrency() {
+		for _, e := range c.offered {
+			last = max(last, e.t+e.d) // the requests' ends
+		}
+	}
 	switch {
 	case c.To > c.From:
 		return c.From * 1000, max(c.To*1000, last+1)
@@ -250,6 +280,11 @@ func (c *Chart) span() (from, to int64) {
 		return 0, 1000
 	}
 	first := c.offered[0].t
+	if c.concurrency() {
+		// From the first request to a little after the last end.
+		own := max(last-first, 1000)
+		return first, last + 1 + own/20
+	}
 	own := max(last-first, 1000)
 	period := int64(c.policies[0].Period / time.Microsecond)
 	from = first
@@ -279,7 +314,7 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 	rows := c.rows(&f)
 	top := c.drawLegend(dc, heading, f.keys)
 	f.ticks = plot.DefaultTicks{}
-	if p := int64(c.policies[0].Period / time.Microsecond); from%p == 0 && (to-from)/p >= 2 && (to-from)/p <= 16 {
+	if p := int64(c.policies[0].Period / time.Microsecond); !c.concurrency() && from%p == 0 && (to-from)/p >= 2 && (to-from)/p <= 16 {
 		f.ticks = stepTicks{step: float64(p) / float64(f.unit.us)}
 	}
 	plots := make([][]*plot.Plot, len(rows))
@@ -326,8 +361,13 @@ func (c *Chart) rows(f *frame) []row {
 		admitted := slices.Clone(c.admitted[i])
 		slices.SortFunc(admitted, func(a, b event) int { return cmpInt(a.t, b.t) })
 		r := row{policy: p, admittedReqs: len(admitted), offeredReqs: len(c.offered)}
-		r.offered, _ = trailingMaxima(c.offered, period, f.from, f.width, chartSlices)
-		r.admitted, r.peakAdmitted = trailingMaxima(admitted, period, f.from, f.width, chartSlices)
+		if p.Algorithm == sluice.ConcurrencyAlgorithm {
+			r.offered, _ = heldMaxima(c.offered, f.from, f.width, chartSlices)
+			r.admitted, r.peakAdmitted = heldMaxima(admitted, f.from, f.width, chartSlices)
+		} else {
+			r.offered, _ = trailingMaxima(c.offered, period, f.from, f.width, chartSlices)
+			r.admitted, r.peakAdmitted = trailingMaxima(admitted, period, f.from, f.width, chartSlices)
+		}
 		rows[i] = r
 		f.yMax = max(f.yMax, slices.Max(r.offered), r.peakAdmitted, p.Limit*f.keys)
 	}
@@ -347,9 +387,14 @@ func (c *Chart) drawLegend(dc draw.Canvas, heading []string, keys int64) vg.Leng
 		top -= headingLine
 	}
 	period := shortDuration(c.policies[0].Period)
+	offeredText, admittedText := "requests offered in the last "+period, "admitted in the last "+period+" (colour of the row)"
 	limitText := fmt.Sprintf("limit: %d per %s", c.policies[0].Limit, period)
+	if c.concurrency() {
+		offeredText, admittedText = "units wanted at once (all admitted)", "units held (colour of the row)"
+		limitText = fmt.Sprintf("limit: %d held at once", c.policies[0].Limit)
+	}
 	if keys > 1 {
-		limitText = fmt.Sprintf("limit: %d per %s × %d keys", c.policies[0].Limit, period, keys)
+		limitText += fmt.Sprintf(" × %d keys", keys)
 	}
 	legend := textStyle(9)
 	x0 := dc.Min.X + 12
@@ -363,10 +408,10 @@ func (c *Chart) drawLegend(dc draw.Canvas, heading []string, keys int64) vg.Leng
 	swatch(func(x vg.Length) {
 		dc.FillPolygon(offeredFill, []vg.Point{{X: x, Y: y - 1}, {X: x + 16, Y: y - 1}, {X: x + 16, Y: y + 7}, {X: x, Y: y + 7}})
 		dc.StrokeLine2(draw.LineStyle{Color: offeredLine, Width: 0.6}, x, y+7, x+16, y+7)
-	}, "requests offered in the last "+period)
+	}, offeredText)
 	swatch(func(x vg.Length) {
 		dc.StrokeLine2(draw.LineStyle{Color: color.RGBA{0x33, 0x33, 0x33, 0xFF}, Width: 1.8}, x, y+3, x+16, y+3)
-	}, "admitted in the last "+period+" (colour of the row)")
+	}, admittedText)
 	swatch(func(x vg.Length) {
 		dc.StrokeLine2(limitStyle, x, y+3, x+16, y+3)
 	}, limitText)
@@ -378,7 +423,11 @@ func (c *Chart) rowTitle(r row, keys int64) string {
 	period := shortDuration(r.policy.Period)
 	title := fmt.Sprintf("%v: admitted %d of %d requests, at most %d in any %s",
 		r.policy.Algorithm, r.admittedReqs, r.offeredReqs, r.peakAdmitted, period)
-	if r.policy.Algorithm == sluice.LeakyBucketAlgorithm {
+	switch r.policy.Algorithm {
+	case sluice.ConcurrencyAlgorithm:
+		title = fmt.Sprintf("%v: admitted %d of %d requests, at most %d units held at once",
+			r.policy.Algorithm, r.admittedReqs, r.offeredReqs, r.peakAdmitted)
+	case sluice.LeakyBucketAlgorithm:
 		title = fmt.Sprintf("%v: admitted %d of %d requests, at most %d started in any %s (counted at time + delay)",
 			r.policy.Algorithm, r.admittedReqs, r.offeredReqs, r.peakAdmitted, period)
 	}
@@ -401,6 +450,9 @@ func (f *frame) plot(r row, last bool) *plot.Plot {
 	p.X.Min, p.X.Max = 0, f.x(f.from+f.width*chartSlices)
 	p.Y.Min, p.Y.Max = 0, float64(f.yMax)*1.1+1
 	p.Y.Label.Text = "in last " + shortDuration(r.policy.Period)
+	if r.policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		p.Y.Label.Text = "held"
+	}
 	setFont(&p.Y.Label.TextStyle, 9)
 	setFont(&p.Y.Tick.Label, 8)
 	p.Y.Tick.Marker = intTicks{}
@@ -492,6 +544,53 @@ func trailingMaxima(evs []event, period, from, w int64, n int) ([]int64, int64) 
 	}
 	for t := next(); t != math.MaxInt64; t = next() {
 		apply(t)
+	}
+	return out, peak
+}
+
+// heldMaxima returns, for each of n slices [from + i·w, from + (i+1)·w),
+// the maximum over the slice of f(t), the cost of the events that hold at
+// t (e.t ≤ t < e.t + e.d), and the maximum of f over all time. An event
+// of d = 0 holds at no instant. evs must lie at or after from.
+func heldMaxima(evs []event, from, w int64, n int) ([]int64, int64) {
+	type change struct{ t, delta int64 }
+	changes := make([]change, 0, 2*len(evs))
+	for _, e := range evs {
+		if e.d > 0 {
+			changes = append(changes, change{e.t, e.cost}, change{e.t + e.d, -e.cost})
+		}
+	}
+	// At one instant, the holds that end go before those that start.
+	slices.SortFunc(changes, func(a, b change) int {
+		if c := cmpInt(a.t, b.t); c != 0 {
+			return c
+		}
+		return cmpInt(a.delta, b.delta)
+	})
+	out := make([]int64, n)
+	var f, peak int64
+	next := 0
+	apply := func(t int64) { // applies every change at t
+		for next < len(changes) && changes[next].t == t {
+			f += changes[next].delta
+			next++
+		}
+		peak = max(peak, f)
+	}
+	for i := range out {
+		lo := from + int64(i)*w
+		for next < len(changes) && changes[next].t <= lo {
+			apply(changes[next].t)
+		}
+		m := f
+		for next < len(changes) && changes[next].t < lo+w {
+			apply(changes[next].t)
+			m = max(m, f)
+		}
+		out[i] = m
+	}
+	for next < len(changes) {
+		apply(changes[next].t)
 	}
 	return out, peak
 }

@@ -280,3 +280,107 @@ func TestChartSpan(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldMaxima checks heldMaxima against a brute-force count of the
+// units held at every instant.
+func TestHeldMaxima(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	for trial := range 300 {
+		evs := make([]event, rng.IntN(20))
+		for i := range evs {
+			evs[i] = event{t: rng.Int64N(400), cost: 1 + rng.Int64N(3), d: rng.Int64N(3) * rng.Int64N(100)}
+		}
+		w := 1 + rng.Int64N(40)
+		slicesN := 1 + rng.IntN(int(600/w)+1)
+		got, peak := heldMaxima(evs, 0, w, slicesN)
+		f := func(t int64) int64 { // cost held at t
+			var s int64
+			for _, e := range evs {
+				if e.t <= t && t < e.t+e.d {
+					s += e.cost
+				}
+			}
+			return s
+		}
+		var wantPeak int64
+		for t0 := int64(0); t0 < 600; t0++ {
+			wantPeak = max(wantPeak, f(t0))
+		}
+		for i := range slicesN {
+			var want int64
+			for t0 := int64(i) * w; t0 < int64(i+1)*w; t0++ {
+				want = max(want, f(t0))
+			}
+			if got[i] != want {
+				t.Fatalf("trial %d: slice %d = %d, want %d (events %v, width %d)", trial, i, got[i], want, evs, w)
+			}
+		}
+		if peak != wantPeak {
+			t.Fatalf("trial %d: peak %d, want %d (events %v)", trial, peak, wantPeak, evs)
+		}
+	}
+}
+
+// TestChartConcurrency draws a concurrency policy: units held over time,
+// capped by the lease, next to the units wanted.
+func TestChartConcurrency(t *testing.T) {
+	p := sluice.Concurrency(2, 2*time.Second)
+	reqs := []Request{
+		{T: 1000, Key: "a", Cost: 1, Duration: 3000}, // held until its lease expires at 3 s
+		{T: 1500, Key: "a", Cost: 1, Duration: 1000},
+		{T: 2000, Key: "a", Cost: 1, Duration: 1000}, // refused
+		{T: 2500, Key: "b", Cost: 2, Duration: 500},
+		{T: 3000, Key: "a", Cost: 1},
+	}
+	c := NewChart([]sluice.Policy{p})
+	err := Run(context.Background(), &sliceSource{reqs: reqs}, []sluice.Policy{p}, func(req Request, ds []sluice.Decision) error {
+		return c.Add(req, ds)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := frame{}
+	from, to := c.span()
+	if from != 1_000_000 || to <= 4_000_000 {
+		t.Errorf("span = [%d, %d) µs, want from 1s to past the last end, 4s", from, to)
+	}
+	f.from, f.width = from, max(1, (to-from+chartSlices-1)/chartSlices)
+	rows := c.rows(&f)
+	// Held: a's first over [1 s, 3 s) (its lease), a's second over
+	// [1.5 s, 2.5 s), b's 2 units over [2.5 s, 3 s): at most 3 at once.
+	if got := rows[0].peakAdmitted; got != 3 {
+		t.Errorf("peak held = %d, want 3", got)
+	}
+	// Wanted were all admitted: a's first, second and third at 2 s: 3;
+	// at 2.5 s a's first and third, b's 2: 4.
+	if got := slices.Max(rows[0].offered); got != 4 {
+		t.Errorf("peak wanted = %d, want 4", got)
+	}
+	if f.yMax != 4 {
+		t.Errorf("yMax = %d, want 4", f.yMax)
+	}
+	var buf bytes.Buffer
+	if err := c.Write(&buf, "svg"); err != nil {
+		t.Fatalf("Write(svg): %v", err)
+	}
+	for _, want := range []string{
+		"concurrency: admitted 4 of 5 requests, at most 3 units held at once, all 2 keys together",
+		"limit: 2 held at once × 2 keys",
+		"units held (colour of the row)",
+		"units wanted at once (all admitted)",
+		"concurrency, limit 2 held at once, lease 2s",
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("the SVG lacks %q", want)
+		}
+	}
+	var png bytes.Buffer
+	if err := c.Write(&png, "png"); err != nil {
+		t.Errorf("Write(png): %v", err)
+	}
+
+	mixed := NewChart([]sluice.Policy{p, sluice.TokenBucket(2, time.Second, 0)})
+	if err := mixed.Write(io.Discard, "svg"); err == nil || !strings.Contains(err.Error(), "cannot draw concurrency and rate policies together") {
+		t.Errorf("Write of a mixed chart = %v, want an error", err)
+	}
+}
