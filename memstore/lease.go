@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
@@ -28,17 +29,16 @@ type concState struct {
 type leaseTaker struct {
 	id [16]byte
 	hs []uint64
-	hb [4]uint64
 }
 
-// newLeaseTaker returns a leaseTaker with a fresh random identifier. The
-// generator is math/rand/v2's, seeded by the runtime from the system's
-// entropy: a client that holds some leases cannot predict another's.
-func newLeaseTaker() *leaseTaker {
-	lt := &leaseTaker{}
+// newLeaseTaker returns a leaseTaker with a fresh random identifier,
+// whose hashes go to hs[:0]. The generator is math/rand/v2's, seeded by
+// the runtime from the system's entropy: a client that holds some leases
+// cannot predict another's.
+func newLeaseTaker(hs []uint64) leaseTaker {
+	lt := leaseTaker{hs: hs[:0]}
 	binary.LittleEndian.PutUint64(lt.id[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(lt.id[8:], rand.Uint64())
-	lt.hs = lt.hb[:0]
 	return lt
 }
 
@@ -62,17 +62,24 @@ func (lt *leaseTaker) lease() string {
 	if lt == nil || len(lt.hs) == 0 {
 		return ""
 	}
-	b := make([]byte, 16, 16+8*len(lt.hs))
-	copy(b, lt.id[:])
+	var raw [16 + 8*maxLeaseKeys]byte
+	b := append(raw[:0], lt.id[:]...)
 	for _, h := range lt.hs {
 		b = binary.LittleEndian.AppendUint64(b, h)
 	}
-	return leasePrefix + base64.RawURLEncoding.EncodeToString(b)
+	var out strings.Builder
+	out.Grow(len(leasePrefix) + base64.RawURLEncoding.EncodedLen(len(b)))
+	out.WriteString(leasePrefix)
+	var enc [((16+8*maxLeaseKeys)*4 + 2) / 3]byte
+	n := base64.RawURLEncoding.EncodedLen(len(b))
+	base64.RawURLEncoding.Encode(enc[:n], b)
+	out.Write(enc[:n])
+	return out.String()
 }
 
 // parseLease returns the identifier and the key hashes of a lease this
 // store made, or an error wrapping sluice.ErrInvalidLease.
-func parseLease(lease string) (id [16]byte, hs []uint64, err error) {
+func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, err error) {
 	rest, ok := strings.CutPrefix(lease, leasePrefix)
 	if !ok {
 		return id, nil, fmt.Errorf("memstore: %w: not a lease of the memory store", sluice.ErrInvalidLease)
@@ -80,7 +87,9 @@ func parseLease(lease string) (id [16]byte, hs []uint64, err error) {
 	if len(rest) > base64.RawURLEncoding.EncodedLen(16+8*maxLeaseKeys) {
 		return id, nil, fmt.Errorf("memstore: %w: too long", sluice.ErrInvalidLease)
 	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
+	var raw [16 + 8*maxLeaseKeys]byte
+	n, err := base64.RawURLEncoding.Decode(raw[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
+	b := raw[:n]
 	if err != nil || len(b) < 16+8 || (len(b)-16)%8 != 0 {
 		return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
 	}
@@ -124,10 +133,7 @@ func (sh *shard) decideConc(s *Store, c *compiled, h uint64, t, cost int64, comm
 	if take && r.Allowed {
 		lt.took(h)
 	}
-	cs.expire = cs.holds.Expiry()
-	if cs.holds.Len() == 0 {
-		sh.conc.remove(i)
-	}
+	cs.expire = cs.holds.Expiry() // 0 when nothing is held: swept later
 	return r
 }
 
@@ -172,7 +178,8 @@ func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Dura
 // now, on the state of every key lease names that holds anything, and
 // drops the keys left holding nothing.
 func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *concState, t int64)) error {
-	id, hs, err := parseLease(lease)
+	var hb [8]uint64
+	id, hs, err := parseLease(lease, hb[:0])
 	if err != nil {
 		return err
 	}
@@ -182,12 +189,12 @@ func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *co
 		sh.mu.Lock()
 		tt := sh.advance(t)
 		if i, found := sh.conc.find(h); found {
+			// A key left holding nothing stays until the sweep or Prune
+			// drops it (its expire is 0), so that a key taken and
+			// released in turn keeps its state's memory.
 			cs := sh.conc.slots[i].v
 			f(id, cs, tt)
 			cs.expire = cs.holds.Expiry()
-			if cs.holds.Len() == 0 {
-				sh.conc.remove(i)
-			}
 		}
 		sh.mu.Unlock()
 	}

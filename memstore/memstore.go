@@ -384,10 +384,25 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	if c.err != nil {
 		return sluice.Decision{}, c.err
 	}
-	var lt *leaseTaker
 	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
-		lt = newLeaseTaker()
+		return s.allowLeased(now, req, c)
 	}
+	return s.decideOne(now, req, c, nil)
+}
+
+// allowLeased is allow for a concurrency policy: the decision takes a
+// lease.
+func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
+	var hb [1]uint64
+	lt := newLeaseTaker(hb[:])
+	d, err := s.decideOne(now, req, c, &lt)
+	d.Lease = lt.lease()
+	return d, err
+}
+
+// decideOne decides req, valid and compiled as c, on its shard, and
+// charges it when admitted; a concurrency policy's hold is taken for lt.
+func (s *Store) decideOne(now time.Time, req *sluice.Request, c *compiled, lt *leaseTaker) (sluice.Decision, error) {
 	t := s.micros(now)
 	h := s.hash(c, req.Key)
 	sh := &s.shards[h&s.mask]
@@ -398,7 +413,6 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
-	d.Lease = lt.lease()
 	return d, nil
 }
 
@@ -476,14 +490,24 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		allowed = allowed && r.Allowed
 		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
 	}
-	var lt *leaseTaker
+	var lease string
 	if allowed && anyConcurrency(reqs) {
-		lt = newLeaseTaker()
+		lease = s.settleLeased(reqs, cs, hs, idx, ds, t)
+	} else {
+		s.settleAll(reqs, cs, hs, idx, ds, t, allowed, nil)
 	}
-	s.settleAll(reqs, cs, hs, idx, ds, t, allowed, lt)
 	d := algo.Combine(ds)
-	d.Lease = lt.lease()
+	d.Lease = lease
 	return d, nil
+}
+
+// settleLeased is settleAll for admitted requests of which some are under
+// concurrency policies: it returns the lease of their holds.
+func (s *Store) settleLeased(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64) string {
+	var hb [8]uint64
+	lt := newLeaseTaker(hb[:])
+	s.settleAll(reqs, cs, hs, idx, ds, t, true, &lt)
+	return lt.lease()
 }
 
 // smallRepeat is the most requests of an AllowAll whose repeated (policy,

@@ -71,6 +71,24 @@ func BenchmarkAllowSerial(b *testing.B) {
 	}
 }
 
+// BenchmarkLeaseSerial is a concurrency lease taken and released on one
+// key by one caller (Allow, then Release: two round trips), beside
+// BenchmarkAllowSerial's one rate decision per round trip.
+func BenchmarkLeaseSerial(b *testing.B) {
+	st, _ := benchStore(b)
+	p := sluice.Concurrency(sluice.MaxLimit, time.Minute)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		d, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%len(benchKeys)], Cost: 1})
+		if err != nil || !d.Allowed {
+			b.Fatalf("Allow = %+v, %v", d, err)
+		}
+		if ok, err := st.Release(b.Context(), time.Time{}, d.Lease); err != nil || !ok {
+			b.Fatalf("Release = %v, %v", ok, err)
+		}
+	}
+}
+
 // BenchmarkLocalRefusal measures one local refusal (docs/BENCHMARKS.md,
 // "Refused floods"): one caller on one key whose cached state refuses
 // every request (10 an hour), never reaching Redis.

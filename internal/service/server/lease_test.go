@@ -158,3 +158,25 @@ func TestExplainLease(t *testing.T) {
 		t.Errorf("explain = %s, want 1 of 2 held by 1 lease, running out in 20s", rec.Body)
 	}
 }
+
+// TestForwardAuthConcurrency checks that forward-auth answers 501
+// problem+json, never an admission or a 429, for a rule that holds a
+// concurrency limit (one the proxy also serves).
+func TestForwardAuthConcurrency(t *testing.T) {
+	f := newFixture(t, `
+limits:
+  inflight: {algorithm: concurrency, limit: 1, lease: 1m}
+proxy:
+  upstream: http://127.0.0.1:9
+  rules:
+    - name: work
+      limits: [{limit: inflight, key: "header:X-User"}]
+`)
+	for range 2 {
+		rec := f.do("GET", "/v1/forward-auth?rule=work", "", "X-User", "u1")
+		if rec.Code != http.StatusNotImplemented || rec.Header().Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(rec.Body.String(), "forward-auth cannot") {
+			t.Fatalf("forward-auth = %d %s %s, want 501 problem+json saying why", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+		}
+	}
+}
