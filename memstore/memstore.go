@@ -395,9 +395,18 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
 	var hb [1]uint64
 	lt := newLeaseTaker(hb[:])
-	d, err := s.decideOne(now, req, c, &lt)
-	d.Lease = lt.lease()
-	return d, err
+	t := s.micros(now)
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	r := sh.decideConc(s, c, h, t, req.Cost, true, &lt)
+	sh.mu.Unlock()
+	if r.RetryAfter == sluice.Never {
+		return decision(r, req.Policy.Limit), capacityError(req)
+	}
+	return sluice.Decision{Allowed: r.Allowed, Limit: req.Policy.Limit, Remaining: r.Remaining,
+		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Lease: lt.lease()}, nil
 }
 
 // decideOne decides req, valid and compiled as c, on its shard, and
