@@ -71,6 +71,24 @@ func newRedisStore() (*redisstore.Store, error) {
 // README }
 
 // README {
+// callModel runs call while it holds one of the five slots of apiKey:
+// lim is sluice.New(store, sluice.Concurrency(5, time.Minute)).
+func callModel(ctx context.Context, lim *sluice.Limiter, apiKey string, call func() error) error {
+	d, err := lim.Allow(ctx, apiKey, 1)
+	if err != nil {
+		return err
+	}
+	if !d.Allowed {
+		return fmt.Errorf("5 calls of this key are running; a slot frees within %v", d.RetryAfter)
+	}
+	// Free the slot when the call ends; a crashed holder's frees itself after a minute.
+	defer lim.Release(context.WithoutCancel(ctx), d.Lease)
+	return call()
+}
+
+// README }
+
+// README {
 // userKey is the context key under which your authentication middleware
 // stores the user's ID (a string).
 type userKey struct{}
@@ -192,6 +210,29 @@ func TestREADMESnippets(t *testing.T) {
 func TestREADMEDecide(t *testing.T) {
 	if err := decide(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestREADMEConcurrency runs the concurrency snippet: a second call of
+// the key while the first runs is refused, and admitted once it ended.
+func TestREADMEConcurrency(t *testing.T) {
+	ctx := context.Background()
+	lim, err := sluice.New(memstore.New(memstore.Options{}), sluice.Concurrency(1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inner error
+	if err := callModel(ctx, lim, "k", func() error {
+		inner = callModel(ctx, lim, "k", func() error { return nil })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inner == nil || !strings.Contains(inner.Error(), "a slot frees within 1m0s") {
+		t.Errorf("a second call while the first ran = %v, want refused", inner)
+	}
+	if err := callModel(ctx, lim, "k", func() error { return nil }); err != nil {
+		t.Errorf("a call after the first ended = %v, want admitted", err)
 	}
 }
 
