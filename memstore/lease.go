@@ -22,6 +22,7 @@ import (
 type concState struct {
 	holds  algo.Holds
 	expire int64
+	fp     uint64 // the policy's fingerprint, for Held
 }
 
 // leaseTaker collects what one decision holds: the lease's identifier and
@@ -118,7 +119,7 @@ func (sh *shard) decideConc(s *Store, c *compiled, h uint64, t, cost int64, comm
 		var none algo.Holds
 		r := algo.Concurrency(limit, &none, t, cost, id, lease, false)
 		if take && r.Allowed {
-			cs := &concState{}
+			cs := &concState{fp: c.fp}
 			algo.Concurrency(limit, &cs.holds, t, cost, id, lease, true)
 			cs.expire = cs.holds.Expiry()
 			sh.makeRoom(s, t)
@@ -210,4 +211,33 @@ func anyConcurrency(reqs []sluice.Request) bool {
 		}
 	}
 	return false
+}
+
+// Held returns the units held under the concurrency policy p at now
+// (zero: the store's clock), summed over all its keys, and how many
+// leases hold them. It visits every concurrency key, one shard lock at a
+// time: a figure for metrics, not for a decision.
+func (s *Store) Held(now time.Time, p *sluice.Policy) (units, leases int64, err error) {
+	if p.Algorithm != sluice.ConcurrencyAlgorithm {
+		return 0, 0, fmt.Errorf("memstore: held: %w: %s is not a concurrency policy", sluice.ErrInvalidPolicy, p)
+	}
+	c := s.compile(p)
+	if c.err != nil {
+		return 0, 0, c.err
+	}
+	t := s.micros(now)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		tt := max(t, sh.hw)
+		for j := range sh.conc.slots {
+			if e := &sh.conc.slots[j]; e.h != 0 && e.v.fp == c.fp {
+				v := algo.ViewHolds(&e.v.holds, tt)
+				units += v.Held
+				leases += v.Leases
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return units, leases, nil
 }

@@ -74,3 +74,39 @@ func TestLeasePruned(t *testing.T) {
 		t.Fatalf("Prune at the expiry dropped %d, Len %d; want 1, 0", n, s.Len())
 	}
 }
+
+// TestHeld checks Held: the units and leases held under one policy over
+// all its keys, none of another policy's, and nothing once they expire or
+// are released.
+func TestHeld(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+	s := New(Options{})
+	a := sluice.Concurrency(5, 10*time.Second).Named("a")
+	b := sluice.Concurrency(5, 10*time.Second).Named("b")
+	var leases []string
+	for i, r := range []sluice.Request{{Policy: &a, Key: "k1", Cost: 2}, {Policy: &a, Key: "k2", Cost: 1}, {Policy: &b, Key: "k1", Cost: 3}} {
+		d, err := s.Allow(ctx, t0.Add(time.Duration(i)*time.Second), r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Allow %d = %+v, %v", i, d, err)
+		}
+		leases = append(leases, d.Lease)
+	}
+	check := func(at time.Time, p *sluice.Policy, units, n int64) {
+		t.Helper()
+		if u, l, err := s.Held(at, p); err != nil || u != units || l != n {
+			t.Errorf("Held(%v, %s) = %d, %d, %v; want %d, %d", at.Sub(t0), p.Name, u, l, err, units, n)
+		}
+	}
+	check(t0.Add(2*time.Second), &a, 3, 2)
+	check(t0.Add(2*time.Second), &b, 3, 1)
+	if _, err := s.Release(ctx, t0.Add(3*time.Second), leases[1]); err != nil {
+		t.Fatal(err)
+	}
+	check(t0.Add(3*time.Second), &a, 2, 1)
+	check(t0.Add(10*time.Second), &a, 0, 0) // k1's lease ran out at 10 s
+	check(t0.Add(10*time.Second), &b, 3, 1) // b's, taken at 2 s, runs to 12 s
+	if _, _, err := s.Held(t0, &sluice.Policy{Algorithm: sluice.TokenBucketAlgorithm, Limit: 1, Period: time.Second}); err == nil {
+		t.Error("Held of a rate policy: no error")
+	}
+}

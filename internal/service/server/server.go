@@ -233,6 +233,11 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, err
 	}
 	h.state.Store(st)
+	if _, ok := h.raw.(heldCounter); ok {
+		if err := h.reg.Register(newLeaseGauge(h)); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
 	h.metrics.SetLimits(nil, st.names)
 	h.metrics.Applied(h.now(), false)
 
