@@ -239,9 +239,9 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 			return d, err
 		}
 		if leases {
-			if w, ok := pollIn(reqs, out, poll); ok {
+			if w, exact, ok := pollIn(reqs, out, poll); ok {
 				wait, poll = w, w
-				if hasDeadline {
+				if hasDeadline && !exact {
 					// A release may come before the deadline: poll up to it.
 					wait = max(min(wait, deadline.Sub(c.Now())), time.Microsecond)
 				}
@@ -323,7 +323,7 @@ const LeasePoll = 25 * time.Millisecond
 // policy's RetryAfter, and no sooner than a rate policy that refused
 // them too admits them. It returns false when no concurrency policy
 // refused them.
-func pollIn(reqs []Request, out []Decision, last time.Duration) (time.Duration, bool) {
+func pollIn(reqs []Request, out []Decision, last time.Duration) (wait time.Duration, exact, ok bool) {
 	var rate, conc time.Duration
 	refused := false
 	for i := range reqs {
@@ -338,11 +338,15 @@ func pollIn(reqs []Request, out []Decision, last time.Duration) (time.Duration, 
 		}
 	}
 	if !refused {
-		return 0, false
+		return 0, false, false
 	}
 	step := min(max(2*last, time.Millisecond), LeasePoll)
 	if conc > 0 {
 		step = min(step, conc)
 	}
-	return max(rate, step), true
+	if rate >= step {
+		// A rate refuses until then, exactly: no release helps sooner.
+		return rate, true, true
+	}
+	return step, false, true
 }

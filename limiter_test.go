@@ -503,3 +503,29 @@ func TestWaitConcurrency(t *testing.T) {
 		})
 	})
 }
+
+// TestWaitConcurrencyAndRatePastDeadline checks that Wait fails at once,
+// without sleeping, when a concurrency policy and a rate policy both
+// refuse and the rate's exact retry time passes the deadline: no release
+// can help before then.
+func TestWaitConcurrencyAndRatePastDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := sluice.New(memstore.New(memstore.Options{}), sluice.Concurrency(1, time.Hour), sluice.TokenBucket(1, time.Hour, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l.Allow(t.Context(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("Allow = %+v, %v", d, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err = l.Wait(ctx, "k", 1)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait = %v, want DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("Wait slept %v before failing, want no sleep", waited)
+		}
+	})
+}

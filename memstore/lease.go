@@ -63,18 +63,26 @@ func (lt *leaseTaker) lease() string {
 	if lt == nil || len(lt.hs) == 0 {
 		return ""
 	}
-	var raw [16 + 8*maxLeaseKeys]byte
-	b := append(raw[:0], lt.id[:]...)
+	raw := make([]byte, 0, 16+8*maxLeaseKeys)
+	if len(lt.hs) > maxLeaseKeys {
+		raw = make([]byte, 0, 16+8*len(lt.hs))
+	}
+	b := append(raw, lt.id[:]...)
 	for _, h := range lt.hs {
 		b = binary.LittleEndian.AppendUint64(b, h)
 	}
 	var out strings.Builder
 	out.Grow(len(leasePrefix) + base64.RawURLEncoding.EncodedLen(len(b)))
 	out.WriteString(leasePrefix)
-	var enc [((16+8*maxLeaseKeys)*4 + 2) / 3]byte
+	var buf [((16+8*maxLeaseKeys)*4 + 2) / 3]byte
 	n := base64.RawURLEncoding.EncodedLen(len(b))
-	base64.RawURLEncoding.Encode(enc[:n], b)
-	out.Write(enc[:n])
+	enc := buf[:0]
+	if n > len(buf) {
+		enc = make([]byte, 0, n) // not reached: AllowAll refuses more keys (leaseKeys)
+	}
+	enc = enc[:n]
+	base64.RawURLEncoding.Encode(enc, b)
+	out.Write(enc)
 	return out.String()
 }
 
@@ -89,7 +97,8 @@ func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, err error) 
 		return id, nil, fmt.Errorf("memstore: %w: too long", sluice.ErrInvalidLease)
 	}
 	var raw [16 + 8*maxLeaseKeys]byte
-	n, err := base64.RawURLEncoding.Decode(raw[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
+	// Strict: a lease has one spelling (no stray bits in its last digit).
+	n, err := base64.RawURLEncoding.Strict().Decode(raw[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
 	b := raw[:n]
 	if err != nil || len(b) < 16+8 || (len(b)-16)%8 != 0 {
 		return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
@@ -176,8 +185,8 @@ func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Dura
 }
 
 // eachHold calls f, under its shard's lock and at the shard's time for
-// now, on the state of every key lease names that holds anything, and
-// drops the keys left holding nothing.
+// now, on the state of every key lease names; a key left holding nothing
+// stays until the sweep or Prune drops it.
 func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *concState, t int64)) error {
 	var hb [8]uint64
 	id, hs, err := parseLease(lease, hb[:0])
@@ -240,4 +249,34 @@ func (s *Store) Held(now time.Time, p *sluice.Policy) (units, leases int64, err 
 		sh.mu.Unlock()
 	}
 	return units, leases, nil
+}
+
+// errTooManyLeaseKeys is wrapped by the error of an AllowAll whose
+// requests would hold more (policy, key) pairs of concurrency policies
+// than one lease can name (64): nothing is charged.
+var errTooManyLeaseKeys = fmt.Errorf("%w: one decision may hold at most %d concurrency keys", sluice.ErrNotSupported, maxLeaseKeys)
+
+// leaseKeys checks, before anything is charged, that the concurrency
+// requests of reqs (whose hashes are hs) name at most maxLeaseKeys
+// distinct (policy, key) pairs, so that their lease can name them all.
+func leaseKeys(reqs []sluice.Request, hs []uint64) error {
+	n := 0
+	for i := range reqs {
+		if reqs[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+			n++
+		}
+	}
+	if n <= maxLeaseKeys {
+		return nil
+	}
+	seen := make(map[uint64]bool, n)
+	for i := range reqs {
+		if reqs[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+			seen[hs[i]] = true
+		}
+	}
+	if len(seen) > maxLeaseKeys {
+		return fmt.Errorf("memstore: %w, got %d", errTooManyLeaseKeys, len(seen))
+	}
+	return nil
 }

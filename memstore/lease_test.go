@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -108,5 +109,40 @@ func TestHeld(t *testing.T) {
 	check(t0.Add(10*time.Second), &b, 3, 1) // b's, taken at 2 s, runs to 12 s
 	if _, _, err := s.Held(t0, &sluice.Policy{Algorithm: sluice.TokenBucketAlgorithm, Limit: 1, Period: time.Second}); err == nil {
 		t.Error("Held of a rate policy: no error")
+	}
+}
+
+// TestLeaseKeysBound checks that an AllowAll that would hold more
+// concurrency keys than a lease can name is refused with an error before
+// anything is held, and that 64 keys still make a lease that releases
+// them all.
+func TestLeaseKeysBound(t *testing.T) {
+	ctx := context.Background()
+	s := New(Options{})
+	p := sluice.Concurrency(1, time.Hour)
+	reqs := func(n int) []sluice.Request {
+		var rs []sluice.Request
+		for i := range n {
+			rs = append(rs, sluice.Request{Policy: &p, Key: strconv.Itoa(i), Cost: 1})
+		}
+		return rs
+	}
+	if d, err := s.AllowAll(ctx, time.Time{}, reqs(maxLeaseKeys+1), nil); !errors.Is(err, sluice.ErrNotSupported) || d.Allowed {
+		t.Fatalf("AllowAll of %d keys = %+v, %v; want ErrNotSupported", maxLeaseKeys+1, d, err)
+	}
+	if d, err := s.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "0", Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("after the refused AllowAll, key 0 = %+v, %v; want free", d, err)
+	} else if _, err := s.Release(ctx, time.Time{}, d.Lease); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.AllowAll(ctx, time.Time{}, reqs(maxLeaseKeys), nil)
+	if err != nil || !d.Allowed {
+		t.Fatalf("AllowAll of %d keys = %+v, %v", maxLeaseKeys, d, err)
+	}
+	if ok, err := s.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+		t.Fatalf("Release of %d keys = %v, %v", maxLeaseKeys, ok, err)
+	}
+	if u, _, _ := s.Held(time.Time{}, &p); u != 0 {
+		t.Errorf("after the release, %d units held, want 0", u)
 	}
 }

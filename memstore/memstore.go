@@ -483,6 +483,9 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		hs = append(hs, h)
 		idx = append(idx, int(h&s.mask))
 	}
+	if err := leaseKeys(reqs, hs); err != nil {
+		return sluice.Decision{}, err
+	}
 	// A repeated (policy, key) sees the cost of the requests before it.
 	var sbuf [smallRepeat]int64
 	sums, _ := summedCosts(hs, reqs, sbuf[:0])

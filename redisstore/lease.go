@@ -52,7 +52,7 @@ func (id leaseID) text() string {
 
 // errLeaseTooLong is the error of a decision whose lease would name more
 // keys, or longer ones, than a lease may (nothing is charged).
-var errLeaseTooLong = fmt.Errorf("redisstore: the concurrency keys of one decision exceed what a lease may name (%d keys, %d bytes)", maxLeaseKeys, maxLeaseBytes)
+var errLeaseTooLong = fmt.Errorf("redisstore: %w: the concurrency keys of one decision exceed what a lease may name (%d keys, %d bytes)", sluice.ErrNotSupported, maxLeaseKeys, maxLeaseBytes)
 
 // leaseEncoding is the lease's base64: URL-safe, unpadded, and strict, so
 // that a lease has one spelling.

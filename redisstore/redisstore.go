@@ -629,7 +629,12 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		var done bool
 		d, done, err = s.parseMany(vals, reqs, out)
 		if done {
-			if err == nil && s.refusals != nil {
+			if err == nil && es != nil {
+				// es is nil when the call skipped the local refusals: no
+				// refusals kept, or a concurrency policy among the
+				// requests (a release may admit it any time), whose send
+				// time was not taken either; such a call teaches them
+				// nothing.
 				s.learnMany(cs, keys, reqs, es, d.Allowed, vals, nowArg != "", sent)
 			}
 			if err == nil && d.Allowed {

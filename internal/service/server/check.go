@@ -95,6 +95,11 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, notAtomicMessage)
 		return
 	}
+	if errors.Is(err, sluice.ErrNotSupported) {
+		// More concurrency keys than one lease can name: nothing was held.
+		writeError(w, http.StatusUnprocessableEntity, "the checks cannot be decided together: "+err.Error()+"; nothing was charged: send fewer concurrency checks in one request")
+		return
+	}
 	if err != nil {
 		if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
 			h.logger.LogAttrs(ctx, slog.LevelWarn, "check: store failed", slog.Any("error", err), slog.Int("failures_not_logged", n))

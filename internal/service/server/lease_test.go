@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -181,5 +182,27 @@ proxy:
 			!strings.Contains(rec.Body.String(), "forward-auth cannot") {
 			t.Fatalf("forward-auth = %d %s %s, want 501 problem+json saying why", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 		}
+	}
+}
+
+// TestCheckTooManyLeaseKeys checks that a check of more concurrency keys
+// than one lease can name is a 422 that says why, and holds nothing.
+func TestCheckTooManyLeaseKeys(t *testing.T) {
+	f := newFixture(t, leaseYAML)
+	var b strings.Builder
+	b.WriteString(`{"checks":[`)
+	for i := range 65 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"limit":"inflight","key":"k%d"}`, i)
+	}
+	b.WriteString("]}")
+	rec := f.check(b.String())
+	if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "at most 64 concurrency keys") {
+		t.Fatalf("65 concurrency checks = %d %s, want 422 saying at most 64", rec.Code, rec.Body)
+	}
+	if c := checkLease(t, f, `{"limit":"inflight","key":"k0"}`); c["remaining"] != 1.0 {
+		t.Errorf("k0 after the refused request = %v, want remaining 1 (nothing held)", c)
 	}
 }

@@ -238,6 +238,10 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request, cfg *confi
 // parseOverride validates a PUT body as the configuration validates a
 // limit, and checks that the rules' costs still fit.
 func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBody, now time.Time) (overrides.Override, *requestError) {
+	if l.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		return overrides.Override{}, badRequest("limit %q is a concurrency limit, which overrides do not change: "+
+			"the slots its leases hold now would stop counting under the new numbers, letting more than either limit in at once; change it in the configuration", l.Name())
+	}
 	p := sluice.Policy{Name: l.Name(), Algorithm: l.Policy.Algorithm}
 	if b.Algorithm != nil {
 		a, err := sluice.ParseAlgorithm(*b.Algorithm)
@@ -245,7 +249,7 @@ func parseOverride(cfg *config.Config, l config.Limit, key string, b *overrideBo
 			return overrides.Override{}, badRequest("algorithm: %v", err)
 		}
 		if a == sluice.ConcurrencyAlgorithm {
-			return overrides.Override{}, badRequest("algorithm: an override cannot make a limit a concurrency limit: sluice serve's doors release no lease; choose a rate algorithm")
+			return overrides.Override{}, badRequest("algorithm: an override cannot make a rate limit a concurrency limit (a concurrency limit counts what is in flight, with leases the clients must release); choose a rate algorithm, or define a concurrency limit in the configuration")
 		}
 		p.Algorithm = a
 	}

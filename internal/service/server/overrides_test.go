@@ -26,6 +26,7 @@ const ovYAML = `
 limits:
   api-key: {algorithm: token_bucket, limit: 10, period: 1s}
   tiny: {algorithm: fixed_window, limit: 2, period: 1m}
+  inflight: {algorithm: concurrency, limit: 2, lease: 1m}
   bulk: {algorithm: token_bucket, limit: 10, period: 1s}
 proxy:
   rules:
@@ -159,6 +160,8 @@ func TestOverridesValidation(t *testing.T) {
 		{"expires_at past", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","expires_at":"2020-01-01T00:00:00Z"}`, 400, "expires_at 2020-01-01T00:00:00Z is not in the future"},
 		{"capacity below a rule's cost", "/v1/overrides/bulk/k", `{"limit":3,"period":"1s"}`, 400, `the capacity 3 is below the cost 4 that proxy.rules[1].limits[0] charges to limit "bulk": no such request could pass`},
 		{"body too large", "/v1/overrides/api-key/k", `{"limit":5,"period":"1s","algorithm":"` + strings.Repeat("x", 5000) + `"}`, 400, "the body is larger than 4096 bytes"},
+		{"a concurrency limit", "/v1/overrides/inflight/k", `{"limit":5,"period":"1m"}`, 400, `limit "inflight" is a concurrency limit, which overrides do not change`},
+		{"to concurrency", "/v1/overrides/api-key/k", `{"limit":5,"period":"1m","algorithm":"concurrency"}`, 400, "an override cannot make a rate limit a concurrency limit"},
 		{"method", "/v1/overrides/api-key/k", ``, 405, "use GET, PUT or DELETE"},
 		{"no key", "/v1/overrides/api-key/", ``, 404, "use /v1/overrides/{limit}/{key}"},
 	}
