@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -133,12 +134,13 @@ func (sh *shard) decideConc(s *Store, c *compiled, h uint64, t, cost int64, comm
 			cs.expire = cs.holds.Expiry()
 			sh.makeRoom(s, t)
 			sh.conc.insert(h, cs)
-			sh.sweepConc(t)
+			sh.sweepConc(s, t)
 			lt.took(h)
 		}
 		return r
 	}
 	cs := sh.conc.slots[i].v
+	s.expire(cs, t) // counted here; Concurrency then finds none to drop
 	r := algo.Concurrency(limit, &cs.holds, t, cost, id, lease, take)
 	if take && r.Allowed {
 		lt.took(h)
@@ -147,8 +149,49 @@ func (sh *shard) decideConc(s *Store, c *compiled, h uint64, t, cost int64, comm
 	return r
 }
 
-func (sh *shard) sweepConc(t int64) {
-	sweepTable(&sh.conc, &sh.sweep, t, func(v *concState) int64 { return v.expire })
+func (sh *shard) sweepConc(s *Store, t int64) {
+	sweepTable(&sh.conc, &sh.sweep, t, func(v *concState) int64 { return v.expire }, s.dropConc)
+}
+
+// dropConc counts the holds of a key dropped by the sweep or Prune, all
+// of which ran out: its expire has passed.
+func (s *Store) dropConc(cs *concState) {
+	s.countExpired(cs.fp, cs.holds.Len())
+}
+
+// expire drops the holds of cs that ran out at t, and counts them.
+func (s *Store) expire(cs *concState, t int64) {
+	s.countExpired(cs.fp, cs.holds.Expire(t))
+}
+
+// countExpired adds n holds that ran out to the count of the policy fp.
+func (s *Store) countExpired(fp uint64, n int) {
+	if n == 0 {
+		return
+	}
+	c, ok := s.expired.Load(fp)
+	if !ok {
+		c, _ = s.expired.LoadOrStore(fp, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(int64(n))
+}
+
+// Expired returns how many leases' holds under the concurrency policy p
+// ran out without a release, since the store was made. A hold is counted
+// when the store notices: at the next decision, release or renewal on its
+// key, or when the sweep or Prune drops the key.
+func (s *Store) Expired(p *sluice.Policy) (int64, error) {
+	if p.Algorithm != sluice.ConcurrencyAlgorithm {
+		return 0, fmt.Errorf("memstore: expired: %w: %s is not a concurrency policy", sluice.ErrInvalidPolicy, p)
+	}
+	c := s.compile(p)
+	if c.err != nil {
+		return 0, c.err
+	}
+	if v, ok := s.expired.Load(c.fp); ok {
+		return v.(*atomic.Int64).Load(), nil
+	}
+	return 0, nil
 }
 
 // Release frees what lease still holds at now (zero: the store's clock)
@@ -203,6 +246,7 @@ func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *co
 			// drops it (its expire is 0), so that a key taken and
 			// released in turn keeps its state's memory.
 			cs := sh.conc.slots[i].v
+			s.expire(cs, tt)
 			f(id, cs, tt)
 			cs.expire = cs.holds.Expiry()
 		}

@@ -146,3 +146,46 @@ func TestLeaseKeysBound(t *testing.T) {
 		t.Errorf("after the release, %d units held, want 0", u)
 	}
 }
+
+// TestExpired checks that Expired counts the holds that ran out without a
+// release, once each, whether the store notices them at a decision, a
+// release or Prune, and not the ones released in time.
+func TestExpired(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+	s := New(Options{})
+	p := sluice.Concurrency(10, 10*time.Second).Named("p")
+	at := func(sec int) time.Time { return t0.Add(time.Duration(sec) * time.Second) }
+	take := func(sec int, key string) string {
+		t.Helper()
+		d, err := s.Allow(ctx, at(sec), sluice.Request{Policy: &p, Key: key, Cost: 1})
+		if err != nil || !d.Allowed {
+			t.Fatalf("Allow(%s) = %+v, %v", key, d, err)
+		}
+		return d.Lease
+	}
+	want := func(n int64) {
+		t.Helper()
+		if got, err := s.Expired(&p); err != nil || got != n {
+			t.Errorf("Expired = %d, %v; want %d", got, err, n)
+		}
+	}
+	a1, a2 := take(0, "a"), take(0, "a")
+	b := take(0, "b")
+	take(0, "c")
+	if ok, _ := s.Release(ctx, at(5), a1); !ok {
+		t.Fatal("Release(a1) freed nothing")
+	}
+	want(0)
+	take(11, "a") // a2 ran out at 10 s: noticed by this decision
+	want(1)
+	if ok, _ := s.Release(ctx, at(12), b); ok {
+		t.Fatal("Release(b) after its expiry freed something")
+	}
+	want(2) // b, noticed by its late release
+	if ok, _ := s.Release(ctx, at(12), a2); ok {
+		t.Fatal("Release(a2) again freed something")
+	}
+	s.Prune(at(30)) // c, and a's last hold, dropped with their keys
+	want(4)
+}

@@ -80,6 +80,10 @@ type Store struct {
 	baseUS   int64
 	policies [policyCacheSize]atomic.Pointer[compiled]
 
+	// expired counts, per concurrency policy's fingerprint, the holds
+	// that ran out without a release (*atomic.Int64 values).
+	expired sync.Map
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -748,26 +752,29 @@ func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n + sh.conc.n 
 const sweepSteps = 4
 
 func (sh *shard) sweepTAT(t int64) {
-	sweepTable(&sh.tat, &sh.sweep, t, func(v algo.TAT) int64 { return v.Expiry() })
+	sweepTable(&sh.tat, &sh.sweep, t, func(v algo.TAT) int64 { return v.Expiry() }, nil)
 }
 
 func (sh *shard) sweepWin(t int64) {
-	sweepTable(&sh.win, &sh.sweep, t, func(v algo.Window) int64 { return v.Expire })
+	sweepTable(&sh.win, &sh.sweep, t, func(v algo.Window) int64 { return v.Expire }, nil)
 }
 
 func (sh *shard) sweepLogs(t int64) {
-	sweepTable(&sh.logs, &sh.sweep, t, func(v *logState) int64 { return v.expire })
+	sweepTable(&sh.logs, &sh.sweep, t, func(v *logState) int64 { return v.expire }, nil)
 }
 
 // sweepTable examines sweepSteps slots from the cursor and drops the
 // entries that are back to initial at t.
-func sweepTable[V any](tb *table[V], cursor *int, t int64, expiry func(V) int64) {
+func sweepTable[V any](tb *table[V], cursor *int, t int64, expiry func(V) int64, drop func(V)) {
 	if len(tb.slots) == 0 {
 		return
 	}
 	for range sweepSteps {
 		i := *cursor % len(tb.slots)
 		if tb.slots[i].h != 0 && expiry(tb.slots[i].v) <= t {
+			if drop != nil {
+				drop(tb.slots[i].v)
+			}
 			tb.remove(i) // the slot may now hold a shifted entry: look again next time
 		} else {
 			*cursor = i + 1
@@ -825,10 +832,10 @@ func (s *Store) Prune(now time.Time) int {
 	dropped := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
-		dropped += pruneTable(sh, &sh.tat, t, func(v algo.TAT) int64 { return v.Expiry() })
-		dropped += pruneTable(sh, &sh.win, t, func(v algo.Window) int64 { return v.Expire })
-		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire })
-		dropped += pruneTable(sh, &sh.conc, t, func(v *concState) int64 { return v.expire })
+		dropped += pruneTable(sh, &sh.tat, t, func(v algo.TAT) int64 { return v.Expiry() }, nil)
+		dropped += pruneTable(sh, &sh.win, t, func(v algo.Window) int64 { return v.Expire }, nil)
+		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire }, nil)
+		dropped += pruneTable(sh, &sh.conc, t, func(v *concState) int64 { return v.expire }, s.dropConc)
 	}
 	return dropped
 }
@@ -836,7 +843,7 @@ func (s *Store) Prune(now time.Time) int {
 // pruneChunk is how many slots Prune examines per lock acquisition.
 const pruneChunk = 512
 
-func pruneTable[V any](sh *shard, tb *table[V], t int64, expiry func(V) int64) int {
+func pruneTable[V any](sh *shard, tb *table[V], t int64, expiry func(V) int64, drop func(V)) int {
 	dropped := 0
 	for start := 0; ; start += pruneChunk {
 		sh.mu.Lock()
@@ -849,6 +856,9 @@ func pruneTable[V any](sh *shard, tb *table[V], t int64, expiry func(V) int64) i
 		}
 		for i := start; i < min(start+pruneChunk, len(tb.slots)); i++ {
 			for tb.slots[i].h != 0 && expiry(tb.slots[i].v) <= tt {
+				if drop != nil {
+					drop(tb.slots[i].v)
+				}
 				tb.remove(i)
 				dropped++
 			}

@@ -23,8 +23,9 @@ func (h *Holds) Len() int { return len(h.hs) }
 // All returns the holds kept, expired or not. The slice is h's own.
 func (h *Holds) All() []Hold { return h.hs }
 
-// Expire drops the holds that no longer count at t.
-func (h *Holds) Expire(t int64) {
+// Expire drops the holds that no longer count at t and returns how many
+// it dropped.
+func (h *Holds) Expire(t int64) int {
 	k := 0
 	for _, x := range h.hs {
 		if x.Expiry > t {
@@ -32,8 +33,10 @@ func (h *Holds) Expire(t int64) {
 			k++
 		}
 	}
+	n := len(h.hs) - k
 	clear(h.hs[k:])
 	h.hs = h.hs[:k]
+	return n
 }
 
 // Held returns the units held at t.

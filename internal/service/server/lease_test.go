@@ -89,6 +89,9 @@ func TestCheckLease(t *testing.T) {
 	if c := checkLease(t, f, one); c["allowed"] != true || c["remaining"] != 1.0 {
 		t.Fatalf("check after every lease expired = %v, want allowed with remaining 1", c)
 	}
+	if got := counter(t, f.reg, "sluice_lease_expired_total", "inflight"); got != 1 {
+		t.Errorf("sluice_lease_expired_total{limit=inflight} = %v, want 1 (the lease never released)", got)
+	}
 	if got := counter(t, f.reg, "sluice_lease_units_held", "inflight"); got != 1 {
 		t.Errorf("sluice_lease_units_held{limit=inflight} = %v after the expiry and one new check, want 1", got)
 	}

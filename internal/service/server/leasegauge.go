@@ -14,20 +14,26 @@ import (
 // absent.
 type heldCounter interface {
 	Held(now time.Time, p *sluice.Policy) (units, leases int64, err error)
+	Expired(p *sluice.Policy) (int64, error)
 }
 
-// leaseGauge reports, at each scrape, sluice_lease_units_held: the units
+// leaseGauge reports, at each scrape, sluice_lease_units_held (the units
 // each concurrency limit of the configuration in use holds, over all its
-// keys. It is an unchecked collector (Describe yields nothing), since the
+// keys) and sluice_lease_expired_total (the leases that ran out without a
+// release). It is an unchecked collector (Describe yields nothing), since the
 // limits change with every reload.
 type leaseGauge struct {
-	h    *Handler
-	desc *prometheus.Desc
+	h             *Handler
+	held, expired *prometheus.Desc
 }
 
 func newLeaseGauge(h *Handler) leaseGauge {
-	return leaseGauge{h: h, desc: prometheus.NewDesc("sluice_lease_units_held",
-		"Units held by the leases of each concurrency limit, over all its keys, at the scrape (memory store only).", []string{"limit"}, nil)}
+	return leaseGauge{h: h,
+		held: prometheus.NewDesc("sluice_lease_units_held",
+			"Units held by the leases of each concurrency limit, over all its keys, at the scrape (memory store only).", []string{"limit"}, nil),
+		expired: prometheus.NewDesc("sluice_lease_expired_total",
+			"Leases of each concurrency limit whose holds ran out without a release, counted when the store notices (memory store only).", []string{"limit"}, nil),
+	}
 }
 
 func (g leaseGauge) Describe(chan<- *prometheus.Desc) {}
@@ -43,7 +49,10 @@ func (g leaseGauge) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		if units, _, err := hc.Held(time.Time{}, &l.Policy); err == nil {
-			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(units), l.Name())
+			ch <- prometheus.MustNewConstMetric(g.held, prometheus.GaugeValue, float64(units), l.Name())
+		}
+		if n, err := hc.Expired(&l.Policy); err == nil {
+			ch <- prometheus.MustNewConstMetric(g.expired, prometheus.CounterValue, float64(n), l.Name())
 		}
 	}
 }
