@@ -25,9 +25,6 @@ var _ sluice.Inspector = (*Store)(nil)
 var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, error) {
 	var out [len(algorithmFiles)]*rueidis.Lua
 	for a, f := range algorithmFiles {
-		if sluice.Algorithm(a) == sluice.ConcurrencyAlgorithm {
-			continue // Inspect refuses concurrency policies
-		}
 		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
 		src, err := scriptSource(false, nil, slices.Concat([]string{textNow, "muldivmod.lua", "lib.lua"}, f.files, []string{decide, "inspect.lua"})...)
 		if err != nil {
@@ -44,20 +41,21 @@ const (
 	inspectTAT    = 1 + replyWidth + 2
 	inspectWindow = 1 + replyWidth + 3
 	inspectLog    = 1 + replyWidth + 4
+	inspectHolds  = 1 + replyWidth + 3
 )
 
 // Inspect returns the state the store keeps in Redis for req's key under
 // its policy, and the decision Peek would make for req, read in one script
-// call on Redis's clock (or at now, under Options.CallerTime). It charges
-// nothing, and with Redis's clock writes nothing. The failure policy does
-// not apply: when Redis cannot answer, Inspect returns the error.
+// call on Redis's clock (or at now, under Options.CallerTime). For a
+// concurrency policy the state is the units held, by how many leases, and
+// when the last of them expires; expired holds count for nothing. It
+// charges nothing, and with Redis's clock writes nothing, not even the
+// drop of expired holds. The failure policy does not apply: when Redis
+// cannot answer, Inspect returns the error.
 func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) (sluice.State, error) {
 	c, err := s.check(&req)
 	if err != nil {
 		return sluice.State{}, err
-	}
-	if c.conc() {
-		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w: the state of a concurrency policy", sluice.ErrNotSupported)
 	}
 	scripts, err := inspectScripts()
 	if err != nil {
@@ -97,6 +95,8 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		want = inspectWindow
 	case sluice.SlidingLogAlgorithm:
 		want = inspectLog
+	case sluice.ConcurrencyAlgorithm:
+		want = inspectHolds
 	}
 	if len(vals) != want || vals[0] < 0 || vals[0] >= maxTime {
 		return sluice.State{}, malformed
@@ -151,6 +151,15 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		}
 		v = algo.View{Now: t, Entries: int(entries), Counted: counted, Oldest: oldest, Newest: newest}
 		tracked = entries > 0
+	case sluice.ConcurrencyAlgorithm:
+		// Every hold holds at least one unit and counts until its expiry,
+		// after t.
+		held, leases, expires := state[0], state[1], state[2]
+		if held > p.Limit || leases > held || (leases == 0) != (held == 0) || (leases == 0) != (expires == 0) || (leases > 0 && expires <= t) {
+			return sluice.State{}, malformed
+		}
+		v = algo.View{Now: t, Held: held, Leases: leases, Expires: expires}
+		tracked = leases > 0
 	default:
 		// The script's L is divided by gcd(L, P): its frac counts 1/(L/g)
 		// µs, g/L µs each.

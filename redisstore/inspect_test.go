@@ -58,6 +58,102 @@ func TestInspectDifferential(t *testing.T) {
 	}
 }
 
+// TestInspectConcurrency replays holds taken, renewed, released and
+// expired at the caller's times on the memory store and on Redis, and
+// checks that Inspect reports the same State from both, and the holds
+// that count, after each step.
+func TestInspectConcurrency(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	ctx := t.Context()
+	p := sluice.Concurrency(5, 10*time.Second)
+	ms := memstore.New(memstore.Options{})
+	rs := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
+	t0 := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	type leases struct{ mem, redis string }
+	held := map[string]leases{}
+	steps := []struct {
+		at     time.Duration
+		op     string // "allow", "renew" or "release" lease name, or "inspect"
+		lease  string
+		cost   int64
+		held   int64 // after the step, at its time
+		count  int64 // leases that hold units
+		expiry time.Duration
+	}{
+		{0, "inspect", "", 1, 0, 0, 0},
+		{0, "allow", "a", 2, 2, 1, 10 * time.Second},
+		{time.Second, "allow", "b", 1, 3, 2, 11 * time.Second},
+		{2 * time.Second, "allow", "c", 1, 4, 3, 12 * time.Second},
+		{3 * time.Second, "release", "b", 0, 3, 2, 12 * time.Second},
+		{4 * time.Second, "renew", "c", 0, 3, 2, 14 * time.Second},
+		{5 * time.Second, "allow", "d", 1, 4, 3, 15 * time.Second},
+		{6 * time.Second, "inspect", "", 2, 4, 3, 15 * time.Second},
+		// a expires at 10s: c and d hold 2 units.
+		{10 * time.Second, "inspect", "", 1, 2, 2, 15 * time.Second},
+		{10*time.Second + 500*time.Millisecond, "inspect", "", 4, 2, 2, 15 * time.Second},
+		{14 * time.Second, "inspect", "", 5, 1, 1, 15 * time.Second},
+		{15 * time.Second, "inspect", "", 1, 0, 0, 0},
+	}
+	req := sluice.Request{Policy: &p, Key: "k"}
+	for i, s := range steps {
+		at := t0.Add(s.at)
+		req.Cost = max(s.cost, 1)
+		switch s.op {
+		case "allow":
+			dm, errm := ms.Allow(ctx, at, req)
+			dr, errr := rs.Allow(ctx, at, req)
+			if errm != nil || errr != nil || !dm.Allowed || !dr.Allowed {
+				t.Fatalf("step %d: Allow(%v, cost %d) = %+v, %v from Redis; %+v, %v from memory; want allowed", i, s.at, s.cost, dr, errr, dm, errm)
+			}
+			held[s.lease] = leases{dm.Lease, dr.Lease}
+		case "release":
+			okm, errm := ms.Release(ctx, at, held[s.lease].mem)
+			okr, errr := rs.Release(ctx, at, held[s.lease].redis)
+			if errm != nil || errr != nil || !okm || !okr {
+				t.Fatalf("step %d: Release(%s) = %v, %v from Redis; %v, %v from memory; want true", i, s.lease, okr, errr, okm, errm)
+			}
+		case "renew":
+			_, errm := ms.Renew(ctx, at, held[s.lease].mem)
+			_, errr := rs.Renew(ctx, at, held[s.lease].redis)
+			if errm != nil || errr != nil {
+				t.Fatalf("step %d: Renew(%s): %v from Redis, %v from memory", i, s.lease, errr, errm)
+			}
+		}
+		want, werr := ms.Inspect(ctx, at, req)
+		got, gerr := rs.Inspect(ctx, at, req)
+		if werr != nil || gerr != nil || got != want {
+			t.Fatalf("step %d: Inspect(%v, cost %d):\nredis  %+v, %v\nmemory %+v, %v", i, s.at, req.Cost, got, gerr, want, werr)
+		}
+		var expires time.Time
+		if s.count > 0 {
+			expires = t0.Add(s.expiry)
+		}
+		if got.Held != s.held || got.Leases != s.count || !got.Expires.Equal(expires) || got.Tracked != (s.count > 0) || !got.At.Equal(at) {
+			t.Errorf("step %d: Inspect at %v = held %d by %d leases until %v (tracked %v, at %v); want %d by %d until %v",
+				i, s.at, got.Held, got.Leases, got.Expires, got.Tracked, got.At, s.held, s.count, expires)
+		}
+		fits := s.held+req.Cost <= p.Limit
+		if got.Decision.Allowed != fits || fits && got.Decision.Remaining != p.Limit-s.held-req.Cost {
+			t.Errorf("step %d: Inspect(cost %d) decision %+v with %d held", i, req.Cost, got.Decision, s.held)
+		}
+	}
+	if _, err := rs.Inspect(ctx, t0.Add(time.Minute), sluice.Request{Policy: &p, Key: "k", Cost: 6}); !errorsIs(err, sluice.ErrCostExceedsCapacity) {
+		t.Errorf("Inspect(cost 6) error = %v, want ErrCostExceedsCapacity", err)
+	}
+
+	// One lease that holds a key twice (an AllowAll that repeats it) is
+	// one lease, with one hold of the summed units on Redis.
+	at := t0.Add(2 * time.Minute)
+	reqs := []sluice.Request{{Policy: &p, Key: "r", Cost: 1}, {Policy: &p, Key: "r", Cost: 2}}
+	if d, err := rs.AllowAll(ctx, at, reqs, nil); err != nil || !d.Allowed {
+		t.Fatalf("AllowAll(r twice) = %+v, %v; want allowed", d, err)
+	}
+	st, err := rs.Inspect(ctx, at, reqs[0])
+	if err != nil || st.Held != 3 || st.Leases != 1 || !st.Expires.Equal(at.Add(p.Period)) {
+		t.Errorf("Inspect after AllowAll(r twice) = held %d by %d leases until %v, %v; want 3 by 1 until %v", st.Held, st.Leases, st.Expires, err, at.Add(p.Period))
+	}
+}
+
 // TestInspectRedisClock inspects keys on Redis's own clock: the state
 // reflects the requests made, and nothing is written.
 func TestInspectRedisClock(t *testing.T) {
@@ -67,6 +163,7 @@ func TestInspectRedisClock(t *testing.T) {
 	for _, p := range []sluice.Policy{
 		sluice.TokenBucket(10, time.Hour, 0), sluice.LeakyBucket(10, time.Hour, 0),
 		sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(10, time.Hour), sluice.SlidingLog(10, time.Hour),
+		sluice.Concurrency(10, time.Hour),
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
@@ -76,6 +173,13 @@ func TestInspectRedisClock(t *testing.T) {
 			}
 			for range 3 {
 				if _, err := st.Allow(ctx, time.Time{}, req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if p.Algorithm == sluice.ConcurrencyAlgorithm {
+				// A hold that expired long ago: Inspect ignores it and,
+				// unlike a decision, leaves it in place.
+				if _, err := srv.Do("HSET", st.policies.get(&p).key(st.prefix, "k"), "AAAAAAAAAAAAAAAAAAAAAA", "4 1000000 3600000000"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -105,6 +209,10 @@ func TestInspectRedisClock(t *testing.T) {
 			case sluice.SlidingLogAlgorithm:
 				if got.Counted != 3 || got.Entries < 1 {
 					t.Errorf("Counted %d in %d entries, want 3", got.Counted, got.Entries)
+				}
+			case sluice.ConcurrencyAlgorithm:
+				if d := got.Expires.Sub(got.At); got.Held != 3 || got.Leases != 3 || d <= 59*time.Minute || d > time.Hour {
+					t.Errorf("%d held by %d leases until %v after At; want 3 by 3, about an hour", got.Held, got.Leases, d)
 				}
 			}
 		})

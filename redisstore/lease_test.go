@@ -470,6 +470,17 @@ func leaseDifferential(t *testing.T, addrs []string, seeds int) {
 						dm, errm = mem.Peek(ctx, now, q)
 						dr, errr = rs.Peek(ctx, now, q)
 						what += fmt.Sprintf(" Peek(%v, %d)", q.Policy, q.Cost)
+						// Inspect reads what Peek read, on both stores. The
+						// memory store counts the two holds of a lease whose
+						// AllowAll repeated the key as two leases, Redis as
+						// the one lease they are.
+						sm, errsm := mem.Inspect(ctx, now, q)
+						sr, errsr := rs.Inspect(ctx, now, q)
+						leasesOK := sr.Leases <= sm.Leases && (sr.Leases == 0) == (sm.Leases == 0)
+						sr.Leases = sm.Leases
+						if (errsm == nil) != (errsr == nil) || sr != sm || !leasesOK || (errsr == nil && sr.Decision != dr) {
+							t.Fatalf("%s: Inspect = %+v, %v from Redis; %+v, %v from memory", what, sr, errsr, sm, errsm)
+						}
 					default:
 						reqs := []sluice.Request{q, req(), req()}[:2+r.IntN(2)]
 						outm, outr := make([]sluice.Decision, len(reqs)), make([]sluice.Decision, len(reqs))

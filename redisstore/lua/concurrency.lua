@@ -88,19 +88,15 @@ local function conc_write(key, hs, gone, set, now)
   call('PEXPIRE', key, format('%d', floor((dt + 999) / 1000) + PAD))
 end
 
--- conc_decide decides a request of cost units at now on the holds at key
--- (algorithm and maxdelay are unused: it has the signature of tat_decide),
--- under at most L units held at once, and returns allowed, remaining,
--- retry (µs, -1 for never), reset (µs) and delay (0). With commit an
--- admitted request's hold of cost units, named id (B's place in the
--- arguments) and expiring P µs after now, is added; a second hold of the
--- same id (AllowAll's repeated key) adds its units to the first. A cost of
--- 0 asks for the state. It returns no state for local refusals: a release
--- can admit at any moment what a refusal refused.
-local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay)
-  local hs, gone, w, t = conc_read(key, now)
+-- conc_judge decides a request of cost units at t on the holds hs that
+-- count at t (as conc_read returns them), under at most L units held at
+-- once, and returns allowed, remaining, retry (µs, -1 for never) and reset
+-- (µs). With commit an admitted request's hold of cost units, named id and
+-- expiring P µs after t, is added to hs and id to set; a second hold of
+-- the same id (AllowAll's repeated key) adds its units to the first. A
+-- cost of 0 asks for the state. It reads and writes nothing in Redis.
+local function conc_judge(hs, L, P, id, t, cost, commit, set)
   local held, last = conc_last(hs)
-  local set = {}
   local ok, rem, retry, reset
   if cost > L then
     rem = L - held
@@ -158,6 +154,19 @@ local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay
     end
     ok, retry, reset = false, at - t, last - t
   end
+  return ok, rem, retry, reset
+end
+
+-- conc_decide decides a request of cost units at now on the holds at key
+-- (algorithm and maxdelay are unused: it has the signature of tat_decide),
+-- as conc_judge does with id B's place in the arguments, and returns
+-- allowed, remaining, retry, reset and delay (0), writing what changed.
+-- It returns no state for local refusals: a release can admit at any
+-- moment what a refusal refused.
+local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay)
+  local hs, gone, w, t = conc_read(key, now)
+  local set = {}
+  local ok, rem, retry, reset = conc_judge(hs, L, P, id, t, cost, commit, set)
   if #gone > 0 or next(set) or (TRACK and t > w) then
     conc_write(key, hs, gone, set, t)
   end

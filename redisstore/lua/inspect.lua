@@ -5,21 +5,24 @@
 -- KEYS[1]: the state key.
 -- ARGV (text, unlike single.lua's one packed argument): now (see
 --   lib.lua), the operation (ignored: nothing is charged), the algorithm's
---   code (tb, gcra, lb, fw, sw or sl), L, P (µs), B, cost, and maxdelay
---   (µs, -1 for none).
+--   code (tb, gcra, lb, fw, sw, sl or cc), L, P (µs), B (unused by cc),
+--   cost, and maxdelay (µs, -1 for none).
 -- Reply: now (µs, never before the latest time the key has seen), then
 --   allowed, remaining, retry, reset and delay as single.lua's, then the
 --   state as stored:
 --   the token-bucket family: at and frac (in 1/L µs of the divided L);
 --   the windows: start, prev and curr;
 --   the sliding log: the entries that count at now, their summed cost,
---   and the times of the oldest and newest of them.
--- With Redis's clock nothing is written. With the caller's time, the peek
--- records the time as the latest seen, as Peek does.
+--   and the times of the oldest and newest of them;
+--   concurrency: the units held at now, the number of holds that hold
+--   them, and the latest of their expiries (0 for none).
+-- With Redis's clock nothing is written, not even the drop of expired
+-- holds. With the caller's time, the peek records the time as the latest
+-- seen, as Peek does.
 local key, code = KEYS[1], ARGV[3]
 local L, P, B = tonumber(ARGV[4]), period(ARGV[5]), tonumber(ARGV[6])
 local now = NOW
-local state
+local state, hs
 if code == 'sl' then
   local head = call('LRANGE', key, 0, 1)
   local sum, w = 0, 0
@@ -76,6 +79,11 @@ elseif code == 'fw' or code == 'sw' then
     now = w
   end
   state = {start, prev, curr}
+elseif code == 'cc' then
+  local h, _, _, t = conc_read(key, now)
+  hs, now = h, t
+  local held, last = conc_last(hs)
+  state = {held, #hs, last}
 else
   local at, frac, w = tat_load(key)
   if now < w then
@@ -83,7 +91,14 @@ else
   end
   state = {at, frac}
 end
-local ok, rem, retry, reset, delay = decide(key, algorithm, L, P, B, NOW, tonumber(ARGV[7]), false, tonumber(ARGV[8]))
+local ok, rem, retry, reset, delay
+if code == 'cc' and not TRACK then
+  -- conc_decide would drop the expired holds.
+  ok, rem, retry, reset = conc_judge(hs, L, P, '', now, tonumber(ARGV[7]), false, {})
+  delay = 0
+else
+  ok, rem, retry, reset, delay = decide(key, algorithm, L, P, B, NOW, tonumber(ARGV[7]), false, tonumber(ARGV[8]))
+end
 local out = {now, 0, rem, retry, reset, delay}
 if ok then
   out[2] = 1
