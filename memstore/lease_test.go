@@ -189,3 +189,26 @@ func TestExpired(t *testing.T) {
 	s.Prune(at(30)) // c, and a's last hold, dropped with their keys
 	want(4)
 }
+
+// TestLeaseOneKeyTwice checks that a lease naming one key twice (an
+// AllowAll with two requests of it) holds it once, with the summed units,
+// as the Redis store does: one lease in Inspect, the units freed together.
+func TestLeaseOneKeyTwice(t *testing.T) {
+	ctx := context.Background()
+	s := New(Options{})
+	p := sluice.Concurrency(5, time.Minute)
+	d, err := s.AllowAll(ctx, time.Time{}, []sluice.Request{{Policy: &p, Key: "k", Cost: 1}, {Policy: &p, Key: "k", Cost: 2}}, nil)
+	if err != nil || !d.Allowed {
+		t.Fatalf("AllowAll = %+v, %v", d, err)
+	}
+	st, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 1})
+	if err != nil || st.Held != 3 || st.Leases != 1 {
+		t.Fatalf("Inspect = held %d, leases %d, %v; want 3 held by 1 lease", st.Held, st.Leases, err)
+	}
+	if ok, err := s.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	if u, l, _ := s.Held(time.Time{}, &p); u != 0 || l != 0 {
+		t.Errorf("after the release: %d units by %d leases, want none", u, l)
+	}
+}

@@ -82,7 +82,7 @@ func Concurrency(limit int64, h *Holds, t, cost int64, id [16]byte, lease int64,
 		if cost > 0 {
 			expiry = max(expiry, t+lease)
 			if commit {
-				h.hs = append(h.hs, Hold{ID: id, Units: cost, Expiry: t + lease, Lease: lease})
+				h.take(Hold{ID: id, Units: cost, Expiry: t + lease, Lease: lease})
 			}
 		}
 		return Verdict{Allowed: true, Remaining: limit - held - cost, ResetAfter: ceilMillis(max(expiry-t, 0))}
@@ -92,6 +92,18 @@ func Concurrency(limit int64, h *Holds, t, cost int64, id [16]byte, lease int64,
 		RetryAfter: retryMillis(fitsAt(h.hs, held+cost-limit) - t),
 		ResetAfter: ceilMillis(h.Expiry() - t),
 	}
+}
+
+// take adds x to h, or its units to the hold of the same lease taken at
+// the same time (a lease that names one key twice holds it once).
+func (h *Holds) take(x Hold) {
+	for i := range h.hs {
+		if y := &h.hs[i]; y.ID == x.ID && y.Expiry == x.Expiry {
+			y.Units += x.Units
+			return
+		}
+	}
+	h.hs = append(h.hs, x)
 }
 
 // fitsAt returns the first time at which holds of at least need units will
