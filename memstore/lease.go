@@ -101,7 +101,8 @@ func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, err error) 
 	// Strict: a lease has one spelling (no stray bits in its last digit).
 	n, err := base64.RawURLEncoding.Strict().Decode(raw[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
 	b := raw[:n]
-	if err != nil || len(b) < 16+8 || (len(b)-16)%8 != 0 {
+	// The decoder skips line breaks: a lease with any is another spelling.
+	if err != nil || base64.RawURLEncoding.EncodedLen(n) != len(rest) || len(b) < 16+8 || (len(b)-16)%8 != 0 {
 		return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
 	}
 	copy(id[:], b)
