@@ -391,7 +391,17 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
 		return s.allowLeased(now, req, c)
 	}
-	return s.decideOne(now, req, c, nil)
+	t := s.micros(now)
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	d := sh.decide(s, c, req, h, t, req.Cost, true, nil)
+	sh.mu.Unlock()
+	if d.RetryAfter == sluice.Never {
+		return d, capacityError(req)
+	}
+	return d, nil
 }
 
 // allowLeased is allow for a concurrency policy: the decision takes a
@@ -411,22 +421,6 @@ func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sl
 	}
 	return sluice.Decision{Allowed: r.Allowed, Limit: req.Policy.Limit, Remaining: r.Remaining,
 		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Lease: lt.lease()}, nil
-}
-
-// decideOne decides req, valid and compiled as c, on its shard, and
-// charges it when admitted; a concurrency policy's hold is taken for lt.
-func (s *Store) decideOne(now time.Time, req *sluice.Request, c *compiled, lt *leaseTaker) (sluice.Decision, error) {
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
-	d := sh.decide(s, c, req, h, t, req.Cost, true, lt)
-	sh.mu.Unlock()
-	if d.RetryAfter == sluice.Never {
-		return d, capacityError(req)
-	}
-	return d, nil
 }
 
 // Peek decides req without charging it.
