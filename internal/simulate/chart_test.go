@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	"image/png"
 	"io"
@@ -215,31 +216,39 @@ func TestTrailingMaxima(t *testing.T) {
 		w := 1 + rng.Int64N(40)
 		slicesN := 1 + rng.IntN(int(600/w)+1)
 		got, peak := trailingMaxima(evs, period, 0, w, slicesN)
-		f := func(t int64) int64 { // cost within (t − period, t]
-			var s int64
-			for _, e := range evs {
-				if e.t <= t && t < e.t+period {
-					s += e.cost
-				}
-			}
-			return s
-		}
-		var wantPeak int64
-		for t0 := int64(0); t0 < 600; t0++ {
-			wantPeak = max(wantPeak, f(t0))
-		}
-		for i := range slicesN {
-			var want int64
-			for t0 := int64(i) * w; t0 < int64(i+1)*w; t0++ {
-				want = max(want, f(t0))
-			}
-			if got[i] != want {
-				t.Fatalf("trial %d: slice %d = %d, want %d (events %v, period %d, width %d)", trial, i, got[i], want, evs, period, w)
+		checkMaxima(t, fmt.Sprintf("trial %d, period %d", trial, period), evs, w, got, peak, func(event) int64 { return period })
+	}
+}
+
+// checkMaxima checks got and peak, the slice maxima of width w and the
+// overall maximum of the cost the events hold over [0, 600) µs, against
+// a count at every µs; an event e holds from e.t for hold(e).
+func checkMaxima(t *testing.T, what string, evs []event, w int64, got []int64, peak int64, hold func(event) int64) {
+	t.Helper()
+	f := func(t int64) int64 {
+		var s int64
+		for _, e := range evs {
+			if e.t <= t && t < e.t+hold(e) {
+				s += e.cost
 			}
 		}
-		if peak != wantPeak {
-			t.Fatalf("trial %d: peak %d, want %d (events %v, period %d)", trial, peak, wantPeak, evs, period)
+		return s
+	}
+	var wantPeak int64
+	for t0 := int64(0); t0 < 600; t0++ {
+		wantPeak = max(wantPeak, f(t0))
+	}
+	for i := range got {
+		var want int64
+		for t0 := int64(i) * w; t0 < int64(i+1)*w; t0++ {
+			want = max(want, f(t0))
 		}
+		if got[i] != want {
+			t.Fatalf("%s: slice %d = %d, want %d (events %v, width %d)", what, i, got[i], want, evs, w)
+		}
+	}
+	if peak != wantPeak {
+		t.Fatalf("%s: peak %d, want %d (events %v)", what, peak, wantPeak, evs)
 	}
 }
 
@@ -293,31 +302,7 @@ func TestHeldMaxima(t *testing.T) {
 		w := 1 + rng.Int64N(40)
 		slicesN := 1 + rng.IntN(int(600/w)+1)
 		got, peak := heldMaxima(evs, 0, w, slicesN)
-		f := func(t int64) int64 { // cost held at t
-			var s int64
-			for _, e := range evs {
-				if e.t <= t && t < e.t+e.d {
-					s += e.cost
-				}
-			}
-			return s
-		}
-		var wantPeak int64
-		for t0 := int64(0); t0 < 600; t0++ {
-			wantPeak = max(wantPeak, f(t0))
-		}
-		for i := range slicesN {
-			var want int64
-			for t0 := int64(i) * w; t0 < int64(i+1)*w; t0++ {
-				want = max(want, f(t0))
-			}
-			if got[i] != want {
-				t.Fatalf("trial %d: slice %d = %d, want %d (events %v, width %d)", trial, i, got[i], want, evs, w)
-			}
-		}
-		if peak != wantPeak {
-			t.Fatalf("trial %d: peak %d, want %d (events %v)", trial, peak, wantPeak, evs)
-		}
+		checkMaxima(t, fmt.Sprintf("trial %d", trial), evs, w, got, peak, func(e event) int64 { return e.d })
 	}
 }
 
