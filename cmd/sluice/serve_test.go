@@ -543,8 +543,10 @@ proxy:
 
 	t.Run("stalled check", func(t *testing.T) {
 		c, br := dial()
-		io.WriteString(c, head("/v1/check", len(body))+body[:len(body)/2])
+		// The clock starts before the write: the service may start its
+		// timer before io.WriteString returns here.
 		sent := time.Now()
+		io.WriteString(c, head("/v1/check", len(body))+body[:len(body)/2])
 		resp, b := read(br)
 		took := time.Since(sent)
 		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(b, "the request body did not arrive within 200ms") {
