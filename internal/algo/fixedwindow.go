@@ -45,7 +45,7 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		return end - now
 	}
 	if cost > p.Limit {
-		return s, Verdict{Remaining: p.Limit - count, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
+		return s, Verdict{Remaining: max(p.Limit-count, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
 	}
 	if count+cost <= p.Limit {
 		count += cost
@@ -56,7 +56,7 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		return ns, Verdict{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
 	}
 	return s, Verdict{
-		Remaining:  p.Limit - count,
+		Remaining:  max(p.Limit-count, 0),
 		RetryAfter: retryMillis(end - now),
 		ResetAfter: ceilMillis(resetAfter(count)),
 	}

@@ -21,14 +21,17 @@ func (s TAT) Expiry() int64 {
 }
 
 // backlog returns max(tat − now, 0) as whole µs plus a remainder in 1/L µs,
-// never more than the horizon H = hq + hr/L = B·T. Every admitted request
-// leaves tat ≤ now + H, so a larger backlog is only seen when the clock has
-// stepped backwards; it is read as H, an empty bucket, as if now were
-// tat − H, an instant no later than the latest one the state has seen. The
-// comparisons are written so that no value of now can overflow them.
-func (s TAT) backlog(now, hq, hr int64) (q, r int64) {
-	if d := s.At - hq; d > now || (d == now && s.Frac > hr) {
-		return hq, hr
+// never more than MaxBacklogMicros. A backlog beyond the horizon
+// H = hq + hr/L = B·T is a debt (Debit passes H; nothing else does): the
+// bucket holds fewer than zero tokens. Every state leaves
+// tat ≤ now + MaxBacklogMicros, so a longer backlog is only seen when the
+// clock has stepped backwards; it is read as MaxBacklogMicros, as if now
+// were tat − MaxBacklogMicros, an instant no later than the latest one the
+// state has seen. The comparisons are written so that no value of now can
+// overflow them.
+func (s TAT) backlog(now int64) (q, r int64) {
+	if d := s.At - MaxBacklogMicros; d > now || (d == now && s.Frac > 0) {
+		return MaxBacklogMicros, 0
 	}
 	if s.At > now || (s.At == now && s.Frac > 0) {
 		return s.At - now, s.Frac
@@ -62,7 +65,7 @@ func Prepare(p Params) Prepared {
 // shaped as it is").
 func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Verdict) (TAT, time.Duration) {
 	p := &pp.Params
-	bq, br := s.backlog(now, pp.hq, pp.hr)
+	bq, br := s.backlog(now)
 	wait := ceilMicros(ceilFrac(bq, br))
 	if cost > p.Burst {
 		*r = Verdict{Remaining: pp.remaining(bq, br), RetryAfter: Never, ResetAfter: ceilMillis(ceilFrac(bq, br))}
@@ -98,7 +101,7 @@ func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Verdict) (TAT, time.Durat
 // it returns ok false and nothing else, and the caller decides the request
 // with TokenBucketTo. It is the hot path of stores, which mostly admit.
 func (pp *Prepared) Admit(s TAT, now, cost int64) (ns TAT, remaining int64, resetAfter time.Duration, ok bool) {
-	bq, br := s.backlog(now, pp.hq, pp.hr)
+	bq, br := s.backlog(now)
 	if cost > pp.Burst {
 		return ns, 0, 0, false
 	}
@@ -122,9 +125,8 @@ func (pp *Prepared) cost(c int64) (cq, cr int64) {
 
 // charged returns the state after an admitted request that costs cq +
 // cr/l µs on s at now, whose backlog was bq + br/l µs: max(tat, now) + c·T,
-// computed from s rather than from now + backlog so that a backlog clamped
-// to H (a clock that stepped back, where only cost 0 passes) leaves s as
-// it is.
+// computed from s rather than from now + backlog. Only a backlog within
+// H is ever charged this way.
 func charged(s TAT, now, bq, br, cq, cr, l int64) TAT {
 	base := TAT{At: now}
 	if bq > 0 || br > 0 {
@@ -135,8 +137,12 @@ func charged(s TAT, now, bq, br, cq, cr, l int64) TAT {
 }
 
 // remaining returns B − ceil(backlog/T) = B − ceil((q·L + r)/P) for a
-// backlog of q µs plus r/L µs.
+// backlog of q µs plus r/L µs, or 0 for a backlog beyond the horizon (a
+// debt).
 func (pp *Prepared) remaining(q, r int64) int64 {
+	if q > pp.hq || (q == pp.hq && r > pp.hr) {
+		return 0
+	}
 	return pp.Burst - mulAddDivCeil(q, pp.Limit, r, pp.Period)
 }
 

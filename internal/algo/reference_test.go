@@ -211,7 +211,7 @@ func (m *tokenBucketModel) tokensAt(t int64) *big.Rat {
 }
 
 func (m *tokenBucketModel) allows(t, c int64) bool  { return m.tokensAt(t).Cmp(rat(c)) >= 0 }
-func (m *tokenBucketModel) remaining(t int64) int64 { return floorRat(m.tokensAt(t)) }
+func (m *tokenBucketModel) remaining(t int64) int64 { return max(floorRat(m.tokensAt(t)), 0) }
 func (m *tokenBucketModel) initial(t int64) bool    { return m.tokensAt(t).Cmp(rat(m.p.Burst)) == 0 }
 
 func (m *tokenBucketModel) charge(t, c int64) *big.Rat {
@@ -258,7 +258,7 @@ func (m *leakyModel) allows(t, c int64) bool {
 
 func (m *leakyModel) remaining(t int64) int64 {
 	units := new(big.Rat).Quo(m.backlog(t), m.drain())
-	return floorRat(sub(rat(m.p.Burst), units))
+	return max(floorRat(sub(rat(m.p.Burst), units)), 0)
 }
 
 func (m *leakyModel) initial(t int64) bool { return m.backlog(t).Sign() == 0 }
@@ -281,7 +281,7 @@ type fixedModel struct {
 func (m *fixedModel) capacity() int64         { return m.p.Limit }
 func (m *fixedModel) index(t int64) int64     { return t / m.p.Period } // t ≥ 0
 func (m *fixedModel) allows(t, c int64) bool  { return m.counts[m.index(t)]+c <= m.p.Limit }
-func (m *fixedModel) remaining(t int64) int64 { return m.p.Limit - m.counts[m.index(t)] }
+func (m *fixedModel) remaining(t int64) int64 { return max(m.p.Limit-m.counts[m.index(t)], 0) }
 func (m *fixedModel) initial(t int64) bool    { return m.counts[m.index(t)] == 0 }
 func (m *fixedModel) charge(t, c int64) *big.Rat {
 	k := m.index(t)
@@ -355,7 +355,7 @@ func (m *slidingLogModel) counted(t int64) int64 {
 }
 
 func (m *slidingLogModel) allows(t, c int64) bool  { return m.counted(t)+c <= m.p.Limit }
-func (m *slidingLogModel) remaining(t int64) int64 { return m.p.Limit - m.counted(t) }
+func (m *slidingLogModel) remaining(t int64) int64 { return max(m.p.Limit-m.counted(t), 0) }
 func (m *slidingLogModel) initial(t int64) bool    { return m.counted(t) == 0 }
 
 func (m *slidingLogModel) charge(t, c int64) *big.Rat {

@@ -144,7 +144,7 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 	newest, any := l.Newest()
 	any = any && first < l.n
 	if cost > p.Limit {
-		return Verdict{Remaining: p.Limit - sum, RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		return Verdict{Remaining: max(p.Limit-sum, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
 	}
 	if sum+cost <= p.Limit {
 		if cost > 0 {
@@ -159,7 +159,7 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 		rest -= l.at(i).Cost
 	}
 	return Verdict{
-		Remaining:  p.Limit - sum,
+		Remaining:  max(p.Limit-sum, 0),
 		RetryAfter: retryMillis(l.at(i-1).At + p.Period - now),
 		ResetAfter: ceilMillis(resetAfter(newest, any)),
 	}

@@ -227,14 +227,15 @@ func tokenBucketTimelines() []timeline {
 			},
 		},
 		{
-			// A clock that steps back reads at most an empty bucket and
-			// never more than the bucket held at the latest instant.
+			// A clock that steps back reads the stored TAT as it is: a
+			// backlog longer than the bucket, a debt, never more than the
+			// bucket held at the latest instant.
 			name: "clock steps back",
 			p:    Params{Limit: 1, Burst: 1, Period: uSec},
 			rows: []row{
 				{10 * sec, 1, true, 0, 0, 1 * sec, 0}, // full again at 11s
-				{5 * sec, 1, false, 0, 1 * sec, 1 * sec, 0},
-				{5 * sec, 0, true, 0, 0, 1 * sec, 0},
+				{5 * sec, 1, false, 0, 6 * sec, 6 * sec, 0},
+				{5 * sec, 0, false, 0, 5 * sec, 6 * sec, 0},
 				{10500 * ms, 1, false, 0, 500 * ms, 500 * ms, 0}, // still full at 11s
 				{11 * sec, 1, true, 0, 0, 1 * sec, 0},
 			},

@@ -1,9 +1,13 @@
 package algo
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
-// Frac is an exact non-negative amount of cost units: Whole + Num/Den with
-// 0 ≤ Num < Den, not necessarily in lowest terms.
+// Frac is an exact amount of cost units: Whole + Num/Den with
+// 0 ≤ Num < Den, not necessarily in lowest terms. Only Tokens of a bucket
+// in debt is negative.
 type Frac struct {
 	Whole, Num, Den int64
 }
@@ -17,7 +21,8 @@ type View struct {
 	Now int64
 
 	// Token-bucket family: Tokens + Queued = Burst, and Backlog is the
-	// time until the bucket is full, rounded up to the µs.
+	// time until the bucket is full, rounded up to the µs. Tokens below
+	// zero are a debt.
 	Tokens, Queued Frac
 	Backlog        int64
 
@@ -58,14 +63,19 @@ func ViewHolds(h *Holds, now int64) View {
 // Burst tokens less the backlog's B − (TAT − now)·L/P.
 func (pp *Prepared) ViewTAT(s TAT, now int64) View {
 	p := &pp.Params
-	bq, br := s.backlog(now, pp.hq, pp.hr)
-	// Queued = backlog·L/P = (bq·L + br)/P; it is at most B, so the
-	// quotient fits and the 128-bit division cannot overflow.
+	bq, br := s.backlog(now)
+	// Queued = backlog·L/P = (bq·L + br)/P; it is at most B plus a debt
+	// of MaxCount, so the quotient fits, except after a clock that stepped
+	// far back, where it saturates.
 	hi, lo := bits.Mul64(uint64(bq), uint64(p.Limit))
 	var carry uint64
 	lo, carry = bits.Add64(lo, uint64(br), 0)
 	hi += carry
-	q, r := bits.Div64(hi, lo, uint64(p.Period))
+	q, r := uint64(math.MaxInt64/2), uint64(0)
+	if hi < uint64(p.Period) {
+		q, r = bits.Div64(hi, lo, uint64(p.Period))
+		q = min(q, math.MaxInt64/2)
+	}
 	queued := Frac{Whole: int64(q), Num: int64(r), Den: p.Period}
 	tokens := Frac{Whole: p.Burst - queued.Whole, Den: p.Period}
 	if queued.Num > 0 {
