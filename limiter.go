@@ -60,6 +60,9 @@ func (l *Limiter) Policies() []Policy {
 }
 
 // Allow decides, without blocking, whether key may spend cost units now.
+// A cost of 0 charges nothing and asks whether key has a unit left under
+// every policy: for a budget whose cost is known only afterwards (see
+// AllowEstimate and Debit).
 func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, error) {
 	return l.AllowAt(ctx, time.Time{}, key, cost)
 }
@@ -77,7 +80,7 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost i
 // Peek returns the decision Allow would make now, without charging
 // anything.
 func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, error) {
-	if cost < 1 {
+	if cost < 0 {
 		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
 	}
 	ps := *l.policies.Load()
@@ -102,11 +105,16 @@ func (l *Limiter) decide(ctx context.Context, now time.Time, key string, cost in
 // decidePolicies decides key under ps. out, if not nil, has len(ps) and
 // receives each policy's decision.
 func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy, key string, cost int64, maxDelay time.Duration, out []Decision) (Decision, error) {
-	if cost < 1 {
-		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
+	return l.decideSettled(ctx, now, ps, key, cost, maxDelay, 0, out)
+}
+
+// decideSettled is decidePolicies with the requests' SettleWithin.
+func (l *Limiter) decideSettled(ctx context.Context, now time.Time, ps []Policy, key string, cost int64, maxDelay, within time.Duration, out []Decision) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("sluice: %w: %d, want at least 0", ErrInvalidCost, cost)
 	}
 	if len(ps) == 1 {
-		d, err := l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost, MaxDelay: maxDelay})
+		d, err := l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost, MaxDelay: maxDelay, SettleWithin: within})
 		if out != nil {
 			out[0] = d
 		}
@@ -115,7 +123,7 @@ func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy
 	rp := reqPool.Get().(*[]Request)
 	reqs := (*rp)[:0]
 	for i := range ps {
-		reqs = append(reqs, Request{Policy: &ps[i], Key: key, Cost: cost, MaxDelay: maxDelay})
+		reqs = append(reqs, Request{Policy: &ps[i], Key: key, Cost: cost, MaxDelay: maxDelay, SettleWithin: within})
 	}
 	d, err := l.store.AllowAll(ctx, now, reqs, out)
 	clear(reqs) // keep no key alive in the pool
@@ -138,7 +146,87 @@ var reqPool = sync.Pool{New: func() any {
 // anything; releasing a lease again, or one that expired, frees nothing
 // and is not an error (see the Store contract).
 func (l *Limiter) Release(ctx context.Context, lease string) (bool, error) {
-	return l.store.Release(ctx, time.Time{}, lease)
+	return l.store.Release(ctx, time.Time{}, lease, nil)
+}
+
+// AllowEstimate is Allow for a request whose cost is known only once it
+// has run (the tokens of an LLM call): it charges estimate units now (0:
+// admit while key has a unit left) and, when it admits, returns a
+// Decision whose Lease Settle takes, with the actual cost, within the
+// given time. Unsettled by then, the estimate stays charged.
+func (l *Limiter) AllowEstimate(ctx context.Context, key string, estimate int64, within time.Duration) (Decision, error) {
+	if within <= 0 {
+		return Decision{}, fmt.Errorf("sluice: allow estimate: settle within %v, want a positive time", within)
+	}
+	return l.decideSettled(ctx, time.Time{}, *l.policies.Load(), key, estimate, 0, within, nil)
+}
+
+// Settle settles the lease of a decision AllowEstimate admitted with the
+// request's actual cost under every policy: the difference from the
+// estimate is charged (even past the limit, into debt) or given back. It
+// also frees what the lease holds under concurrency policies. A lease is
+// settled once: Settle reports false, and changes nothing, for a lease
+// settled or released already, or whose time to settle has passed.
+func (l *Limiter) Settle(ctx context.Context, lease string, actual int64) (bool, error) {
+	if actual < 0 {
+		return false, fmt.Errorf("sluice: settle: %w: %d, want at least 0", ErrInvalidCost, actual)
+	}
+	n := len(*l.policies.Load())
+	var buf [4]int64
+	usage := buf[:0]
+	for range n {
+		usage = append(usage, actual)
+	}
+	return l.store.Release(ctx, time.Time{}, lease, usage)
+}
+
+// Debit charges key cost units under every rate policy whether or not
+// they fit, for a cost known only afterwards: key may go into debt, and
+// is refused until its policies have repaid it. The Decision combines the
+// policies' as Allow does; it is Allowed iff the units fitted under every
+// policy. Concurrency policies are not charged.
+func (l *Limiter) Debit(ctx context.Context, key string, cost int64) (Decision, error) {
+	return l.eachRate(ctx, key, cost, l.store.Debit)
+}
+
+// Refund gives key cost units back under every rate policy, for a charge
+// that turned out too high. A refund never leaves key better off than
+// before its first charge.
+func (l *Limiter) Refund(ctx context.Context, key string, cost int64) (Decision, error) {
+	return l.eachRate(ctx, key, cost, l.store.Refund)
+}
+
+func (l *Limiter) eachRate(ctx context.Context, key string, cost int64, f func(context.Context, time.Time, Request) (Decision, error)) (Decision, error) {
+	ps := *l.policies.Load()
+	var buf [4]Decision
+	ds := buf[:0]
+	for i := range ps {
+		if ps[i].Algorithm == ConcurrencyAlgorithm {
+			continue
+		}
+		d, err := f(ctx, time.Time{}, Request{Policy: &ps[i], Key: key, Cost: cost})
+		if err != nil {
+			return d, err
+		}
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 {
+		return Decision{}, fmt.Errorf("sluice: %w: the limiter has no rate policy to charge", ErrNotSupported)
+	}
+	return algo.Combine(ds), nil
+}
+
+// Reset puts key back to its initial state under every policy: its
+// charges and debt forgotten, what it holds under concurrency policies
+// freed.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	ps := *l.policies.Load()
+	for i := range ps {
+		if err := l.store.Reset(ctx, Request{Policy: &ps[i], Key: key}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Renew extends what lease holds by each concurrency policy's lease, for
@@ -154,7 +242,7 @@ func (l *Limiter) Renew(ctx context.Context, lease string) (time.Duration, error
 // waits for a slot, polling as WaitAll says, and the Decision's Lease
 // holds the slot until it is given to Release.
 func (l *Limiter) Wait(ctx context.Context, key string, cost int64) (Decision, error) {
-	if cost < 1 {
+	if cost < 0 {
 		return Decision{}, fmt.Errorf("sluice: %w, got %d", ErrInvalidCost, cost)
 	}
 	ps := *l.policies.Load()
@@ -229,7 +317,7 @@ func WaitAll(ctx context.Context, store Store, reqs []Request) (Decision, error)
 			if d.Delay > 0 {
 				if err = c.Sleep(ctx, d.Delay); err != nil && d.Lease != "" {
 					// Nobody will release what the lease holds.
-					store.Release(context.WithoutCancel(ctx), time.Time{}, d.Lease)
+					store.Release(context.WithoutCancel(ctx), time.Time{}, d.Lease, nil)
 				}
 			}
 			return d, err

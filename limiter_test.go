@@ -54,7 +54,7 @@ func TestNew(t *testing.T) {
 func TestLimiterInvalidCost(t *testing.T) {
 	l := newLimiter(t, sluice.TokenBucket(1, time.Second, 0), sluice.FixedWindow(5, time.Minute))
 	ctx := t.Context()
-	for _, cost := range []int64{0, -1} {
+	for _, cost := range []int64{-1} {
 		if _, err := l.Allow(ctx, "k", cost); !errors.Is(err, sluice.ErrInvalidCost) {
 			t.Errorf("Allow(cost %d) error = %v, want ErrInvalidCost", cost, err)
 		}
@@ -528,4 +528,50 @@ func TestWaitConcurrencyAndRatePastDeadline(t *testing.T) {
 			t.Errorf("Wait slept %v before failing, want no sleep", waited)
 		}
 	})
+}
+
+// TestLimiterUsage checks costs known afterwards through a Limiter of a
+// token budget and a request rate: an estimate settled higher and lower,
+// a settlement made once, debits into debt, refunds, checks and Reset.
+func TestLimiterUsage(t *testing.T) {
+	tokens := sluice.FixedWindow(1000, time.Hour).Named("tokens")
+	calls := sluice.TokenBucket(100, time.Hour, 0).Named("calls")
+	l := newLimiter(t, tokens, calls)
+	ctx := t.Context()
+
+	d, err := l.AllowEstimate(ctx, "k", 100, time.Minute)
+	if err != nil || !d.Allowed || d.Lease == "" || d.Remaining != 0 {
+		t.Fatalf("AllowEstimate(100) = %+v, %v; want allowed with a lease, 0 calls remaining", d, err)
+	}
+	if ok, err := l.Settle(ctx, d.Lease, 400); err != nil || !ok {
+		t.Fatalf("Settle(400) = %v, %v; want true, nil", ok, err)
+	}
+	if ok, err := l.Settle(ctx, d.Lease, 0); err != nil || ok {
+		t.Fatalf("Settle again = %v, %v; want false, nil", ok, err)
+	}
+	// Both policies were settled at 400: tokens 600 left, calls 0 (a debt).
+	if d, err := l.Peek(ctx, "k", 0); err != nil || d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Peek(0) after settling 400 = %+v, %v; want refused, 0 remaining (calls in debt)", d, err)
+	}
+	if d, err := l.Refund(ctx, "k", 350); err != nil || !d.Allowed || d.Remaining != 50 {
+		t.Fatalf("Refund(350) = %+v, %v; want allowed, 50 remaining (calls)", d, err)
+	}
+	if d, err := l.Debit(ctx, "k", 900); err != nil || d.Allowed || d.Remaining != 0 {
+		t.Fatalf("Debit(900) = %+v, %v; want not fitted, 0 remaining", d, err)
+	}
+	if d, err := l.Allow(ctx, "k", 0); err != nil || d.Allowed {
+		t.Fatalf("Allow(0) in debt = %+v, %v; want refused", d, err)
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if d, err := l.Allow(ctx, "k", 0); err != nil || !d.Allowed || d.Remaining != 100 {
+		t.Fatalf("Allow(0) after Reset = %+v, %v; want allowed, 100 remaining", d, err)
+	}
+	if _, err := l.AllowEstimate(ctx, "k", 1, 0); err == nil {
+		t.Errorf("AllowEstimate within 0: nil error, want one")
+	}
+	if _, err := l.Settle(ctx, "m1.nonsense", 1); !errors.Is(err, sluice.ErrInvalidLease) {
+		t.Errorf("Settle(a malformed lease) error = %v, want ErrInvalidLease", err)
+	}
 }

@@ -81,6 +81,13 @@ type Request struct {
 	// Decision has the Delay it would have had and a RetryAfter that says
 	// when the queue will be short enough. Other algorithms ignore it.
 	MaxDelay time.Duration
+	// SettleWithin, when positive, makes Cost an estimate, to be settled
+	// with the request's actual cost once it is known: an admitted
+	// decision returns a Lease, and Release with the actual cost charges
+	// the difference or gives it back, if it comes within SettleWithin of
+	// the decision. Unsettled by then, the estimate stays charged.
+	// Concurrency policies ignore it.
+	SettleWithin time.Duration
 }
 
 // Store keeps the state of every (policy, key) pair and makes decisions.
@@ -115,6 +122,12 @@ type Request struct {
 //     the state after the requests up to it. No requests, or an out of
 //     another length, is an error.
 //   - Peek decides as Allow would and charges nothing.
+//   - A request of Cost 0 is a check, for a budget whose cost is known
+//     only afterwards: it is admitted iff a unit is left (the key is not
+//     in debt and a request of cost 1 would be admitted), and charges
+//     nothing. Remaining and ResetAfter describe the key as it is; a
+//     refused check has the RetryAfter of a request of cost 1. A negative
+//     Cost is an error wrapping ErrInvalidCost.
 //   - Implementations are safe for concurrent use, and keep neither reqs
 //     nor out after a call returns (callers reuse them).
 //
@@ -130,9 +143,9 @@ type Request struct {
 //     neither released nor renewed. At no instant are more than Limit
 //     units of a (policy, key) held.
 //   - Release frees what the lease still holds and reports whether it
-//     freed anything. Releasing a lease again, or one that expired, frees
-//     nothing and is not an error; a lease's release never frees units
-//     that another decision holds.
+//     freed or settled anything. Releasing a lease again, or one that
+//     expired, frees nothing and is not an error; a lease's release never
+//     frees units that another decision holds.
 //   - Renew extends every hold of the lease that has not expired by its
 //     policy's Period from now, and returns how long until the first of
 //     them expires. A lease that holds nothing any more (expired or
@@ -144,12 +157,44 @@ type Request struct {
 //     holds expire for the request to fit if none is released or renewed
 //     (a release makes room sooner), and ResetAfter the time until every
 //     hold has expired. docs/algorithms.md has the exact definitions.
+//
+// Costs known afterwards, for the rate policies (every algorithm but
+// concurrency, which answers ErrNotSupported to Debit and Refund):
+//   - Debit charges Cost (at least 1) units whether or not they fit: the
+//     key may go into debt, and is refused until the algorithm has repaid
+//     it. Its Decision is Allowed iff the units fitted (Allow would have
+//     admitted them); Remaining (0 in debt), ResetAfter and, when they
+//     did not fit, RetryAfter (when a request of cost 1 will be admitted)
+//     describe the key after the debit. Debt is bounded, and a debit past
+//     the bound charges up to it (docs/algorithms.md).
+//   - Refund gives Cost (at least 1) units back to the key's latest
+//     charges, never leaving it better than its initial state; for the
+//     window algorithms only to the current window (and the sliding log:
+//     its newest entries first). Its Decision is Allowed and describes the
+//     key after the refund.
+//   - An admitted request with SettleWithin takes a lease (its Decision's
+//     Lease; one lease covers the holds and the estimates of one
+//     decision). Release(ctx, now, lease, usage) settles it exactly once:
+//     request i of the call that took it (0 for Allow), if it had
+//     SettleWithin, i < len(usage) and usage[i] ≥ 0, actually cost
+//     usage[i]; more than its estimate debits the difference at now,
+//     less refunds the difference to the charge the estimate made (for
+//     the window algorithms only while its window still counts; for the
+//     sliding log from the entries at or before it, newest first). Any
+//     other request keeps its estimate. A second Release, or one after
+//     SettleWithin has passed, settles nothing.
+//   - Reset puts Key back to its initial state under Policy, debt and
+//     all; under a concurrency policy it frees every hold (their leases
+//     then release nothing). Cost is ignored.
 type Store interface {
 	Allow(ctx context.Context, now time.Time, req Request) (Decision, error)
 	AllowAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, error)
 	Peek(ctx context.Context, now time.Time, req Request) (Decision, error)
-	Release(ctx context.Context, now time.Time, lease string) (released bool, err error)
+	Release(ctx context.Context, now time.Time, lease string, usage []int64) (released bool, err error)
 	Renew(ctx context.Context, now time.Time, lease string) (expiresIn time.Duration, err error)
+	Debit(ctx context.Context, now time.Time, req Request) (Decision, error)
+	Refund(ctx context.Context, now time.Time, req Request) (Decision, error)
+	Reset(ctx context.Context, req Request) error
 }
 
 // Errors.
@@ -158,8 +203,9 @@ var (
 	// than its policy's capacity (Burst, or Limit for the window
 	// algorithms): it could never be admitted, however long it waited.
 	ErrCostExceedsCapacity = errors.New("cost exceeds the policy's capacity")
-	// ErrInvalidCost is returned for a cost below 1.
-	ErrInvalidCost = errors.New("cost must be at least 1")
+	// ErrInvalidCost is returned for a negative cost, and for a Debit or
+	// Refund of less than 1 unit.
+	ErrInvalidCost = errors.New("invalid cost")
 	// ErrNoPolicy is returned by a Limiter that has no policies.
 	ErrNoPolicy = errors.New("no policy")
 	// ErrNotAtomic is wrapped by the error of an AllowAll whose requests

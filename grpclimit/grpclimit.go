@@ -257,7 +257,7 @@ func release(ctx context.Context, store sluice.Store, lease string, logger *slog
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
-	if _, err := store.Release(ctx, time.Time{}, lease); err != nil && logger != nil {
+	if _, err := store.Release(ctx, time.Time{}, lease, nil); err != nil && logger != nil {
 		logger.LogAttrs(ctx, slog.LevelWarn, "grpclimit: releasing a concurrency lease failed; its units are held until it expires", slog.Any("error", err))
 	}
 }

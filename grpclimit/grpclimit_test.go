@@ -220,7 +220,7 @@ func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Reques
 	return s.Allow(ctx, now, req)
 }
 
-func (s failingStore) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
+func (s failingStore) Release(ctx context.Context, now time.Time, lease string, _ []int64) (bool, error) {
 	_, err := s.Allow(ctx, now, sluice.Request{})
 	return false, err
 }
@@ -228,6 +228,19 @@ func (s failingStore) Release(ctx context.Context, now time.Time, lease string) 
 func (s failingStore) Renew(ctx context.Context, now time.Time, lease string) (time.Duration, error) {
 	_, err := s.Allow(ctx, now, sluice.Request{})
 	return 0, err
+}
+
+func (s failingStore) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Allow(ctx, now, req)
+}
+
+func (s failingStore) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Allow(ctx, now, req)
+}
+
+func (s failingStore) Reset(ctx context.Context, req sluice.Request) error {
+	_, err := s.Allow(ctx, time.Time{}, req)
+	return err
 }
 
 func TestStoreFailure(t *testing.T) {

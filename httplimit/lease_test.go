@@ -30,11 +30,11 @@ func newStrictStore() *strictStore {
 	return &strictStore{Store: memstore.New(memstore.Options{})}
 }
 
-func (s *strictStore) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
+func (s *strictStore) Release(ctx context.Context, now time.Time, lease string, usage []int64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	ok, err := s.Store.Release(ctx, now, lease)
+	ok, err := s.Store.Release(ctx, now, lease, usage)
 	if ok {
 		s.releases.Add(1)
 	}

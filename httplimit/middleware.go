@@ -408,7 +408,7 @@ const ReleaseTimeout = 5 * time.Second
 func (m *Middleware) releaseLease(r *http.Request, lease string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
 	defer cancel()
-	if _, err := m.store.Release(ctx, time.Time{}, lease); err != nil && m.logger != nil {
+	if _, err := m.store.Release(ctx, time.Time{}, lease, nil); err != nil && m.logger != nil {
 		m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: releasing a concurrency lease failed; its units are held until it expires",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	}

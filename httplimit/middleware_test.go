@@ -373,11 +373,21 @@ func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Reques
 	return s.Allow(ctx, now, req)
 }
 
-func (s failingStore) Release(context.Context, time.Time, string) (bool, error) { return false, s.err }
+func (s failingStore) Release(context.Context, time.Time, string, []int64) (bool, error) { return false, s.err }
 
 func (s failingStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
 	return 0, s.err
 }
+
+func (s failingStore) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Allow(ctx, now, req)
+}
+
+func (s failingStore) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Allow(ctx, now, req)
+}
+
+func (s failingStore) Reset(context.Context, sluice.Request) error { return s.err }
 
 func TestStoreFailure(t *testing.T) {
 	secret := errors.New("dial tcp 10.9.8.7:6379: connection refused (password=hunter2)")

@@ -260,7 +260,7 @@ func (t *Transport) release(ctx context.Context, lease string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
-	t.store.Release(ctx, time.Time{}, lease) // a lease not released expires
+	t.store.Release(ctx, time.Time{}, lease, nil) // a lease not released expires
 }
 
 // leaseBody is a response body that releases its request's lease once,

@@ -275,7 +275,7 @@ func BenchmarkLease(b *testing.B) {
 		if !checkAllowed(b, d, err) {
 			return false
 		}
-		if ok, err := st.Release(ctx, time.Time{}, d.Lease); !ok || err != nil {
+		if ok, err := st.Release(ctx, time.Time{}, d.Lease, nil); !ok || err != nil {
 			b.Errorf("Release = %v, %v, want true", ok, err)
 			return false
 		}

@@ -201,8 +201,8 @@ func TestInspectErrors(t *testing.T) {
 	ctx := context.Background()
 	s := New(Options{})
 	p := sluice.TokenBucket(5, time.Second, 0)
-	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 0}); !errors.Is(err, sluice.ErrInvalidCost) {
-		t.Errorf("Inspect(cost 0) error = %v, want ErrInvalidCost", err)
+	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: -1}); !errors.Is(err, sluice.ErrInvalidCost) {
+		t.Errorf("Inspect(cost -1) error = %v, want ErrInvalidCost", err)
 	}
 	if _, err := s.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 6}); !errors.Is(err, sluice.ErrCostExceedsCapacity) {
 		t.Errorf("Inspect(cost 6) error = %v, want ErrCostExceedsCapacity", err)

@@ -31,6 +31,9 @@ type concState struct {
 type leaseTaker struct {
 	id [16]byte
 	hs []uint64
+	// settle is what the lease has to settle: the estimates of its
+	// requests with SettleWithin.
+	settle []estimate
 }
 
 // newLeaseTaker returns a leaseTaker with a fresh random identifier,
@@ -59,23 +62,45 @@ const leasePrefix = "m1."
 const maxLeaseKeys = 64
 
 // lease returns the Lease that names what lt took, or "" when it took
-// nothing (or lt is nil).
-func (lt *leaseTaker) lease() string {
-	if lt == nil || len(lt.hs) == 0 {
+// nothing (or lt is nil): its identifier and the hashes of its
+// concurrency keys, with any estimates to settle kept under the
+// identifier.
+func (s *Store) lease(lt *leaseTaker) string {
+	if lt == nil || len(lt.hs) == 0 && len(lt.settle) == 0 {
 		return ""
 	}
-	raw := make([]byte, 0, 16+8*maxLeaseKeys)
+	if len(lt.settle) > 0 {
+		s.pending.Store(lt.id, &settlement{items: slices.Clone(lt.settle)})
+	}
+	return lt.encode()
+}
+
+// A lease is leasePrefix and, in unpadded base64url, the lease's 16-byte
+// identifier, the 8-byte hashes of its concurrency keys, and, when it has
+// estimates to settle, the byte settleMark.
+const settleMark = 1
+
+// maxLeaseBytes is the longest lease, decoded.
+const maxLeaseBytes = 16 + 8*maxLeaseKeys + 1
+
+// encode returns the lease string of lt's identifier, hashes and
+// estimates.
+func (lt *leaseTaker) encode() string {
+	raw := make([]byte, 0, maxLeaseBytes)
 	if len(lt.hs) > maxLeaseKeys {
-		raw = make([]byte, 0, 16+8*len(lt.hs))
+		raw = make([]byte, 0, 16+8*len(lt.hs)+1)
 	}
 	b := append(raw, lt.id[:]...)
 	for _, h := range lt.hs {
 		b = binary.LittleEndian.AppendUint64(b, h)
 	}
+	if len(lt.settle) > 0 {
+		b = append(b, settleMark)
+	}
 	var out strings.Builder
 	out.Grow(len(leasePrefix) + base64.RawURLEncoding.EncodedLen(len(b)))
 	out.WriteString(leasePrefix)
-	var buf [((16+8*maxLeaseKeys)*4 + 2) / 3]byte
+	var buf [(maxLeaseBytes*4 + 2) / 3]byte
 	n := base64.RawURLEncoding.EncodedLen(len(b))
 	enc := buf[:0]
 	if n > len(buf) {
@@ -88,32 +113,47 @@ func (lt *leaseTaker) lease() string {
 }
 
 // parseLease returns the identifier and the key hashes of a lease this
-// store made, or an error wrapping sluice.ErrInvalidLease.
-func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, err error) {
+// store made, and whether it has estimates to settle, or an error
+// wrapping sluice.ErrInvalidLease.
+func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, settles bool, err error) {
+	malformed := fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
 	rest, ok := strings.CutPrefix(lease, leasePrefix)
 	if !ok {
-		return id, nil, fmt.Errorf("memstore: %w: not a lease of the memory store", sluice.ErrInvalidLease)
+		return id, nil, false, fmt.Errorf("memstore: %w: not a lease of the memory store", sluice.ErrInvalidLease)
 	}
-	if len(rest) > base64.RawURLEncoding.EncodedLen(16+8*maxLeaseKeys) {
-		return id, nil, fmt.Errorf("memstore: %w: too long", sluice.ErrInvalidLease)
+	if len(rest) > base64.RawURLEncoding.EncodedLen(maxLeaseBytes) {
+		return id, nil, false, fmt.Errorf("memstore: %w: too long", sluice.ErrInvalidLease)
 	}
-	var raw [16 + 8*maxLeaseKeys]byte
+	var raw [maxLeaseBytes]byte
 	// Strict: a lease has one spelling (no stray bits in its last digit).
 	n, err := base64.RawURLEncoding.Strict().Decode(raw[:], unsafe.Slice(unsafe.StringData(rest), len(rest)))
 	b := raw[:n]
 	// The decoder skips line breaks: a lease with any is another spelling.
-	if err != nil || base64.RawURLEncoding.EncodedLen(n) != len(rest) || len(b) < 16+8 || (len(b)-16)%8 != 0 {
-		return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+	if err != nil || base64.RawURLEncoding.EncodedLen(n) != len(rest) || len(b) < 16 {
+		return id, nil, false, malformed
+	}
+	switch (len(b) - 16) % 8 {
+	case 0:
+		if len(b) == 16 {
+			return id, nil, false, malformed // it holds nothing and settles nothing
+		}
+	case 1:
+		if b[len(b)-1] != settleMark {
+			return id, nil, false, malformed
+		}
+		settles, b = true, b[:len(b)-1]
+	default:
+		return id, nil, false, malformed
 	}
 	copy(id[:], b)
 	for b = b[16:]; len(b) > 0; b = b[8:] {
 		h := binary.LittleEndian.Uint64(b)
 		if h == 0 {
-			return id, nil, fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+			return id, nil, false, malformed
 		}
 		hs = append(hs, h)
 	}
-	return id, hs, nil
+	return id, hs, settles, nil
 }
 
 // decideConc is decide for a concurrency policy: the holds of h at t, and
@@ -196,13 +236,18 @@ func (s *Store) Expired(p *sluice.Policy) (int64, error) {
 }
 
 // Release frees what lease still holds at now (zero: the store's clock)
-// and reports whether it freed anything; see the sluice.Store contract.
-func (s *Store) Release(_ context.Context, now time.Time, lease string) (bool, error) {
+// and settles its estimates with usage, and reports whether it freed or
+// settled anything; see the sluice.Store contract.
+func (s *Store) Release(_ context.Context, now time.Time, lease string, usage []int64) (bool, error) {
 	var freed int64
-	err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
+	id, settles, err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
 		freed += cs.holds.Release(id, t)
 	})
-	return freed > 0, err
+	if err != nil {
+		return false, err
+	}
+	settled := settles && s.settle(id, s.micros(now), usage)
+	return freed > 0 || settled, nil
 }
 
 // Renew extends every hold of lease that has not expired at now (zero:
@@ -211,7 +256,7 @@ func (s *Store) Release(_ context.Context, now time.Time, lease string) (bool, e
 func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Duration, error) {
 	var first int64
 	renewed := false
-	err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
+	_, _, err := s.eachHold(now, lease, func(id [16]byte, cs *concState, t int64) {
 		if e, ok := cs.holds.Renew(id, t); ok {
 			if !renewed || e-t < first {
 				first = e - t
@@ -229,13 +274,14 @@ func (s *Store) Renew(_ context.Context, now time.Time, lease string) (time.Dura
 }
 
 // eachHold calls f, under its shard's lock and at the shard's time for
-// now, on the state of every key lease names; a key left holding nothing
-// stays until the sweep or Prune drops it.
-func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *concState, t int64)) error {
+// now, on the state of every key lease names, and returns the lease's
+// identifier and whether it has estimates to settle; a key left holding
+// nothing stays until the sweep or Prune drops it.
+func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *concState, t int64)) (_ [16]byte, settles bool, _ error) {
 	var hb [8]uint64
-	id, hs, err := parseLease(lease, hb[:0])
+	id, hs, settles, err := parseLease(lease, hb[:0])
 	if err != nil {
-		return err
+		return id, false, err
 	}
 	t := s.micros(now)
 	for _, h := range hs {
@@ -253,14 +299,14 @@ func (s *Store) eachHold(now time.Time, lease string, f func(id [16]byte, cs *co
 		}
 		sh.mu.Unlock()
 	}
-	return nil
+	return id, settles, nil
 }
 
-// anyConcurrency reports whether a request of reqs is under a concurrency
-// policy.
-func anyConcurrency(reqs []sluice.Request) bool {
+// anyLease reports whether a request of reqs takes a lease: it is under
+// a concurrency policy, or has an estimate to settle.
+func anyLease(reqs []sluice.Request) bool {
 	for i := range reqs {
-		if reqs[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		if reqs[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm || reqs[i].SettleWithin > 0 {
 			return true
 		}
 	}

@@ -17,22 +17,25 @@ func FuzzParseLease(f *testing.F) {
 	lt := newLeaseTaker(nil)
 	lt.took(1)
 	lt.took(0xfedcba9876543210)
-	f.Add(lt.lease())
+	f.Add(lt.encode())
 	f.Add("")
 	f.Add("m1.")
 	f.Add("m1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("r1.AAAA")
 	f.Fuzz(func(t *testing.T, s string) {
-		id, hs, err := parseLease(s, nil)
+		id, hs, settles, err := parseLease(s, nil)
 		if err != nil {
 			return
 		}
-		if len(hs) == 0 || len(hs) > maxLeaseKeys {
-			t.Fatalf("parseLease(%q) = %d keys, want 1 to %d", s, len(hs), maxLeaseKeys)
+		if len(hs) > maxLeaseKeys {
+			t.Fatalf("parseLease(%q) = %d keys, want at most %d", s, len(hs), maxLeaseKeys)
 		}
 		again := leaseTaker{id: id, hs: hs} // as the store wrote them, repeats and all
-		if got := again.lease(); got != s {
-			t.Fatalf("parseLease(%q) then lease() = %q", s, got)
+		if settles {
+			again.settle = []estimate{{}}
+		}
+		if got := again.encode(); got != s {
+			t.Fatalf("parseLease(%q) then encode() = %q", s, got)
 		}
 	})
 }
@@ -101,7 +104,7 @@ func TestHeld(t *testing.T) {
 	}
 	check(t0.Add(2*time.Second), &a, 3, 2)
 	check(t0.Add(2*time.Second), &b, 3, 1)
-	if _, err := s.Release(ctx, t0.Add(3*time.Second), leases[1]); err != nil {
+	if _, err := s.Release(ctx, t0.Add(3*time.Second), leases[1], nil); err != nil {
 		t.Fatal(err)
 	}
 	check(t0.Add(3*time.Second), &a, 2, 1)
@@ -132,14 +135,14 @@ func TestLeaseKeysBound(t *testing.T) {
 	}
 	if d, err := s.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "0", Cost: 1}); err != nil || !d.Allowed {
 		t.Fatalf("after the refused AllowAll, key 0 = %+v, %v; want free", d, err)
-	} else if _, err := s.Release(ctx, time.Time{}, d.Lease); err != nil {
+	} else if _, err := s.Release(ctx, time.Time{}, d.Lease, nil); err != nil {
 		t.Fatal(err)
 	}
 	d, err := s.AllowAll(ctx, time.Time{}, reqs(maxLeaseKeys), nil)
 	if err != nil || !d.Allowed {
 		t.Fatalf("AllowAll of %d keys = %+v, %v", maxLeaseKeys, d, err)
 	}
-	if ok, err := s.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+	if ok, err := s.Release(ctx, time.Time{}, d.Lease, nil); err != nil || !ok {
 		t.Fatalf("Release of %d keys = %v, %v", maxLeaseKeys, ok, err)
 	}
 	if u, _, _ := s.Held(time.Time{}, &p); u != 0 {
@@ -173,17 +176,17 @@ func TestExpired(t *testing.T) {
 	a1, a2 := take(0, "a"), take(0, "a")
 	b := take(0, "b")
 	take(0, "c")
-	if ok, _ := s.Release(ctx, at(5), a1); !ok {
+	if ok, _ := s.Release(ctx, at(5), a1, nil); !ok {
 		t.Fatal("Release(a1) freed nothing")
 	}
 	want(0)
 	take(11, "a") // a2 ran out at 10 s: noticed by this decision
 	want(1)
-	if ok, _ := s.Release(ctx, at(12), b); ok {
+	if ok, _ := s.Release(ctx, at(12), b, nil); ok {
 		t.Fatal("Release(b) after its expiry freed something")
 	}
 	want(2) // b, noticed by its late release
-	if ok, _ := s.Release(ctx, at(12), a2); ok {
+	if ok, _ := s.Release(ctx, at(12), a2, nil); ok {
 		t.Fatal("Release(a2) again freed something")
 	}
 	s.Prune(at(30)) // c, and a's last hold, dropped with their keys
@@ -205,7 +208,7 @@ func TestLeaseOneKeyTwice(t *testing.T) {
 	if err != nil || st.Held != 3 || st.Leases != 1 {
 		t.Fatalf("Inspect = held %d, leases %d, %v; want 3 held by 1 lease", st.Held, st.Leases, err)
 	}
-	if ok, err := s.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+	if ok, err := s.Release(ctx, time.Time{}, d.Lease, nil); err != nil || !ok {
 		t.Fatalf("Release = %v, %v", ok, err)
 	}
 	if u, l, _ := s.Held(time.Time{}, &p); u != 0 || l != 0 {

@@ -83,6 +83,11 @@ type Store struct {
 	// expired counts, per concurrency policy's fingerprint, the holds
 	// that ran out without a release (*atomic.Int64 values).
 	expired sync.Map
+	// pending holds the estimates that leases have to settle, by lease
+	// identifier ([16]byte to *settlement); usage counts debited,
+	// refunded and unsettled units per policy's fingerprint
+	// (*usageCounts).
+	pending, usage sync.Map
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -304,7 +309,7 @@ func (s *Store) hash(c *compiled, key string) uint64 {
 
 // check validates r and returns its compiled policy.
 func (s *Store) check(r *sluice.Request) (*compiled, error) {
-	if r.Cost < 1 {
+	if r.Cost < 0 {
 		return nil, costError(r.Cost)
 	}
 	c := s.compile(r.Policy)
@@ -329,7 +334,7 @@ func capacityError(r *sluice.Request) error {
 func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	p := req.Policy
 	c := s.policies[policySlot(p)].Load()
-	if c == nil || !c.is(p) || req.Cost < 1 || !c.tokenBucket {
+	if c == nil || !c.is(p) || req.Cost < 1 || !c.tokenBucket || req.SettleWithin > 0 {
 		return s.allow(now, &req, s.compile(p))
 	}
 	var t int64
@@ -382,13 +387,13 @@ func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, 
 // allow is Allow for every request that is not a valid token-bucket or
 // GCRA request.
 func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
-	if req.Cost < 1 {
+	if req.Cost < 0 {
 		return sluice.Decision{}, costError(req.Cost)
 	}
 	if c.err != nil {
 		return sluice.Decision{}, c.err
 	}
-	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm || req.SettleWithin > 0 {
 		return s.allowLeased(now, req, c)
 	}
 	t := s.micros(now)
@@ -404,8 +409,8 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	return d, nil
 }
 
-// allowLeased is allow for a concurrency policy: the decision takes a
-// lease.
+// allowLeased is allow for a request that takes a lease: under a
+// concurrency policy, or with an estimate to settle.
 func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
 	var hb [1]uint64
 	lt := newLeaseTaker(hb[:])
@@ -414,13 +419,17 @@ func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sl
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	r := sh.decideConc(s, c, h, t, req.Cost, true, &lt)
+	r := sh.run(s, c, req, h, t, req.Cost, true, &lt)
+	if r.Allowed {
+		lt.estimate(0, c, req, h, t)
+	}
 	sh.mu.Unlock()
 	if r.RetryAfter == sluice.Never {
 		return decision(r, req.Policy.Limit), capacityError(req)
 	}
-	return sluice.Decision{Allowed: r.Allowed, Limit: req.Policy.Limit, Remaining: r.Remaining,
-		RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter, Lease: lt.lease()}, nil
+	d := decision(r, req.Policy.Limit)
+	d.Lease = s.lease(&lt)
+	return d, nil
 }
 
 // Peek decides req without charging it.
@@ -501,7 +510,7 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
 	}
 	var lease string
-	if allowed && anyConcurrency(reqs) {
+	if allowed && anyLease(reqs) {
 		lease = s.settleLeased(reqs, cs, hs, idx, ds, t)
 	} else {
 		s.settleAll(reqs, cs, hs, idx, ds, t, allowed, nil)
@@ -517,7 +526,10 @@ func (s *Store) settleLeased(reqs []sluice.Request, cs []*compiled, hs []uint64,
 	var hb [8]uint64
 	lt := newLeaseTaker(hb[:])
 	s.settleAll(reqs, cs, hs, idx, ds, t, true, &lt)
-	return lt.lease()
+	for i := range reqs {
+		lt.estimate(i, cs[i], &reqs[i], hs[i], t)
+	}
+	return s.lease(&lt)
 }
 
 // smallRepeat is the most requests of an AllowAll whose repeated (policy,
@@ -626,7 +638,17 @@ func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t,
 }
 
 // run is decide's algorithm step, before its verdict becomes a Decision.
+// A request of cost 0 is a check: is a unit left after cost (the costs of
+// the requests before it on the same key), charging nothing.
 func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+	if req.Cost == 0 {
+		return algo.Check(sh.step(s, c, req, h, t, cost, false, nil), sh.step(s, c, req, h, t, cost+1, false, nil))
+	}
+	return sh.step(s, c, req, h, t, cost, commit, lt)
+}
+
+// step runs req's algorithm for cost.
+func (sh *shard) step(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
 	switch req.Policy.Algorithm {
 	case sluice.ConcurrencyAlgorithm:
 		return sh.decideConc(s, c, h, t, cost, commit, lt)
@@ -699,18 +721,24 @@ func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint
 		ns, r = algo.SlidingWindow(c.pp.Params, st, t, cost)
 	}
 	if commit && r.Allowed {
-		switch {
-		case found && ns.Expire > t:
-			sh.win.slots[i].v = ns
-		case found:
-			sh.win.remove(i)
-		case ns.Expire > t:
-			sh.makeRoom(s, t)
-			sh.win.insert(h, ns)
-			sh.sweepWin(t)
-		}
+		sh.storeWin(s, i, found, h, t, ns)
 	}
 	return r
+}
+
+// storeWin writes the window state ns of h, found in slot i or not, at t:
+// a state back to initial is dropped instead.
+func (sh *shard) storeWin(s *Store, i int, found bool, h uint64, t int64, ns algo.Window) {
+	switch {
+	case found && ns.Expire > t:
+		sh.win.slots[i].v = ns
+	case found:
+		sh.win.remove(i)
+	case ns.Expire > t:
+		sh.makeRoom(s, t)
+		sh.win.insert(h, ns)
+		sh.sweepWin(t)
+	}
 }
 
 func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
@@ -831,7 +859,7 @@ func (s *Store) Prune(now time.Time) int {
 		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire }, nil)
 		dropped += pruneTable(sh, &sh.conc, t, func(v *concState) int64 { return v.expire }, s.dropConc)
 	}
-	return dropped
+	return dropped + s.sweepSettlements(t)
 }
 
 // pruneChunk is how many slots Prune examines per lock acquisition.

@@ -76,6 +76,9 @@ func TestDecidesAsReference(t *testing.T) {
 			for seed := range seeds {
 				tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Keys: 8})
 				sluicetest.CompareStores(t, newReference(), c.new(), tr)
+				// Debits into debt, refunds and checks.
+				tr = sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Keys: 8, Usage: true})
+				sluicetest.CompareStores(t, newReference(), c.new(), tr)
 			}
 		})
 	}

@@ -34,7 +34,7 @@ func newReference() *reference {
 }
 
 func check(req *sluice.Request) error {
-	if req.Cost < 1 {
+	if req.Cost < 0 {
 		return fmt.Errorf("reference: %w", sluice.ErrInvalidCost)
 	}
 	if err := req.Policy.Validate(); err != nil {
@@ -52,14 +52,41 @@ func (r *reference) clamp(now time.Time) int64 {
 	return r.hw
 }
 
-// decide decides req for cost at t and, when commit is set and it is
-// admitted, stores the new state. r.mu must be held.
-func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) sluice.Decision {
+// params returns req's policy in the algorithms' units.
+func params(req *sluice.Request) algo.Params {
 	p := algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Capacity(), Period: int64(req.Policy.Period / time.Microsecond)}
 	if c := req.Policy.Calendar; c.Unit != sluice.NoCalendar {
 		u := algo.Unit(c.Unit)
 		p = algo.Params{Limit: req.Policy.Limit, Burst: req.Policy.Limit, Period: u.Longest(), Cal: algo.NewCalendar(u, c.Location(), c.WeekStartsSunday)}
 	}
+	return p
+}
+
+// decide decides req for cost at t and, when commit is set and it is
+// admitted, stores the new state; a request of cost 0 is a check of a
+// unit after cost. r.mu must be held.
+func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) sluice.Decision {
+	if req.Cost == 0 {
+		v0, v1 := r.verdict(req, t, cost, maxDelay, false), r.verdict(req, t, cost+1, maxDelay, false)
+		return decisionOf(req, algo.Check(v0, v1))
+	}
+	return decisionOf(req, r.verdict(req, t, cost, maxDelay, commit))
+}
+
+func decisionOf(req *sluice.Request, res algo.Verdict) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    res.Allowed,
+		Limit:      req.Policy.Limit,
+		Remaining:  res.Remaining,
+		RetryAfter: res.RetryAfter,
+		ResetAfter: res.ResetAfter,
+		Delay:      res.Delay,
+	}
+}
+
+// verdict is decide's algorithm step.
+func (r *reference) verdict(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) algo.Verdict {
+	p := params(req)
 	k := refKey{*req.Policy, req.Key}
 	var res algo.Verdict
 	switch req.Policy.Algorithm {
@@ -95,14 +122,68 @@ func (r *reference) decide(req *sluice.Request, t, cost int64, maxDelay time.Dur
 			r.tat[k] = ns
 		}
 	}
-	return sluice.Decision{
-		Allowed:    res.Allowed,
-		Limit:      req.Policy.Limit,
-		Remaining:  res.Remaining,
-		RetryAfter: res.RetryAfter,
-		ResetAfter: res.ResetAfter,
-		Delay:      res.Delay,
+	return res
+}
+
+func (r *reference) Debit(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return r.debt(now, req, false)
+}
+
+func (r *reference) Refund(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return r.debt(now, req, true)
+}
+
+// debt debits or refunds req.Cost, straight through the algorithms.
+func (r *reference) debt(now time.Time, req sluice.Request, refund bool) (sluice.Decision, error) {
+	if req.Cost < 1 {
+		return sluice.Decision{}, fmt.Errorf("reference: %w", sluice.ErrInvalidCost)
 	}
+	if err := req.Policy.Validate(); err != nil {
+		return sluice.Decision{}, fmt.Errorf("reference: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.clamp(now)
+	p := params(&req)
+	pp := algo.Prepare(p)
+	k := refKey{*req.Policy, req.Key}
+	var res algo.Verdict
+	switch a := req.Policy.Algorithm; {
+	case a == sluice.FixedWindowAlgorithm && refund:
+		r.win[k], res = algo.FixedWindowRefund(p, r.win[k], t, t, req.Cost)
+	case a == sluice.FixedWindowAlgorithm:
+		r.win[k], res = algo.FixedWindowDebit(p, r.win[k], t, req.Cost)
+	case a == sluice.SlidingWindowAlgorithm && refund:
+		r.win[k], res = algo.SlidingWindowRefund(p, r.win[k], t, t, req.Cost)
+	case a == sluice.SlidingWindowAlgorithm:
+		r.win[k], res = algo.SlidingWindowDebit(p, r.win[k], t, req.Cost)
+	case a == sluice.SlidingLogAlgorithm:
+		l := r.logs[k]
+		if l == nil {
+			l = &algo.Log{}
+			r.logs[k] = l
+		}
+		if refund {
+			res = algo.SlidingLogRefund(p, l, t, t, req.Cost)
+		} else {
+			res = algo.SlidingLogDebit(p, l, t, req.Cost)
+		}
+	case refund:
+		r.tat[k], res = pp.Refund(r.tat[k], t, req.Cost)
+	default:
+		r.tat[k], res = pp.Debit(r.tat[k], t, req.Cost)
+	}
+	return decisionOf(&req, res), nil
+}
+
+func (r *reference) Reset(_ context.Context, req sluice.Request) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := refKey{*req.Policy, req.Key}
+	delete(r.tat, k)
+	delete(r.win, k)
+	delete(r.logs, k)
+	return nil
 }
 
 func (r *reference) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
@@ -115,7 +196,7 @@ func (r *reference) Peek(_ context.Context, now time.Time, req sluice.Request) (
 
 // Release and Renew: the reference decides the rate algorithms only, and
 // makes no lease.
-func (r *reference) Release(context.Context, time.Time, string) (bool, error) {
+func (r *reference) Release(context.Context, time.Time, string, []int64) (bool, error) {
 	return false, sluice.ErrInvalidLease
 }
 

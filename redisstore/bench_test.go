@@ -83,7 +83,7 @@ func BenchmarkLeaseSerial(b *testing.B) {
 		if err != nil || !d.Allowed {
 			b.Fatalf("Allow = %+v, %v", d, err)
 		}
-		if ok, err := st.Release(b.Context(), time.Time{}, d.Lease); err != nil || !ok {
+		if ok, err := st.Release(b.Context(), time.Time{}, d.Lease, nil); err != nil || !ok {
 			b.Fatalf("Release = %v, %v", ok, err)
 		}
 	}

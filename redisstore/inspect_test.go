@@ -107,8 +107,8 @@ func TestInspectConcurrency(t *testing.T) {
 			}
 			held[s.lease] = leases{dm.Lease, dr.Lease}
 		case "release":
-			okm, errm := ms.Release(ctx, at, held[s.lease].mem)
-			okr, errr := rs.Release(ctx, at, held[s.lease].redis)
+			okm, errm := ms.Release(ctx, at, held[s.lease].mem, nil)
+			okr, errr := rs.Release(ctx, at, held[s.lease].redis, nil)
 			if errm != nil || errr != nil || !okm || !okr {
 				t.Fatalf("step %d: Release(%s) = %v, %v from Redis; %v, %v from memory; want true", i, s.lease, okr, errr, okm, errm)
 			}

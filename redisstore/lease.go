@@ -205,9 +205,9 @@ func (s *Store) runLease(ctx context.Context, now time.Time, op string, id lease
 // requests, not releases, and a hold not released expires with its lease.
 // On Redis Cluster a lease whose keys lie in several hash slots is
 // released by one call per slot.
-func (s *Store) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
+func (s *Store) Release(ctx context.Context, now time.Time, lease string, usage []int64) (bool, error) {
 	if s.local != nil && strings.HasPrefix(lease, localLeasePrefix) {
-		return s.local.Release(ctx, now, lease)
+		return s.local.Release(ctx, now, lease, usage)
 	}
 	id, groups, err := s.leaseKeys(lease)
 	if err != nil {

@@ -120,7 +120,7 @@ func leaseAcrossInstances(t *testing.T, addrs []string) {
 	if in, err := stores[1].Renew(ctx, time.Time{}, lease); err != nil || in <= 59*time.Minute || in > time.Hour {
 		t.Errorf("Renew on store 1 = %v, %v; want about 1h", in, err)
 	}
-	if ok, err := stores[1].Release(ctx, time.Time{}, lease); err != nil || !ok {
+	if ok, err := stores[1].Release(ctx, time.Time{}, lease, nil); err != nil || !ok {
 		t.Fatalf("Release on store 1 = %v, %v; want true", ok, err)
 	}
 	d, err = stores[1].Allow(ctx, time.Time{}, req)
@@ -130,19 +130,19 @@ func leaseAcrossInstances(t *testing.T, addrs []string) {
 	if n := localCount(stores...); n != 0 {
 		t.Errorf("%d local refusals of a concurrency policy, want none", n)
 	}
-	if ok, err := stores[0].Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+	if ok, err := stores[0].Release(ctx, time.Time{}, d.Lease, nil); err != nil || !ok {
 		t.Errorf("Release on store 0 of store 1's lease = %v, %v; want true", ok, err)
 	}
 	// A lease naming a key that is not a concurrency key of this prefix.
 	other := newTestStore(t, addrs, Options{Failure: FailError})
-	if _, err := other.Release(ctx, time.Time{}, lease); !errors.Is(err, sluice.ErrInvalidLease) {
+	if _, err := other.Release(ctx, time.Time{}, lease, nil); !errors.Is(err, sluice.ErrInvalidLease) {
 		t.Errorf("Release on a store of another prefix: error %v, want ErrInvalidLease", err)
 	}
 	forged, err := encodeLease(newLeaseID(), []string{stores[0].prefix + "{k:k}:tb:1:1s:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores[0].Release(ctx, time.Time{}, forged); !errors.Is(err, sluice.ErrInvalidLease) {
+	if _, err := stores[0].Release(ctx, time.Time{}, forged, nil); !errors.Is(err, sluice.ErrInvalidLease) {
 		t.Errorf("Release of a lease naming a token-bucket key: error %v, want ErrInvalidLease", err)
 	}
 }
@@ -189,7 +189,7 @@ func leaseExactInstances(t *testing.T, addrs []string) {
 				}
 				time.Sleep(time.Millisecond) // hold the unit a little while
 				held.Add(-1)
-				if ok, err := st.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+				if ok, err := st.Release(ctx, time.Time{}, d.Lease, nil); err != nil || !ok {
 					t.Errorf("Release = %v, %v; want true", ok, err)
 					return
 				}
@@ -230,7 +230,7 @@ func leaseExpiry(t *testing.T, addrs []string) {
 	if el := time.Since(start); el < lease {
 		t.Errorf("the unit was free again %v after it was taken, before its lease of %v", el, lease)
 	}
-	if ok, err := st.Release(ctx, time.Time{}, held); err != nil || ok {
+	if ok, err := st.Release(ctx, time.Time{}, held, nil); err != nil || ok {
 		t.Errorf("Release after expiry = %v, %v; want false, nil", ok, err)
 	}
 	if _, err := st.Renew(ctx, time.Time{}, held); !errors.Is(err, sluice.ErrLeaseExpired) {
@@ -297,7 +297,7 @@ func leaseAcrossSlots(t *testing.T, addrs []string) {
 	if in, err := st.Renew(ctx, time.Time{}, lease); err != nil || in <= 59*time.Minute {
 		t.Errorf("Renew = %v, %v; want about 1h", in, err)
 	}
-	if ok, err := st.Release(ctx, time.Time{}, lease); err != nil || !ok {
+	if ok, err := st.Release(ctx, time.Time{}, lease, nil); err != nil || !ok {
 		t.Fatalf("Release = %v, %v; want true", ok, err)
 	}
 	for _, k := range []string{"a", "b"} {
@@ -397,7 +397,7 @@ func leaseFailure(t *testing.T, fp FailurePolicy, how string) {
 					t.Errorf("FailLocal: Renew of a local lease = %v, %v; want 1h", in, err)
 				}
 			}
-			if ok, err := st.Release(ctx, time.Time{}, d.Lease); err != nil || !ok {
+			if ok, err := st.Release(ctx, time.Time{}, d.Lease, nil); err != nil || !ok {
 				t.Errorf("FailLocal: Release of a local lease = %v, %v; want true", ok, err)
 			}
 		}
@@ -410,7 +410,7 @@ func leaseFailure(t *testing.T, fp FailurePolicy, how string) {
 			}
 		}
 	}
-	if _, err := st.Release(ctx, time.Time{}, before); err == nil || errors.Is(err, sluice.ErrInvalidLease) {
+	if _, err := st.Release(ctx, time.Time{}, before, nil); err == nil || errors.Is(err, sluice.ErrInvalidLease) {
 		t.Errorf("Release of a Redis lease with Redis away: error %v, want Redis's failure", err)
 	}
 
@@ -425,7 +425,7 @@ func leaseFailure(t *testing.T, fp FailurePolicy, how string) {
 		t.Fatal(err)
 	}
 	allowByRedis(t, st, sluice.Request{Policy: new(sluice.TokenBucket(10, time.Hour, 0)), Key: "probe", Cost: 1}, 3*time.Second)
-	ok, err := st.Release(ctx, time.Time{}, before)
+	ok, err := st.Release(ctx, time.Time{}, before, nil)
 	if err != nil || ok != (how == "pause") {
 		t.Errorf("Release of the lease taken before, after Redis came back (%s) = %v, %v; want %v", how, ok, err, how == "pause")
 	}
@@ -504,8 +504,8 @@ func leaseDifferential(t *testing.T, addrs []string, seeds int) {
 				case len(leases) == 0:
 				case op < 8:
 					l := leases[r.IntN(len(leases))]
-					okm, errm := mem.Release(ctx, now, l[0])
-					okr, errr := rs.Release(ctx, now, l[1])
+					okm, errm := mem.Release(ctx, now, l[0], nil)
+					okr, errr := rs.Release(ctx, now, l[1], nil)
 					if okm != okr || errm != nil || errr != nil {
 						t.Fatalf("%s Release = %v, %v from Redis; %v, %v from memory", what, okr, errr, okm, errm)
 					}

@@ -40,10 +40,10 @@ func (s *suite) leaseTimeline(t *testing.T) {
 	d, err = peek(t, st, sec(2), req(1))
 	want("t=2s peek cost 1", d, err, false, 0, 8*time.Second, 9*time.Second)
 
-	if ok, err := st.Release(ctx, sec(3), a); err != nil || !ok {
+	if ok, err := st.Release(ctx, sec(3), a, nil); err != nil || !ok {
 		t.Fatalf("t=3s Release(A) = %v, %v; want true, nil", ok, err)
 	}
-	if ok, err := st.Release(ctx, sec(3), a); err != nil || ok {
+	if ok, err := st.Release(ctx, sec(3), a, nil); err != nil || ok {
 		t.Fatalf("t=3s Release(A) again = %v, %v; want false, nil", ok, err)
 	}
 	d, err = allow(t, st, sec(3), req(2)) // C: 2 units until 13 s, beside B
@@ -55,7 +55,7 @@ func (s *suite) leaseTimeline(t *testing.T) {
 	d, err = allow(t, st, sec(12), req(1)) // B and C hold 3; C's expiry at 13 s makes room
 	want("t=12s cost 1", d, err, false, 0, time.Second, 3*time.Second)
 
-	if ok, err := st.Release(ctx, sec(13), c); err != nil || ok {
+	if ok, err := st.Release(ctx, sec(13), c, nil); err != nil || ok {
 		t.Fatalf("t=13s Release(C), expired = %v, %v; want false, nil", ok, err)
 	}
 	if _, err := st.Renew(ctx, sec(13), c); !errors.Is(err, sluice.ErrLeaseExpired) {
@@ -64,7 +64,7 @@ func (s *suite) leaseTimeline(t *testing.T) {
 	d, err = allow(t, st, sec(13), req(2)) // D: 2 units until 23 s, beside B
 	want("t=13s D cost 2", d, err, true, 0, 0, 10*time.Second)
 	// B's release after its expiry must not free D's units.
-	if ok, err := st.Release(ctx, sec(16), b); err != nil || ok {
+	if ok, err := st.Release(ctx, sec(16), b, nil); err != nil || ok {
 		t.Fatalf("t=16s Release(B), expired = %v, %v; want false, nil", ok, err)
 	}
 	d, err = allow(t, st, sec(16), req(1)) // E: 1 unit until 26 s, beside D
@@ -96,7 +96,7 @@ func (s *suite) leaseAllOrNothing(t *testing.T) {
 	}
 	lease := d.Lease
 	// The rate refuses now: no unit of either concurrency policy is taken.
-	if ok, err := st.Release(ctx, s.at(0), lease); err != nil || !ok {
+	if ok, err := st.Release(ctx, s.at(0), lease, nil); err != nil || !ok {
 		t.Fatalf("Release = %v, %v; want true, nil", ok, err)
 	}
 	d, _, err = allowAll(t, st, s.at(0), reqs)
@@ -147,7 +147,7 @@ func (s *suite) leaseExact(t *testing.T) {
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				inFlight.Add(-1)
-				if ok, err := st.Release(ctx, s.at(0), d.Lease); err != nil || !ok {
+				if ok, err := st.Release(ctx, s.at(0), d.Lease, nil); err != nil || !ok {
 					t.Errorf("Release = %v, %v; want true, nil", ok, err)
 					return
 				}
@@ -171,7 +171,7 @@ func (s *suite) leaseInvalid(t *testing.T) {
 	st := s.newStore(t)
 	ctx := t.Context()
 	for _, lease := range []string{"", "x", "m1.", "r1.AAAA", "m1.!!!!", "m1.AAAAAAAAAAAAAAAAAAAAAA", string(make([]byte, 4096))} {
-		if ok, err := st.Release(ctx, s.at(0), lease); !errors.Is(err, sluice.ErrInvalidLease) || ok {
+		if ok, err := st.Release(ctx, s.at(0), lease, nil); !errors.Is(err, sluice.ErrInvalidLease) || ok {
 			t.Errorf("Release(%.20q) = %v, %v; want false and ErrInvalidLease", lease, ok, err)
 		}
 		if _, err := st.Renew(ctx, s.at(0), lease); !errors.Is(err, sluice.ErrInvalidLease) {

@@ -37,6 +37,7 @@ type config struct {
 	callerTime bool
 	goroutines int
 	leases     bool
+	usage      bool
 }
 
 // StoreClock tells Run that the store decides at its own clock and ignores
@@ -105,6 +106,12 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 		t.Run("LeaseAllOrNothing", s.leaseAllOrNothing)
 		t.Run("LeaseExact", s.leaseExact)
 		t.Run("LeaseInvalid", s.leaseInvalid)
+	}
+	if cfg.usage {
+		t.Run("UsageEnvoy", s.usageEnvoy)
+		t.Run("UsageEveryAlgorithm", s.usageEveryAlgorithm)
+		t.Run("UsageSettle", s.usageSettle)
+		t.Run("UsageExact", s.usageExact)
 	}
 }
 
@@ -251,8 +258,9 @@ func checkInvariants(t *testing.T, op string, req sluice.Request, d sluice.Decis
 	if d.Degraded {
 		bad("Degraded is set, but the store did not fail")
 	}
-	if got, want := d.Lease != "", d.Allowed && req.Policy.Algorithm == sluice.ConcurrencyAlgorithm && op != "Peek" && op != "AllowAll"; got != want {
-		bad(fmt.Sprintf("has a lease %v, want %v: exactly the admitted Allow of a concurrency policy has one", got, want))
+	leased := req.Policy.Algorithm == sluice.ConcurrencyAlgorithm || req.SettleWithin > 0
+	if got, want := d.Lease != "", d.Allowed && leased && op != "Peek" && op != "AllowAll"; got != want {
+		bad(fmt.Sprintf("has a lease %v, want %v: exactly the admitted Allow of a concurrency policy or of an estimate to settle has one", got, want))
 	}
 }
 

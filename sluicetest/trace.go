@@ -19,6 +19,8 @@ const (
 	OpAllow Op = iota
 	OpPeek
 	OpAllowAll
+	OpDebit
+	OpRefund
 )
 
 // String returns the name of the Store method.
@@ -30,6 +32,10 @@ func (o Op) String() string {
 		return "Peek"
 	case OpAllowAll:
 		return "AllowAll"
+	case OpDebit:
+		return "Debit"
+	case OpRefund:
+		return "Refund"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -82,6 +88,11 @@ type TraceConfig struct {
 	Policies []sluice.Policy
 	// Start is the time of the first call; default 2025-01-01T00:00:00Z.
 	Start time.Time
+	// Usage adds the calls of costs known afterwards: Debit (one call in
+	// six, sometimes of several times the capacity, driving keys into
+	// debt), Refund (one in ten) and checks (Allow and Peek of cost 0, one
+	// in eight of them). Policies must then be rate policies.
+	Usage bool
 }
 
 // TracePolicies returns RandomTrace's default policies: every algorithm,
@@ -168,6 +179,24 @@ func RandomTrace(seed uint64, cfg TraceConfig) Trace {
 		default:
 			st.Op = OpAllowAll
 		}
+		if cfg.Usage {
+			switch n := r.intn(30); {
+			case n < 5:
+				st.Op = OpDebit
+			case n < 8:
+				st.Op = OpRefund
+			}
+			if st.Op == OpDebit || st.Op == OpRefund {
+				req := request(&cfg.Policies[r.intn(len(cfg.Policies))], key)
+				if st.Op == OpDebit && r.intn(4) == 0 {
+					req.Cost = 1 + r.int63n(3*req.Policy.Capacity())
+				}
+				req.MaxDelay = 0
+				st.Reqs = []sluice.Request{req}
+				tr.Steps[i] = st
+				continue
+			}
+		}
 		if st.Op != OpAllowAll || len(cfg.Policies) == 1 {
 			st.Reqs = []sluice.Request{request(&cfg.Policies[r.intn(len(cfg.Policies))], key)}
 		} else {
@@ -178,6 +207,9 @@ func RandomTrace(seed uint64, cfg TraceConfig) Trace {
 			if r.intn(8) == 0 {
 				st.Reqs = append(st.Reqs, request(st.Reqs[0].Policy, key))
 			}
+		}
+		if cfg.Usage && st.Op != OpAllowAll && r.intn(8) == 0 {
+			st.Reqs[0].Cost = 0
 		}
 		tr.Steps[i] = st
 	}
@@ -228,6 +260,10 @@ func apply(st sluice.Store, step Step) (o outcome) {
 		o.d, o.err = st.Allow(ctx, step.At, step.Reqs[0])
 	case OpPeek:
 		o.d, o.err = st.Peek(ctx, step.At, step.Reqs[0])
+	case OpDebit:
+		o.d, o.err = st.Debit(ctx, step.At, step.Reqs[0])
+	case OpRefund:
+		o.d, o.err = st.Refund(ctx, step.At, step.Reqs[0])
 	default:
 		o.out = make([]sluice.Decision, len(step.Reqs))
 		o.d, o.err = st.AllowAll(ctx, step.At, step.Reqs, o.out)

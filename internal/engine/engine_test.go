@@ -199,7 +199,7 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 	return f.Allow(ctx, now, req)
 }
 
-func (f failing) Release(context.Context, time.Time, string) (bool, error) { return false, f.err }
+func (f failing) Release(context.Context, time.Time, string, []int64) (bool, error) { return false, f.err }
 
 func (f failing) Renew(context.Context, time.Time, string) (time.Duration, error) { return 0, f.err }
 
@@ -246,6 +246,16 @@ func TestOneCheckWithShadow(t *testing.T) {
 		}
 	}
 }
+
+func (f failing) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
+
+func (f failing) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
+
+func (f failing) Reset(context.Context, sluice.Request) error { return f.err }
 
 // TestEnforcedWithShadow is TestOneCheckWithShadow for two or three
 // enforced checks (the store's AllowAll, or a refusal before it when their

@@ -85,7 +85,7 @@ func run(ctx context.Context, src Source, policies []sluice.Policy, observe func
 	}
 	var holds holdHeap
 	release := func(h hold) error {
-		freed, err := stores[h.policy].Release(ctx, time.UnixMilli(h.end), h.lease)
+		freed, err := stores[h.policy].Release(ctx, time.UnixMilli(h.end), h.lease, nil)
 		if err != nil {
 			return fmt.Errorf("simulate: release at %d ms: %w", h.end, err)
 		}

@@ -123,7 +123,7 @@ func TestRunErrors(t *testing.T) {
 			want: "simulate: request 2 at 4 ms is before the previous one at 5 ms"},
 		{name: "time out of range", reqs: []Request{{T: MaxTime + 1, Key: "a", Cost: 1}}, policies: ok,
 			want: "simulate: request 1: time 253402300800000 ms is outside 0 to 253402300799999"},
-		{name: "invalid cost", reqs: []Request{{T: 5, Key: "a", Cost: 0}}, policies: ok, wantIs: sluice.ErrInvalidCost},
+		{name: "invalid cost", reqs: []Request{{T: 5, Key: "a", Cost: -1}}, policies: ok, wantIs: sluice.ErrInvalidCost},
 		{name: "no policy", want: "simulate: no policy"},
 		{name: "invalid policy", policies: []sluice.Policy{sluice.FixedWindow(0, time.Second)}, wantIs: sluice.ErrInvalidPolicy},
 		{name: "canceled", ctx: canceled, reqs: []Request{{T: 5, Key: "a", Cost: 1}}, policies: ok, wantIs: context.Canceled},

@@ -97,8 +97,23 @@ func Underlying(s sluice.Store) sluice.Store {
 }
 
 // Release implements sluice.Store.
-func (s *Store) Release(ctx context.Context, now time.Time, lease string) (bool, error) {
-	return s.next.Release(ctx, now, lease)
+func (s *Store) Release(ctx context.Context, now time.Time, lease string, usage []int64) (bool, error) {
+	return s.next.Release(ctx, now, lease, usage)
+}
+
+// Debit implements sluice.Store.
+func (s *Store) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.next.Debit(ctx, now, req)
+}
+
+// Refund implements sluice.Store.
+func (s *Store) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.next.Refund(ctx, now, req)
+}
+
+// Reset implements sluice.Store.
+func (s *Store) Reset(ctx context.Context, req sluice.Request) error {
+	return s.next.Reset(ctx, req)
 }
 
 // Renew implements sluice.Store.

@@ -697,7 +697,7 @@ func (s downStore) Peek(context.Context, time.Time, sluice.Request) (sluice.Deci
 	return s.decide(0, nil)
 }
 
-func (s downStore) Release(context.Context, time.Time, string) (bool, error) {
+func (s downStore) Release(context.Context, time.Time, string, []int64) (bool, error) {
 	_, err := s.decide(0, nil)
 	return false, err
 }
@@ -705,6 +705,19 @@ func (s downStore) Release(context.Context, time.Time, string) (bool, error) {
 func (s downStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
 	_, err := s.decide(0, nil)
 	return 0, err
+}
+
+func (s downStore) Debit(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
+	return s.decide(0, nil)
+}
+
+func (s downStore) Refund(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
+	return s.decide(0, nil)
+}
+
+func (s downStore) Reset(context.Context, sluice.Request) error {
+	_, err := s.decide(0, nil)
+	return err
 }
 
 func TestStoreFailure(t *testing.T) {

@@ -70,7 +70,7 @@ func (h *Handler) serveRelease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	released, err := h.store.Release(r.Context(), time.Time{}, lease)
+	released, err := h.store.Release(r.Context(), time.Time{}, lease, nil)
 	if err != nil {
 		h.leaseError(w, r, "release", err)
 		return

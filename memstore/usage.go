@@ -1,0 +1,283 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// estimate is one request's charge that a lease settles: request index of
+// the decision, charged Cost units at the instant at (µs) to the key of
+// hash h under c, to be settled before expire.
+type estimate struct {
+	index  int
+	c      *compiled
+	h      uint64
+	cost   int64
+	at     int64
+	expire int64
+}
+
+// settlement is what one lease has to settle; the one Release or sweep
+// that takes it out of Store.pending ends it.
+type settlement struct {
+	items []estimate
+}
+
+// estimate records, for lt's lease, the charge of request i (req, whose
+// policy is c and key hash h) admitted at t, if it is to be settled.
+func (lt *leaseTaker) estimate(i int, c *compiled, req *sluice.Request, h uint64, t int64) {
+	if req.SettleWithin <= 0 || req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		return
+	}
+	within := int64(req.SettleWithin / time.Microsecond)
+	lt.settle = append(lt.settle, estimate{index: i, c: c, h: h, cost: req.Cost, at: t, expire: t + max(within, 1)})
+}
+
+// settle settles the estimates kept under the lease id with usage at t,
+// once: it reports whether there were any still to settle.
+func (s *Store) settle(id [16]byte, t int64, usage []int64) bool {
+	v, ok := s.pending.LoadAndDelete(id)
+	if !ok {
+		return false
+	}
+	settled := false
+	for _, e := range v.(*settlement).items {
+		sh := &s.shards[e.h&s.mask]
+		sh.mu.Lock()
+		tt := sh.advance(t)
+		if tt >= e.expire {
+			sh.mu.Unlock()
+			s.countUnsettled(e.c.fp, 1)
+			continue
+		}
+		settled = true
+		if e.index < len(usage) && usage[e.index] >= 0 {
+			switch actual := usage[e.index]; {
+			case actual > e.cost:
+				sh.debt(s, e.c, e.h, tt, actual-e.cost, tt, false)
+				s.countUsage(e.c.fp, actual-e.cost, 0)
+			case actual < e.cost:
+				sh.debt(s, e.c, e.h, tt, e.cost-actual, e.at, true)
+				s.countUsage(e.c.fp, 0, e.cost-actual)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return settled
+}
+
+// sweepSettlements drops the settlements whose every estimate's time has
+// passed at t, counting them as unsettled.
+func (s *Store) sweepSettlements(t int64) int {
+	dropped := 0
+	s.pending.Range(func(k, v any) bool {
+		items := v.(*settlement).items
+		for _, e := range items {
+			if e.expire > t {
+				return true
+			}
+		}
+		if _, ok := s.pending.LoadAndDelete(k); ok {
+			for _, e := range items {
+				s.countUnsettled(e.c.fp, 1)
+			}
+			dropped++
+		}
+		return true
+	})
+	return dropped
+}
+
+// usageCounts are the counters of one policy's costs known afterwards.
+type usageCounts struct {
+	debited, refunded, unsettled atomic.Int64
+}
+
+func (s *Store) usageOf(fp uint64) *usageCounts {
+	v, ok := s.usage.Load(fp)
+	if !ok {
+		v, _ = s.usage.LoadOrStore(fp, new(usageCounts))
+	}
+	return v.(*usageCounts)
+}
+
+func (s *Store) countUsage(fp uint64, debited, refunded int64) {
+	u := s.usageOf(fp)
+	u.debited.Add(debited)
+	u.refunded.Add(refunded)
+}
+
+func (s *Store) countUnsettled(fp uint64, n int64) { s.usageOf(fp).unsettled.Add(n) }
+
+// Usage returns, for the rate policy p, the units debited (by Debit and by
+// settlements above their estimate) and refunded (by Refund and by
+// settlements below it) since the store was made, and the estimates whose
+// settlement time passed before a Release settled them.
+func (s *Store) Usage(p *sluice.Policy) (debited, refunded, unsettled int64, err error) {
+	c := s.compile(p)
+	if c.err != nil {
+		return 0, 0, 0, c.err
+	}
+	u := s.usageOf(c.fp)
+	return u.debited.Load(), u.refunded.Load(), u.unsettled.Load(), nil
+}
+
+// usageRequest validates a Debit or Refund request and returns its
+// compiled policy.
+func (s *Store) usageRequest(op string, req *sluice.Request) (*compiled, error) {
+	if req.Cost < 1 {
+		return nil, fmt.Errorf("memstore: %s: %w: %d units, want at least 1", op, sluice.ErrInvalidCost, req.Cost)
+	}
+	c := s.compile(req.Policy)
+	if c.err != nil {
+		return nil, c.err
+	}
+	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		return nil, fmt.Errorf("memstore: %s: %w: a concurrency policy holds units, it is not charged", op, sluice.ErrNotSupported)
+	}
+	return c, nil
+}
+
+// Debit charges req.Cost units to req.Key whether or not they fit; see the
+// sluice.Store contract.
+func (s *Store) Debit(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.debitOrRefund(now, &req, false)
+}
+
+// Refund gives req.Cost units back to req.Key; see the sluice.Store
+// contract.
+func (s *Store) Refund(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.debitOrRefund(now, &req, true)
+}
+
+func (s *Store) debitOrRefund(now time.Time, req *sluice.Request, refund bool) (sluice.Decision, error) {
+	op := "debit"
+	if refund {
+		op = "refund"
+	}
+	c, err := s.usageRequest(op, req)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	t := s.micros(now)
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	t = sh.advance(t)
+	r := sh.debt(s, c, h, t, req.Cost, t, refund)
+	sh.mu.Unlock()
+	if refund {
+		s.countUsage(c.fp, 0, req.Cost)
+	} else {
+		s.countUsage(c.fp, req.Cost, 0)
+	}
+	return decision(r, req.Policy.Limit), nil
+}
+
+// debt debits cost units to the key of hash h under the rate policy c at
+// t, or refunds them to its charge made at the instant at, and stores the
+// new state. sh.mu must be held.
+func (sh *shard) debt(s *Store, c *compiled, h uint64, t, cost, at int64, refund bool) algo.Verdict {
+	p := c.pp.Params
+	switch c.policy.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		i, found := sh.win.find(h)
+		var st algo.Window
+		if found {
+			st = sh.win.slots[i].v
+		}
+		var ns algo.Window
+		var r algo.Verdict
+		switch {
+		case c.policy.Algorithm == sluice.FixedWindowAlgorithm && refund:
+			ns, r = algo.FixedWindowRefund(p, st, t, at, cost)
+		case c.policy.Algorithm == sluice.FixedWindowAlgorithm:
+			ns, r = algo.FixedWindowDebit(p, st, t, cost)
+		case refund:
+			ns, r = algo.SlidingWindowRefund(p, st, t, at, cost)
+		default:
+			ns, r = algo.SlidingWindowDebit(p, st, t, cost)
+		}
+		sh.storeWin(s, i, found, h, t, ns)
+		return r
+	case sluice.SlidingLogAlgorithm:
+		i, found := sh.logs.find(h)
+		if !found {
+			if refund {
+				return algo.SlidingLogRefund(p, &algo.Log{}, t, at, cost)
+			}
+			ls := &logState{}
+			r := algo.SlidingLogDebit(p, &ls.log, t, cost)
+			ls.expire = ls.log.Expiry(p.Period)
+			sh.makeRoom(s, t)
+			sh.logs.insert(h, ls)
+			sh.sweepLogs(t)
+			return r
+		}
+		ls := sh.logs.slots[i].v
+		var r algo.Verdict
+		if refund {
+			r = algo.SlidingLogRefund(p, &ls.log, t, at, cost)
+		} else {
+			r = algo.SlidingLogDebit(p, &ls.log, t, cost)
+		}
+		ls.expire = ls.log.Expiry(p.Period)
+		if ls.log.Len() == 0 {
+			sh.logs.remove(i)
+		}
+		return r
+	default:
+		i, found := sh.tat.find(h)
+		var st algo.TAT
+		if found {
+			st = sh.tat.slots[i].v
+		}
+		var ns algo.TAT
+		var r algo.Verdict
+		if refund {
+			ns, r = c.pp.Refund(st, t, cost)
+		} else {
+			ns, r = c.pp.Debit(st, t, cost)
+		}
+		sh.storeTAT(s, i, found, h, t, ns)
+		return r
+	}
+}
+
+// Reset puts req.Key back to its initial state under req.Policy: every
+// charge and debt forgotten, or, under a concurrency policy, every hold
+// freed.
+func (s *Store) Reset(_ context.Context, req sluice.Request) error {
+	c := s.compile(req.Policy)
+	if c.err != nil {
+		return c.err
+	}
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch req.Policy.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		if i, found := sh.win.find(h); found {
+			sh.win.remove(i)
+		}
+	case sluice.SlidingLogAlgorithm:
+		if i, found := sh.logs.find(h); found {
+			sh.logs.remove(i)
+		}
+	case sluice.ConcurrencyAlgorithm:
+		if i, found := sh.conc.find(h); found {
+			sh.conc.remove(i)
+		}
+	default:
+		if i, found := sh.tat.find(h); found {
+			sh.tat.remove(i)
+		}
+	}
+	return nil
+}
