@@ -373,7 +373,9 @@ func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Reques
 	return s.Allow(ctx, now, req)
 }
 
-func (s failingStore) Release(context.Context, time.Time, string, []int64) (bool, error) { return false, s.err }
+func (s failingStore) Release(context.Context, time.Time, string, []int64) (bool, error) {
+	return false, s.err
+}
 
 func (s failingStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
 	return 0, s.err

@@ -199,7 +199,9 @@ func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (s
 	return f.Allow(ctx, now, req)
 }
 
-func (f failing) Release(context.Context, time.Time, string, []int64) (bool, error) { return false, f.err }
+func (f failing) Release(context.Context, time.Time, string, []int64) (bool, error) {
+	return false, f.err
+}
 
 func (f failing) Renew(context.Context, time.Time, string) (time.Duration, error) { return 0, f.err }
 
