@@ -27,6 +27,10 @@
 //   - Enforced checks of concurrency policies hold their units under the
 //     lease of Outcome.Decision, which the door releases when the request
 //     ends; a shadow or deferred check cannot hold one (Leases).
+//   - A check of a budget (Budget) decides even at cost 0: admitted while
+//     a unit is left. An enforced check with SettleWithin charges its Cost
+//     as an estimate, which the door settles with the actual cost through
+//     the same lease (Settle).
 //
 // The package also holds what Sluice's stores share on top of the root
 // package: the translation between a sluice.Policy and internal/algo's
@@ -78,7 +82,19 @@ type Check struct {
 	// together, all or nothing (an Envoy descriptor's limits). Shadow
 	// checks of group 0 are decided one by one.
 	Group int
+	// Budget makes a Cost of 0 decide too: a check of a budget whose cost
+	// is known only afterwards, admitted while a unit is left and charged
+	// nothing (see sluice.Store).
+	Budget bool
+	// SettleWithin, when positive, makes Cost an estimate that the door
+	// settles with the actual cost (Settle) through the lease of
+	// Outcome.Decision, within that time (sluice.Request.SettleWithin).
+	SettleWithin time.Duration
 }
+
+// counted reports whether c takes part in a decision: it charges, or it
+// is a check of a budget.
+func counted(c *Check) bool { return c.Cost >= 1 || c.Budget }
 
 // CheckResult is one check's part of an Outcome.
 type CheckResult struct {
@@ -236,7 +252,7 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 	}
 	if n.free {
 		for i := range checks {
-			if checks[i].Cost < 1 {
+			if !counted(&checks[i]) {
 				res[i].Decision, res[i].Err = State(ctx, store, now, checks[i])
 			}
 		}
@@ -245,11 +261,11 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 
 // decides reports whether c takes part in the verdict: an enforced or
 // deferred check that charges.
-func decides(c *Check) bool { return c.Mode != Shadow && c.Cost >= 1 }
+func decides(c *Check) bool { return c.Mode != Shadow && counted(c) }
 
 // charges reports whether c is charged with the verdict: an enforced check
 // that charges.
-func charges(c *Check) bool { return c.Mode == Enforced && c.Cost >= 1 }
+func charges(c *Check) bool { return c.Mode == Enforced && counted(c) }
 
 // counts is what scan finds in a request's checks.
 type counts struct {
@@ -270,7 +286,7 @@ func (n *counts) scan(checks []Check) {
 	for i := range checks {
 		c := &checks[i]
 		switch {
-		case c.Cost < 1:
+		case !counted(c):
 			n.free = true
 			continue
 		case c.Mode == Shadow:
@@ -299,7 +315,7 @@ func impossible(checks []Check, i int) bool {
 	sum := c.Cost
 	for j := range checks {
 		o := &checks[j]
-		if j == i || o.Cost < 1 || o.Key != c.Key || *o.Policy != *c.Policy || !together(c, o) {
+		if j == i || !counted(o) || o.Key != c.Key || *o.Policy != *c.Policy || !together(c, o) {
 			continue
 		}
 		if sum > math.MaxInt64-o.Cost {
@@ -329,7 +345,7 @@ func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks
 	refused := false
 	for i := range checks {
 		c := &checks[i]
-		if c.Mode != Deferred || c.Cost < 1 {
+		if c.Mode != Deferred || !counted(c) {
 			continue
 		}
 		d, err := store.Peek(ctx, now, request(c))
@@ -432,7 +448,7 @@ func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 // allowOne charges c alone with the store's Allow and writes the store's
 // decision to *d, where it stays: the Decision is not copied again.
 func allowOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, d *sluice.Decision) (err error) {
-	*d, err = store.Allow(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay})
+	*d, err = store.Allow(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay, SettleWithin: c.SettleWithin})
 	return err
 }
 
@@ -493,7 +509,7 @@ func decideShadows(ctx context.Context, store sluice.Store, now time.Time, check
 	var buf [4]int
 	for i := range checks {
 		c := &checks[i]
-		if c.Mode != Shadow || c.Cost < 1 {
+		if c.Mode != Shadow || !counted(c) {
 			continue
 		}
 		group := append(buf[:0], i)
@@ -516,7 +532,7 @@ func decideShadows(ctx context.Context, store sluice.Store, now time.Time, check
 }
 
 // inGroup reports whether c is a shadow check of group g that charges.
-func inGroup(c *Check, g int) bool { return c.Mode == Shadow && c.Group == g && c.Cost >= 1 }
+func inGroup(c *Check, g int) bool { return c.Mode == Shadow && c.Group == g && counted(c) }
 
 // first returns the index of the first check of check i's shadow group.
 func first(checks []Check, i int) int {
@@ -606,9 +622,34 @@ func FromPeek(d sluice.Decision, cost, ask int64) sluice.Decision {
 	return d
 }
 
-// request returns the store request of check c.
+// request returns the store request of check c. A shadow check's
+// estimate is not settled: it is a dry run.
 func request(c *Check) sluice.Request {
-	return sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay}
+	r := sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay, SettleWithin: c.SettleWithin}
+	if c.Mode == Shadow {
+		r.SettleWithin = 0
+	}
+	return r
+}
+
+// Settle settles the estimates of a request that Decide admitted under
+// checks, through the lease of its Outcome.Decision: actual[i] is the
+// actual cost of checks[i], or negative (or missing) to keep its estimate.
+// It reports whether the lease had anything left to free or settle (see
+// sluice.Store's Release).
+func Settle(ctx context.Context, store sluice.Store, now time.Time, lease string, checks []Check, actual []int64) (bool, error) {
+	var buf [8]int64
+	usage := buf[:0]
+	for i := range checks {
+		if charges(&checks[i]) {
+			a := int64(-1)
+			if i < len(actual) {
+				a = actual[i]
+			}
+			usage = append(usage, a) // in the order Decide sent the requests
+		}
+	}
+	return store.Release(ctx, now, lease, usage)
 }
 
 // rank returns what Decider compares of d.

@@ -304,3 +304,42 @@ func TestEnforcedWithShadow(t *testing.T) {
 		t.Fatalf("only %d of the requests fit every capacity", fitting)
 	}
 }
+
+// TestBudgetAndSettle checks a budget of tokens checked at cost 0 beside a
+// rate charged per request, settled after the response: Settle maps each
+// check's actual cost to the store request Decide sent, a rate check
+// keeps its cost, and a spent budget refuses the next request, charging
+// the rate nothing.
+func TestBudgetAndSettle(t *testing.T) {
+	tokens := sluice.FixedWindow(100, time.Hour).Named("tokens")
+	calls := sluice.FixedWindow(10, time.Hour).Named("calls")
+	st := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	checks := []engine.Check{
+		{Policy: &calls, Key: "k", Cost: 1},
+		{Policy: &calls, Key: "free", Cost: 0}, // reported, not decided
+		{Policy: &tokens, Key: "k", Cost: 0, Budget: true, SettleWithin: time.Minute},
+	}
+	o, res := decide(t, st, checks...)
+	if !o.Allowed || o.Decision.Lease == "" || !res[2].Charged || res[1].Charged {
+		t.Fatalf("first = %+v %+v, want allowed with a lease, the budget decided", o, res)
+	}
+	if ok, err := engine.Settle(ctx, st, t0, o.Decision.Lease, checks, []int64{-1, -1, 120}); err != nil || !ok {
+		t.Fatalf("Settle(120) = %v, %v; want true, nil", ok, err)
+	}
+	if got := remaining(t, st, calls, "k"); got != 9 {
+		t.Errorf("calls remaining after the settlement = %d, want 9 (the rate keeps its cost)", got)
+	}
+	o, res = decide(t, st, checks...)
+	if o.Allowed || !res[2].Denied || res[0].Charged {
+		t.Fatalf("second, 120 of 100 tokens spent = %+v %+v, want refused by the budget, the rate not charged", o, res)
+	}
+	if got := remaining(t, st, calls, "k"); got != 9 {
+		t.Errorf("calls remaining after the refusal = %d, want 9", got)
+	}
+	// A check of cost 0 without Budget reports and never refuses.
+	o, _ = decide(t, st, engine.Check{Policy: &tokens, Key: "k", Cost: 0})
+	if !o.Allowed {
+		t.Errorf("a cost-0 check that is not a budget = %+v, want allowed (reported only)", o)
+	}
+}
