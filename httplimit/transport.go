@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,15 @@ type OutLimit struct {
 	// CostFunc, when set, returns the cost of a request instead of Cost.
 	// A cost below 1 exempts the request from this limit.
 	CostFunc func(r *http.Request) int64
+	// Usage makes the limit a budget charged by what each call actually
+	// cost, read from the response by TransportOptions.Usage (the tokens
+	// an LLM API reports): Cost, or CostFunc, is then the estimate
+	// charged before the request is sent, and 0 means 0 (send while the
+	// budget has a unit left). The difference is charged (even past the
+	// limit, into debt, which holds the next requests until it is repaid)
+	// or given back when the response's body has been read to its end or
+	// closed. A response whose usage cannot be read keeps the estimate.
+	Usage bool
 }
 
 // TransportOptions configure a Transport. The zero value (and nil) is
@@ -69,7 +79,23 @@ type TransportOptions struct {
 	// the Transport cannot know: set Retries only for requests that are
 	// safe to send twice.
 	Retries int
+	// Usage reads what a call cost from its response, for the limits
+	// with Usage: it is called once the caller has read the response's
+	// body to its end or closed it, with the body as read, of which the
+	// Transport keeps the last MaxUsageBody bytes (a JSON answer whole, a
+	// stream of server-sent events its last events, where LLM APIs put
+	// the usage). It returns false when the response names no usage; the
+	// estimate then stays charged. Required when a limit has Usage.
+	Usage func(resp *http.Response, body []byte) (int64, bool)
+	// SettleWithin bounds how long an estimate waits for its response's
+	// body to end; a call whose body ends later keeps its estimate.
+	// Default 1 hour.
+	SettleWithin time.Duration
 }
+
+// MaxUsageBody is how much of a response's body, its last bytes,
+// TransportOptions.Usage sees.
+const MaxUsageBody = 1 << 20
 
 // retryDelayPeek is how much of a 429's body RetryDelay sees.
 const retryDelayPeek = 64 << 10
@@ -108,6 +134,8 @@ type Transport struct {
 	maxBackoff time.Duration
 	retryDelay func(*http.Response) (time.Duration, bool)
 	retries    int
+	usage      func(*http.Response, []byte) (int64, bool)
+	settleIn   time.Duration
 
 	mu      sync.Mutex
 	holds   map[string]time.Time // backoff key -> no request before
@@ -141,7 +169,12 @@ func NewTransport(base http.RoundTripper, store sluice.Store, limits []OutLimit,
 		maxBackoff: opts.MaxBackoff,
 		retryDelay: opts.RetryDelay,
 		retries:    opts.Retries,
+		usage:      opts.Usage,
+		settleIn:   cmp.Or(opts.SettleWithin, time.Hour),
 		holds:      make(map[string]time.Time),
+	}
+	if opts.SettleWithin < 0 {
+		return nil, fmt.Errorf("httplimit: transport: SettleWithin must not be negative, got %v", opts.SettleWithin)
 	}
 	if t.backoffKey == nil {
 		t.backoffKey = urlHost
@@ -158,11 +191,23 @@ func NewTransport(base http.RoundTripper, store sluice.Store, limits []OutLimit,
 			l.Policy.Name = fmt.Sprintf("out-%d", i+1)
 		}
 		where := fmt.Sprintf("httplimit: transport: limit %d (%q)", i+1, l.Policy.Name)
-		el := engine.Limit{Policy: l.Policy, Cost: l.Cost, VariableCost: l.CostFunc != nil}
+		el := engine.Limit{Policy: l.Policy, Cost: max(l.Cost, 1), VariableCost: l.CostFunc != nil}
+		if !l.Usage {
+			el.Cost = l.Cost
+		}
 		if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
 			return nil, err
 		}
-		l.Cost = max(l.Cost, 1)
+		switch {
+		case !l.Usage:
+			l.Cost = max(l.Cost, 1)
+		case opts.Usage == nil:
+			return nil, fmt.Errorf("%s: Usage needs TransportOptions.Usage, which reads what a call cost from its response", where)
+		case l.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
+			return nil, fmt.Errorf("%s: Usage needs a rate policy: a concurrency policy holds units while the call runs, it is not charged", where)
+		case l.Cost < 0:
+			return nil, fmt.Errorf("%s: Cost, the estimate, must not be negative, got %d", where, l.Cost)
+		}
 		if l.Key == nil {
 			l.Key = urlHost
 		}
@@ -185,6 +230,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	bkey, hasBKey := t.backoffKey(req)
 	reqs := make([]sluice.Request, 0, len(t.limits))
+	var settled []bool // whether reqs[i] is settled by the usage
 	for i := range t.limits {
 		l := &t.limits[i]
 		key, ok := l.Key(req)
@@ -193,11 +239,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		cost := l.Cost
 		if l.CostFunc != nil {
-			if cost = l.CostFunc(req); cost < 1 {
+			if cost = l.CostFunc(req); cost < 1 && !(l.Usage && cost == 0) {
 				continue
 			}
 		}
-		reqs = append(reqs, sluice.Request{Policy: &l.Policy, Key: key, Cost: cost})
+		r := sluice.Request{Policy: &l.Policy, Key: key, Cost: cost}
+		if l.Usage {
+			if settled == nil {
+				settled = make([]bool, len(reqs), len(t.limits))
+			}
+			r.SettleWithin = t.settleIn
+		}
+		if settled != nil {
+			settled = append(settled, l.Usage)
+		}
+		reqs = append(reqs, r)
 	}
 	var notBefore time.Time // after a 429: when req may be sent again
 	for retries := t.retries; ; retries-- {
@@ -208,33 +264,34 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err := t.base.RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
-			return t.hand(ctx, resp, err, lease)
+			return t.hand(ctx, resp, err, lease, settled)
 		}
 		notBefore = time.Now().Add(t.delay(resp))
 		if hasBKey {
 			t.hold(bkey, notBefore)
 		}
 		if retries == 0 {
-			return t.hand(ctx, resp, nil, lease)
+			return t.hand(ctx, resp, nil, lease, settled)
 		}
 		if dl, ok := ctx.Deadline(); ok && notBefore.After(dl) {
-			return t.hand(ctx, resp, nil, lease)
+			return t.hand(ctx, resp, nil, lease, settled)
 		}
 		next, ok := rewind(req)
 		if !ok {
-			return t.hand(ctx, resp, nil, lease)
+			return t.hand(ctx, resp, nil, lease, settled)
 		}
 		discard(resp)
-		t.release(ctx, lease)
+		t.settle(ctx, lease, settled, 0, true) // a 429 the remote did not act on costs nothing
 		req = next
 	}
 }
 
 // hand returns what the base transport answered to a request that holds
 // lease (none when it is empty): on an error the lease is released at
-// once; on a response it is held until the response's body is closed or
-// read to its end.
-func (t *Transport) hand(ctx context.Context, resp *http.Response, err error, lease string) (*http.Response, error) {
+// once, its estimates kept; on a response it is held until the response's
+// body is closed or read to its end, and its estimates (the requests
+// settled marks) are then settled with the usage the response reports.
+func (t *Transport) hand(ctx context.Context, resp *http.Response, err error, lease string, settled []bool) (*http.Response, error) {
 	if lease == "" {
 		return resp, err
 	}
@@ -243,6 +300,13 @@ func (t *Transport) hand(ctx context.Context, resp *http.Response, err error, le
 		return resp, err
 	}
 	lb := &leaseBody{ReadCloser: resp.Body, release: func() { t.release(ctx, lease) }}
+	if settled != nil {
+		lb.tail = new(tail)
+		lb.release = func() {
+			n, ok := t.usage(resp, lb.tail.bytes())
+			t.settle(ctx, lease, settled, n, ok && n >= 0)
+		}
+	}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
 		// A 101 Switching Protocols body is written to as well.
 		resp.Body = leaseRWBody{lb, rw}
@@ -263,16 +327,53 @@ func (t *Transport) release(ctx context.Context, lease string) {
 	t.store.Release(ctx, time.Time{}, lease, nil) // a lease not released expires
 }
 
+// settle ends lease: it frees what it holds and settles the requests
+// that settled marks with usage n, when ok, or keeps their estimates.
+func (t *Transport) settle(ctx context.Context, lease string, settled []bool, n int64, ok bool) {
+	if !ok {
+		t.release(ctx, lease)
+		return
+	}
+	usage := make([]int64, len(settled))
+	for i, s := range settled {
+		usage[i] = -1
+		if s {
+			usage[i] = n
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	t.store.Release(ctx, time.Time{}, lease, usage) // an estimate not settled stays charged
+}
+
+// tail keeps the last MaxUsageBody bytes written to it, in at most twice
+// that much memory, copying each byte at most twice.
+type tail struct{ buf []byte }
+
+func (t *tail) Write(p []byte) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*MaxUsageBody {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-MaxUsageBody:]...)
+	}
+}
+
+func (t *tail) bytes() []byte { return t.buf[max(len(t.buf)-MaxUsageBody, 0):] }
+
 // leaseBody is a response body that releases its request's lease once,
-// on Close or when a Read reaches the end.
+// on Close or when a Read reaches the end; with tail, it keeps the end of
+// what was read, for the usage.
 type leaseBody struct {
 	io.ReadCloser
 	once    sync.Once
 	release func()
+	tail    *tail
 }
 
 func (b *leaseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if b.tail != nil && n > 0 {
+		b.tail.Write(p[:n])
+	}
 	if err == io.EOF {
 		b.once.Do(b.release)
 	}
