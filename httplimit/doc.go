@@ -52,19 +52,14 @@
 //
 // # Budgets charged by usage
 //
-// A Limit with Usage is a budget whose cost is known only once the
-// handler has run, such as the tokens an LLM call used. Its Cost (or
-// CostFunc) is the estimate charged before the handler runs, and may be
-// 0: admit while the budget has a unit left. The handler reports what
-// the request used with ReportUsage(r.Context(), n), and Handler settles
-// it when the handler returns (or panics): the difference from the
+// An OutLimit with Usage is a budget whose cost is known only once the
+// call has run, such as the tokens an LLM call used. Its Cost (or
+// CostFunc) is the estimate charged before the request is sent, and may
+// be 0: send while the budget has a unit left. TransportOptions.Usage
+// reads what the call used from the response once its body has been read
+// or closed, and the Transport settles it: the difference from the
 // estimate is charged, even past the limit, or given back. A budget that
-// went past its limit refuses the next requests with 429 and a
-// Retry-After until it is repaid, so no client spends more than the
-// responses already running when it ran out. A handler that reports
-// nothing keeps the estimate. The Transport does the same for outgoing
-// calls (OutLimit.Usage), reading the usage from the response with
-// TransportOptions.Usage.
+// went past its limit holds the next requests until it is repaid.
 //
 // Client addresses are never taken from headers a client can forge:
 // ClientIP reads X-Forwarded-For, X-Real-IP or Forwarded only when the

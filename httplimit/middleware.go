@@ -64,17 +64,6 @@ type Limit struct {
 	// concurrency policy cannot be a dry run: it would hold units that
 	// nothing releases.
 	Shadow bool
-	// Usage makes the limit a budget charged by what each request
-	// actually used, known only once the handler has run (the tokens of
-	// an LLM call): the handler reports it with ReportUsage, and the
-	// middleware settles it when the handler returns, charging the
-	// difference from the estimate (even past the limit, into debt, which
-	// refuses the next requests until it is repaid) or giving it back.
-	// Cost, or CostFunc, is then the estimate charged before the handler
-	// runs, and 0 means 0: admit while the budget has a unit left. A
-	// handler that reports nothing keeps the estimate. Usage cannot be
-	// combined with ChargeOn or Shadow, nor with a concurrency policy.
-	Usage bool
 }
 
 // Options configure a Middleware. The zero value (and nil) is valid: the
@@ -116,10 +105,6 @@ type Options struct {
 	// Now returns the current time for X-RateLimit-Reset; default
 	// time.Now. Decisions use the store's clock.
 	Now func() time.Time
-	// SettleWithin bounds how long a Usage limit's estimate waits for the
-	// handler to return: a handler that runs longer keeps its estimate
-	// charged. Default 1 hour.
-	SettleWithin time.Duration
 }
 
 // LimitResult is one limit's part of the decision on a request, as
@@ -194,8 +179,6 @@ type Middleware struct {
 	policyField []string // RateLimit-Policy when every enforced limit applies
 	chargeOn    bool     // some limit is charged after the response
 	leases      bool     // some limit's Policy is a concurrency one
-	usage       bool     // some limit is settled by the handler's usage
-	settleIn    time.Duration
 	pool        sync.Pool
 }
 
@@ -207,7 +190,6 @@ type limit struct {
 	policyFunc func(*http.Request, string) (sluice.Policy, bool)
 	chargeOn   func(int) bool
 	shadow     bool
-	usage      bool
 	denied     atomic.Uint64
 	dryDenied  atomic.Uint64
 }
@@ -242,9 +224,6 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 	if opts.MaxDelay < 0 {
 		return nil, fmt.Errorf("httplimit: MaxDelay must not be negative, got %v", opts.MaxDelay)
 	}
-	if opts.SettleWithin < 0 {
-		return nil, fmt.Errorf("httplimit: SettleWithin must not be negative, got %v", opts.SettleWithin)
-	}
 	cip := opts.ClientIP
 	if cip == nil {
 		cip = &ClientIP{}
@@ -265,22 +244,16 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 		if key == nil {
 			key = cip.Key
 		}
-		cost := max(l.Cost, 1)
-		if l.Usage {
-			cost = max(l.Cost, 0)
-		}
 		m.limits[i] = limit{
 			policy:     p,
 			key:        key,
-			cost:       cost,
+			cost:       max(l.Cost, 1),
 			costFunc:   l.CostFunc,
 			policyFunc: l.PolicyFunc,
 			chargeOn:   l.ChargeOn,
 			shadow:     l.Shadow,
-			usage:      l.Usage,
 		}
 		m.chargeOn = m.chargeOn || l.ChargeOn != nil
-		m.usage = m.usage || l.Usage
 		m.leases = m.leases || p.Algorithm == sluice.ConcurrencyAlgorithm
 		if !l.Shadow {
 			m.enforced++
@@ -320,10 +293,6 @@ func newMiddleware(store sluice.Store, n int, opts *Options) *Middleware {
 		maxDelay:   opts.MaxDelay,
 		logger:     opts.Logger,
 		now:        opts.Now,
-		settleIn:   opts.SettleWithin,
-	}
-	if m.settleIn == 0 {
-		m.settleIn = time.Hour
 	}
 	if m.deny == nil {
 		m.deny = WriteProblem
@@ -355,17 +324,6 @@ func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, err
 	}
 	if l.ChargeOn != nil && l.Shadow {
 		return sluice.Policy{}, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
-	}
-	if l.Usage {
-		switch {
-		case l.ChargeOn != nil || l.Shadow:
-			return sluice.Policy{}, fmt.Errorf("%s: Usage cannot be combined with ChargeOn or Shadow: a budget is charged by the usage the handler reports", where)
-		case p.Algorithm == sluice.ConcurrencyAlgorithm:
-			return sluice.Policy{}, fmt.Errorf("%s: Usage needs a rate policy: a concurrency policy holds units while the request runs, it is not charged", where)
-		case l.Cost < 0:
-			return sluice.Policy{}, fmt.Errorf("%s: Cost, the estimate, must not be negative, got %d", where, l.Cost)
-		}
-		l.Cost = max(l.Cost, 1) // the estimate 0 is valid; CheckLimit checks the rest
 	}
 	el := engine.Limit{Policy: p, Cost: l.Cost, VariablePolicy: l.PolicyFunc != nil, VariableCost: l.CostFunc != nil, Mode: mode(l)}
 	if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
@@ -411,7 +369,7 @@ func newScratch(n int) *scratch {
 // lease loses its units when the lease expires: choose a lease longer
 // than the slowest request.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	if !m.chargeOn && !m.usage {
+	if !m.chargeOn {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			sc := m.pool.Get().(*scratch)
 			lease, ok := m.check(w, r, sc)
@@ -428,17 +386,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sc := m.pool.Get().(*scratch)
 		defer m.release(sc)
-		var used *usage
-		if m.usage {
-			used = new(usage)
-			r = r.WithContext(context.WithValue(r.Context(), usageKey{}, used))
-		}
 		lease, ok := m.check(w, r, sc)
 		if !ok {
 			return
 		}
 		if lease != "" {
-			defer m.endLease(r, lease, sc, used)
+			defer m.releaseLease(r, lease)
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -628,7 +581,7 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 		cost := l.cost
 		if ok && l.costFunc != nil {
 			cost = l.costFunc(r)
-			ok = cost >= 1 || l.usage && cost == 0
+			ok = cost >= 1
 		}
 		if ok && l.policyFunc != nil {
 			var p sluice.Policy
@@ -656,9 +609,6 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 			c.Key, c.Cost = key, cost
 		} else {
 			*c = engine.Check{Policy: &rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
-			if l.usage {
-				c.Budget, c.SettleWithin = true, m.settleIn
-			}
 			switch {
 			case l.shadow:
 				c.Mode = engine.Shadow
