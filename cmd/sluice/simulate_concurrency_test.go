@@ -58,8 +58,9 @@ func TestSimulateConcurrencyTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Trace: 6 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.1Z (100ms), 2 keys\nPolicy: concurrency, limit 2 held at once, lease 1s\n",
-		"\na      4         3         1       4     3              0s\n",
-		"\nb      2         1         1       5     2              0s\n",
+		"\nKEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX HELD\n",
+		"\na      4         3         1       4     3              2\n",
+		"\nb      2         1         1       5     2              2\n",
 		"1 of the denied requests cost more than the capacity, 2: they can never be admitted.",
 	} {
 		if !strings.Contains(r.stdout, want) {
@@ -81,7 +82,7 @@ func TestSimulateConcurrencyPattern(t *testing.T) {
 	// third request is refused: 0 1 _ 3 4 _ ... of 20.
 	for _, want := range []string{
 		"Pattern: steady, 2/s per key, 10s, 1 key, each request held 1.5s\n",
-		"\nclient-1  20        14        6       20    14             0s\n",
+		"\nclient-1  20        14        6       20    14             2\n",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)

@@ -19,6 +19,10 @@ type KeyStats struct {
 	Cost, CostAdmitted int64
 	// MaxDelay is the longest Delay of an admitted request.
 	MaxDelay time.Duration
+	// MaxHeld, under a concurrency policy, is the most units the key held
+	// at once: the units held after an admission, at its largest (holds
+	// grow only when a request is admitted).
+	MaxHeld int64
 }
 
 func (s *KeyStats) add(req Request, d sluice.Decision) {
@@ -28,6 +32,9 @@ func (s *KeyStats) add(req Request, d sluice.Decision) {
 		s.Admitted++
 		s.CostAdmitted += req.Cost
 		s.MaxDelay = max(s.MaxDelay, d.Delay)
+		if d.Lease != "" {
+			s.MaxHeld = max(s.MaxHeld, d.Limit-d.Remaining)
+		}
 		return
 	}
 	s.Denied++
@@ -44,6 +51,7 @@ func (s *KeyStats) merge(o *KeyStats) {
 	s.Cost += o.Cost
 	s.CostAdmitted += o.CostAdmitted
 	s.MaxDelay = max(s.MaxDelay, o.MaxDelay)
+	s.MaxHeld = max(s.MaxHeld, o.MaxHeld)
 }
 
 // KeySummary summarises the decisions of one policy per key. Its memory is
@@ -97,10 +105,21 @@ func (s *KeySummary) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX DELAY\n")
+	conc := s.Policy.Algorithm == sluice.ConcurrencyAlgorithm
+	if conc {
+		// No delay under a concurrency limit; the most held at once instead
+		// (for TOTAL: the most one key held).
+		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX HELD\n")
+	} else {
+		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX DELAY\n")
+	}
 	row := func(k *KeyStats) {
+		var last any = k.MaxDelay
+		if conc {
+			last = k.MaxHeld
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\n",
-			k.Key, k.Requests, k.Admitted, k.Denied, k.Cost, k.CostAdmitted, k.MaxDelay)
+			k.Key, k.Requests, k.Admitted, k.Denied, k.Cost, k.CostAdmitted, last)
 	}
 	for i := range s.keys {
 		row(&s.keys[i])
