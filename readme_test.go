@@ -89,6 +89,27 @@ func callModel(ctx context.Context, lim *sluice.Limiter, apiKey string, call fun
 // README }
 
 // README {
+// askModel spends from apiKey's budget of tokens, 100,000 per day:
+// lim is sluice.New(store, sluice.FixedWindow(100_000, 24*time.Hour)).
+func askModel(ctx context.Context, lim *sluice.Limiter, apiKey string, call func() (tokens int64, err error)) error {
+	// Estimate 0: admitted while the budget has a token left.
+	d, err := lim.AllowEstimate(ctx, apiKey, 0, time.Hour)
+	if err != nil {
+		return err
+	}
+	if !d.Allowed {
+		return fmt.Errorf("the daily budget is spent; it renews in %v", d.RetryAfter)
+	}
+	tokens, err := call()
+	// Charge what the call used, even past the budget: the next call is
+	// then refused until the day's window has passed.
+	lim.Settle(context.WithoutCancel(ctx), d.Lease, tokens)
+	return err
+}
+
+// README }
+
+// README {
 // userKey is the context key under which your authentication middleware
 // stores the user's ID (a string).
 type userKey struct{}
@@ -325,5 +346,31 @@ func TestREADMETelegramRetryAfter(t *testing.T) {
 		if got, ok := telegramRetryAfter(resp); got != tt.want || ok != tt.ok {
 			t.Errorf("telegramRetryAfter(%s) = %v, %v, want %v, %v", tt.body, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// TestREADMEAskModel runs the budget snippet: a call that goes past the
+// budget is charged in full, and the next one is refused before it runs.
+func TestREADMEAskModel(t *testing.T) {
+	lim, err := sluice.New(memstore.New(memstore.Options{}), sluice.FixedWindow(100_000, 24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	calls := 0
+	spend := func(n int64) func() (int64, error) {
+		return func() (int64, error) { calls++; return n, nil }
+	}
+	if err := askModel(ctx, lim, "k", spend(60_000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := askModel(ctx, lim, "k", spend(60_000)); err != nil {
+		t.Fatalf("second call, 40,000 left: %v", err)
+	}
+	if err := askModel(ctx, lim, "k", spend(1)); err == nil || !strings.Contains(err.Error(), "budget is spent") {
+		t.Fatalf("third call, 120,000 of 100,000 spent: %v, want the budget spent", err)
+	}
+	if calls != 2 {
+		t.Errorf("the model was called %d times, want 2", calls)
 	}
 }
