@@ -311,3 +311,48 @@ func BenchmarkLease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUsage is a cost known afterwards on one key of a fixed window
+// (which never refuses here): a debit (Store.Debit), an estimate taken and
+// settled with a larger actual cost (Store.Allow with SettleWithin, then
+// Store.Release with the usage), and a plain decision (Store.Allow)
+// beside them, serial.
+func BenchmarkUsage(b *testing.B) {
+	ctx := context.Background()
+	p := sluice.FixedWindow(sluice.MaxLimit, 24*time.Hour).Named("budget")
+	usage := []int64{3}
+	for _, bm := range []struct {
+		name string
+		op   func(*testing.B, *memstore.Store) bool
+	}{
+		{"allow", func(b *testing.B, st *memstore.Store) bool {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "user:1", Cost: 1})
+			return checkAllowed(b, d, err)
+		}},
+		{"debit", func(b *testing.B, st *memstore.Store) bool {
+			d, err := st.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "user:1", Cost: 1})
+			return checkAllowed(b, d, err)
+		}},
+		{"estimate+settle", func(b *testing.B, st *memstore.Store) bool {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "user:1", Cost: 1, SettleWithin: time.Minute})
+			if !checkAllowed(b, d, err) {
+				return false
+			}
+			if ok, err := st.Release(ctx, time.Time{}, d.Lease, usage); !ok || err != nil {
+				b.Errorf("Release = %v, %v, want true", ok, err)
+				return false
+			}
+			return true
+		}},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			st := memstore.New(memstore.Options{})
+			b.ReportAllocs()
+			for b.Loop() {
+				if !bm.op(b, st) {
+					return
+				}
+			}
+		})
+	}
+}

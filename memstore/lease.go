@@ -70,7 +70,7 @@ func (s *Store) lease(lt *leaseTaker) string {
 		return ""
 	}
 	if len(lt.settle) > 0 {
-		s.pending.Store(lt.id, &settlement{items: slices.Clone(lt.settle)})
+		s.keep(lt)
 	}
 	return lt.encode()
 }
@@ -112,11 +112,15 @@ func (lt *leaseTaker) encode() string {
 	return out.String()
 }
 
+// errMalformedLease is the error of a lease that this store cannot have
+// made.
+var errMalformedLease = fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+
 // parseLease returns the identifier and the key hashes of a lease this
 // store made, and whether it has estimates to settle, or an error
 // wrapping sluice.ErrInvalidLease.
 func parseLease(lease string, hs []uint64) (id [16]byte, _ []uint64, settles bool, err error) {
-	malformed := fmt.Errorf("memstore: %w: malformed", sluice.ErrInvalidLease)
+	malformed := errMalformedLease
 	rest, ok := strings.CutPrefix(lease, leasePrefix)
 	if !ok {
 		return id, nil, false, fmt.Errorf("memstore: %w: not a lease of the memory store", sluice.ErrInvalidLease)

@@ -84,10 +84,11 @@ type Store struct {
 	// that ran out without a release (*atomic.Int64 values).
 	expired sync.Map
 	// pending holds the estimates that leases have to settle, by lease
-	// identifier ([16]byte to *settlement); usage counts debited,
-	// refunded and unsettled units per policy's fingerprint
+	// identifier, in shards chosen by its first byte; usage counts
+	// debited, refunded and unsettled units per policy's fingerprint
 	// (*usageCounts).
-	pending, usage sync.Map
+	pending [pendingShards]pendingShard
+	usage   sync.Map
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -3,6 +3,8 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,10 +24,38 @@ type estimate struct {
 	expire int64
 }
 
-// settlement is what one lease has to settle; the one Release or sweep
-// that takes it out of Store.pending ends it.
-type settlement struct {
-	items []estimate
+// pendingShards is the number of shards of Store.pending.
+const pendingShards = 16
+
+// pendingShard holds the estimates of some leases, by lease identifier;
+// the one Release or sweep that takes a lease's out ends it.
+type pendingShard struct {
+	mu sync.Mutex
+	m  map[[16]byte][]estimate
+}
+
+func (s *Store) pendingOf(id [16]byte) *pendingShard { return &s.pending[id[0]%pendingShards] }
+
+// keep keeps the estimates of lt's lease until it is settled; they are
+// the store's from then on.
+func (s *Store) keep(lt *leaseTaker) {
+	ps := s.pendingOf(lt.id)
+	ps.mu.Lock()
+	if ps.m == nil {
+		ps.m = make(map[[16]byte][]estimate)
+	}
+	ps.m[lt.id] = lt.settle
+	ps.mu.Unlock()
+}
+
+// take takes the estimates of the lease id out of the store.
+func (s *Store) take(id [16]byte) ([]estimate, bool) {
+	ps := s.pendingOf(id)
+	ps.mu.Lock()
+	es, ok := ps.m[id]
+	delete(ps.m, id)
+	ps.mu.Unlock()
+	return es, ok
 }
 
 // estimate records, for lt's lease, the charge of request i (req, whose
@@ -41,12 +71,12 @@ func (lt *leaseTaker) estimate(i int, c *compiled, req *sluice.Request, h uint64
 // settle settles the estimates kept under the lease id with usage at t,
 // once: it reports whether there were any still to settle.
 func (s *Store) settle(id [16]byte, t int64, usage []int64) bool {
-	v, ok := s.pending.LoadAndDelete(id)
+	es, ok := s.take(id)
 	if !ok {
 		return false
 	}
 	settled := false
-	for _, e := range v.(*settlement).items {
+	for _, e := range es {
 		sh := &s.shards[e.h&s.mask]
 		sh.mu.Lock()
 		tt := sh.advance(t)
@@ -75,21 +105,21 @@ func (s *Store) settle(id [16]byte, t int64, usage []int64) bool {
 // passed at t, counting them as unsettled.
 func (s *Store) sweepSettlements(t int64) int {
 	dropped := 0
-	s.pending.Range(func(k, v any) bool {
-		items := v.(*settlement).items
-		for _, e := range items {
-			if e.expire > t {
-				return true
+	for i := range s.pending {
+		ps := &s.pending[i]
+		ps.mu.Lock()
+		for id, es := range ps.m {
+			if slices.ContainsFunc(es, func(e estimate) bool { return e.expire > t }) {
+				continue
 			}
-		}
-		if _, ok := s.pending.LoadAndDelete(k); ok {
-			for _, e := range items {
+			delete(ps.m, id)
+			for _, e := range es {
 				s.countUnsettled(e.c.fp, 1)
 			}
 			dropped++
 		}
-		return true
-	})
+		ps.mu.Unlock()
+	}
 	return dropped
 }
 
