@@ -110,6 +110,7 @@ func TestDecodeFields(t *testing.T) {
         value: 7
         algorithm: gcra
         shadow_mode: on
+        usage: yes
         detailed_metric: true
         value_to_metric: true
         rate_limits:
@@ -128,7 +129,7 @@ func TestDecodeFields(t *testing.T) {
 		t.Fatalf("Decode = problems\n%s", problemLines(ps))
 	}
 	d := domains[0].Descriptors[0]
-	if d.Key != "k" || d.Value != "7" || d.Algorithm != "gcra" || !d.ShadowMode || !d.DetailedMetric || !d.ValueToMetric {
+	if d.Key != "k" || d.Value != "7" || d.Algorithm != "gcra" || !d.ShadowMode || !d.Usage || !d.DetailedMetric || !d.ValueToMetric {
 		t.Errorf("descriptor = %+v", d)
 	}
 	want0 := RateLimit{Unit: "Minute", RequestsPerUnit: 3, UnitMultiplier: 2, Name: "a", Burst: 6}

@@ -353,7 +353,7 @@ func (d *decoder) int64(n *yaml.Node, path string) int64 {
 var (
 	sectionKeys    = []string{"response_headers", "domains"}
 	domainKeys     = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "usage", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}
 	replaceKeys    = []string{"name"}
 )
@@ -408,6 +408,8 @@ func (d *decoder) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 			desc.Algorithm = d.str(val, p)
 		case "shadow_mode":
 			desc.ShadowMode = d.boolean(val, p)
+		case "usage":
+			desc.Usage = d.boolean(val, p)
 		case "detailed_metric":
 			desc.DetailedMetric = d.boolean(val, p)
 		case "value_to_metric":

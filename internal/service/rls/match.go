@@ -31,7 +31,10 @@ type node struct {
 	unlimited bool
 	replaces  []string
 	shadow    bool
-	detailed  bool
+	// usage makes the request descriptors that end here usage reports
+	// (Descriptor.Usage).
+	usage    bool
+	detailed bool
 	// share is set on a wildcard node whose matches share one counter;
 	// pattern is then its configured value, such as "foo*".
 	share   bool
@@ -164,7 +167,7 @@ func (c *Config) Domains() []string {
 func compileChildren(parent *node, domain, path string, ds []Descriptor) {
 	for i := range ds {
 		d := &ds[i]
-		n := &node{shadow: d.ShadowMode, detailed: d.DetailedMetric}
+		n := &node{shadow: d.ShadowMode, usage: d.Usage, detailed: d.DetailedMetric}
 		seg := d.Key
 		if d.Value != "" {
 			seg += "_" + d.Value

@@ -59,6 +59,12 @@ type Descriptor struct {
 	// ShadowMode makes this node's limits a dry run: they are decided and
 	// counted, and reported, but never make the request OVER_LIMIT.
 	ShadowMode bool `yaml:"shadow_mode,omitempty"`
+	// Usage (a Sluice extension) makes every hits_addend of a request
+	// descriptor that ends here a usage report: it is charged whether or
+	// not it fits (the key may go into debt), and a hits_addend of 0 is a
+	// check that charges nothing and is refused while nothing is left.
+	// The answer is OVER_LIMIT whenever the key is over.
+	Usage bool `yaml:"usage,omitempty"`
 	// DetailedMetric reports this node's decisions to the metrics hook
 	// under the request's own values rather than the configured key.
 	DetailedMetric bool `yaml:"detailed_metric,omitempty"`
@@ -329,6 +335,14 @@ func (v *validator) descriptors(ds []Descriptor, path string, names map[string]b
 		}
 		if d.Algorithm != "" && d.RateLimit == nil && len(d.RateLimits) == 0 {
 			v.add(p+".algorithm", "algorithm is set but the descriptor has no rate_limit")
+		}
+		if d.Usage {
+			switch {
+			case d.RateLimit == nil && len(d.RateLimits) == 0:
+				v.add(p+".usage", "usage is set but the descriptor has no rate_limit to charge")
+			case d.RateLimit != nil && d.RateLimit.Unlimited, len(d.RateLimits) == 1 && d.RateLimits[0].Unlimited:
+				v.add(p+".usage", "usage needs a limit that counts; an unlimited limit counts nothing")
+			}
 		}
 		v.descriptors(d.Descriptors, p+".descriptors", names, depth+1)
 	}
