@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -93,25 +94,44 @@ func validateAll(t *testing.T, m proto.Message) {
 
 // TestEnvoyBootstrapInDocs loads each Envoy block of docs/envoy.md (the
 // bootstrap, and the cluster over mutual TLS) into
-// go-control-plane's Bootstrap, and each list of HTTP filters (the rate
-// limit filter with a token) into its HttpFilter, and validates them, so
-// the documented field names and types are Envoy's; and checks that the
-// documented Sluice configuration decodes.
+// go-control-plane's Bootstrap, each list of HTTP filters (the rate
+// limit filter with a token) into its HttpFilter and each list of routes
+// (the usage report's) into its Route, and validates them, so the
+// documented field names and types are Envoy's; and checks that the
+// documented Sluice configurations decode.
 func TestEnvoyBootstrapInDocs(t *testing.T) {
-	var envoyYAMLs, filterYAMLs []string
-	var sluiceYAML string
+	var envoyYAMLs, filterYAMLs, routeYAMLs, sluiceYAMLs []string
 	for _, b := range yamlBlocks(t, "../../../docs/envoy.md") {
 		switch {
 		case strings.HasPrefix(b, "static_resources:"):
 			envoyYAMLs = append(envoyYAMLs, b)
 		case strings.HasPrefix(b, "- name: envoy.filters.http."):
 			filterYAMLs = append(filterYAMLs, b)
+		case strings.HasPrefix(b, "- match:"):
+			routeYAMLs = append(routeYAMLs, b)
 		case strings.HasPrefix(b, "listen:"):
-			sluiceYAML = b
+			sluiceYAMLs = append(sluiceYAMLs, b)
 		}
 	}
-	if len(envoyYAMLs) < 2 || len(filterYAMLs) < 1 || sluiceYAML == "" {
-		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster, no filter with a token or no sluice.yaml block")
+	if len(envoyYAMLs) < 2 || len(filterYAMLs) < 1 || len(routeYAMLs) < 1 || len(sluiceYAMLs) < 3 {
+		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster, no filter with a token, no usage route or not the sluice.yaml blocks")
+	}
+	for i, routeYAML := range routeYAMLs {
+		var routes []any
+		if err := yaml.Unmarshal([]byte(routeYAML), &routes); err != nil {
+			t.Fatal(err)
+		}
+		for j, r := range routes {
+			js, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rt routev3.Route
+			if err := protojson.Unmarshal(js, &rt); err != nil {
+				t.Fatalf("route %d of Envoy route block %d does not load as a Route: %v", j+1, i+1, err)
+			}
+			validateAll(t, &rt)
+		}
 	}
 	for i, envoyYAML := range envoyYAMLs {
 		var boot bootstrapv3.Bootstrap
@@ -138,7 +158,9 @@ func TestEnvoyBootstrapInDocs(t *testing.T) {
 		}
 	}
 
-	if _, ps := Decode(envoyNode(t, []byte(sluiceYAML)), "envoy"); len(ps) > 0 {
-		t.Errorf("the documented envoy section has problems:\n%s", problemLines(ps))
+	for i, sluiceYAML := range sluiceYAMLs {
+		if _, ps := DecodeSection(envoyNode(t, []byte(sluiceYAML)), "envoy"); len(ps) > 0 {
+			t.Errorf("the documented envoy section %d has problems:\n%s", i+1, problemLines(ps))
+		}
 	}
 }
