@@ -80,6 +80,12 @@ const (
 	DefaultTimeout = 50 * time.Millisecond
 	// DefaultOnError is store.on_error's default.
 	DefaultOnError = OnErrorAllow
+	// DefaultSettleWithin is a rule limit's settle_within default, the
+	// middleware's (httplimit.DefaultSettleWithin): long enough for a
+	// streamed answer of many minutes.
+	DefaultSettleWithin = time.Hour
+	// MaxSettleWithin is the longest settle_within.
+	MaxSettleWithin = 24 * time.Hour
 )
 
 // MaxFileSize is the largest configuration file Load and Parse accept.
@@ -180,6 +186,20 @@ type Limit struct {
 	// Shadow makes the limit a dry run: it decides and counts, and the
 	// service reports what it decided, but it never denies a request.
 	Shadow bool
+	// SettleWithin, for a rate limit, is how long after a decision that
+	// asked for a lease (POST /v1/check with "lease": true) its cost may
+	// still be settled with the usage the client reports (POST
+	// /v1/release): settle_within, or zero for DefaultSettleWithin.
+	SettleWithin time.Duration
+}
+
+// Settle returns how long the cost of an admitted check of the rate limit
+// l may be settled: SettleWithin, or DefaultSettleWithin.
+func (l Limit) Settle() time.Duration {
+	if l.SettleWithin > 0 {
+		return l.SettleWithin
+	}
+	return DefaultSettleWithin
 }
 
 // Name returns the limit's name.

@@ -559,8 +559,6 @@ func TestConcurrencyLimits(t *testing.T) {
 			"conc.yaml:2: limits.c.lease: missing: how long an admitted request holds its slot if it is never released"},
 		{"limits:\n  c:\n    algorithm: concurrency\n    limit: 5\n    lease: 30s\n    shadow: true\n",
 			"conc.yaml:6: limits.c.shadow: a concurrency limit cannot be a dry run"},
-		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    lease: 30s\n",
-			"conc.yaml:6: limits.c.lease: applies only to algorithm concurrency"},
 		{"limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  rules:\n    - limits: [{limit: c, key: ip}]\n",
 			"conc.yaml:5: proxy.rules[0].limits[0].limit: limit \"c\" is a concurrency limit, and this proxy has no upstream"},
 		{"limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip, charge_on: [401]}]\n",
@@ -579,6 +577,41 @@ func TestConcurrencyLimits(t *testing.T) {
 	_, err = Parse("conc.yaml", []byte("limits:\n  c: {algorithm: concurrency, limit: 5, lease: 30s}\nproxy:\n  upstream: http://127.0.0.1:9\n  rules:\n    - limits: [{limit: c, key: ip}]\n"), testFormats)
 	if err != nil {
 		t.Errorf("a concurrency limit on a proxied rule: %v", err)
+	}
+}
+
+// TestSettleWithin checks a rate limit's settle_within, the time within
+// which the cost of an admitted check may be settled:
+// DefaultSettleWithin when it has none, a positive duration of at most
+// MaxSettleWithin, never on a dry run or a concurrency limit.
+func TestSettleWithin(t *testing.T) {
+	c, err := Parse("settle.yaml", []byte("limits:\n  tokens: {algorithm: token_bucket, limit: 100000, period: 1h, settle_within: 2m}\n  plain: {algorithm: gcra, limit: 5, period: 1s}\n"), testFormats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := c.Limit("tokens"); l.SettleWithin != 2*time.Minute || l.Settle() != 2*time.Minute {
+		t.Errorf("Limit(tokens) settle_within = %v, Settle() = %v; want 2m", l.SettleWithin, l.Settle())
+	}
+	if l, _ := c.Limit("plain"); l.SettleWithin != 0 || l.Settle() != DefaultSettleWithin {
+		t.Errorf("Limit(plain) settle_within = %v, Settle() = %v; want 0 and %v", l.SettleWithin, l.Settle(), DefaultSettleWithin)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    settle_within: 0s\n",
+			"settle.yaml:6: limits.c.settle_within: must be positive, got 0s"},
+		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    settle_within: 25h\n",
+			"settle.yaml:6: limits.c.settle_within: must be at most 1d, got 25h"},
+		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    settle_within: 30s\n    shadow: true\n",
+			"settle.yaml:6: limits.c.settle_within: a dry run's cost is never settled"},
+		{"limits:\n  c:\n    algorithm: concurrency\n    limit: 5\n    lease: 30s\n    settle_within: 30s\n",
+			"settle.yaml:6: limits.c.settle_within: a concurrency limit holds units while a request runs"},
+		{"limits:\n  c:\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    lease: 30s\n",
+			"settle.yaml:6: limits.c.lease: applies only to algorithm concurrency"},
+	} {
+		_, err := Parse("settle.yaml", []byte(tt.yaml), testFormats)
+		got := problems(err)
+		if len(got) != 1 || !strings.HasPrefix(got[0], tt.want) {
+			t.Errorf("Parse(%q) = %q, want one problem starting %q", tt.yaml, got, tt.want)
+		}
 	}
 }
 

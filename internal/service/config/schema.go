@@ -300,7 +300,7 @@ func (d *decoder) localRefusals(at, v *yaml.Node) LocalRefusals {
 	return lr
 }
 
-var limitKeys = []string{"algorithm", "limit", "period", "lease", "time_zone", "week_starts", "burst", "shadow"}
+var limitKeys = []string{"algorithm", "limit", "period", "lease", "time_zone", "week_starts", "burst", "shadow", "settle_within"}
 
 func algorithmNames() []string {
 	var names []string
@@ -350,6 +350,7 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 	}
 	p := sluice.Policy{Name: name}
 	good, algOK := true, false
+	var settle time.Duration
 	if v := o.get("algorithm"); v == nil {
 		d.add(at, join(path, "algorithm"), "missing (want %s)", list(algorithmNames()))
 		good = false
@@ -374,10 +375,23 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		if !d.lease(at, o, path, &p) {
 			good = false
 		}
+		if v := o.get("settle_within"); v != nil {
+			d.add(o.fields["settle_within"].key, join(path, "settle_within"), "a concurrency limit holds units while a request runs and charges no cost to settle; its lease says how long")
+			good = false
+		}
 	} else {
 		if v := o.get("lease"); v != nil && algOK {
-			d.add(o.fields["lease"].key, join(path, "lease"), "applies only to algorithm concurrency (how long a slot is held if never released); %s counts a rate over its period", p.Algorithm)
+			d.add(o.fields["lease"].key, join(path, "lease"), "applies only to algorithm concurrency (how long a slot is held if never released); %s counts a rate over its period (settle_within says how long its costs may be settled)", p.Algorithm)
 			good = false
+		}
+		if v := o.get("settle_within"); v != nil {
+			// How long a check's cost may be settled with the usage
+			// the client reports after it.
+			if x, ok := d.duration(v, join(path, "settle_within"), MaxSettleWithin); ok {
+				settle = x
+			} else {
+				good = false
+			}
 		}
 		if !d.period(at, o, path, &p, algOK) {
 			good = false
@@ -408,6 +422,10 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 			d.add(o.fields["shadow"].key, join(path, "shadow"), "a concurrency limit cannot be a dry run: a dry run is charged apart from the request and would hold a slot that nothing releases; remove shadow")
 			good = false
 		}
+		if shadow && settle > 0 {
+			d.add(o.fields["settle_within"].key, join(path, "settle_within"), "a dry run's cost is never settled: it is charged apart from the request, as estimated; remove settle_within or shadow")
+			good = false
+		}
 	}
 	if !good {
 		return Limit{}, false
@@ -417,7 +435,7 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		d.add(at, path, "%s", strings.TrimPrefix(err.Error(), fmt.Sprintf("%v: policy %q: ", sluice.ErrInvalidPolicy, name)))
 		return Limit{}, false
 	}
-	return Limit{Policy: p, Shadow: shadow}, true
+	return Limit{Policy: p, Shadow: shadow, SettleWithin: settle}, true
 }
 
 func (d *decoder) proxy(at, n *yaml.Node, limits map[string]Limit) *Proxy {
