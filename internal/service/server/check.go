@@ -38,6 +38,9 @@ type checkBody struct {
 	Key    *string      `json:"key"`
 	Cost   *int64       `json:"cost"`
 	Checks *[]checkItem `json:"checks"`
+	// Lease asks for a lease that settles the checks' costs as
+	// estimates with the usage reported to POST /v1/release.
+	Lease *bool `json:"lease"`
 	// Plan or PlanTable, with Key and Cost, check the limits of a plan
 	// (plancheck.go).
 	Plan      *string `json:"plan"`
@@ -78,7 +81,8 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	st := h.state.Load()
 	sc := checkScratchPool.Get().(*checkScratch)
 	defer sc.release()
-	items, multi, plan, rerr := h.parseCheck(w, r, st, &sc.one)
+	req, rerr := h.parseCheck(w, r, st, &sc.one)
+	items, multi, plan := req.items, req.multi, req.plan
 	if rerr != nil {
 		writeError(w, rerr.status, rerr.msg)
 		return
@@ -234,22 +238,37 @@ var (
 	noStore         = []string{"no-store"}[:1:1]
 )
 
+// checkRequest is a validated /v1/check body.
+type checkRequest struct {
+	items []item
+	// multi reports the "checks" form (or a plan's, which plan names).
+	multi bool
+	plan  string
+	// lease asks that the costs be estimates, settled through a lease.
+	lease bool
+}
+
 // parseCheck reads and validates a /v1/check body and applies the runtime
-// overrides. multi reports the "checks" form (or a plan's, which plan
-// names). A cost above a limit's capacity is not an error: the engine
+// overrides. A cost above a limit's capacity is not an error: the engine
 // refuses it (retry_after_ms -1). A body of one check that the fast path
 // reads (fastCheck) is decoded into one, and items is then one[:].
-func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, rerr *requestError) {
-	items, multi, plan, rerr = h.decodeCheck(w, r, st, one)
-	for i := range items {
-		it := &items[i]
+func (h *Handler) parseCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (checkRequest, *requestError) {
+	req, rerr := h.decodeCheck(w, r, st, one)
+	for i := range req.items {
+		it := &req.items[i]
 		it.limit.Policy, it.override = h.resolver.Policy(it.limit.Policy, it.key)
 	}
-	return items, multi, plan, rerr
+	return req, rerr
 }
 
 // decodeCheck is parseCheck before the overrides apply.
-func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, rerr *requestError) {
+func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (checkRequest, *requestError) {
+	items, multi, plan, lease, rerr := h.decodeCheckBody(w, r, st, one)
+	return checkRequest{items: items, multi: multi, plan: plan, lease: lease}, rerr
+}
+
+// decodeCheckBody is decodeCheck's reading of the body.
+func (h *Handler) decodeCheckBody(w http.ResponseWriter, r *http.Request, st *state, one *[1]item) (items []item, multi bool, plan string, lease bool, rerr *requestError) {
 	cfg := st.cfg
 	// A body of a declared length within maxBody cannot be longer:
 	// net/http stops it at its Content-Length (over HTTP/2, a longer one
@@ -288,7 +307,7 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 		if limited {
 			within = h.checkReadTimeout
 		}
-		return nil, false, "", &requestError{http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %v", within)}
+		return nil, false, "", false, &requestError{http.StatusRequestTimeout, fmt.Sprintf("the request body did not arrive within %v", within)}
 	}
 	if readErr == nil {
 		if limit, key, cost, hasCost, ok := fastCheck(buf.Bytes()); ok {
@@ -298,10 +317,10 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 			}
 			it, rerr := checkOne(cfg, "", &limit, &key, costp)
 			if rerr != nil {
-				return nil, false, "", rerr
+				return nil, false, "", false, rerr
 			}
 			one[0] = it
-			return one[:], false, "", nil
+			return one[:], false, "", false, nil
 		}
 	}
 	// Any other body, or one whose reading failed: encoding/json reads
@@ -310,50 +329,52 @@ func (h *Handler) decodeCheck(w http.ResponseWriter, r *http.Request, st *state,
 	dec.DisallowUnknownFields()
 	var cb checkBody
 	if err := dec.Decode(&cb); err != nil {
-		return nil, false, "", bodyError(err)
+		return nil, false, "", false, bodyError(err)
 	}
 	switch _, err := dec.Token(); {
 	case errors.Is(err, io.EOF):
 	case errors.As(err, new(*http.MaxBytesError)):
-		return nil, false, "", bodyError(err)
+		return nil, false, "", false, bodyError(err)
 	default:
-		return nil, false, "", badRequest("the body holds more than one JSON value")
+		return nil, false, "", false, badRequest("the body holds more than one JSON value")
 	}
 	if msg := fieldProblem(buf.Bytes()); readErr == nil && msg != "" {
-		return nil, false, "", badRequest("%s", msg)
+		return nil, false, "", false, badRequest("%s", msg)
 	}
+	lease = cb.Lease != nil && *cb.Lease
 	if cb.Plan != nil || cb.PlanTable != nil {
-		return h.planCheck(r, st, &cb)
+		items, multi, plan, rerr = h.planCheck(r, st, &cb)
+		return items, multi, plan, lease, rerr
 	}
 	if cb.Checks == nil {
 		if cb.Limit == nil && cb.Key == nil && cb.Cost == nil {
-			return nil, false, "", badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them, or "plan" or "plan_table" and "key"`)
+			return nil, false, "", false, badRequest(`the body must hold "limit" and "key" (and optionally "cost"), or "checks": a list of them, or "plan" or "plan_table" and "key"`)
 		}
 		it, rerr := checkOne(cfg, "", cb.Limit, cb.Key, cb.Cost)
 		if rerr != nil {
-			return nil, false, "", rerr
+			return nil, false, "", false, rerr
 		}
-		return []item{it}, false, "", nil
+		return []item{it}, false, "", lease, nil
 	}
 	if cb.Limit != nil || cb.Key != nil || cb.Cost != nil {
-		return nil, true, "", badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
+		return nil, true, "", false, badRequest(`"checks" cannot be combined with "limit", "key" or "cost" at the top level`)
 	}
 	checks := *cb.Checks
 	switch {
 	case len(checks) == 0:
-		return nil, true, "", badRequest(`"checks" must hold at least one check`)
+		return nil, true, "", false, badRequest(`"checks" must hold at least one check`)
 	case len(checks) > maxChecks:
-		return nil, true, "", badRequest(`"checks" holds %d checks; at most %d are allowed`, len(checks), maxChecks)
+		return nil, true, "", false, badRequest(`"checks" holds %d checks; at most %d are allowed`, len(checks), maxChecks)
 	}
 	items = make([]item, len(checks))
 	for i, c := range checks {
 		it, rerr := checkOne(cfg, fmt.Sprintf("checks[%d].", i), c.Limit, c.Key, c.Cost)
 		if rerr != nil {
-			return nil, true, "", rerr
+			return nil, true, "", false, rerr
 		}
 		items[i] = it
 	}
-	return items, true, "", nil
+	return items, true, "", lease, nil
 }
 
 // checkOne validates one check; where prefixes field names in messages.
@@ -371,8 +392,8 @@ func checkOne[Name string | []byte](cfg *config.Config, where string, limit *Nam
 	}
 	it := item{key: *key, cost: 1}
 	if cost != nil {
-		if *cost < 1 {
-			return item{}, badRequest("%scost must be at least 1, got %d", where, *cost)
+		if *cost < 0 {
+			return item{}, badRequest("%scost must be 0 or more, got %d", where, *cost)
 		}
 		it.cost = *cost
 	}
@@ -428,7 +449,7 @@ func bodyError(err error) *requestError {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return badRequest("unknown field %s (want limit, key, cost, checks, plan or plan_table)", f)
+		return badRequest("unknown field %s (want limit, key, cost, checks, lease, plan or plan_table)", f)
 	}
 	return badRequest("the body is not valid: %s", strings.TrimPrefix(msg, "json: "))
 }
@@ -458,6 +479,8 @@ func jsonKind(goKind string) string {
 		return "a string"
 	case "slice":
 		return "a list"
+	case "bool":
+		return "true or false"
 	case "struct":
 		return "an object"
 	}

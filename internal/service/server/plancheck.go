@@ -31,8 +31,8 @@ func (h *Handler) planCheck(r *http.Request, st *state, body *checkBody) ([]item
 	key := *body.Key
 	cost := int64(1)
 	if body.Cost != nil {
-		if *body.Cost < 1 {
-			return nil, true, "", badRequest("cost must be at least 1, got %d", *body.Cost)
+		if *body.Cost < 0 {
+			return nil, true, "", badRequest("cost must be 0 or more, got %d", *body.Cost)
 		}
 		cost = *body.Cost
 	}
