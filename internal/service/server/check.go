@@ -481,7 +481,7 @@ func jsonKind(goKind string) string {
 		return "a list"
 	case "bool":
 		return "true or false"
-	case "struct":
+	case "struct", "map":
 		return "an object"
 	}
 	return goKind

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,16 +27,20 @@ import (
 // b must be valid JSON that encoding/json decoded with
 // DisallowUnknownFields; for anything else fieldProblem returns "" and
 // leaves the complaint to the decoder.
-func fieldProblem(b []byte) string {
+//
+// The members of the objects at the paths data (such as "usage") are
+// data, named by the client (limit names): any name is theirs, but none
+// may appear twice and none be null.
+func fieldProblem(b []byte, data ...string) string {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	msg, _ := fieldValue(dec, "")
+	msg, _ := fieldValue(dec, "", data)
 	return msg
 }
 
 // fieldValue reads one value from dec; path names it in messages. It
 // returns fieldProblem's message, and false when dec failed.
-func fieldValue(dec *json.Decoder, path string) (string, bool) {
+func fieldValue(dec *json.Decoder, path string, data []string) (string, bool) {
 	tok, err := dec.Token()
 	if err != nil {
 		return "", false
@@ -57,7 +62,7 @@ func fieldValue(dec *json.Decoder, path string) (string, bool) {
 			if path != "" {
 				field = path + "." + name
 			}
-			if !exactName(name) {
+			if !exactName(name) && !slices.Contains(data, path) {
 				return fmt.Sprintf("unknown field %q: field names are matched exactly, in lower case (%s)", field, strings.ToLower(name)), true
 			}
 			for _, s := range seen {
@@ -66,7 +71,7 @@ func fieldValue(dec *json.Decoder, path string) (string, bool) {
 				}
 			}
 			seen = append(seen, name)
-			if msg, ok := fieldValue(dec, field); msg != "" || !ok {
+			if msg, ok := fieldValue(dec, field, data); msg != "" || !ok {
 				return msg, ok
 			}
 		}
@@ -74,7 +79,7 @@ func fieldValue(dec *json.Decoder, path string) (string, bool) {
 		return "", err == nil
 	case json.Delim('['):
 		for i := 0; dec.More(); i++ {
-			if msg, ok := fieldValue(dec, path+"["+strconv.Itoa(i)+"]"); msg != "" || !ok {
+			if msg, ok := fieldValue(dec, path+"["+strconv.Itoa(i)+"]", data); msg != "" || !ok {
 				return msg, ok
 			}
 		}
