@@ -6,11 +6,12 @@
 // Limits are configured in envoyproxy/ratelimit's own format (Domain,
 // Descriptor, RateLimit), so a file written for that service behaves the
 // same here: descriptors match by key and value, with wildcards and
-// nesting, and limits count fixed windows aligned to the Unix epoch. Two
+// nesting, and limits count fixed windows aligned to the Unix epoch. Three
 // Sluice extensions go further: a descriptor's limits can use any of
-// Sluice's six algorithms (Descriptor.Algorithm), and a descriptor can
-// carry several limits at once (Descriptor.RateLimits), such as 10 per
-// second AND 10,000 per day.
+// Sluice's six algorithms (Descriptor.Algorithm), a descriptor can carry
+// several limits at once (Descriptor.RateLimits), such as 10 per second
+// AND 10,000 per day, and a descriptor's costs can be usage reported after
+// the response (Descriptor.Usage), counted whether or not they fit.
 //
 // A request is decided all-or-nothing: the limits of all its descriptors
 // go to the store in one Store.AllowAll call, and when one is over, none is
@@ -84,8 +85,13 @@ type Event struct {
 	// request's, or 1. Zero for a descriptor that charges nothing.
 	Hits int64
 	// Charged reports whether the hits were counted: false when another
-	// descriptor of the request was over its limit, or when this one was.
+	// descriptor of the request was over its limit, or when this one was
+	// (unless it reports usage).
 	Charged bool
+	// Usage reports a descriptor with usage: its hits are usage spent
+	// already, counted (Charged) whether or not they fitted, and Outcome
+	// says whether they did.
+	Usage bool
 	// Degraded reports that the store's failure policy decided.
 	Degraded bool
 }
@@ -181,9 +187,12 @@ type item struct {
 	metricKey   string
 	cost        int64 // 0: charges nothing (hits_addend 0, or negative hits)
 	shadow      bool
-	unlimited   bool
-	replaces    []string // of an unlimited limit
-	matched     bool
+	// usage makes cost usage spent already, charged whether or not it
+	// fits, and a cost of 0 a check of the budget (Descriptor.Usage).
+	usage     bool
+	unlimited bool
+	replaces  []string // of an unlimited limit
+	matched   bool
 	// first is the index of the decision of the item's first limit in
 	// the request's decisions (decide), one per limit in order.
 	first int
@@ -361,6 +370,7 @@ func (s *Service) matchDescriptor(it *item, root *node, domain string, d *rlscom
 	it.unlimited = n.unlimited
 	it.replaces = n.replaces
 	it.shadow = n.shadow
+	it.usage = n.usage
 	shared := false
 	for _, p := range patterns {
 		shared = shared || p != ""
@@ -401,9 +411,16 @@ func dropReplaced(limits []limit, replaced map[string]bool) []limit {
 }
 
 // enforced reports whether it is charged with the request's all-or-nothing
-// call: it has limits, charges something and is not in shadow mode.
+// call, or decides it: it has limits, charges something (or checks a
+// budget) and is not in shadow mode.
 func (it *item) enforced() bool {
-	return it.matched && !it.unlimited && !it.shadow && it.cost > 0
+	return it.matched && !it.unlimited && !it.shadow && (it.cost > 0 || it.usage)
+}
+
+// debits reports whether it reports usage: its cost is debited from its
+// limits whether or not it fits, apart from the rest of the request.
+func (it *item) debits() bool {
+	return it.matched && !it.unlimited && it.usage && it.cost > 0
 }
 
 // decide decides the request's descriptors with the engine: the limits of
@@ -415,27 +432,45 @@ func (it *item) enforced() bool {
 // cost above the capacity, or the summed cost of descriptors that charge
 // the same counter) is denied and charges nothing. It appends the
 // decisions of the items' limits to ds, each item's from its first.
+//
+// The usage of descriptors with usage is debited first, each limit on its
+// own, whether or not it fits; a usage that did not fit (outside shadow
+// mode) denies the request, and the other descriptors then charge
+// nothing and report their state. A usage descriptor's hits_addend of 0
+// is a check of its budget, decided with the enforced descriptors.
 func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []sluice.Decision) (_ []sluice.Decision, denied, degraded bool, err error) {
 	// The checks and their results stay on the stack for a few limits.
 	var checkBuf [4]engine.Check
 	var resBuf [len(checkBuf)]engine.CheckResult
-	checks := checkBuf[:0]
+	var debitBuf [2]sluice.Decision
+	checks, debits := checkBuf[:0], debitBuf[:0]
 	for i := range items {
 		it := &items[i]
 		if !it.matched || it.unlimited {
 			continue
 		}
 		s.override(it)
+		if it.debits() {
+			for j := range it.limits {
+				d, err := s.debit(ctx, now, &it.limits[j].policy, it.key, it.cost)
+				if err != nil {
+					return ds, false, false, storeError(err)
+				}
+				debits = append(debits, d)
+				if !it.shadow {
+					denied = denied || !d.Allowed
+					degraded = degraded || d.Degraded
+				}
+			}
+			continue
+		}
 		for j := range it.limits {
-			c := engine.Check{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost}
+			c := engine.Check{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost, Budget: it.usage}
 			if it.shadow {
 				c.Mode, c.Group = engine.Shadow, i+1
 			}
 			checks = append(checks, c)
 		}
-	}
-	if len(checks) == 0 {
-		return ds, false, false, nil
 	}
 	var res []engine.CheckResult
 	if len(checks) <= len(resBuf) {
@@ -443,18 +478,34 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 	} else {
 		res = make([]engine.CheckResult, len(checks))
 	}
-	var o engine.Outcome
-	engine.Decide(ctx, s.store, now, checks, res, &o)
-	if o.Err != nil {
-		return ds, false, false, storeError(o.Err)
+	switch {
+	case len(checks) == 0:
+	case denied:
+		// A usage did not fit: the request is refused, and the rest is
+		// only looked at.
+		for k := range checks {
+			res[k].Decision, res[k].Err = s.state(ctx, now, &checks[k])
+		}
+	default:
+		var o engine.Outcome
+		engine.Decide(ctx, s.store, now, checks, res, &o)
+		if o.Err != nil {
+			return ds, false, false, storeError(o.Err)
+		}
+		denied, degraded = !o.Allowed, degraded || o.Decision.Degraded
 	}
-	k := 0
+	k, u := 0, 0
 	for i := range items {
 		it := &items[i]
 		if !it.matched || it.unlimited {
 			continue
 		}
 		it.first = len(ds)
+		if it.debits() {
+			ds = append(ds, debits[u:u+len(it.limits)]...)
+			u += len(it.limits)
+			continue
+		}
 		for range it.limits {
 			if res[k].Err != nil {
 				return ds, false, false, storeError(res[k].Err)
@@ -463,7 +514,26 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 			k++
 		}
 	}
-	return ds, !o.Allowed, o.Decision.Degraded, nil
+	return ds, denied, degraded, nil
+}
+
+// debit charges cost units of usage to key under p, whether or not they
+// fit. A limit of zero requests_per_unit admits nothing and counts
+// nothing: its usage never fits.
+func (s *Service) debit(ctx context.Context, now time.Time, p *sluice.Policy, key string, cost int64) (sluice.Decision, error) {
+	if p.Capacity() < 1 {
+		return sluice.Decision{RetryAfter: sluice.Never}, nil
+	}
+	return s.store.Debit(ctx, now, sluice.Request{Policy: p, Key: key, Cost: cost})
+}
+
+// state returns what check c would get now, charging nothing: a check of a
+// budget (cost 0) is admitted while a unit is left.
+func (s *Service) state(ctx context.Context, now time.Time, c *engine.Check) (sluice.Decision, error) {
+	if c.Budget && c.Cost == 0 && c.Policy.Capacity() >= 1 {
+		return s.store.Peek(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key})
+	}
+	return engine.State(ctx, s.store, now, *c)
 }
 
 // override replaces the policy of each limit of it that an admin override
@@ -516,7 +586,7 @@ func (s *Service) statusOf(domain string, it *item, ds []sluice.Decision, spare 
 	if !it.matched {
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
-	ev := Event{Domain: domain, Key: it.metricKey, Hits: it.cost}
+	ev := Event{Domain: domain, Key: it.metricKey, Hits: it.cost, Usage: it.usage}
 	if it.unlimited {
 		ev.Outcome = OutcomeUnlimited
 		s.emit(ev)
@@ -550,10 +620,10 @@ func (s *Service) statusOf(domain string, it *item, ds []sluice.Decision, spare 
 		st.DurationUntilReset = a.duration(d.ResetAfter)
 	}
 	ev.Degraded = d.Degraded || (degraded && it.enforced())
+	ev.Charged = it.debits() || (own && it.cost > 0 && !denied)
 	switch {
 	case own:
 		ev.Outcome = OutcomeAllowed
-		ev.Charged = it.cost > 0 && !denied
 	case it.shadow:
 		// As envoyproxy/ratelimit: nothing is left of a limit that is
 		// over, in shadow mode or not (Envoy's x-ratelimit-remaining).
