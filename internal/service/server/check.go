@@ -94,7 +94,7 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 	} else {
 		results = make([]httplimit.LimitResult, len(items))
 	}
-	d, err := h.decideChecks(ctx, sc, items, results)
+	d, err := h.decideChecks(ctx, sc, items, req.lease, results)
 	if errors.Is(err, sluice.ErrNotAtomic) { // engine.Outcome.NotAtomic
 		writeError(w, http.StatusUnprocessableEntity, notAtomicMessage)
 		return
@@ -148,9 +148,10 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		b = appendResult(b, &results[0], &items[0], now)
 	}
 	if d.Lease != "" {
-		// The checks hold a concurrency limit's slot: the client releases
-		// it with POST /v1/release when its request ends.
-		b = appendLease(b[:len(b)-1], d.Lease, items)
+		// The checks hold a concurrency limit's slot, or estimates: the
+		// client releases it with POST /v1/release when its request ends,
+		// with the usage that settles the estimates.
+		b = appendLease(b[:len(b)-1], d.Lease, items, req.lease)
 		b = append(b, '}')
 	}
 	b = append(b, '\n')
@@ -163,18 +164,25 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 }
 
 // decideChecks decides items with the engine (the enforced checks all or
-// nothing, the dry-run ones apart) and fills results. It returns the
-// combined decision, or the store's error on the enforced checks.
-func (h *Handler) decideChecks(ctx context.Context, sc *checkScratch, items []item, results []httplimit.LimitResult) (sluice.Decision, error) {
+// nothing, the dry-run ones apart) and fills results. A rate limit's check
+// of cost 0 checks its budget: it is admitted while a unit is left. With
+// lease, the enforced rate limits' costs are estimates that the lease
+// settles within the limit's settle_within. It returns the combined
+// decision, or the store's error on the enforced checks.
+func (h *Handler) decideChecks(ctx context.Context, sc *checkScratch, items []item, lease bool, results []httplimit.LimitResult) (sluice.Decision, error) {
 	checks, eres := sc.checks[:0], sc.eres[:0]
 	if len(items) > len(sc.checks) {
 		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.CheckResult, 0, len(items))
 	}
 	for i := range items {
 		it := &items[i]
-		c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost}
-		if it.limit.Shadow {
+		rate := it.limit.Policy.Algorithm != sluice.ConcurrencyAlgorithm
+		c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost, Budget: rate}
+		switch {
+		case it.limit.Shadow:
 			c.Mode = engine.Shadow
+		case lease && rate:
+			c.SettleWithin = it.limit.Settle()
 		}
 		checks = append(checks, c)
 	}
@@ -594,17 +602,63 @@ func millis(d time.Duration) int64 {
 
 // appendLease appends the lease of an admitted check and the time until
 // it expires unless renewed: the shortest lease of its concurrency limits,
-// all taken at the decision's time.
-func appendLease(b []byte, lease string, items []item) []byte {
-	var in time.Duration
+// all taken at the decision's time, or else the time left to settle its
+// estimates. With estimates (asked for, and an enforced rate limit among
+// the checks), the lease names the limit of each (encodeUsageLease) and
+// the answer adds settle_within_ms, the shortest of their settle_within.
+func appendLease(b []byte, lease string, items []item, asked bool) []byte {
+	var in, settle time.Duration
 	for i := range items {
-		p := &items[i].limit.Policy
-		if p.Algorithm == sluice.ConcurrencyAlgorithm && !items[i].limit.Shadow && (in == 0 || p.Period < in) {
-			in = p.Period
+		l := &items[i].limit
+		p := &l.Policy
+		switch {
+		case l.Shadow:
+		case p.Algorithm == sluice.ConcurrencyAlgorithm:
+			if in == 0 || p.Period < in {
+				in = p.Period
+			}
+		case asked:
+			if s := l.Settle(); settle == 0 || s < settle {
+				settle = s
+			}
+		}
+	}
+	if settle > 0 {
+		lease = encodeUsageLease(lease, leaseEstimates(items))
+		if in == 0 {
+			in = settle
 		}
 	}
 	b = append(b, `,"lease":`...)
 	b = strconv.AppendQuote(b, lease)
 	b = append(b, `,"lease_expires_in_ms":`...)
-	return strconv.AppendInt(b, millis(in), 10)
+	b = strconv.AppendInt(b, millis(in), 10)
+	if settle > 0 {
+		b = append(b, `,"settle_within_ms":`...)
+		b = strconv.AppendInt(b, millis(settle), 10)
+	}
+	return b
+}
+
+// leaseEstimates returns, for each request of the store call that took a
+// lease with estimates, the limit and cost of its estimate, or no name
+// for one that is not. The store call holds the enforced checks that
+// charge or check a budget, in order (engine.Settle's order): as
+// decideChecks makes them, every enforced check of a rate limit, and a
+// concurrency limit's of cost 1 or more.
+func leaseEstimates(items []item) []estimate {
+	ests := make([]estimate, 0, len(items))
+	for i := range items {
+		l := &items[i].limit
+		switch {
+		case l.Shadow:
+		case l.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
+			if items[i].cost >= 1 {
+				ests = append(ests, estimate{})
+			}
+		default:
+			ests = append(ests, estimate{l.Name(), items[i].cost})
+		}
+	}
+	return ests
 }

@@ -63,14 +63,16 @@ func (h *Handler) leaseError(w http.ResponseWriter, r *http.Request, op string, 
 }
 
 // serveRelease answers POST /v1/release: {"lease": "..."} frees what the
-// lease of an admitted check holds. {"released": false} for a lease
-// released already or expired, which is not an error.
+// lease of an admitted check holds, and {"lease": "...", "usage":
+// {"<limit>": N}} also settles its estimates with the usage of each limit
+// named. {"released": false} for a lease released already, expired or
+// past its settlement, which is not an error and changes nothing.
 func (h *Handler) serveRelease(w http.ResponseWriter, r *http.Request) {
-	lease, ok := readLease(w, r)
+	rel, ok := readRelease(w, r)
 	if !ok {
 		return
 	}
-	released, err := h.store.Release(r.Context(), time.Time{}, lease, nil)
+	released, err := h.store.Release(r.Context(), time.Time{}, rel.lease, rel.usage)
 	if err != nil {
 		h.leaseError(w, r, "release", err)
 		return

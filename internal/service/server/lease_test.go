@@ -110,11 +110,11 @@ func TestLeaseErrors(t *testing.T) {
 	for _, tt := range []struct{ path, body, want string }{
 		{"/v1/release", ``, "the body is empty"},
 		{"/v1/release", `{}`, "missing lease"},
-		{"/v1/release", `{"lease":null}`, "missing lease"},
+		{"/v1/release", `{"lease":null}`, "lease is null"},
 		{"/v1/release", `{"lease":5}`, "lease must be a string"},
 		{"/v1/release", `{"lease":"x"}`, "not one this Sluice made"},
 		{"/v1/release", `{"lease":"m1.AAAA"}`, "not one this Sluice made"},
-		{"/v1/release", `{"lease":"m1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","extra":1}`, `unknown field \"extra\" (want lease)`},
+		{"/v1/release", `{"lease":"m1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","extra":1}`, `unknown field \"extra\" (want lease and usage)`},
 		{"/v1/renew", `{"lease":"m1.!!"}`, "not one this Sluice made"},
 		{"/v1/renew", `[]`, "must be a JSON object"},
 	} {

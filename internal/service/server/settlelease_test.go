@@ -8,30 +8,40 @@ import (
 	"testing"
 )
 
+// ests builds estimates from name, cost pairs.
+func ests(kv ...any) []estimate {
+	var out []estimate
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, estimate{kv[i].(string), int64(kv[i+1].(int))})
+	}
+	return out
+}
+
 func TestUsageLeaseRoundTrip(t *testing.T) {
 	for _, tt := range []struct {
 		store string
-		names []string
+		ests  []estimate
 	}{
-		{"m1.AAAA", []string{"tokens"}},
-		{"r1.x-_y", []string{"", "tokens", "requests", ""}},
-		{"m1.a", []string{"a-b", "c_d", "tokens"}},
-		{"any printable ~!. lease", []string{""}},
+		{"m1.AAAA", ests("tokens", 500)},
+		{"r1.x-_y", ests("", 0, "tokens", 0, "requests", 1, "", 0)},
+		{"m1.a", ests("a-b", 1, "c_d", 9223372036854775807, "tokens", 3)},
+		{"any printable ~!. lease", ests("", 0)},
 	} {
-		lease := encodeUsageLease(tt.store, tt.names)
+		lease := encodeUsageLease(tt.store, tt.ests)
 		if !strings.HasPrefix(lease, usageLeasePrefix) || strings.ContainsAny(lease, "+/=\n ") {
-			t.Errorf("encodeUsageLease(%q, %q) = %q, want u1. and base64url", tt.store, tt.names, lease)
+			t.Errorf("encodeUsageLease(%q, %v) = %q, want u1. and base64url", tt.store, tt.ests, lease)
 		}
-		store, names, ok := decodeUsageLease(lease)
-		if !ok || store != tt.store || !slices.Equal(names, tt.names) {
-			t.Errorf("decodeUsageLease(%q) = %q, %q, %v; want %q, %q", lease, store, names, ok, tt.store, tt.names)
+		store, got, ok := decodeUsageLease(lease)
+		if !ok || store != tt.store || !slices.Equal(got, tt.ests) {
+			t.Errorf("decodeUsageLease(%q) = %q, %v, %v; want %q, %v", lease, store, got, ok, tt.store, tt.ests)
 		}
 	}
-	// A store's own lease passes through, without names.
-	if store, names, ok := decodeUsageLease("m1.abc"); !ok || store != "m1.abc" || names != nil {
-		t.Errorf("decodeUsageLease(m1.abc) = %q, %q, %v", store, names, ok)
+	// A store's own lease passes through, without estimates.
+	if store, got, ok := decodeUsageLease("m1.abc"); !ok || store != "m1.abc" || got != nil {
+		t.Errorf("decodeUsageLease(m1.abc) = %q, %v, %v", store, got, ok)
 	}
-	for _, bad := range []string{"u1.", "u1.!!!", "u1.AA", "u1." + strings.Repeat("A", 2*maxLeaseBody), "u1.BQ"} {
+	for _, bad := range []string{"u1.", "u1.!!!", "u1.AA", "u1." + strings.Repeat("A", 2*maxLeaseBody), "u1.BQ",
+		"u1.AQB__________________8B" /* an estimate beyond 63 bits */} {
 		if _, _, ok := decodeUsageLease(bad); ok {
 			t.Errorf("decodeUsageLease(%q) is ok, want refused", bad)
 		}
@@ -39,29 +49,34 @@ func TestUsageLeaseRoundTrip(t *testing.T) {
 }
 
 func FuzzUsageLease(f *testing.F) {
-	f.Add("m1.AAAA", "tokens")
-	f.Add("", "")
-	f.Add("u1.AQZ0b2tlbnM", "a,b")
-	f.Fuzz(func(t *testing.T, lease, joined string) {
+	f.Add("m1.AAAA", "tokens", int64(5))
+	f.Add("", "", int64(0))
+	f.Add("u1.AQZ0b2tlbnMF", "a,b", int64(1<<40))
+	f.Fuzz(func(t *testing.T, lease, joined string, cost int64) {
 		// Whatever a client sends, decoding never fails but by saying so,
-		// and what decodes encodes back to the same store lease and names.
-		store, names, ok := decodeUsageLease(lease)
-		if ok && len(names) > 0 {
-			s2, n2, ok2 := decodeUsageLease(encodeUsageLease(store, names))
-			if !ok2 || s2 != store || !slices.Equal(n2, names) {
-				t.Fatalf("re-encoding %q: %q %q %v, want %q %q", lease, s2, n2, ok2, store, names)
+		// and what decodes encodes back to the same store lease and
+		// estimates.
+		store, es, ok := decodeUsageLease(lease)
+		if ok && len(es) > 0 {
+			s2, e2, ok2 := decodeUsageLease(encodeUsageLease(store, es))
+			if !ok2 || s2 != store || !slices.Equal(e2, es) {
+				t.Fatalf("re-encoding %q: %q %v %v, want %q %v", lease, s2, e2, ok2, store, es)
 			}
 		}
-		if joined == "" {
+		if joined == "" || cost < 0 {
 			return
 		}
-		names = strings.Split(joined, ",")
+		names := strings.Split(joined, ",")
 		if len(names) > maxChecks {
 			return
 		}
-		s3, n3, ok3 := decodeUsageLease(encodeUsageLease(lease+"x", names))
-		if !ok3 || s3 != lease+"x" || !slices.Equal(n3, names) {
-			t.Fatalf("round trip of %q %q: %q %q %v", lease+"x", names, s3, n3, ok3)
+		es = es[:0]
+		for _, n := range names {
+			es = append(es, estimate{n, cost})
+		}
+		s3, e3, ok3 := decodeUsageLease(encodeUsageLease(lease+"x", es))
+		if !ok3 || s3 != lease+"x" || !slices.Equal(e3, es) {
+			t.Fatalf("round trip of %q %v: %q %v %v", lease+"x", es, s3, e3, ok3)
 		}
 	})
 }
@@ -70,7 +85,7 @@ func FuzzUsageLease(f *testing.F) {
 // a lease with the usage of its estimates by limit name, and every
 // malformed body answered 400 problem+json naming the field.
 func TestReadRelease(t *testing.T) {
-	lease := encodeUsageLease("m1.xyz", []string{"tokens", "", "api-calls", "tokens"})
+	lease := encodeUsageLease("m1.xyz", ests("tokens", 10, "", 0, "api-calls", 1, "tokens", 10))
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	tests := []struct {
 		name, body string

@@ -2,14 +2,69 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 )
+
+// serveCharge answers POST /v1/charge: {"limit", "key", "cost"} charges
+// cost units to the key whether or not they fit (the key may go into
+// debt), and answers as a check does: allowed says whether they fitted.
+func (h *Handler) serveCharge(w http.ResponseWriter, r *http.Request) {
+	h.serveUsage(w, r, "charge", h.store.Debit)
+}
+
+// serveRefund answers POST /v1/refund: {"limit", "key", "cost"} gives cost
+// units back to the key's latest charges, and answers its state after.
+func (h *Handler) serveRefund(w http.ResponseWriter, r *http.Request) {
+	h.serveUsage(w, r, "refund", h.store.Refund)
+}
+
+// serveUsage answers a charge or a refund (op), which store's op decides.
+func (h *Handler) serveUsage(w http.ResponseWriter, r *http.Request, op string, decide func(context.Context, time.Time, sluice.Request) (sluice.Decision, error)) {
+	st := h.state.Load()
+	it, rerr := h.readUsage(w, r, st, op)
+	if rerr != nil {
+		writeProblemJSON(w, rerr.status, http.StatusText(rerr.status), rerr.msg)
+		return
+	}
+	if it.limit.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
+		writeProblemJSON(w, http.StatusUnprocessableEntity, "Unprocessable Entity", fmt.Sprintf(
+			"limit %q is a concurrency limit: it holds units while requests run, and has no usage to %s; name a rate limit", it.limit.Name(), op))
+		return
+	}
+	ctx := r.Context()
+	d, err := decide(ctx, time.Time{}, sluice.Request{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost})
+	if err != nil {
+		if n, ok := h.storeErrLog.allow(time.Now(), storeErrorLogEvery); ok {
+			h.logger.LogAttrs(ctx, slog.LevelWarn, op+": store failed", slog.String("limit", it.limit.Name()), slog.Any("error", err), slog.Int("failures_not_logged", n))
+		}
+		writeProblemJSON(w, http.StatusServiceUnavailable, "Service Unavailable", "the store failed to "+op+"; see the server's log")
+		return
+	}
+	now := h.now()
+	res := httplimit.LimitResult{Policy: it.limit.Policy, Key: it.key, Cost: it.cost, Shadow: it.limit.Shadow, Applied: true, Decision: d}
+	if !d.Degraded {
+		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, []httplimit.LimitResult{res}, now)
+	}
+	b := appendResult(make([]byte, 0, 256), &res, &it, now)
+	b = append(b, '\n')
+	hd := w.Header()
+	hd["Content-Type"] = jsonContentType
+	hd["Cache-Control"] = noStore
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
+}
 
 // usageBody is the body of POST /v1/charge and POST /v1/refund: the units
 // (cost) to charge to, or give back to, one key of one limit.
@@ -66,22 +121,24 @@ type releaseBody struct {
 	Usage *map[string]int64 `json:"usage"`
 }
 
-// release is a validated release: the store's lease and, for each result
-// of the check that made it, the usage that settles its estimate, or -1
-// to keep the estimate (nil: keep them all).
-type release struct {
+// settlement is a validated release: the store's lease and, for each request
+// of the store call that took it, the usage that settles its estimate, or
+// -1 to keep the estimate (nil: keep them all); ests are the lease's
+// estimates.
+type settlement struct {
 	lease string
 	usage []int64
+	ests  []estimate
 }
 
 // readRelease reads the body of POST /v1/release, answering 400 itself
 // when it is not {"lease": "<lease>"} with an optional "usage": an object
 // of whole numbers of at least 0, each naming a limit of which the lease
 // holds an estimate.
-func readRelease(w http.ResponseWriter, r *http.Request) (release, bool) {
-	fail := func(format string, args ...any) (release, bool) {
+func readRelease(w http.ResponseWriter, r *http.Request) (settlement, bool) {
+	fail := func(format string, args ...any) (settlement, bool) {
 		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", fmt.Sprintf(format, args...))
-		return release{}, false
+		return settlement{}, false
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxLeaseBody))
 	if err != nil {
@@ -111,16 +168,16 @@ func readRelease(w http.ResponseWriter, r *http.Request) (release, bool) {
 	if b.Lease == nil || *b.Lease == "" {
 		return fail(`missing lease: send {"lease": "<the lease of an admitted check>"}`)
 	}
-	storeLease, names, ok := decodeUsageLease(*b.Lease)
+	storeLease, ests, ok := decodeUsageLease(*b.Lease)
 	if !ok {
 		return fail("the lease is not one this Sluice made (malformed)")
 	}
-	rel := release{lease: storeLease}
+	rel := settlement{lease: storeLease, ests: ests}
 	if b.Usage == nil {
 		return rel, true
 	}
 	usage := *b.Usage
-	if len(names) == 0 && len(usage) > 0 {
+	if len(ests) == 0 && len(usage) > 0 {
 		return fail(`usage: the lease holds no estimate to settle (it was made without "lease": true); release it without usage`)
 	}
 	for name, n := range usage {
@@ -128,30 +185,30 @@ func readRelease(w http.ResponseWriter, r *http.Request) (release, bool) {
 			return fail("usage.%s must be 0 or more, got %d", name, n)
 		}
 	}
-	rel.usage = make([]int64, len(names))
+	rel.usage = make([]int64, len(ests))
 	for i := range rel.usage {
 		rel.usage[i] = -1
 	}
 	for name, n := range usage {
 		found := false
-		for i, held := range names {
-			if held == name && name != "" {
+		for i, e := range ests {
+			if e.name == name && name != "" {
 				rel.usage[i], found = n, true
 			}
 		}
 		if !found {
-			return fail("usage.%s: the lease holds no estimate of limit %q (it holds %s)", name, name, heldNames(names))
+			return fail("usage.%s: the lease holds no estimate of limit %q (it holds %s)", name, name, heldNames(ests))
 		}
 	}
 	return rel, true
 }
 
-// heldNames lists the names of a lease's estimates for a message.
-func heldNames(names []string) string {
+// heldNames lists the limits of a lease's estimates for a message.
+func heldNames(ests []estimate) string {
 	var out []string
-	for _, n := range names {
-		if n != "" {
-			out = append(out, fmt.Sprintf("%q", n))
+	for _, e := range ests {
+		if e.name != "" {
+			out = append(out, fmt.Sprintf("%q", e.name))
 		}
 	}
 	if len(out) == 0 {
