@@ -19,11 +19,11 @@ const overridesUsage = `Usage: sluice overrides [flags] COMMAND [flags] ...
 
 Lists, sets and removes the runtime overrides of a running sluice serve:
 another policy for one key of one limit, until removed or until it
-expires (docs/plans.md). LIMIT is a limit of the limits section, or an
-Envoy descriptor's (envoy:DOMAIN.PATH, with KEY its values joined by |;
-docs/envoy.md). The admin API lives where the admin endpoints do: on
-listen.admin when it is set, and behind the admin token when one is
-configured.
+expires (docs/plans.md); and resets a key. LIMIT is a limit of the
+limits section, or an Envoy descriptor's (envoy:DOMAIN.PATH, with KEY its
+values joined by |; docs/envoy.md), which reset does not take. The admin
+API lives where the admin endpoints do: on listen.admin when it is set,
+and behind the admin token when one is configured.
 
 Commands:
   list [LIMIT]                 the overrides in force, of one limit or all
@@ -40,6 +40,9 @@ Commands:
         --ttl DUR              remove it after DUR, or
         --expires-at TIME      at an RFC 3339 time
   rm LIMIT KEY                 remove one
+  reset LIMIT KEY              forget what KEY has spent and owes under
+                               LIMIT (and under its override): it starts
+                               afresh
 
 Flags, which like all the flags here may come before COMMAND or among its
 arguments (after --, every argument is LIMIT or KEY, even one that starts
@@ -150,6 +153,11 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 			return usageErrorf("overrides", "overrides rm: want LIMIT KEY")
 		}
 		return c.one(ctx, http.MethodDelete, pos[0], pos[1], nil)
+	case "reset":
+		if len(pos) != 2 {
+			return usageErrorf("overrides", "overrides reset: want LIMIT KEY")
+		}
+		return c.reset(ctx, pos[0], pos[1])
 	default: // set
 		body, err := ovSetBody(sub, pos)
 		if err != nil {
@@ -170,7 +178,7 @@ func parseOverrides(args []string) (f *ovFlags, cmd string, pos []string, sub *f
 		return nil, "", nil, nil, err
 	}
 	if fs.NArg() == 0 {
-		return nil, "", nil, nil, usageErrorf("overrides", "overrides: name a command: list, get, set or rm")
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: name a command: list, get, set, rm or reset")
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
@@ -178,9 +186,9 @@ func parseOverrides(args []string) (f *ovFlags, cmd string, pos []string, sub *f
 		cmd = "list"
 	case "delete":
 		cmd = "rm"
-	case "list", "get", "set", "rm":
+	case "list", "get", "set", "rm", "reset":
 	default:
-		return nil, "", nil, nil, usageErrorf("overrides", "overrides: unknown command %q (want list, get, set or rm)", cmd)
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: unknown command %q (want list, get, set, rm or reset)", cmd)
 	}
 	// The flags of overrides may also come after the command, among its
 	// own: sluice overrides set --server URL api-key k --limit 5 ...
@@ -275,11 +283,12 @@ func (c *ovClient) do(ctx context.Context, method, path string, body []byte) (in
 // status 1 for a missing override, 2 for the rest.
 func ovRefused(status int, raw []byte, missingIsOne bool) error {
 	var e struct {
-		Error string `json:"error"`
+		Error  string `json:"error"`
+		Detail string `json:"detail"` // problem+json
 	}
 	msg := http.StatusText(status)
-	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		msg = e.Error
+	if json.Unmarshal(raw, &e) == nil && e.Error+e.Detail != "" {
+		msg = e.Error + e.Detail
 	}
 	code := 2
 	if status == http.StatusNotFound && missingIsOne && strings.HasPrefix(msg, "no override") {
@@ -376,5 +385,23 @@ func (c *ovClient) one(ctx context.Context, method, limit, key string, body []by
 		return &exitError{code: 2, err: errors.New("overrides: the answer holds no override")}
 	}
 	_, err = fmt.Fprintln(c.out, line)
+	return err
+}
+
+// reset asks the service to reset key under limit.
+func (c *ovClient) reset(ctx context.Context, limit, key string) error {
+	path := "/v1/reset/" + url.PathEscape(limit) + "/" + url.PathEscape(key)
+	status, raw, err := c.do(ctx, http.MethodPost, path, nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return ovRefused(status, raw, false)
+	}
+	if c.json {
+		_, err := c.out.Write(raw)
+		return err
+	}
+	_, err = fmt.Fprintf(c.out, "reset: limit %q, key %q: it starts afresh\n", limit, key)
 	return err
 }

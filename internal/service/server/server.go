@@ -256,6 +256,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handleAdmin("/v1/status", "status", onlyMethod("GET", h.serveStatus))
 	h.handleExplain(onlyMethod("GET", h.serveExplain))
 	h.registerOverrides()
+	h.registerReset()
 	h.handleRoot()
 	return h, nil
 }
