@@ -247,3 +247,41 @@ func body2(t *testing.T, f *fixture, body string) string {
 	}
 	return strings.TrimSpace(rec.Body.String())
 }
+
+// TestExplainDebt checks that /v1/explain shows a key's debt, the units
+// owed beyond its limit, and when a request of 1 passes again, worked
+// out by hand for each algorithm: and nothing for a key without debt.
+func TestExplainDebt(t *testing.T) {
+	f := newFixture(t, `
+limits:
+  fw: {algorithm: fixed_window, limit: 100, period: 1h}
+  tb: {algorithm: token_bucket, limit: 100, period: 100s}
+  sw: {algorithm: sliding_window, limit: 100, period: 1h}
+  sl: {algorithm: sliding_log, limit: 100, period: 1h}
+`)
+	// start is 20 s into a minute, 13m20s into an hour (1_700_000_000 s).
+	toHour := start.Truncate(time.Hour).Add(time.Hour).Sub(start)
+	for _, tt := range []struct {
+		limit string
+		debt  float64
+		in    time.Duration
+	}{
+		{"fw", 20, toHour},                                   // the window ends
+		{"tb", 20, 21 * time.Second},                         // 20 units owed and 1 more, at 1 a second
+		{"sw", 20, toHour + 10*time.Minute + 30*time.Second}, // in the next window 120·(1 − x) + 1 ≤ 100 from x = 0.175 of it
+		{"sl", 20, time.Hour},                                // the entry leaves the log
+	} {
+		answer(t, f, "/v1/charge", `{"limit":"`+tt.limit+`","key":"k","cost":120}`)
+		for _, q := range []string{"limit=" + tt.limit + "&key=k", "limit=" + tt.limit + "&key=k&cost=5"} {
+			code, e := f.explain(t, q)
+			if code != http.StatusOK || e["debt"] != tt.debt || e["debt_repaid_in_ms"] != float64(tt.in.Milliseconds()) ||
+				e["debt_repaid_at"] != start.Add(tt.in).UTC().Format(timeFormat) || !strings.Contains(e["summary"].(string), "It owes 20 units beyond its limit") {
+				t.Errorf("explain %s = %d %v, want debt %v repaid in %v", q, code, e, tt.debt, tt.in)
+			}
+		}
+		_, e := f.explain(t, "limit="+tt.limit+"&key=other")
+		if _, ok := e["debt"]; ok {
+			t.Errorf("explain of a key without debt = %v, want no debt", e)
+		}
+	}
+}

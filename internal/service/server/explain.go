@@ -39,6 +39,14 @@ type Explanation struct {
 	ResetAfterMS int64 `json:"reset_after_ms"`
 	// DelayMS is the leaky bucket's wait for an admitted request.
 	DelayMS int64 `json:"delay_ms,omitempty"`
+	// Debt, for a key charged past its limit (usage reported after the
+	// fact: POST /v1/charge, a settled lease, an Envoy usage descriptor),
+	// is the units it owes beyond the limit, rounded up; DebtRepaidAt
+	// and DebtRepaidInMS say when it is repaid: from then on a request of
+	// cost 1 is allowed again. Absent without debt.
+	Debt           int64  `json:"debt,omitempty"`
+	DebtRepaidAt   string `json:"debt_repaid_at,omitempty"`
+	DebtRepaidInMS int64  `json:"debt_repaid_in_ms,omitempty"`
 	// Summary says the same in a sentence or two.
 	Summary string `json:"summary"`
 }
@@ -148,6 +156,22 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		s.Decision = engine.FromPeek(s.Decision, cost, inspectCost)
 	}
 	e := explain(l, key, cost, s)
+	if debt := debtOf(l.Policy, s); debt > 0 {
+		// When it is repaid: when a request of 1 is allowed again.
+		d := s.Decision
+		if cost != 1 {
+			s1, err := in.Inspect(r.Context(), s.At, sluice.Request{Policy: &l.Policy, Key: key, Cost: 1})
+			if err != nil {
+				h.logger.LogAttrs(r.Context(), slog.LevelWarn, "explain: store failed", slog.String("limit", name), slog.Any("error", err))
+				writeError(w, http.StatusServiceUnavailable, "the store could not report the key's state; see the server's log")
+				return
+			}
+			d = s1.Decision
+		}
+		e.Debt, e.DebtRepaidInMS = debt, millis(d.RetryAfter)
+		e.DebtRepaidAt = s.At.Add(d.RetryAfter).UTC().Format(timeFormat)
+		e.Summary += fmt.Sprintf(" It owes %s beyond its limit, repaid in %s: a request of cost 1 is allowed from then on.", plural(int(debt), "unit", "units"), human(d.RetryAfter))
+	}
 	if override {
 		e.Override = true
 		e.Summary += " A runtime override sets this key's numbers (see /v1/overrides)."
@@ -278,6 +302,27 @@ func explainBucket(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice
 			b.WriteString(" (full).")
 		}
 	}
+}
+
+// debtOf returns the units that the state s of a key under p owes beyond
+// p's limit, rounded up: tokens below zero for the token-bucket family,
+// the count or estimate above the limit for the windows and the log.
+func debtOf(p sluice.Policy, s sluice.State) int64 {
+	switch p.Algorithm {
+	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
+		over := s.Estimate.Whole - p.Limit
+		if s.Estimate.Num > 0 {
+			over++
+		}
+		return max(over, 0)
+	case sluice.SlidingLogAlgorithm:
+		return max(s.Counted-p.Limit, 0)
+	case sluice.ConcurrencyAlgorithm:
+		return 0
+	}
+	// Tokens = Whole + Num/Den, 0 ≤ Num < Den: below zero, -Whole rounds
+	// the debt up.
+	return max(-s.Tokens.Whole, 0)
 }
 
 // human writes a duration for people: to the millisecond from a second up,

@@ -202,6 +202,8 @@
         row('remaining', e.remaining);
         row('retry_after_ms', e.retry_after_ms);
         row('reset_after_ms', e.reset_after_ms);
+        row('debt', e.debt);
+        row('debt_repaid_at', e.debt_repaid_at);
         row('at', e.at);
         out.appendChild(dl);
       });
