@@ -347,6 +347,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		Metrics:          m,
 		Resolver:         resolver,
 		OtherLimits:      s.envoyLimit,
+		OtherPolicies:    s.envoyPolicies,
 		CircuitState:     st.circuit,
 		LocalRefusals:    st.local,
 		StoreHealth:      st.health,
@@ -377,6 +378,15 @@ func (s *service) envoyLimit(name string) (sluice.Policy, bool) {
 		return sluice.Policy{}, false
 	}
 	return s.rls.Config().Limit(name)
+}
+
+// envoyPolicies returns the policies of the envoy section's limits, for
+// the usage metrics.
+func (s *service) envoyPolicies() []sluice.Policy {
+	if s.rls == nil {
+		return nil
+	}
+	return s.rls.Config().Policies()
 }
 
 // rlsDecision counts one decision of Envoy's rate limit service; it is

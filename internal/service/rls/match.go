@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -153,6 +154,20 @@ func (c *Config) Limit(name string) (sluice.Policy, bool) {
 	}
 	p, ok := c.policies[name]
 	return p, ok
+}
+
+// Policies returns the policies of the configured limits (those Limit
+// names), sorted by name.
+func (c *Config) Policies() []sluice.Policy {
+	if c == nil {
+		return nil
+	}
+	out := make([]sluice.Policy, 0, len(c.policies))
+	for _, p := range c.policies {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b sluice.Policy) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Domains returns the names of the configured domains.

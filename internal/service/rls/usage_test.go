@@ -71,11 +71,11 @@ var usageTimelines = []struct {
 		{2 * time.Minute, []usageDesc{u("tenant", "t1", 60)}, over, []want{{over, 100, hour, 0, 58 * time.Minute}}},
 		{3 * time.Minute, []usageDesc{u("tenant", "t1", 0)}, over, []want{{over, 100, hour, 0, 57 * time.Minute}}},
 		{4 * time.Minute, []usageDesc{u("tenant", "t1", -1)}, over, []want{{over, 100, hour, 0, 56 * time.Minute}}},
+		// Another tenant was never in debt.
+		{5 * time.Minute, []usageDesc{u("tenant", "t2", 0)}, ok, []want{{ok, 100, hour, 100, 0}}},
 		{59*time.Minute + 59*time.Second, []usageDesc{u("tenant", "t1", 0)}, over, []want{{over, 100, hour, 0, time.Second}}},
 		{time.Hour, []usageDesc{u("tenant", "t1", 0)}, ok, []want{{ok, 100, hour, 100, 0}}},
 		{time.Hour, []usageDesc{u("tenant", "t1", 30)}, ok, []want{{ok, 100, hour, 70, time.Hour}}},
-		// Another tenant was never in debt.
-		{3 * time.Minute, []usageDesc{u("tenant", "t2", 0)}, ok, []want{{ok, 100, hour, 100, 0}}},
 	}},
 	// Usage that fits exactly leaves nothing: the next check is refused.
 	{"spent exactly", []usageStep{
@@ -134,11 +134,14 @@ var usageTimelines = []struct {
 // uncharged.
 func TestUsageDescriptors(t *testing.T) {
 	eachUsageStore(t, func(t *testing.T, store sluice.Store) {
-		for _, tl := range usageTimelines {
+		for n, tl := range usageTimelines {
 			t.Run(tl.name, func(t *testing.T) {
 				h := startWith(t, store, compile(t, usageYAML))
+				// Each timeline a day after the one before: a store reads
+				// a clock that steps back as one that stands still.
+				base := t0.Add(time.Duration(n) * 24 * time.Hour)
 				for i, s := range tl.steps {
-					h.clock.Set(t0.Add(s.at))
+					h.clock.Set(base.Add(s.at))
 					descs := make([]*rlscommon.RateLimitDescriptor, len(s.descs))
 					for j, d := range s.descs {
 						descs[j] = desc(d.key, d.value)

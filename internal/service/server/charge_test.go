@@ -205,6 +205,21 @@ func TestCheckLeaseSettles(t *testing.T) {
 	if _, rem := remaining(t, f, "tokens", "c"); rem != 700 {
 		t.Fatalf("after a release past settle_within: %v left, want 700 (the estimate)", rem)
 	}
+
+	// The store's counts: 150 and 1200 charged above their estimates, 480
+	// given back below one, and the estimate of c left unsettled.
+	for _, m := range []struct {
+		name string
+		want float64
+	}{
+		{"sluice_usage_debited_units_total", 1350},
+		{"sluice_usage_refunded_units_total", 480},
+		{"sluice_usage_expired_total", 1},
+	} {
+		if got := counter(t, f.reg, m.name, "tokens"); got != m.want {
+			t.Errorf("%s{limit=tokens} = %v, want %v", m.name, got, m.want)
+		}
+	}
 }
 
 // TestCheckLeaseMixed checks a lease over a concurrency limit, a dry run

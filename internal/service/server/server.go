@@ -91,6 +91,10 @@ type Options struct {
 	// Overrides for every front door. Nil means one over Overrides, by
 	// Now.
 	Resolver *engine.Resolver
+	// OtherPolicies, when set, returns the policies of the limits that are
+	// not in the configuration's limits section (Envoy's descriptors,
+	// rls.Config.Policies), for the usage metrics. Nil means none.
+	OtherPolicies func() []sluice.Policy
 	// OtherLimits, when set, returns the policy of a limit that is not in
 	// the configuration's limits section but that overrides may name
 	// (Envoy's descriptors, rls.Config.Limit), and false for a name it
@@ -153,8 +157,10 @@ type Handler struct {
 	overrides   overrides.Store
 	resolver    *engine.Resolver
 	otherLimits func(name string) (sluice.Policy, bool)
-	openTable   func(config.PlanTable, []string) (plans.Table, error)
-	readTimeout time.Duration
+	// otherPolicies is Options.OtherPolicies.
+	otherPolicies func() []sluice.Policy
+	openTable     func(config.PlanTable, []string) (plans.Table, error)
+	readTimeout   time.Duration
 	// checkReadTimeout is Options.CheckReadTimeout when it is shorter
 	// than readTimeout, and 0 otherwise.
 	checkReadTimeout time.Duration
@@ -204,7 +210,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	if h.overrides == nil {
 		h.overrides = overrides.NewMemory()
 	}
-	h.otherLimits = opts.OtherLimits
+	h.otherLimits, h.otherPolicies = opts.OtherLimits, opts.OtherPolicies
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -235,6 +241,11 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.state.Store(st)
 	if _, ok := h.raw.(heldCounter); ok {
 		if err := h.reg.Register(newLeaseGauge(h)); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+	}
+	if _, ok := h.raw.(usageCounter); ok {
+		if err := h.reg.Register(newUsageGauge(h)); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 	}
