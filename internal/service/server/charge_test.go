@@ -220,6 +220,12 @@ func TestCheckLeaseSettles(t *testing.T) {
 			t.Errorf("%s{limit=tokens} = %v, want %v", m.name, got, m.want)
 		}
 	}
+
+	// A lease of estimates alone holds nothing to renew.
+	a = answer(t, f, "/v1/check", `{"limit":"tokens","key":"d","cost":1,"lease":true}`)
+	if rec := f.do("POST", "/v1/renew", `{"lease":`+quote(a["lease"].(string))+`}`); rec.Code != http.StatusNotFound {
+		t.Errorf("renew of a lease of estimates = %d %s, want 404", rec.Code, rec.Body)
+	}
 }
 
 // TestCheckLeaseMixed checks a lease over a concurrency limit, a dry run
@@ -233,6 +239,11 @@ func TestCheckLeaseMixed(t *testing.T) {
 	if a["allowed"] != true || lease == "" || a["lease_expires_in_ms"] != 30000.0 || a["settle_within_ms"] != 120000.0 {
 		t.Fatalf("check = %v, want allowed, a lease expiring with the slot in 30000 ms, settled within 120000", a)
 	}
+	// A renewal extends the slot's hold.
+	f.clock.Advance(20 * time.Second)
+	if rec := f.do("POST", "/v1/renew", `{"lease":`+quote(lease)+`}`); rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"lease_expires_in_ms":30000}` {
+		t.Fatalf("renew = %d %s, want 200 lease_expires_in_ms 30000", rec.Code, rec.Body)
+	}
 	rec := f.do("POST", "/v1/release", `{"lease":`+quote(lease)+`,"usage":{"dry":1}}`)
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `usage.dry: the lease holds no estimate of limit`) {
 		t.Fatalf("release with the dry run's usage = %d %s, want 400", rec.Code, rec.Body)
@@ -243,8 +254,8 @@ func TestCheckLeaseMixed(t *testing.T) {
 	if _, rem := remaining(t, f, "tokens", "m"); rem != 990 {
 		t.Errorf("tokens after usage 10 of 100: %v left, want 990", rem)
 	}
-	if _, rem := remaining(t, f, "team", "m"); rem != 3520 {
-		t.Errorf("team after usage 80 of 50: %v left, want 3520", rem)
+	if _, rem := remaining(t, f, "team", "m"); rem != 3540 {
+		t.Errorf("team after usage 80 of 50 and 20 s: %v left, want 3540", rem)
 	}
 	for range 2 {
 		if a := answer(t, f, "/v1/check", `{"limit":"inflight","key":"m"}`); a["allowed"] != true {

@@ -90,6 +90,12 @@ func (h *Handler) serveRenew(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// A lease with estimates renews the holds of the store's lease in it.
+	lease, _, ok = decodeUsageLease(lease)
+	if !ok {
+		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "the lease is not one this Sluice made (malformed)")
+		return
+	}
 	in, err := h.store.Renew(r.Context(), time.Time{}, lease)
 	if errors.Is(err, sluice.ErrLeaseExpired) {
 		h.metrics.LeaseRenewed(false)
