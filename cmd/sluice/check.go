@@ -45,7 +45,9 @@ Flags:
                    a TLS flag is set)
   --limit NAME     a limit of the service's configuration (required)
   --key KEY        the key to decide for (required, not empty)
-  --cost N         what the request costs, at least 1 (default 1)
+  --cost N         what the request costs (default 1); 0 checks a budget
+                   whose cost is known afterwards: allowed while a unit is
+                   left, charging nothing
   --json           print the service's JSON answer as it came
   --timeout DUR    give up after DUR (default 5s)
   --explain        charge nothing: ask what the service knows of the key
@@ -121,8 +123,10 @@ func parseCheckFlags(args []string, stderr io.Writer) (*checkFlags, *url.URL, er
 		return nil, nil, usageErrorf("check", "check: --limit is required")
 	case f.key == "":
 		return nil, nil, usageErrorf("check", "check: --key is required and must not be empty")
-	case f.cost < 1:
-		return nil, nil, usageErrorf("check", "check: --cost must be at least 1, got %d", f.cost)
+	case f.cost < 0:
+		return nil, nil, usageErrorf("check", "check: --cost must be 0 or more, got %d", f.cost)
+	case f.cost == 0 && f.explain:
+		return nil, nil, usageErrorf("check", "check: --cost must be at least 1 with --explain, got 0")
 	case f.timeout <= 0:
 		return nil, nil, usageErrorf("check", "check: --timeout must be positive, got %v", f.timeout)
 	}
