@@ -86,7 +86,7 @@ func TestKeySummaryConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []KeyStats{{Key: "a", Requests: 5, Admitted: 3, Denied: 2, OverCapacity: 1, Cost: 7, CostAdmitted: 3}}
+	want := []KeyStats{{Key: "a", Requests: 5, Admitted: 3, Denied: 2, OverCapacity: 1, Cost: 7, CostAdmitted: 3, MaxHeld: 2}}
 	if got := sum.Keys(); !slices.Equal(got, want) {
 		t.Errorf("Keys() = %+v, want %+v", got, want)
 	}
