@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/rls"
+	"github.com/sluicehq/sluice/internal/service/usage"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -34,6 +35,10 @@ var formats = config.Formats{
 		return nil
 	},
 	RedisPrefix: redisstore.CheckPrefix,
+	Usage: func(spec string) error {
+		_, err := usage.Parse(spec)
+		return err
+	},
 }
 
 // decodeEnvoy reads and compiles the envoy section, the YAML node of its

@@ -267,12 +267,25 @@ type RuleLimit struct {
 	// its key function (httplimit.ParseKey), with the proxy's trusted
 	// proxies for "ip" and its body bounds for form: and json:.
 	Key string
-	// Cost is what one request costs, at least 1.
+	// Cost is what one request costs, at least 1; with Usage, the
+	// estimate charged before forwarding, at least 0 (0: admitted while
+	// a unit is left, charged only what the response reports).
 	Cost int64
 	// ChargeOn, when not empty, lists the upstream response statuses for
 	// which the limit is charged, after the response; before forwarding,
-	// the limit is only checked (failed logins: [401, 403]).
+	// the limit is only checked (failed logins: [401, 403]). Never set
+	// with Usage.
 	ChargeOn []int
+	// Usage, when not empty, says where the upstream's response reports
+	// what the request cost, as Formats.Usage accepted it (such as
+	// "openai" or "header:X-Tokens-Used"): Cost is charged as an estimate
+	// before forwarding and settled to the reported usage when the
+	// response ends; a response that reports none keeps the estimate.
+	Usage string
+	// SettleWithin is how long after the decision the reported usage may
+	// settle the estimate: the rule limit's settle_within, else the
+	// limit's (Limit.Settle); set exactly when Usage is.
+	SettleWithin time.Duration
 }
 
 // Config is a validated configuration. It is immutable: its accessors

@@ -468,7 +468,7 @@ func TestProblemString(t *testing.T) {
 
 // FuzzLoad checks that no input makes Parse panic, that it returns either
 // a Config or an *Error with at least one problem, and that every Config it
-// returns holds valid policies.
+// returns holds valid policies and rule limits.
 func FuzzLoad(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*/*.yaml")
 	for _, file := range files {
@@ -507,7 +507,12 @@ func FuzzLoad(f *testing.F) {
 			for _, r := range p.Rules {
 				for _, rl := range r.Limits {
 					l, ok := c.Limit(rl.Limit)
-					if !ok || rl.Key == "" || rl.Cost < 1 || rl.Cost > l.Policy.Capacity() {
+					minCost := int64(1)
+					if rl.Usage != "" {
+						minCost = 0
+					}
+					if !ok || rl.Key == "" || rl.Cost < minCost || rl.Cost > l.Policy.Capacity() ||
+						(rl.Usage != "") != (rl.SettleWithin > 0) || rl.Usage != "" && len(rl.ChargeOn) > 0 {
 						t.Fatalf("rule limit %+v is not valid", rl)
 					}
 				}
@@ -623,5 +628,26 @@ func TestEnvoyConcurrencyRefused(t *testing.T) {
 	got := problems(err)
 	if len(got) != 1 || !strings.Contains(got[0], "algorithm: concurrency is not available for Envoy") || !strings.HasPrefix(got[0], "envoy.yaml:7: envoy.domains[0].descriptors[0].algorithm") {
 		t.Fatalf("Parse = %q, want one problem saying concurrency is not available for Envoy", got)
+	}
+}
+
+// TestUsage: a rule limit with usage keeps its spec as written, may cost
+// 0, and settles within DefaultSettleWithin unless settle_within says.
+func TestUsage(t *testing.T) {
+	c := loadGood(t, "llm")
+	p, _ := c.Proxy()
+	got := p.Rules[0].Limits
+	want := []RuleLimit{
+		{Limit: "tokens-per-day", Key: "header:Authorization", Cost: 0, Usage: "openai", SettleWithin: DefaultSettleWithin},
+		{Limit: "prompt-per-minute", Key: "header:Authorization", Cost: 500, Usage: "openai:prompt", SettleWithin: 2 * time.Minute},
+		{Limit: "requests", Key: "header:Authorization", Cost: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("limits = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if g := got[i]; g.Limit != want[i].Limit || g.Key != want[i].Key || g.Cost != want[i].Cost || g.Usage != want[i].Usage || g.SettleWithin != want[i].SettleWithin || g.ChargeOn != nil {
+			t.Errorf("limits[%d] = %+v, want %+v", i, g, want[i])
+		}
 	}
 }

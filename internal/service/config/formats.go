@@ -12,8 +12,9 @@ import (
 
 // Formats checks the values of a configuration whose format belongs to
 // another package: key sources (package httplimit), the envoy section
-// (package rls), plan table files (package plans) and the Redis key prefix
-// (package redisstore). Parse calls them as it walks the file, so that a
+// (package rls), plan table files (package plans), the Redis key prefix
+// (package redisstore) and where a response reports its usage (package
+// usage). Parse calls them as it walks the file, so that a
 // value they refuse is a Problem at its place, reported with every other
 // problem of the file; the Config keeps the values as written, and the
 // packages that use them build from them (key functions, descriptor
@@ -38,6 +39,10 @@ type Formats struct {
 	// RedisPrefix checks store.redis.prefix; the error completes the
 	// sentence `"PREFIX" ...`.
 	RedisPrefix func(prefix string) error
+	// Usage checks where a response reports its usage, a rule limit's
+	// usage (package usage: header:NAME, openai, openai:prompt,
+	// openai:completion).
+	Usage func(spec string) error
 }
 
 // MaxTableFileSize is the largest plan table file Parse reads, as package
@@ -118,4 +123,17 @@ func (d *decoder) redisPrefix(prefix string) error {
 		return nil
 	}
 	return d.formats.RedisPrefix(prefix)
+}
+
+// usageSpec checks a rule limit's usage with Formats.Usage, recording a
+// problem at n; it reports whether the usage is good.
+func (d *decoder) usageSpec(n *yaml.Node, path, spec string) bool {
+	if d.formats.Usage == nil {
+		return true
+	}
+	if err := d.formats.Usage(spec); err != nil {
+		d.add(deref(n), path, "%v", err)
+		return false
+	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/service/rls"
+	"github.com/sluicehq/sluice/internal/service/usage"
 	"github.com/sluicehq/sluice/plans"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -36,6 +37,10 @@ var testFormats = Formats{
 		return nil
 	},
 	RedisPrefix: redisstore.CheckPrefix,
+	Usage: func(spec string) error {
+		_, err := usage.Parse(spec)
+		return err
+	},
 }
 
 // TestDefaultsOfOtherPackages: the defaults this package writes down are

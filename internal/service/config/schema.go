@@ -720,7 +720,7 @@ func httpToken(s string) bool {
 }
 
 func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) (RuleLimit, bool) {
-	o, ok := d.mapping(n, n, path, "limit", "key", "cost", "charge_on")
+	o, ok := d.mapping(n, n, path, "limit", "key", "cost", "charge_on", "usage", "settle_within")
 	if !ok {
 		return RuleLimit{}, false
 	}
@@ -753,9 +753,14 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 	} else {
 		rl.Key = s
 	}
+	// usage is decoded first: it lets cost be 0.
+	usageSet := o.get("usage") != nil
+	if usageSet {
+		good = d.ruleUsage(o, path, lim, known, &rl) && good
+	}
 	if v := o.get("cost"); v != nil {
 		cp := join(path, "cost")
-		if c, ok := d.integer(v, cp, 1, sluice.MaxLimit); !ok {
+		if c, ok := d.cost(v, cp, usageSet); !ok {
 			good = false
 		} else if known && c > lim.Policy.Capacity() {
 			d.add(deref(v), cp, "%d exceeds the capacity of limit %q (%d): no request could ever pass", c, rl.Limit, lim.Policy.Capacity())
@@ -774,11 +779,66 @@ func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) 
 		} else if known && lim.Policy.Algorithm == sluice.ConcurrencyAlgorithm {
 			d.add(o.fields["charge_on"].key, cp, "limit %q is a concurrency limit: it holds a slot while the request runs, not a charge after the response; remove charge_on", rl.Limit)
 			good = false
+		} else if usageSet {
+			d.add(o.fields["charge_on"].key, cp, "cannot be combined with usage: usage charges what the response reports (the estimate, cost, when it reports none), charge_on a fixed cost for some statuses; keep one")
+			good = false
 		} else {
 			rl.ChargeOn = statuses
 		}
 	}
+	if v := o.get("settle_within"); v != nil {
+		sp := join(path, "settle_within")
+		if !usageSet {
+			d.add(o.fields["settle_within"].key, sp, "applies only with usage: how long the estimate waits for the usage the response reports")
+			good = false
+		} else if x, ok := d.duration(v, sp, MaxSettleWithin); ok {
+			rl.SettleWithin = x
+		} else {
+			good = false
+		}
+	}
 	return rl, good
+}
+
+// cost decodes a rule limit's cost: from 1, or from 0 with usage.
+func (d *decoder) cost(v *yaml.Node, path string, usage bool) (int64, bool) {
+	if usage {
+		return d.integer(v, path, 0, sluice.MaxLimit)
+	}
+	var zero int64 = -1
+	if n := deref(v); n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && n.Decode(&zero) == nil && zero == 0 {
+		d.add(n, path, "must be from 1 to %d, got 0; a cost of 0 needs usage (the limit is then charged what the upstream's response reports)", sluice.MaxLimit)
+		return 0, false
+	}
+	return d.integer(v, path, 1, sluice.MaxLimit)
+}
+
+// ruleUsage decodes a rule limit's usage into rl (its SettleWithin, the
+// limit's): where the upstream's response reports what the request cost,
+// checked with Formats.Usage. lim is the limit, when known.
+func (d *decoder) ruleUsage(o object, path string, lim Limit, known bool, rl *RuleLimit) bool {
+	up := join(path, "usage")
+	at := o.fields["usage"].key
+	s, ok := d.nonEmpty(o.get("usage"), up)
+	if !ok || !d.usageSpec(o.get("usage"), up, s) {
+		return false
+	}
+	switch {
+	case !d.upstream:
+		d.add(at, up, "needs proxy.upstream: Sluice reads the usage from the upstream's response, which only its proxy sees (a gateway asking /v1/forward-auth never shows it); set proxy.upstream")
+		return false
+	case known && lim.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
+		d.add(at, up, "limit %q is a concurrency limit: it holds a slot while the request runs and charges nothing to settle; remove usage", rl.Limit)
+		return false
+	case known && lim.Shadow:
+		d.add(at, up, "limit %q is a dry run (shadow: true), which is charged apart from the request and not settled; remove usage or shadow", rl.Limit)
+		return false
+	}
+	rl.Usage, rl.SettleWithin = s, DefaultSettleWithin
+	if known {
+		rl.SettleWithin = lim.Settle()
+	}
+	return true
 }
 
 // period decodes a limit's period, time_zone and week_starts into p: a
