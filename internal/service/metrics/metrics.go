@@ -90,6 +90,10 @@ type Metrics struct {
 	// leaseReleases counts POST /v1/release by whether it freed units;
 	// leaseRenewals counts POST /v1/renew by outcome.
 	leaseReleases, leaseRenewals *prometheus.CounterVec
+	// usageSettled and usageUnits count the estimates settled by the
+	// usage a response reported, by limit; usageUnsettled those left
+	// standing, by limit and reason.
+	usageSettled, usageUnits, usageUnsettled *prometheus.CounterVec
 	// rlsCounters holds the counter of each label set of rlsDecisions
 	// counted so far (rlsLabels -> prometheus.Counter): a lookup of the
 	// vector hashes and checks the three values on every decision. Its
@@ -124,7 +128,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.reg = reg
 	if err := m.register(m.decisions, m.storeDuration, m.storeErrors, m.requests, m.duration,
 		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions, m.forwardAuthUntrusted,
-		m.leaseReleases, m.leaseRenewals); err != nil {
+		m.leaseReleases, m.leaseRenewals, m.usageSettled, m.usageUnits, m.usageUnsettled); err != nil {
 		return nil, err
 	}
 	for _, v := range []string{"true", "false"} {
@@ -206,6 +210,18 @@ func newCollectors() *Metrics {
 		leaseRenewals: counterVec("sluice_lease_renewals_total",
 			"Renewals of concurrency leases (POST /v1/renew), by outcome: renewed, or expired (the lease held nothing any more).",
 			"outcome"),
+		usageSettled: counterVec("sluice_usage_settled_total",
+			"Proxied requests whose estimated cost was settled to the usage their response reported, by limit.",
+			"limit"),
+		usageUnits: counterVec("sluice_usage_units_total",
+			"Units (tokens) that responses reported and that settled their requests' estimates, by limit.",
+			"limit"),
+		usageUnsettled: counterVec("sluice_usage_unsettled_total",
+			"Proxied requests whose estimated cost stayed charged because no usage settled it, by limit and reason: "+
+				"no_response (the upstream did not answer), no_usage (the response reported none), unreadable (it reported something else, or a body Sluice cannot read), "+
+				"cut_off (the body ended before its usage: the client went away or the upstream broke off), too_large (the usage lay beyond what Sluice inspects), "+
+				"expired (the response ended after settle_within), store_error (the store failed to settle).",
+			"limit", "reason"),
 	}
 	m.decisionCounters.Store(new(sync.Map))
 	return m
@@ -272,7 +288,9 @@ func (m *Metrics) SetLimits(old, cur []string) {
 	}
 	for _, name := range old {
 		if !keep[name] {
-			m.decisions.DeletePartialMatch(prometheus.Labels{"limit": name})
+			for _, v := range []*prometheus.CounterVec{m.decisions, m.usageSettled, m.usageUnits, m.usageUnsettled} {
+				v.DeletePartialMatch(prometheus.Labels{"limit": name})
+			}
 		}
 	}
 	m.decisionCounters.Store(new(sync.Map))
@@ -427,4 +445,17 @@ func (m *Metrics) LeaseRenewed(renewed bool) {
 		outcome = "expired"
 	}
 	m.leaseRenewals.WithLabelValues(outcome).Inc()
+}
+
+// UsageSettled counts a request whose estimate under limit was settled
+// to the units its response reported.
+func (m *Metrics) UsageSettled(limit string, units int64) {
+	m.usageSettled.WithLabelValues(limit).Inc()
+	m.usageUnits.WithLabelValues(limit).Add(float64(units))
+}
+
+// UsageUnsettled counts a request whose estimate under limit stayed
+// charged, for reason (see sluice_usage_unsettled_total's help).
+func (m *Metrics) UsageUnsettled(limit, reason string) {
+	m.usageUnsettled.WithLabelValues(limit, reason).Inc()
 }
