@@ -64,7 +64,30 @@ type Limit struct {
 	// concurrency policy cannot be a dry run: it would hold units that
 	// nothing releases.
 	Shadow bool
+	// Usage, when set, makes the limit's cost an estimate, settled with
+	// what the request actually cost once the handler has run (the tokens
+	// an LLM API reports having spent). Cost, or CostFunc's result, is
+	// then the estimate charged before the handler runs, and 0 is allowed
+	// (0 means 0, not 1: the request is admitted while the key has a unit
+	// left, and charged only what Usage reports; a CostFunc result below
+	// 0 exempts the request). When next returns or panics, Handler calls
+	// Usage once with the request and settles the estimate with the units
+	// it reports, within SettleWithin of the decision: more than the
+	// estimate is charged (the key may go into debt, and is refused until
+	// it has repaid it), less is given back. When Usage reports false
+	// the estimate stays charged. Only Handler settles; Check charges the
+	// estimate, which then stays. Usage cannot be combined with Shadow or
+	// ChargeOn, nor with a concurrency policy.
+	Usage func(r *http.Request) (units int64, ok bool)
+	// SettleWithin bounds how long after the decision Usage may settle
+	// the estimate; a request still running then keeps its estimate. 0
+	// means DefaultSettleWithin. It needs Usage.
+	SettleWithin time.Duration
 }
+
+// DefaultSettleWithin is the SettleWithin of a Limit with Usage that sets
+// none: long enough for a streamed answer of many minutes.
+const DefaultSettleWithin = time.Hour
 
 // Options configure a Middleware. The zero value (and nil) is valid: the
 // defaults are given with each field.
@@ -84,6 +107,11 @@ type Options struct {
 	// written or the next handler runs, for metrics and logs. It must not
 	// keep the Event or its slices after it returns.
 	OnDecision func(*Event)
+	// OnSettle, when set, is called once for every request whose limits
+	// with Usage were settled (Handler, after next returned), with what
+	// each reported and what the store did. It must not keep the
+	// Settlement or its slices after it returns.
+	OnSettle func(*Settlement)
 	// FailOpen lets requests through when the store returns an error (the
 	// store's own failure policy did not decide). The default, false,
 	// answers 503 Service Unavailable with Retry-After. Either way the
@@ -127,9 +155,32 @@ type LimitResult struct {
 	Decision sluice.Decision
 	// Err is the store's error for this limit, if any.
 	Err error
+	// Settles reports a limit with Usage that applied: its Cost is an
+	// estimate, settled after the response.
+	Settles bool
+	// Usage is what the limit's Usage reported, when Reported; both are
+	// set only for Options.OnSettle.
+	Usage    int64
+	Reported bool
 }
 
 func (r *LimitResult) counts() bool { return r.Applied && !r.Shadow }
+
+// Settlement is what Options.OnSettle receives for a request whose limits
+// with Usage were settled.
+type Settlement struct {
+	// Request is the request.
+	Request *http.Request
+	// Results holds one LimitResult per limit, in the order of the limits,
+	// with Usage and Reported set for the limits that settle.
+	Results []LimitResult
+	// Settled reports that the store settled (or freed) something of the
+	// request's lease; false when the settlement came after SettleWithin,
+	// so that every estimate stayed charged, or when the store failed.
+	Settled bool
+	// Err is the store's error, if it failed to settle.
+	Err error
+}
 
 // Event is what Options.OnDecision receives for a request.
 type Event struct {
@@ -171,6 +222,7 @@ type Middleware struct {
 	style       HeaderStyle
 	deny        DenyHandler
 	onDecision  func(*Event)
+	onSettle    func(*Settlement)
 	failOpen    bool
 	errRetry    time.Duration
 	maxDelay    time.Duration
@@ -179,6 +231,7 @@ type Middleware struct {
 	policyField []string // RateLimit-Policy when every enforced limit applies
 	chargeOn    bool     // some limit is charged after the response
 	leases      bool     // some limit's Policy is a concurrency one
+	settles     bool     // some limit has Usage
 	pool        sync.Pool
 }
 
@@ -190,6 +243,8 @@ type limit struct {
 	policyFunc func(*http.Request, string) (sluice.Policy, bool)
 	chargeOn   func(int) bool
 	shadow     bool
+	usage      func(*http.Request) (int64, bool)
+	settle     time.Duration // SettleWithin, with Usage
 	denied     atomic.Uint64
 	dryDenied  atomic.Uint64
 }
@@ -202,6 +257,11 @@ type scratch struct {
 	eb     engine.Buffers       // the engine's buffers
 	viol   []string
 	ev     Event
+	// holds: a check of the request is under a concurrency policy.
+	holds bool
+	// actual is each check's actual cost, for a settlement.
+	actual []int64
+	st     Settlement
 }
 
 // New returns a Middleware that applies limits, all or nothing, through
@@ -253,6 +313,13 @@ func New(store sluice.Store, limits []Limit, opts *Options) (*Middleware, error)
 			chargeOn:   l.ChargeOn,
 			shadow:     l.Shadow,
 		}
+		if l.Usage != nil {
+			m.limits[i].cost, m.limits[i].usage, m.limits[i].settle = l.Cost, l.Usage, l.SettleWithin
+			if l.SettleWithin == 0 {
+				m.limits[i].settle = DefaultSettleWithin
+			}
+			m.settles = true
+		}
 		m.chargeOn = m.chargeOn || l.ChargeOn != nil
 		m.leases = m.leases || p.Algorithm == sluice.ConcurrencyAlgorithm
 		if !l.Shadow {
@@ -288,6 +355,7 @@ func newMiddleware(store sluice.Store, n int, opts *Options) *Middleware {
 		style:      opts.Headers,
 		deny:       opts.OnDenied,
 		onDecision: opts.OnDecision,
+		onSettle:   opts.OnSettle,
 		failOpen:   opts.FailOpen,
 		errRetry:   opts.ErrorRetryAfter,
 		maxDelay:   opts.MaxDelay,
@@ -324,6 +392,18 @@ func checkLimit(i int, l Limit, n int, names map[string]int) (sluice.Policy, err
 	}
 	if l.ChargeOn != nil && l.Shadow {
 		return sluice.Policy{}, fmt.Errorf("%s: ChargeOn cannot be combined with Shadow", where)
+	}
+	switch {
+	case l.SettleWithin < 0:
+		return sluice.Policy{}, fmt.Errorf("%s: SettleWithin must not be negative, got %v", where, l.SettleWithin)
+	case l.SettleWithin > 0 && l.Usage == nil:
+		return sluice.Policy{}, fmt.Errorf("%s: SettleWithin needs Usage, the usage that settles the estimate", where)
+	case l.Usage != nil && l.Shadow:
+		return sluice.Policy{}, fmt.Errorf("%s: Usage cannot be combined with Shadow: a dry run is charged apart from the request and not settled", where)
+	case l.Usage != nil && l.ChargeOn != nil:
+		return sluice.Policy{}, fmt.Errorf("%s: Usage cannot be combined with ChargeOn: both say what the request is charged after the response", where)
+	case l.Usage != nil && p.Algorithm == sluice.ConcurrencyAlgorithm:
+		return sluice.Policy{}, fmt.Errorf("%s: Usage cannot be combined with a concurrency policy: it holds units while the request runs, and charges nothing to settle", where)
 	}
 	el := engine.Limit{Policy: p, Cost: l.Cost, VariablePolicy: l.PolicyFunc != nil, VariableCost: l.CostFunc != nil, Mode: mode(l)}
 	if err := engine.CheckLimit(where, "request", el, i, names); err != nil {
@@ -369,7 +449,7 @@ func newScratch(n int) *scratch {
 // lease loses its units when the lease expires: choose a lease longer
 // than the slowest request.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	if !m.chargeOn {
+	if !m.chargeOn && !m.settles {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			sc := m.pool.Get().(*scratch)
 			lease, ok := m.check(w, r, sc)
@@ -390,8 +470,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		if !ok {
 			return
 		}
-		if lease != "" {
+		switch {
+		case lease != "" && m.settles:
+			defer m.settleUsage(r, sc, lease)
+		case lease != "":
 			defer m.releaseLease(r, lease)
+		}
+		if !m.chargeOn {
+			next.ServeHTTP(w, r)
+			return
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -411,6 +498,37 @@ func (m *Middleware) releaseLease(r *http.Request, lease string) {
 	if _, err := m.store.Release(ctx, time.Time{}, lease, nil); err != nil && m.logger != nil {
 		m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: releasing a concurrency lease failed; its units are held until it expires",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
+}
+
+// settleUsage settles the estimates of the limits with Usage of r, which
+// the decision kept in sc took under lease, with what each Usage reports
+// (or keeps them, for one that reports nothing), freeing the lease's
+// holds; a context of its own bounds it as releaseLease's does. It tells
+// Options.OnSettle.
+func (m *Middleware) settleUsage(r *http.Request, sc *scratch, lease string) {
+	actual := sc.actual[:0]
+	for _, i := range sc.idx {
+		a := int64(-1)
+		if rs := &sc.res[i]; rs.Settles {
+			if n, ok := m.limits[i].usage(r); ok && n >= 0 {
+				a, rs.Usage, rs.Reported = n, n, true
+			}
+		}
+		actual = append(actual, a)
+	}
+	sc.actual = actual
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), ReleaseTimeout)
+	defer cancel()
+	settled, err := engine.Settle(ctx, m.store, time.Time{}, lease, sc.checks, actual)
+	if err != nil && m.logger != nil {
+		m.logger.LogAttrs(ctx, slog.LevelWarn, "httplimit: settling the usage failed; the estimates stay charged",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
+	if m.onSettle != nil {
+		st := &sc.st
+		*st = Settlement{Request: r, Results: sc.res, Settled: settled, Err: err}
+		m.onSettle(st)
 	}
 }
 
@@ -482,7 +600,8 @@ func (w *statusWriter) Flush() {
 // concurrency one, Check decides nothing and answers every request with
 // 500 Internal Server Error and a problem+json body that says so (a
 // forward-auth endpoint cannot enforce such a limit; put the middleware's
-// Handler in front of the work instead). A concurrency policy that a
+// Handler in front of the work instead). A limit with Usage is charged its
+// estimate by Check, which stays charged: Check never sees the response. A concurrency policy that a
 // PolicyFunc returns is found only when the request is decided: Check
 // then releases the lease at once and answers the same 500; the rate
 // limits of that decision stay charged.
@@ -494,10 +613,13 @@ func (m *Middleware) Check(w http.ResponseWriter, r *http.Request) bool {
 	sc := m.pool.Get().(*scratch)
 	defer m.release(sc)
 	lease, ok := m.check(w, r, sc)
-	if lease != "" {
+	switch {
+	case lease != "" && sc.holds:
 		m.releaseLease(r, lease)
 		m.refuseLease(w, r)
 		return false
+	case lease != "":
+		m.releaseLease(r, lease) // the estimates stand
 	}
 	return ok
 }
@@ -572,16 +694,17 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 	res := sc.res
 	prev := sc.idx // the limit of each check of the previous request
 	checks, idx := sc.checks[:0], sc.idx[:0]
-	static = true
+	static, sc.holds = true, false
 	for i := range m.limits {
 		l := &m.limits[i]
 		rs := &res[i]
 		rs.Policy, rs.Shadow = l.policy, l.shadow
+		rs.Settles, rs.Usage, rs.Reported = false, 0, false
 		key, ok := l.key(r)
 		cost := l.cost
 		if ok && l.costFunc != nil {
 			cost = l.costFunc(r)
-			ok = cost >= 1
+			ok = cost >= 1 || l.usage != nil && cost >= 0
 		}
 		if ok && l.policyFunc != nil {
 			var p sluice.Policy
@@ -591,7 +714,7 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 				}
 				rs.Policy = p
 				static = static && (p == l.policy || l.shadow)
-				if l.shadow || l.chargeOn != nil {
+				if l.shadow || l.chargeOn != nil || l.usage != nil {
 					ok = m.leaseless(r, l, p)
 				}
 			}
@@ -602,6 +725,8 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 			continue
 		}
 		rs.Key, rs.Cost, rs.Applied = key, cost, true
+		rs.Settles = l.usage != nil
+		sc.holds = sc.holds || rs.Policy.Algorithm == sluice.ConcurrencyAlgorithm
 		n := len(checks)
 		checks = checks[:n+1]
 		c := &checks[n]
@@ -609,6 +734,9 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 			c.Key, c.Cost = key, cost
 		} else {
 			*c = engine.Check{Policy: &rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
+			if l.usage != nil {
+				c.Budget, c.SettleWithin = true, l.settle
+			}
 			switch {
 			case l.shadow:
 				c.Mode = engine.Shadow
@@ -626,11 +754,14 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 	return static
 }
 
-// leaseless reports whether p, which the PolicyFunc of l (a dry run or a
-// limit charged after the response) returned for r, can be decided: a
-// concurrency policy cannot, and is logged.
+// leaseless reports whether p, which the PolicyFunc of l (a dry run, a
+// limit charged after the response or one settled by its usage) returned
+// for r, can be decided: a concurrency policy cannot, and is logged.
 func (m *Middleware) leaseless(r *http.Request, l *limit, p sluice.Policy) bool {
 	err := engine.Leases(p, mode(Limit{Shadow: l.shadow, ChargeOn: l.chargeOn}), "request")
+	if err == nil && l.usage != nil && p.Algorithm == sluice.ConcurrencyAlgorithm {
+		err = fmt.Errorf("%w: a concurrency policy cannot settle a usage: it holds units while the request runs, and charges nothing", sluice.ErrNotSupported)
+	}
 	if err != nil && m.logger != nil {
 		m.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: the limit does not apply to the request",
 			slog.String("limit", p.Name), slog.Any("error", err))
@@ -743,6 +874,7 @@ func (m *Middleware) release(sc *scratch) {
 	}
 	clear(sc.viol)
 	sc.ev.Request, sc.ev.Results, sc.ev.Err = nil, nil, nil
+	sc.st = Settlement{}
 	m.pool.Put(sc)
 }
 

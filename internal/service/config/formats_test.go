@@ -54,6 +54,7 @@ func TestDefaultsOfOtherPackages(t *testing.T) {
 		{"DefaultPlanCacheSize", DefaultPlanCacheSize, plans.DefaultCacheSize},
 		{"DefaultBodyMaxBytes", DefaultBodyMaxBytes, httplimit.DefaultMaxBodyBytes},
 		{"MaxTableFileSize", MaxTableFileSize, plans.MaxFileSize},
+		{"DefaultSettleWithin", int64(DefaultSettleWithin), int64(httplimit.DefaultSettleWithin)},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
