@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,8 +15,9 @@ import (
 	"time"
 )
 
-// LLM is a fake OpenAI-compatible chat completions API
-// (POST /v1/chat/completions) on a loopback port, for the tests of
+// LLM is a fake OpenAI-compatible chat completions API (POST
+// /v1/chat/completions, or any path ending in /chat/completions) on a
+// loopback port, for the tests of
 // budgets settled by the usage a response reports. It answers every
 // request by what its body asks, and counts the tokens it reported:
 //
@@ -26,7 +28,10 @@ import (
 //     word, each written and flushed on its own; with
 //     "stream_options": {"include_usage": true} a last chunk with the
 //     usage object comes before "data: [DONE]", as OpenAI's API does;
-//   - without stream, one JSON body with the usage object last.
+//   - without stream, one JSON body with the usage object last,
+//     compressed with gzip when the request accepts it;
+//   - the total is also sent in the X-Tokens-Used field: a header of a
+//     JSON body, a trailer of a stream (after its usage event).
 //
 // Request header fields steer a request further:
 //
@@ -104,7 +109,7 @@ func ChatBody(prompt string, completion int64, stream bool) string {
 }
 
 func (l *LLM) serve(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, `{"error":{"message":"no such endpoint"}}`, http.StatusNotFound)
 		return
 	}
@@ -147,9 +152,18 @@ func (l *LLM) serve(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler) // the connection breaks off
 		}
 		l.reported.Add(prompt + completion)
+		w.Header().Set("X-Tokens-Used", strconv.FormatInt(prompt+completion, 10))
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, body)
+			zw.Close()
+			return
+		}
 		io.WriteString(w, body)
 		return
 	}
+	w.Header().Set("Trailer", "X-Tokens-Used")
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -180,6 +194,7 @@ func (l *LLM) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		l.reported.Add(prompt + completion)
+		w.Header().Set("X-Tokens-Used", strconv.FormatInt(prompt+completion, 10))
 		event(fmt.Sprintf(`{"id":"chatcmpl-fake","object":"chat.completion.chunk","model":%q,"choices":[],"usage":%s}`, req.Model, usage))
 	}
 	event("[DONE]")

@@ -29,6 +29,9 @@ func TestLLM(t *testing.T) {
 	if !strings.HasSuffix(b, `"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}`) {
 		t.Errorf("JSON answer = %s", b)
 	}
+	if resp, _ := post(ChatBody("one two three", 5, false), "Accept-Encoding", "gzip"); resp.Header.Get("Content-Encoding") != "gzip" || resp.Header.Get("X-Tokens-Used") != "8" {
+		t.Errorf("JSON answer to a client that accepts gzip: %v", resp.Header)
+	}
 	resp, b := post(ChatBody("one two", 3, true))
 	if resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Errorf("stream Content-Type = %q", resp.Header.Get("Content-Type"))
@@ -43,8 +46,11 @@ func TestLLM(t *testing.T) {
 	if len(events) != 5 || !strings.Contains(events[3], `"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}`) || events[4] != "[DONE]" {
 		t.Errorf("stream events = %q", events)
 	}
-	if got := l.Reported(); got != 8+5 {
-		t.Errorf("Reported() = %d, want 13", got)
+	if got := resp.Trailer.Get("X-Tokens-Used"); got != "5" {
+		t.Errorf("stream trailer X-Tokens-Used = %q, want 5", got)
+	}
+	if got := l.Reported(); got != 8+8+5 {
+		t.Errorf("Reported() = %d, want 21", got)
 	}
 	if _, b := post(ChatBody("x", 3, true), "X-Fake-Cut", "2"); !strings.Contains(b, "unexpected EOF") {
 		t.Errorf("a cut stream read %q, want an unexpected EOF", b)
@@ -55,7 +61,7 @@ func TestLLM(t *testing.T) {
 	if resp, b := post(ChatBody("x", 3, false), "X-Fake-Status", "503"); resp.StatusCode != 503 || strings.Contains(b, "usage") {
 		t.Errorf("X-Fake-Status: %d %s", resp.StatusCode, b)
 	}
-	if got := l.Reported(); got != 13 {
-		t.Errorf("Reported() after the failures = %d, want 13", got)
+	if got := l.Reported(); got != 21 {
+		t.Errorf("Reported() after the failures = %d, want 21", got)
 	}
 }

@@ -86,6 +86,12 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 				"Send the rule's requests through Sluice's proxy (listen.http with proxy.upstream), which holds the slot while each runs, or use a rate limit for forward-auth.")
 		return
 	}
+	if a.settles {
+		writeProblemJSON(w, http.StatusNotImplemented, "Not Implemented",
+			"this rule charges a limit by the usage the upstream's response reports, and forward-auth never sees the response. "+
+				"Send the rule's requests through Sluice's proxy (listen.http with proxy.upstream), which reads the usage as the response passes.")
+		return
+	}
 	if a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/usage"
 	"github.com/sluicehq/sluice/plans"
 )
 
@@ -36,6 +37,9 @@ type rule struct {
 	// body, when not nil, bounds the read of the body that a key source
 	// of the rule needs.
 	body *config.Body
+	// usageBody: a limit of the rule reads its usage from the response's
+	// body (usage.go).
+	usageBody bool
 }
 
 // applied is one middleware of a rule, with the proxy behind it.
@@ -50,6 +54,10 @@ type applied struct {
 	// concurrency reports that a limit is a concurrency limit, which only
 	// the proxy can hold while the request runs: forward-auth refuses it.
 	concurrency bool
+	// settles reports that a limit's cost is settled by the usage its
+	// response reports, which only the proxy sees (usage.go):
+	// forward-auth refuses it.
+	settles bool
 }
 
 // rulePlan picks the plan of a request and the middleware that applies
@@ -106,7 +114,16 @@ func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule
 		if err != nil {
 			return nil, fmt.Errorf("server: rule %d: %w", i, err)
 		}
-		own = append(own, h.limit(l, key, rl.Cost, rl.ChargeOn))
+		lim := h.limit(l, key, rl.Cost, rl.ChargeOn)
+		if rl.Usage != "" {
+			spec, err := usage.Parse(rl.Usage)
+			if err != nil {
+				return nil, fmt.Errorf("server: rule %d: %w", i, err)
+			}
+			lim.Usage, lim.SettleWithin = h.usageFunc(l.Name(), spec), rl.SettleWithin
+			ru.usageBody = ru.usageBody || spec.ReadsBody()
+		}
+		own = append(own, lim)
 		readsBody = readsBody || keyReadsBody(rl.Key)
 	}
 	var err error
@@ -199,6 +216,7 @@ func (h *Handler) apply(st *state, limits []httplimit.Limit, opts *httplimit.Opt
 	a := &applied{mw: mw}
 	for i := range limits {
 		a.concurrency = a.concurrency || limits[i].Policy.Algorithm == sluice.ConcurrencyAlgorithm
+		a.settles = a.settles || limits[i].Usage != nil
 	}
 	if st.proxy != nil {
 		a.proxied = mw.Handler(st.proxy)

@@ -29,7 +29,9 @@ func newTransport() *http.Transport {
 // alone may have written one; otherwise the list starts afresh), and
 // X-Forwarded-Host and X-Forwarded-Proto are set (kept as sent by a trusted
 // proxy). Bodies stream both ways, and upgraded connections (WebSockets)
-// pass through.
+// pass through. A request admitted under limits that settle by usage has
+// its response watched on the way (watchResponse), and is sent without
+// the client's Accept-Encoding when its usage is in the body.
 func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -40,6 +42,11 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			}
 			pr.SetXForwarded()
+			if s := settlingOf(pr.In.Context()); s != nil && s.readsBody {
+				// The usage is read from the body as it passes: let the
+				// transport ask for gzip and decompress it on the way.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 			if trusted {
 				for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
 					if v := pr.In.Header[k]; len(v) > 0 {
@@ -48,7 +55,8 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 				}
 			}
 		},
-		Transport: h.transport,
+		Transport:      h.transport,
+		ModifyResponse: watchResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				// The client went away; nobody is left to answer.
@@ -101,6 +109,9 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if a.mw != nil {
+		if a.settles {
+			r = withSettling(r, ru.usageBody)
+		}
 		a.proxied.ServeHTTP(w, r)
 		return
 	}

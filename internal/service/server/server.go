@@ -388,6 +388,7 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 	opts := &httplimit.Options{
 		ClientIP:   clientIP,
 		OnDecision: h.countEvent,
+		OnSettle:   h.countSettlement,
 		OnDenied:   deny,
 		Logger:     h.logger,
 		Now:        h.now,
