@@ -52,6 +52,18 @@
 //
 // # Budgets charged by usage
 //
+// A Limit with Usage is a budget whose cost is known only once the
+// handler has run, such as the tokens an LLM call used. Its Cost (or
+// CostFunc) is the estimate charged before the handler runs, and may be
+// 0: admit while the budget has a unit left. When the handler returns
+// (or panics), Handler asks the limit's Usage what the request cost and
+// settles the estimate with it, within the limit's SettleWithin: the
+// difference is charged, even past the limit, or given back; a Usage
+// that reports nothing keeps the estimate. A budget that went past its
+// limit refuses the next requests with 429 until it is repaid.
+// Options.OnSettle sees what each request reported and what the store
+// did with it.
+//
 // An OutLimit with Usage is a budget whose cost is known only once the
 // call has run, such as the tokens an LLM call used. Its Cost (or
 // CostFunc) is the estimate charged before the request is sent, and may
