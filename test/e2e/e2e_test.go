@@ -42,6 +42,7 @@ func startProc(t *testing.T, name string, cmd *exec.Cmd) *proc {
 type sluice struct {
 	*proc
 	http, grpc string
+	admin      string // listen.admin's address, when set
 	readyFile  string
 }
 
@@ -53,7 +54,7 @@ func startSluice(t *testing.T, name string, args ...string) *sluice {
 	args = append([]string{"serve", "--ready-file", s.readyFile}, args...)
 	s.proc = startProc(t, name, exec.Command(bin, args...))
 	r := testkit.WaitReady(t, name, s.readyFile, waitTimeout, s.Ended, s.log)
-	s.http, s.grpc = r.HTTP, r.GRPC
+	s.http, s.grpc, s.admin = r.HTTP, r.GRPC, r.Admin
 	return s
 }
 
