@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -42,6 +43,9 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 				pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
 			}
 			pr.SetXForwarded()
+			if pr.Out.ContentLength > 0 && pr.Out.Body != nil {
+				pr.Out.Body = &knownLength{ReadCloser: pr.Out.Body, left: pr.Out.ContentLength}
+			}
 			if s := settlingOf(pr.In.Context()); s != nil && s.readsBody {
 				// The usage is read from the body as it passes: let the
 				// transport ask for gzip and decompress it on the way.
@@ -68,6 +72,31 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 		},
 		ErrorLog: slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// knownLength is the body of a proxied request of known length: it ends
+// once that many bytes are read, without reading the body again. The
+// transport reads a body once more after its length, to check that it
+// has no more; but the server closes the body of a request as it starts
+// writing the response (HTTP/1), and an upstream answers as soon as it
+// has the body, so that read can fail ("invalid Read on closed Body"),
+// which makes the transport break the upstream connection and with it
+// the response being passed on: a stream cut after its first events.
+type knownLength struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *knownLength) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // serveProxy limits a request by the first rule that selects it, if any,

@@ -302,3 +302,30 @@ func TestProxyPathTricks(t *testing.T) {
 		t.Errorf("CONNECT //v1/status = %d %s, want 404 without reaching the upstream", rec.Code, rec.Body)
 	}
 }
+
+// closedAfter is a request body as the server hands it to the proxy: its
+// bytes, after which a read fails, as one does once the server has closed
+// the body on writing the response (HTTP/1).
+type closedAfter struct{ r io.Reader }
+
+func (b *closedAfter) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		return n, http.ErrBodyReadAfterClose
+	}
+	return n, err
+}
+
+// TestProxyBodyOfKnownLength: a request body of known length is sent
+// upstream without being read past its length, so a body the server has
+// closed by then (its response under way) breaks nothing.
+func TestProxyBodyOfKnownLength(t *testing.T) {
+	f, _, _ := proxyFixture(t)
+	req := httptest.NewRequest("POST", "/items", nil)
+	req.Body, req.ContentLength = io.NopCloser(&closedAfter{strings.NewReader("0123456789")}), 10
+	rec := httptest.NewRecorder()
+	f.h.ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "POST /base/items ") || !strings.Contains(rec.Body.String(), " len=10 ") {
+		t.Errorf("POST with a body of 10 bytes = %d %q, want it forwarded whole", rec.Code, rec.Body)
+	}
+}
