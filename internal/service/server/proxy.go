@@ -31,8 +31,9 @@ func newTransport() *http.Transport {
 // X-Forwarded-Host and X-Forwarded-Proto are set (kept as sent by a trusted
 // proxy). Bodies stream both ways, and upgraded connections (WebSockets)
 // pass through. A request admitted under limits that settle by usage has
-// its response watched on the way (watchResponse), and is sent without
-// the client's Accept-Encoding when its usage is in the body.
+// its response watched on the way (watchResponse), and asks for an
+// uncompressed one (Accept-Encoding: identity) when its usage is in the
+// body.
 func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -47,9 +48,9 @@ func (h *Handler) newProxy(st *state, upstream *url.URL) *httputil.ReverseProxy 
 				pr.Out.Body = &knownLength{ReadCloser: pr.Out.Body, left: pr.Out.ContentLength}
 			}
 			if s := settlingOf(pr.In.Context()); s != nil && s.readsBody {
-				// The usage is read from the body as it passes: let the
-				// transport ask for gzip and decompress it on the way.
-				pr.Out.Header.Del("Accept-Encoding")
+				// The usage is read from the body as it passes: ask for
+				// it uncompressed.
+				pr.Out.Header.Set("Accept-Encoding", "identity")
 			}
 			if trusted {
 				for _, k := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {

@@ -255,8 +255,8 @@ func TestProxyUsageStreamsEventByEvent(t *testing.T) {
 }
 
 // TestProxyUsageCompressed: a client that accepts gzip still gets its
-// usage read: the upstream is asked by the proxy's own transport, which
-// decompresses, and the client gets the body uncompressed.
+// usage read: the upstream (which compresses what it may) is asked for
+// an uncompressed answer, which the client gets.
 func TestProxyUsageCompressed(t *testing.T) {
 	f := newLLMFixture(t)
 	resp, body, err := f.chat(t, "/chat/completions", "k", testkit.ChatBody("a b", 3, false), "Accept-Encoding", "gzip")
