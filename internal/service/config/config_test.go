@@ -632,13 +632,13 @@ func TestEnvoyConcurrencyRefused(t *testing.T) {
 }
 
 // TestUsage: a rule limit with usage keeps its spec as written, may cost
-// 0, and settles within DefaultSettleWithin unless settle_within says.
+// 0, and settles within its settle_within, else its limit's.
 func TestUsage(t *testing.T) {
 	c := loadGood(t, "llm")
 	p, _ := c.Proxy()
 	got := p.Rules[0].Limits
 	want := []RuleLimit{
-		{Limit: "tokens-per-day", Key: "header:Authorization", Cost: 0, Usage: "openai", SettleWithin: DefaultSettleWithin},
+		{Limit: "tokens-per-day", Key: "header:Authorization", Cost: 0, Usage: "openai", SettleWithin: 30 * time.Minute},
 		{Limit: "prompt-per-minute", Key: "header:Authorization", Cost: 500, Usage: "openai:prompt", SettleWithin: 2 * time.Minute},
 		{Limit: "requests", Key: "header:Authorization", Cost: 1},
 	}
