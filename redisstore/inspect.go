@@ -75,6 +75,9 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	if err != nil {
 		return sluice.State{}, fmt.Errorf("redisstore: inspect: %w", err)
 	}
+	if len(vals) > replyWidth {
+		s.concDropped(c, vals[1:1+replyWidth])
+	}
 	st, err := inspectState(req.Policy, vals)
 	if err != nil {
 		s.report(err)

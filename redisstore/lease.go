@@ -218,13 +218,14 @@ func (s *Store) Release(ctx context.Context, now time.Time, lease string, usage 
 		return false, fmt.Errorf("redisstore: release: %w", err)
 	}
 	var freed int64
-	for _, v := range replies {
-		if len(v) != 1 || v[0] < 0 {
+	for i, v := range replies {
+		if len(v) != 1+len(groups[i]) || v[0] < 0 {
 			err := s.malformed(v)
 			s.report(err)
 			return false, err
 		}
 		freed += v[0]
+		s.countDropped(groups[i], v[1:])
 	}
 	return freed > 0, nil
 }
@@ -246,12 +247,13 @@ func (s *Store) Renew(ctx context.Context, now time.Time, lease string) (time.Du
 		return 0, fmt.Errorf("redisstore: renew: %w", err)
 	}
 	first, renewed := int64(0), false
-	for _, v := range replies {
-		if len(v) != 2 || v[0] < 0 || v[0] > 1 || v[1] < 0 {
+	for i, v := range replies {
+		if len(v) != 2+len(groups[i]) || v[0] < 0 || v[0] > 1 || v[1] < 0 {
 			err := s.malformed(v)
 			s.report(err)
 			return 0, err
 		}
+		s.countDropped(groups[i], v[2:])
 		if v[0] == 1 && (!renewed || v[1] < first) {
 			first, renewed = v[1], true
 		}
@@ -260,6 +262,14 @@ func (s *Store) Renew(ctx context.Context, now time.Time, lease string) (time.Du
 		return 0, fmt.Errorf("redisstore: renew: %w", sluice.ErrLeaseExpired)
 	}
 	return time.Duration(first) * time.Microsecond, nil
+}
+
+// countDropped counts, for each concurrency key of keys, the expired
+// holds that lease.lua dropped there (dropped, in the same order).
+func (s *Store) countDropped(keys []string, dropped []int64) {
+	for i, k := range keys {
+		s.expired.add(keyFingerprint(k), dropped[i])
+	}
 }
 
 // leaseOf returns the lease of an admitted decision that took units under

@@ -309,7 +309,8 @@ func leaseAcrossSlots(t *testing.T, addrs []string) {
 }
 
 // TestLeaseKeyExpires checks that a concurrency key leaves Redis by itself
-// once its last hold expires.
+// two minutes after its last hold expires, and at once when a script
+// finds it holding nothing.
 func TestLeaseKeyExpires(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
@@ -319,13 +320,19 @@ func TestLeaseKeyExpires(t *testing.T) {
 		t.Fatalf("Allow = %+v, %v", d, err)
 	}
 	key := st.policies.get(&p).key(st.prefix, "k")
-	if ttl, err := srv.Do("PTTL", key); err != nil || ttl.(int64) <= 0 || ttl.(int64) > 201 {
-		t.Errorf("PTTL %s = %v, %v; want in (0, 201] ms", key, ttl, err)
+	if ttl, err := srv.Do("PTTL", key); err != nil || ttl.(int64) <= 120000 || ttl.(int64) > 120201 {
+		t.Errorf("PTTL %s = %v, %v; want in (120000, 120201] ms", key, ttl, err)
 	}
-	testkit.WaitFor(t, 5*time.Second, "the key to expire", func() bool {
-		n, err := srv.Do("EXISTS", key)
-		return err == nil && n == int64(0)
-	})
+	waitHoldsExpire(t, srv.Addr, key)
+	if d, err := st.Peek(t.Context(), time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 2}); err != nil || !d.Allowed {
+		t.Fatalf("Peek after the hold expired = %+v, %v", d, err)
+	}
+	if n, err := srv.Do("EXISTS", key); err != nil || n != int64(0) {
+		t.Errorf("EXISTS %s after a Peek found its hold expired = %v, %v; want 0", key, n, err)
+	}
+	if n, err := st.Expired(&p); err != nil || n != 1 {
+		t.Errorf("Expired = %d, %v; want 1", n, err)
+	}
 }
 
 // TestLeaseFailure checks the failure policies with concurrency policies

@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,6 +155,7 @@ type Store struct {
 	batch    *batcher  // nil when batching is off
 	refusals *refusals // nil when local refusals are off
 	policies policyCache
+	expired  expiredCounts
 	breakers *breakers
 
 	client    atomic.Pointer[rueidis.Client]
@@ -433,6 +435,7 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 		var st []int64
 		v, st, err = s.oneReply(vals)
 		if err == nil {
+			s.concDropped(c, v[:])
 			d, err = parseDecision(req.Policy, v[:])
 		}
 		if err != nil {
@@ -627,7 +630,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err == nil {
 		var d sluice.Decision
 		var done bool
-		d, done, err = s.parseMany(vals, reqs, out)
+		d, done, err = s.parseMany(vals, cs, reqs, out)
 		if done {
 			if err == nil && es != nil {
 				// es is nil when the call skipped the local refusals: no
@@ -890,13 +893,27 @@ func (s *Store) manyArgs(cs []*compiled, reqs []sluice.Request, nowArg string, n
 	return args, nil
 }
 
-// parseMany turns AllowAll's reply into decisions. done is false when the
-// reply is malformed (err says how).
-func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Decision) (d sluice.Decision, done bool, err error) {
+// parseMany turns AllowAll's reply into decisions, for reqs whose compiled
+// policies are cs, and counts the expired holds the script dropped. done
+// is false when the reply is malformed (err says how).
+func (s *Store) parseMany(vals []int64, cs []*compiled, reqs []sluice.Request, out []sluice.Decision) (d sluice.Decision, done bool, err error) {
 	if len(vals) >= replyHeader+replyWidth && vals[0] == 1 && vals[1] >= 1 && vals[1] <= int64(len(reqs)) {
 		// A request costs more than its capacity: nothing was charged.
-		r := &reqs[vals[1]-1]
-		d, err := parseDecision(r.Policy, vals[replyHeader:replyHeader+replyWidth])
+		// The delay fields of the requests before it follow its decision.
+		i := vals[1] - 1
+		r := &reqs[i]
+		before := vals[replyHeader+replyWidth:]
+		if int64(len(before)) != i {
+			return sluice.Decision{}, false, s.malformed(vals)
+		}
+		v := slices.Clone(vals[replyHeader : replyHeader+replyWidth])
+		s.concDropped(cs[i], v)
+		for j, n := range before {
+			if cs[j].conc() {
+				s.expired.add(cs[j].fp, n)
+			}
+		}
+		d, err := parseDecision(r.Policy, v)
 		if err != nil || d.RetryAfter != sluice.Never {
 			return sluice.Decision{}, false, s.malformed(vals)
 		}
@@ -911,7 +928,9 @@ func (s *Store) parseMany(vals []int64, reqs []sluice.Request, out []sluice.Deci
 		ds = out[:0]
 	}
 	for i := range reqs {
-		d, err := parseDecision(reqs[i].Policy, vals[replyHeader+replyWidth*i:replyHeader+replyWidth*(i+1)])
+		v := vals[replyHeader+replyWidth*i : replyHeader+replyWidth*(i+1)]
+		s.concDropped(cs[i], v)
+		d, err := parseDecision(reqs[i].Policy, v)
 		if err != nil {
 			return sluice.Decision{}, false, err
 		}

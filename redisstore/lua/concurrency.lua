@@ -5,10 +5,17 @@
 -- one field per lease id (22 characters of base64url, from the Go side)
 -- whose value is "units expiry lease" (µs: the hold counts at t iff t <
 -- expiry; lease is the length a renewal adds again), and, when times are
--- tracked, the field w with the latest time the key has seen. The key
--- expires with its last hold (see PAD in lib.lua). Holds that no longer
--- count are dropped whenever the key is read for a decision, a release or
--- a renewal.
+-- tracked, the field w with the latest time the key has seen. Holds that
+-- no longer count are dropped whenever the key is read for a decision, a
+-- release, a renewal or the held scan (held.lua), and the scripts report
+-- how many they dropped, for the store's count of expired holds. A key
+-- that still holds anything expires LINGER ms after its last hold (plus
+-- PAD, see lib.lua): its holds have then all run out unreleased, and the
+-- key stays for a script (the held scan at the latest) to find and count
+-- them; a key left with no hold is deleted.
+
+-- LINGER is how long, in ms, a concurrency key outlives its last hold.
+local LINGER = 120000
 
 -- conc_read returns the holds at key that count at now, each {id, units,
 -- expiry, lease}; the ids of the holds that no longer count; w (0 when
@@ -62,7 +69,8 @@ end
 -- conc_write stores the key's holds at now: it deletes the fields of gone,
 -- writes the holds of hs whose id set holds, and w when times are tracked,
 -- and sets the key to expire with its last hold. A key left with no hold
--- is deleted (kept PAD ms for w when times are tracked).
+-- is deleted (kept PAD ms for w when times are tracked); any other stays
+-- LINGER ms after its last hold.
 local function conc_write(key, hs, gone, set, now)
   for i = 1, #gone, 64 do
     call('HDEL', key, unpack(gone, i, math.min(i + 63, #gone)))
@@ -85,7 +93,11 @@ local function conc_write(key, hs, gone, set, now)
   if dt < 0 then
     dt = 0
   end
-  call('PEXPIRE', key, format('%d', floor((dt + 999) / 1000) + PAD))
+  local linger = 0
+  if #hs > 0 then
+    linger = LINGER
+  end
+  call('PEXPIRE', key, format('%d', floor((dt + 999) / 1000) + PAD + linger))
 end
 
 -- conc_judge decides a request of cost units at t on the holds hs that
@@ -160,9 +172,10 @@ end
 -- conc_decide decides a request of cost units at now on the holds at key
 -- (algorithm and maxdelay are unused: it has the signature of tat_decide),
 -- as conc_judge does with id B's place in the arguments, and returns
--- allowed, remaining, retry, reset and delay (0), writing what changed.
--- It returns no state for local refusals: a release can admit at any
--- moment what a refusal refused.
+-- allowed, remaining, retry, reset and, in the place of the delay (a
+-- concurrency decision never delays), the number of expired holds it
+-- dropped, writing what changed. It returns no state for local refusals:
+-- a release can admit at any moment what a refusal refused.
 local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay)
   local hs, gone, w, t = conc_read(key, now)
   local set = {}
@@ -170,15 +183,15 @@ local function conc_decide(key, algorithm, L, P, id, now, cost, commit, maxdelay
   if #gone > 0 or next(set) or (TRACK and t > w) then
     conc_write(key, hs, gone, set, t)
   end
-  return ok, rem, retry, reset, 0, nil
+  return ok, rem, retry, reset, #gone, nil
 end
 
 -- conc_release drops the hold of id at key and returns the units it held
 -- if it still counted at now (0 if it expired, was released, or never
--- was).
+-- was), and the number of expired holds it dropped.
 local function conc_release(key, id, now)
   local hs, gone, w, t = conc_read(key, now)
-  local freed, keep = 0, {}
+  local dropped, freed, keep = #gone, 0, {}
   for i = 1, #hs do
     if hs[i][1] == id then
       freed = hs[i][2]
@@ -190,12 +203,13 @@ local function conc_release(key, id, now)
   if #gone > 0 or (TRACK and t > w) then
     conc_write(key, keep, gone, {}, t)
   end
-  return freed
+  return freed, dropped
 end
 
 -- conc_renew moves the expiry of the hold of id at key, if it still counts
 -- at now, to its lease after now, and returns the time until then in µs,
--- or -1 when there is no such hold.
+-- or -1 when there is no such hold, and the number of expired holds it
+-- dropped.
 local function conc_renew(key, id, now)
   local hs, gone, w, t = conc_read(key, now)
   local set, left = {}, -1
@@ -210,5 +224,17 @@ local function conc_renew(key, id, now)
   if #gone > 0 or next(set) or (TRACK and t > w) then
     conc_write(key, hs, gone, set, t)
   end
-  return left
+  return left, #gone
+end
+
+-- conc_sweep drops the expired holds at key and returns the units held at
+-- now, the number of holds (leases) that hold them, and the number of
+-- expired holds it dropped.
+local function conc_sweep(key, now)
+  local hs, gone, w, t = conc_read(key, now)
+  if #gone > 0 or (TRACK and t > w) then
+    conc_write(key, hs, gone, {}, t)
+  end
+  local held = conc_last(hs)
+  return held, #hs, #gone
 end

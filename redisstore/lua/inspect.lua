@@ -97,6 +97,8 @@ if code == 'cc' and not TRACK then
   ok, rem, retry, reset = conc_judge(hs, L, P, '', now, tonumber(ARGV[7]), false, {})
   delay = 0
 else
+  -- For a concurrency key (times tracked), delay is the number of
+  -- expired holds conc_decide dropped, which the store counts.
   ok, rem, retry, reset, delay = decide(key, algorithm, L, P, B, NOW, tonumber(ARGV[7]), false, tonumber(ARGV[8]))
 end
 local out = {now, 0, rem, retry, reset, delay}

@@ -8,24 +8,29 @@
 --   lease id.
 -- Reply: for Release, the units freed (the lease's holds that still
 --   counted); for Renew, 1 and the time in µs until the first renewed hold
---   expires, or 0 and 0 when no hold of the lease counted any more.
+--   expires, or 0 and 0 when no hold of the lease counted any more. Then,
+--   for each key, the number of expired holds (of any lease) dropped
+--   there.
 
 local op, id = ARGV[2], ARGV[3]
+local dropped = {}
 if op == 'r' then
   local freed = 0
   for i = 1, #KEYS do
-    freed = freed + conc_release(KEYS[i], id, NOW)
+    local f, d = conc_release(KEYS[i], id, NOW)
+    freed, dropped[i] = freed + f, d
   end
-  return {freed}
+  return {freed, unpack(dropped)}
 end
 local first = -1
 for i = 1, #KEYS do
-  local left = conc_renew(KEYS[i], id, NOW)
+  local left, d = conc_renew(KEYS[i], id, NOW)
+  dropped[i] = d
   if left >= 0 and (first < 0 or left < first) then
     first = left
   end
 end
 if first < 0 then
-  return {0, 0}
+  return {0, 0, unpack(dropped)}
 end
-return {1, first}
+return {1, first, unpack(dropped)}

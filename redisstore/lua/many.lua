@@ -10,9 +10,12 @@
 -- Reply: status, index, then allowed, remaining, retry, reset and delay per
 --   request. Status 1 means that request index costs more than its capacity
 --   (retry -1): nothing was charged, and only that request's decision
---   follows. With STATE (see lib.lua), a denied whole adds the time and,
---   per request, the length of its state and the state (length 0 when it
---   has none to send).
+--   follows, then the delay field of each request before it. With STATE
+--   (see lib.lua), a denied whole adds the time and, per request, the
+--   length of its state and the state (length 0 when it has none to send).
+--   A concurrency request's delay field is the number of expired holds
+--   dropped at its key (see conc_decide), which the store counts even when
+--   nothing is charged.
 
 -- algorithms maps each algorithm's code to the function that decides a
 -- request on its state, and the algorithm itself.
@@ -87,7 +90,11 @@ local function allow_all(kb, ab, n)
     local ok, rem, retry, reset, delay, st = decide(i, now, cost, false, tonumber(field(i, 6)))
     sts[i] = st
     if retry == -1 then
-      return {1, i, 0, rem, -1, reset, delay}
+      local r = {1, i, 0, rem, -1, reset, delay}
+      for j = 1, i - 1 do
+        r[#r + 1] = res[j][5]
+      end
+      return r
     end
     all = all and ok
     res[i] = {ok, rem, retry, reset, delay}
@@ -113,7 +120,11 @@ local function allow_all(kb, ab, n)
     elseif r[1] then
       -- Not charged: report the state as it stays.
       local _, rem, retry, reset = decide(i, now, 0, false, -1)
-      r = {true, rem, retry, reset, 0}
+      local dropped = 0
+      if field(i, 1) == 'cc' then
+        dropped = r[5]
+      end
+      r = {true, rem, retry, reset, dropped}
     end
     local ok = 0
     if r[1] then
