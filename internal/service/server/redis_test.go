@@ -25,6 +25,12 @@ import (
 // private redis-server, with the failure policy failure.
 func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *testkit.RedisServer, *bytes.Buffer) {
 	t.Helper()
+	return redisFixtureOf(t, failure, testYAML)
+}
+
+// redisFixtureOf is redisFixture with the limits of yaml.
+func redisFixtureOf(t *testing.T, failure redisstore.FailurePolicy, yaml string) (*fixture, *testkit.RedisServer, *bytes.Buffer) {
+	t.Helper()
 	srv := testkit.StartRedis(t)
 	// A timeout above the default 50ms: on a loaded machine the first call,
 	// which dials, can take longer, and one failure opens the breaker.
@@ -46,7 +52,7 @@ func redisFixture(t *testing.T, failure redisstore.FailurePolicy) (*fixture, *te
 		Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 		CircuitState: circuit,
 	}, metrics.StoreGauges{CircuitState: circuit})
-	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: "+onError+"}\n"+testYAML), ms, sopts)
+	h, err := New(parse(t, "store: {backend: redis, redis: {addrs: ['"+srv.Addr+"']}, on_error: "+onError+"}\n"+yaml), ms, sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,5 +270,26 @@ func TestLocalRefusalsVisible(t *testing.T) {
 	}
 	if page := f.do("GET", "/", "").Body.String(); !strings.Contains(page, "never reached Redis") || !strings.Contains(page, "70.0% of 10 decisions") {
 		t.Errorf("the status page does not show the share of decisions that never reached Redis")
+	}
+}
+
+// TestRedisLeaseGauge checks the lease metrics over the Redis store: the
+// units held, read from Redis at the scrape, and the holds that ran out
+// unreleased (none here: the leases are 30 s).
+func TestRedisLeaseGauge(t *testing.T) {
+	f, _, _ := redisFixtureOf(t, redisstore.FailError, leaseYAML)
+	for _, key := range []string{"a", "b", "b"} {
+		if c := checkLease(t, f, `{"limit":"inflight","key":"`+key+`"}`); c["allowed"] != true {
+			t.Fatalf("check %s = %v, want allowed", key, c)
+		}
+	}
+	if got := counter(t, f.reg, "sluice_lease_units_held", "inflight"); got != 3 {
+		t.Errorf("sluice_lease_units_held{limit=inflight} = %v, want 3", got)
+	}
+	if v, ok := testkit.MetricValue(t, f.reg, "sluice_lease_expired_total", "inflight"); !ok || v != 0 {
+		t.Errorf("sluice_lease_expired_total{limit=inflight} = %v (present %v), want 0", v, ok)
+	}
+	if v, ok := testkit.MetricValue(t, f.reg, "sluice_lease_held_scan_incomplete_total"); !ok || v != 0 {
+		t.Errorf("sluice_lease_held_scan_incomplete_total = %v (present %v), want 0", v, ok)
 	}
 }

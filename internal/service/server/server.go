@@ -239,7 +239,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, err
 	}
 	h.state.Store(st)
-	if _, ok := h.raw.(heldCounter); ok {
+	if _, ok := h.raw.(expiredCounter); ok {
 		if err := h.reg.Register(newLeaseGauge(h)); err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
