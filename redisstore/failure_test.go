@@ -36,12 +36,15 @@ func warm(t *testing.T, st *Store, addrs ...string) {
 	if _, err := st.conn(ctx); err != nil {
 		t.Fatalf("warm: %v", err)
 	}
-	single, many, batch, batchOne, err := scripts(st.refusals != nil)
+	single, general, many, settle, batch, batchOne, err := scripts(st.refusals != nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, addr := range addrs {
-		for _, src := range slices.Concat(single[:], batchOne[:], []string{many, batch}) {
+		for _, src := range slices.Concat(single[:], general[:], batchOne[:], []string{many, settle, batch}) {
+			if src == "" {
+				continue
+			}
 			if _, err := testkit.RedisDo(addr, "SCRIPT", "LOAD", src); err != nil {
 				t.Fatalf("warm: SCRIPT LOAD on %s: %v", addr, err)
 			}

@@ -133,33 +133,65 @@ const (
 
 // concKey reports whether key is a concurrency key of this store: the
 // prefix, a caller's key in its hash tag, then a concurrency policy's
-// fingerprint. A lease may name no other key, so that a lease made up by a
-// client touches nothing but the concurrency holds of its own id, which
-// only the lease's holder knows.
+// fingerprint. rateKey reports the same of a rate policy's key. A lease
+// may name no other key, so that a lease made up by a client touches
+// nothing but the holds and the settlement of its own id, which only the
+// lease's holder knows.
 func (s *Store) concKey(key string) bool {
+	code, ok := s.keyCode(key)
+	return ok && code == algoCodes[sluice.ConcurrencyAlgorithm]
+}
+
+func (s *Store) rateKey(key string) bool {
+	code, ok := s.keyCode(key)
+	return ok && code != algoCodes[sluice.ConcurrencyAlgorithm] && slices.Contains(algoCodes[:], code)
+}
+
+// keyCode returns the algorithm code of a state key of this store.
+func (s *Store) keyCode(key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, s.prefix+"{k:")
 	if !ok {
-		return false
+		return "", false
 	}
 	i := strings.IndexByte(rest, '}')
-	return i >= 0 && strings.HasPrefix(rest[i+1:], ":"+algoCodes[sluice.ConcurrencyAlgorithm]+":")
+	if i < 0 || !strings.HasPrefix(rest[i+1:], ":") {
+		return "", false
+	}
+	code, _, ok := strings.Cut(rest[i+2:], ":")
+	return code, ok
 }
 
 // leaseKeys returns the id and keys of lease, checking that they are this
-// store's concurrency keys, grouped into the calls to make: one for all
-// the keys, or on Redis Cluster one per hash slot.
-func (s *Store) leaseKeys(lease string) (leaseID, [][]string, error) {
+// store's: its concurrency keys grouped into the calls to make (one for
+// all, or on Redis Cluster one per hash slot), and the keys of its
+// estimates to settle, in the lease's order.
+func (s *Store) leaseKeys(lease string) (_ leaseID, conc [][]string, rate []string, _ error) {
 	id, keys, err := parseLease(lease)
 	if err != nil {
-		return id, nil, err
+		return id, nil, nil, err
 	}
+	var held []string
 	for _, k := range keys {
-		if !s.concKey(k) {
-			return id, nil, fmt.Errorf("redisstore: %w: it names a key that is not a concurrency key of this store (prefix %q)", sluice.ErrInvalidLease, s.prefix)
+		switch {
+		case s.concKey(k):
+			held = append(held, k)
+		case s.rateKey(k):
+			rate = append(rate, k)
+		default:
+			return id, nil, nil, fmt.Errorf("redisstore: %w: it names a key that is not a state key of this store (prefix %q)", sluice.ErrInvalidLease, s.prefix)
 		}
 	}
+	return id, s.bySlot(held), rate, nil
+}
+
+// bySlot groups keys into the calls to make: one for all (none for no
+// keys), or on Redis Cluster one per hash slot.
+func (s *Store) bySlot(keys []string) [][]string {
+	if len(keys) == 0 {
+		return nil
+	}
 	if !s.cluster() {
-		return id, [][]string{keys}, nil
+		return [][]string{keys}
 	}
 	var groups [][]string
 	for _, k := range keys {
@@ -170,7 +202,7 @@ func (s *Store) leaseKeys(lease string) (leaseID, [][]string, error) {
 			groups[i] = append(groups[i], k)
 		}
 	}
-	return id, groups, nil
+	return groups
 }
 
 // runLease runs lease.lua's operation op for id on each group of keys, at
@@ -196,22 +228,36 @@ func (s *Store) runLease(ctx context.Context, now time.Time, op string, id lease
 	return replies, nil
 }
 
-// Release frees what lease still holds, at Redis's TIME (at now, under
-// Options.CallerTime), and reports whether it freed anything; see the
-// sluice.Store contract. Any store on the same Redis with the same Prefix
-// releases the leases of any other. A lease made by Options.Local (under
+// Release frees what lease still holds, and settles its estimates with
+// usage, at Redis's TIME (at now, under Options.CallerTime), and reports
+// whether it freed or settled anything; see the sluice.Store contract.
+// Any store on the same Redis with the same Prefix releases the leases of
+// any other, and a lease's estimates are settled once, by whichever store
+// releases it first (settle.lua). A lease made by Options.Local (under
 // FailLocal, while Redis was failing) goes to Options.Local. When Redis
 // cannot answer, Release returns the error: the failure policy decides
-// requests, not releases, and a hold not released expires with its lease.
-// On Redis Cluster a lease whose keys lie in several hash slots is
-// released by one call per slot.
+// requests, not releases; a hold not released expires with its lease,
+// and an estimate not settled stands. On Redis Cluster a lease whose keys
+// lie in several hash slots is released by one call per slot.
 func (s *Store) Release(ctx context.Context, now time.Time, lease string, usage []int64) (bool, error) {
 	if s.local != nil && strings.HasPrefix(lease, localLeasePrefix) {
 		return s.local.Release(ctx, now, lease, usage)
 	}
-	id, groups, err := s.leaseKeys(lease)
+	id, groups, rate, err := s.leaseKeys(lease)
 	if err != nil {
 		return false, err
+	}
+	var settled *settlement
+	if len(rate) > 0 {
+		if settled, err = s.settlementOf(now, id, rate, usage); err != nil {
+			return false, err
+		}
+		// The settlement's call frees the holds of its slot too.
+		i := slices.IndexFunc(groups, func(g []string) bool { return slot(g[0]) == slot(rate[0]) })
+		if i >= 0 {
+			settled.conc = groups[i]
+			groups = slices.Delete(slices.Clone(groups), i, i+1)
+		}
 	}
 	replies, err := s.runLease(ctx, now, opRelease, id, groups)
 	if err != nil {
@@ -227,7 +273,14 @@ func (s *Store) Release(ctx context.Context, now time.Time, lease string, usage 
 		freed += v[0]
 		s.countDropped(groups[i], v[1:])
 	}
-	return freed > 0, nil
+	if settled == nil {
+		return freed > 0, nil
+	}
+	f, found, err := s.settleLease(ctx, now, id, settled)
+	if err != nil {
+		return false, fmt.Errorf("redisstore: release: %w", err)
+	}
+	return freed+f > 0 || found, nil
 }
 
 // Renew extends every hold of lease that has not expired by its policy's
@@ -238,7 +291,7 @@ func (s *Store) Renew(ctx context.Context, now time.Time, lease string) (time.Du
 	if s.local != nil && strings.HasPrefix(lease, localLeasePrefix) {
 		return s.local.Renew(ctx, now, lease)
 	}
-	id, groups, err := s.leaseKeys(lease)
+	id, groups, _, err := s.leaseKeys(lease)
 	if err != nil {
 		return 0, err
 	}
@@ -272,19 +325,49 @@ func (s *Store) countDropped(keys []string, dropped []int64) {
 	}
 }
 
-// leaseOf returns the lease of an admitted decision that took units under
-// the concurrency policies of keys (the Redis keys of a decision's
-// requests, cs their compiled policies): id over those keys, each once; ""
-// when there are none.
-func leaseOf(id leaseID, cs []*compiled, keys []string) (string, error) {
-	var held []string
+// leaseOf returns the lease of an admitted decision of reqs (cs their
+// compiled policies, keys their Redis keys): id over the keys it holds
+// units of (under concurrency policies, at a cost above 0) and the keys of
+// its estimates to settle (rate policies with SettleWithin), each once, in
+// the order of reqs; "" when there are none.
+func leaseOf(id leaseID, cs []*compiled, keys []string, reqs []sluice.Request) (string, error) {
+	var named []string
 	for i, c := range cs {
-		if c.policy.Algorithm == sluice.ConcurrencyAlgorithm && !slices.Contains(held, keys[i]) {
-			held = append(held, keys[i])
+		if (c.conc() && reqs[i].Cost > 0 || !c.conc() && reqs[i].SettleWithin > 0) && !slices.Contains(named, keys[i]) {
+			named = append(named, keys[i])
 		}
 	}
-	if len(held) == 0 {
+	if len(named) == 0 {
 		return "", nil
 	}
-	return encodeLease(id, held)
+	return encodeLease(id, named)
+}
+
+// settleKey returns the key that keeps the estimates of the lease id
+// (text) whose first estimate is on the Redis key first: in first's hash
+// tag, so in its slot.
+func settleKey(prefix, first, id string) string {
+	tag := first[len(prefix):]
+	tag = tag[:strings.IndexByte(tag, '}')+1]
+	return prefix + tag + ":settle:" + id
+}
+
+// firstSettled returns the Redis key of the first request of reqs with
+// an estimate to settle.
+func firstSettled(cs []*compiled, keys []string, reqs []sluice.Request) string {
+	for i, c := range cs {
+		if !c.conc() && reqs[i].SettleWithin > 0 {
+			return keys[i]
+		}
+	}
+	return ""
+}
+
+// settleMicros returns the time to settle req's estimate, in whole µs (at
+// least 1, at most 2^52), or 0 when it has none.
+func settleMicros(c *compiled, req *sluice.Request) int64 {
+	if c.conc() || req.SettleWithin <= 0 {
+		return 0
+	}
+	return min(max(int64(req.SettleWithin/time.Microsecond), 1), maxTime)
 }

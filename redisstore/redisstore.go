@@ -151,11 +151,14 @@ type Store struct {
 	callerTime bool
 
 	single   [len(algorithmFiles)]*rueidis.Lua
+	general  [len(algorithmFiles)]*rueidis.Lua // single.lua for the flat algorithms, whose keys in debt it decides
 	many     *rueidis.Lua
-	batch    *batcher  // nil when batching is off
-	refusals *refusals // nil when local refusals are off
+	settle   *rueidis.Lua // AllowAll's script when it keeps estimates (allow_settle.lua)
+	batch    *batcher     // nil when batching is off
+	refusals *refusals    // nil when local refusals are off
 	policies policyCache
 	expired  expiredCounts
+	usage    sync.Map // policy fingerprint -> *usageCounts
 	breakers *breakers
 
 	client    atomic.Pointer[rueidis.Client]
@@ -224,7 +227,7 @@ func New(opts Options) (*Store, error) {
 	if opts.LocalRefusals.MaxEntries < 0 || opts.LocalRefusals.MaxBytes < 0 {
 		return nil, errors.New("redisstore: LocalRefusals.MaxEntries and MaxBytes must not be negative")
 	}
-	single, many, batch, batchOne, err := scripts(!opts.LocalRefusals.Off)
+	single, general, many, settle, batch, batchOne, err := scripts(!opts.LocalRefusals.Off)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +239,7 @@ func New(opts Options) (*Store, error) {
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
 		many:       rueidis.NewLuaScript(many),
+		settle:     rueidis.NewLuaScript(settle),
 		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange, opts.OnRecover),
 		users:      newUsers(),
 		refusals:   newRefusals(opts.LocalRefusals),
@@ -243,6 +247,9 @@ func New(opts Options) (*Store, error) {
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
 		s.single[a] = rueidis.NewLuaScript(src)
+		if general[a] != "" {
+			s.general[a] = rueidis.NewLuaScript(general[a])
+		}
 	}
 	if opts.MaxBatch > 1 {
 		s.batch = newBatcher(opts.MaxBatch, batch, batchOne, s.single, s.many, s.users)
@@ -351,13 +358,25 @@ func (s *Store) connect(d *dial) {
 func (s *Store) BreakerState() BreakerState { return s.breakers.state() }
 
 // Allow decides req and charges it when admitted. now is ignored (Redis's
-// TIME decides) unless Options.CallerTime is set.
+// TIME decides) unless Options.CallerTime is set. A check (Cost 0) and a
+// request with an estimate to settle (SettleWithin) are decided by
+// AllowAll's script, which keeps them.
 func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	if req.Cost == 0 || req.SettleWithin > 0 && req.Policy != nil && req.Policy.Algorithm != sluice.ConcurrencyAlgorithm {
+		reqs := [1]sluice.Request{req}
+		return s.AllowAll(ctx, now, reqs[:], nil)
+	}
 	return s.one(ctx, now, &req, opAllow)
 }
 
-// Peek decides req as Allow would, without charging it.
+// Peek decides req as Allow would, without charging it. A check (Cost 0),
+// which charges nothing, is Allow's.
 func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	if req.Cost == 0 {
+		req.SettleWithin = 0
+		reqs := [1]sluice.Request{req}
+		return s.AllowAll(ctx, now, reqs[:], nil)
+	}
 	return s.one(ctx, now, &req, opPeek)
 }
 
@@ -429,6 +448,11 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 		return sluice.Decision{}, err
 	}
 	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args, wire)
+	if err == nil && len(vals) == 1 && vals[0] == 2 {
+		// The key is in debt: tat_single.lua leaves it to single.lua over
+		// tat.lua, which takes the same argument.
+		vals, err = s.eval(ctx, s.general[req.Policy.Algorithm], keys, args, wire)
+	}
 	var d sluice.Decision
 	if err == nil {
 		var v [replyWidth]int64
@@ -527,7 +551,9 @@ func (e *entry) timeArg(nowArg string) string {
 // any, is dropped). reset is the decision's ResetAfter in µs.
 func (s *Store) learn(c *compiled, key, userKey string, inKey bool, old *entry, allowed bool, st []int64, caller bool, sent, reset int64) {
 	rf := s.refusals
-	if !allowed && len(st) > 0 {
+	if !allowed && len(st) > 0 && sent > rf.refunded.Load() {
+		// A call sent before the latest refund may have seen the state
+		// before it: never kept.
 		if e, ok := newEntry(c, st, caller, sent, reset); ok {
 			rf.put(key, userKey, inKey, e)
 			return
@@ -563,7 +589,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if len(reqs) > len(csBuf) {
 		cs = make([]*compiled, 0, len(reqs))
 	}
-	conc := false
+	conc, settle := false, false
 	for i := range reqs {
 		c, err := s.check(&reqs[i])
 		if err != nil {
@@ -571,6 +597,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		}
 		cs = append(cs, c)
 		conc = conc || c.conc()
+		settle = settle || reqs[i].SettleWithin > 0 && !c.conc()
 	}
 	var keys []string
 	if len(reqs) > 1 && !oneKey(reqs) && s.cluster() {
@@ -613,12 +640,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		keys = s.keysOf(cs, reqs)
 	}
 	var id, lease string
-	if conc {
+	script, callKeys := s.many, keys
+	if conc || settle {
 		// The lease is made before the call: a decision whose lease could
 		// not be made takes nothing.
 		lid := newLeaseID()
 		id = lid.text()
-		if lease, err = leaseOf(lid, cs, keys); err != nil {
+		if lease, err = leaseOf(lid, cs, keys, reqs); err != nil {
 			return sluice.Decision{}, err
 		}
 	}
@@ -626,7 +654,15 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := s.eval(ctx, s.many, keys, args, nil)
+	if settle {
+		// The estimates are kept under the lease's settlement key, in the
+		// slot of the first of their keys.
+		script, callKeys = s.settle, append(slices.Clone(keys), settleKey(s.prefix, firstSettled(cs, keys, reqs), id))
+		for i := range reqs {
+			args = append(args, strconv.FormatInt(settleMicros(cs[i], &reqs[i]), 10))
+		}
+	}
+	vals, err := s.eval(ctx, script, callKeys, args, nil)
 	if err == nil {
 		var d sluice.Decision
 		var done bool
@@ -729,6 +765,12 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 			ts[i] = callerNow
 		}
 		es[i].decide(&res[i], ts[i], sums[i], reqs[i].MaxDelay)
+		if reqs[i].Cost == 0 {
+			// A check, as many.lua decides it: is a unit left.
+			var one algo.Verdict
+			es[i].decide(&one, ts[i], sums[i]+1, reqs[i].MaxDelay)
+			res[i] = algo.Check(res[i], one)
+		}
 		if res[i].RetryAfter == algo.Never {
 			return es, d, false // the script reports it, with its error
 		}
@@ -801,7 +843,7 @@ func summedCosts(es []*entry, reqs []sluice.Request, sums []int64) (_ []int64, c
 func (s *Store) learnMany(cs []*compiled, keys []string, reqs []sluice.Request, es []*entry, allowed bool, vals []int64, caller bool, sent int64) {
 	n := len(keys)
 	st := vals[min(len(vals), replyHeader+replyWidth*n):]
-	if allowed || len(st) == 0 {
+	if allowed || len(st) == 0 || sent <= s.refusals.refunded.Load() {
 		for i, e := range es {
 			if e != nil {
 				s.refusals.drop(keys[i])
@@ -945,8 +987,8 @@ func (s *Store) malformed(vals []int64) error {
 
 // check validates req and returns its compiled policy.
 func (s *Store) check(req *sluice.Request) (*compiled, error) {
-	if req.Cost < 1 {
-		return nil, fmt.Errorf("redisstore: %w, got %d", sluice.ErrInvalidCost, req.Cost)
+	if req.Cost < 0 {
+		return nil, fmt.Errorf("redisstore: %w: %d, want 0 (a check) or more", sluice.ErrInvalidCost, req.Cost)
 	}
 	c := s.policies.get(req.Policy)
 	if c.err != nil {

@@ -46,17 +46,28 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 	t.Run("Conformance", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
-		}, sluicetest.Leases())
+		}, sluicetest.Leases(), sluicetest.Usage())
 	})
 	t.Run("ConformanceRedisTime", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{Failure: FailError})
-		}, sluicetest.StoreClock(), sluicetest.Leases())
+		}, sluicetest.StoreClock(), sluicetest.Leases(), sluicetest.Usage())
 	})
 	t.Run("Differential", func(t *testing.T) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 				tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 1500})
+				rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
+				sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
+			})
+		}
+	})
+	t.Run("DifferentialUsage", func(t *testing.T) {
+		// Debits past the capacity, refunds and checks, between the
+		// admissions of every algorithm.
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+				tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 1500, Usage: true})
 				rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
 				sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
 			})

@@ -90,6 +90,10 @@ type refusals struct {
 	maxEntries int       // per shard
 	maxBytes   int       // per shard
 	base       time.Time // the origin of mono
+	// refunded is when (mono) the store last gave units back to a key
+	// (Refund, Reset, a settlement below its estimate): a state from a
+	// call sent before then is not kept (see Store.forget).
+	refunded atomic.Int64
 
 	// remote counts the calls that were not refused locally (the calls
 	// refused locally are counted by policy name, in byName), so that a
@@ -219,6 +223,7 @@ func newRefusals(o LocalRefusals) *refusals {
 	for i := range rf.shards {
 		rf.shards[i].m = make(map[string]*entry)
 	}
+	rf.refunded.Store(math.MinInt64) // no refund yet (mono may be negative)
 	return rf
 }
 

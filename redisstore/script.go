@@ -24,9 +24,9 @@ var algorithmFiles = [...]struct {
 	files             []string
 	decide, algorithm string
 }{
-	sluice.TokenBucketAlgorithm:   {[]string{"tat.lua", "token_bucket.lua"}, "tat_decide", "token_bucket"},
-	sluice.GCRAAlgorithm:          {[]string{"tat.lua", "gcra.lua"}, "tat_decide", "gcra"},
-	sluice.LeakyBucketAlgorithm:   {[]string{"tat.lua", "leaky_bucket.lua"}, "tat_decide", "leaky_bucket"},
+	sluice.TokenBucketAlgorithm:   {[]string{"big.lua", "tat.lua", "token_bucket.lua"}, "tat_decide", "token_bucket"},
+	sluice.GCRAAlgorithm:          {[]string{"big.lua", "tat.lua", "gcra.lua"}, "tat_decide", "gcra"},
+	sluice.LeakyBucketAlgorithm:   {[]string{"big.lua", "tat.lua", "leaky_bucket.lua"}, "tat_decide", "leaky_bucket"},
 	sluice.FixedWindowAlgorithm:   {[]string{"window.lua", "fixed_window.lua"}, "win_decide", "fixed_window"},
 	sluice.SlidingLogAlgorithm:    {[]string{"sliding_log.lua"}, "sliding_log", "false"},
 	sluice.SlidingWindowAlgorithm: {[]string{"window.lua", "sliding_window.lua"}, "win_decide", "sliding_window"},
@@ -36,7 +36,7 @@ var algorithmFiles = [...]struct {
 // manyFiles are the files of the AllowAll script after muldivmod.lua and
 // lib.lua, in order; the batch script adds batch.lua.
 var manyFiles = []string{
-	"tat.lua", "token_bucket.lua", "gcra.lua", "leaky_bucket.lua", "window.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "concurrency.lua", "many.lua",
+	"big.lua", "tat.lua", "token_bucket.lua", "gcra.lua", "leaky_bucket.lua", "window.lua", "fixed_window.lua", "sliding_window.lua", "sliding_log.lua", "concurrency.lua", "many.lua",
 }
 
 // flat reports whether algorithm a's single-request script is
@@ -82,17 +82,23 @@ func scriptSource(state bool, maxDelay *bool, parts ...string) (string, error) {
 // single request and defines only what that algorithm uses (Lua creates
 // every function of a script anew on each call; the token-bucket family's
 // defines one function), and one that decides a batch of such requests;
-// one that decides any mix of algorithms for AllowAll; and one that
-// decides a batch of any calls. With state, every refusal also returns the
-// key's state (STATE in lib.lua), for local refusals.
-func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string, batchOne [len(algorithmFiles)]string, err error) {
+// for the token-bucket family, general, single.lua over tat.lua, which
+// decides the requests on keys in debt that the flat script leaves to it;
+// one that decides any mix of algorithms for AllowAll, and its form that
+// keeps estimates to settle (settle); and one that decides a batch of any
+// calls. With state, every refusal also returns the key's state (STATE in
+// lib.lua), for local refusals.
+func scripts(state bool) (single, general [len(algorithmFiles)]string, many, settle, batch string, batchOne [len(algorithmFiles)]string, err error) {
 	for a, f := range algorithmFiles {
 		maxDelay := sluice.Algorithm(a) == sluice.LeakyBucketAlgorithm
 		decide := fmt.Sprintf("local decide, algorithm = %s, %s", f.decide, f.algorithm)
 		funcs := slices.Concat([]string{"muldivmod.lua", "lib.lua"}, f.files, []string{decide})
 		files := slices.Concat([]string{textNow}, funcs)
 		if flat(sluice.Algorithm(a)) {
-			single[a], err = scriptSource(state, &maxDelay, "muldivmod.lua", "tat_single.lua")
+			if single[a], err = scriptSource(state, &maxDelay, "muldivmod.lua", "tat_single.lua"); err != nil {
+				return
+			}
+			general[a], err = scriptSource(state, nil, slices.Concat([]string{packedNow}, funcs, []string{"single.lua"})...)
 		} else {
 			single[a], err = scriptSource(state, nil, slices.Concat([]string{packedNow}, funcs, []string{"single.lua"})...)
 		}
@@ -108,8 +114,11 @@ func scripts(state bool) (single [len(algorithmFiles)]string, many, batch string
 	if many, err = scriptSource(state, nil, slices.Concat(files, []string{"return allow_all(0, 1, #KEYS)"})...); err != nil {
 		return
 	}
+	if settle, err = scriptSource(state, nil, slices.Concat(files, []string{"allow_settle.lua"})...); err != nil {
+		return
+	}
 	batch, err = scriptSource(state, nil, slices.Concat(files, []string{"batch.lua"})...)
-	return single, many, batch, batchOne, err
+	return single, general, many, settle, batch, batchOne, err
 }
 
 // packOne returns the argument of the single-request scripts for req under
@@ -214,9 +223,14 @@ func parseDecision(p *sluice.Policy, v []int64) (sluice.Decision, error) {
 	return d, nil
 }
 
-// ceilMillis converts µs to a Duration rounded up to whole milliseconds.
+// maxDurationMillis is the most whole milliseconds a Duration holds.
+const maxDurationMillis = math.MaxInt64 / int64(time.Millisecond)
+
+// ceilMillis converts µs to a Duration rounded up to whole milliseconds,
+// saturating at the longest (a debt that takes longer to repay), as
+// internal/algo does.
 func ceilMillis(us int64) time.Duration {
-	return time.Duration((us+999)/1000) * time.Millisecond
+	return time.Duration(min((us+999)/1000, maxDurationMillis)) * time.Millisecond
 }
 
 // retryMillis is ceilMillis with the floor of 1 ms that RetryAfter

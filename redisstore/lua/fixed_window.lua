@@ -18,8 +18,13 @@ local function fixed_window(L, P, start, prev, curr, now, cost)
   if count > 0 then
     reset = e - now
   end
+  -- A debit may leave count above L (see usage.lua): nothing remains.
+  local rem = L - count
+  if rem < 0 then
+    rem = 0
+  end
   if cost > L then
-    return false, start, 0, curr, expire, L - count, -1, reset
+    return false, start, 0, curr, expire, rem, -1, reset
   end
   if count + cost <= L then
     count = count + cost
@@ -29,5 +34,5 @@ local function fixed_window(L, P, start, prev, curr, now, cost)
     end
     return true, ws, 0, count, e, L - count, 0, reset
   end
-  return false, start, 0, curr, expire, L - count, e - now, reset
+  return false, start, 0, curr, expire, rem, e - now, reset
 end

@@ -38,6 +38,10 @@ local function barg(code, b)
   return tonumber(b)
 end
 
+-- ALL_NOW is the time at which allow_all last decided (see
+-- allow_settle.lua).
+local ALL_NOW = 0
+
 local function allow_all(kb, ab, n)
   local function field(i, f)
     return ARGV[ab + (i - 1) * 6 + f]
@@ -79,15 +83,33 @@ local function allow_all(kb, ab, n)
     end
   end
 
+  ALL_NOW = now
+
   -- Decide every request without charging, a repeated key seeing the cost of
   -- the requests before it (summed holds each key's running sum, so the work
-  -- grows linearly with the requests); then charge all, or none.
+  -- grows linearly with the requests); then charge all, or none. A request
+  -- of cost 0 is a check: admitted iff a unit is left after the requests
+  -- before it on its key (a request of one more unit would be), charging
+  -- nothing; its remaining and reset are those of the key as it is, and a
+  -- refused check has the retry of that one more unit (algo.Check).
   local res, sts, all, summed = {}, {}, true, {}
   for i = 1, n do
     local key = KEYS[kb + i]
-    local cost = (summed[key] or 0) + tonumber(field(i, 5))
+    local own = tonumber(field(i, 5))
+    local cost = (summed[key] or 0) + own
     summed[key] = cost
-    local ok, rem, retry, reset, delay, st = decide(i, now, cost, false, tonumber(field(i, 6)))
+    local md = tonumber(field(i, 6))
+    local ok, rem, retry, reset, delay, st = decide(i, now, cost, false, md)
+    if own == 0 then
+      local ok1, _, retry1, _, _, st1 = decide(i, now, cost + 1, false, md)
+      ok, retry = ok1, 0
+      if not ok1 then
+        retry, st = retry1, st1 or st
+      end
+      if field(i, 1) ~= 'cc' then
+        delay = 0 -- a concurrency request's is its count of dropped holds
+      end
+    end
     sts[i] = st
     if retry == -1 then
       local r = {1, i, 0, rem, -1, reset, delay}
@@ -115,8 +137,12 @@ local function allow_all(kb, ab, n)
     local r = res[i]
     if all then
       -- MaxDelay was checked above, against the summed cost of a repeated
-      -- key; charging the second of two must not check it again.
-      decide(i, now, tonumber(field(i, 5)), true, -1)
+      -- key; charging the second of two must not check it again. A check
+      -- charges nothing.
+      local own = tonumber(field(i, 5))
+      if own > 0 then
+        decide(i, now, own, true, -1)
+      end
     elseif r[1] then
       -- Not charged: report the state as it stays.
       local _, rem, retry, reset = decide(i, now, 0, false, -1)

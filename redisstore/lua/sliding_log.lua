@@ -95,7 +95,11 @@ local function sliding_log(key, algorithm, L, P, B, now, cost, commit, maxdelay)
     any = now - newest < P
   end
 
+  -- A debit may leave sum above L (see usage.lua): nothing remains.
   local ok, rem, retry, reset = false, L - sum, 0, 0
+  if rem < 0 then
+    rem = 0
+  end
   if any then
     reset = newest + P - now
   end

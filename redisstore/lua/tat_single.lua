@@ -61,14 +61,18 @@ if v then
   end
 end
 
--- The decision (tat_step): the backlog bq + br/L µs (read as B·T when
--- larger), and whether the request's c·T fits in B·T on top of it.
+-- The decision (tat_step): the backlog bq + br/L µs, and whether the
+-- request's c·T fits in B·T on top of it. A backlog beyond B·T is a debt
+-- (see big.lua), whose at may pass 2^53 (then at here is rounded, and
+-- still beyond): this script leaves it to tat.lua, replying 2 alone, and
+-- the store sends the request again to the AllowAll script.
 local hq, hr = muldivmod(B, P, L)
-local bq, br = 0, 0
 local d = at - hq
 if d > now or (d == now and frac > hr) then
-  bq, br = hq, hr
-elseif at > now or (at == now and frac > 0) then
+  return {2}
+end
+local bq, br = 0, 0
+if at > now or (at == now and frac > 0) then
   bq, br = at - now, frac
 end
 local wait = bq
@@ -85,8 +89,7 @@ if cost <= B then
     nq, nr = nq + 1, nr - L
   end
   if nq < hq or (nq == hq and nr <= hr) then
-    -- The new state is max(tat, now) + c·T, from the state itself when it
-    -- has a backlog, so that a backlog read as B·T leaves it as it is.
+    -- The new state is max(tat, now) + c·T.
     ok, nat, nfrac, retry, reset, rq, rr = true, now + cq, cr, 0, nq, nq, nr
     if bq > 0 or br > 0 then
       nat, nfrac = at + cq, frac + cr
