@@ -138,12 +138,28 @@ func leaseAcrossInstances(t *testing.T, addrs []string) {
 	if _, err := other.Release(ctx, time.Time{}, lease, nil); !errors.Is(err, sluice.ErrInvalidLease) {
 		t.Errorf("Release on a store of another prefix: error %v, want ErrInvalidLease", err)
 	}
-	forged, err := encodeLease(newLeaseID(), []string{stores[0].prefix + "{k:k}:tb:1:1s:0"})
+	// A lease may name the key of an estimate to settle, but one made up
+	// has no settlement under its id: it touches nothing.
+	tb := sluice.TokenBucket(1, time.Hour, 0)
+	if d, err := stores[0].Allow(ctx, time.Time{}, sluice.Request{Policy: &tb, Key: "k", Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("Allow = %+v, %v", d, err)
+	}
+	forged, err := encodeLease(newLeaseID(), []string{stores[0].policies.get(&tb).key(stores[0].prefix, "k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := stores[0].Release(ctx, time.Time{}, forged, []int64{0}); err != nil || ok {
+		t.Errorf("Release of a made-up lease naming a token-bucket key = %v, %v; want false, nil", ok, err)
+	}
+	if d, err := stores[0].Peek(ctx, time.Time{}, sluice.Request{Policy: &tb, Key: "k", Cost: 1}); err != nil || d.Allowed {
+		t.Errorf("Peek after the made-up lease = %+v, %v; want refused: nothing given back", d, err)
+	}
+	forged, err = encodeLease(newLeaseID(), []string{stores[0].prefix + "{k:k}:xx:1:1s:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stores[0].Release(ctx, time.Time{}, forged, nil); !errors.Is(err, sluice.ErrInvalidLease) {
-		t.Errorf("Release of a lease naming a token-bucket key: error %v, want ErrInvalidLease", err)
+		t.Errorf("Release of a lease naming a key of no algorithm: error %v, want ErrInvalidLease", err)
 	}
 }
 

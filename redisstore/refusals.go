@@ -403,8 +403,14 @@ func (e *entry) redisClock(mono int64) (int64, bool) {
 func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 	switch e.policy.Algorithm {
 	case sluice.LeakyBucketAlgorithm:
-		// The scripts take MaxDelay in whole µs, rounded down.
-		_, *r = e.pp.LeakyBucket(e.tat, t, cost, maxDelay/time.Microsecond*time.Microsecond)
+		// The scripts take MaxDelay in whole µs, rounded down: m ≥ 0 for
+		// any positive MaxDelay, refusing a wait w > m. For m = 0, 1ns
+		// refuses the same waits (w ≥ 1 µs), with the same retry.
+		md := maxDelay / time.Microsecond * time.Microsecond
+		if md == 0 && maxDelay > 0 {
+			md = 1
+		}
+		_, *r = e.pp.LeakyBucket(e.tat, t, cost, md)
 	case sluice.FixedWindowAlgorithm:
 		_, *r = algo.FixedWindow(e.pp.Params, e.win, t, cost)
 	case sluice.SlidingWindowAlgorithm:

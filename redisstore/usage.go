@@ -315,9 +315,9 @@ func (s *Store) settleLease(ctx context.Context, now time.Time, id leaseID, st *
 	}
 	s.countDropped(st.conc, v[1:1+nc])
 	changed := false
-	for j, c := range st.cs {
+	for j := range st.cs {
 		r := v[2+nc+3*j:]
-		u := s.usageOf(c.fp)
+		u := s.usageOf(keyFingerprint(st.rate[j])) // the policy's fingerprint, name and all
 		u.debited.Add(r[0])
 		u.refunded.Add(r[1])
 		u.unsettled.Add(r[2])
