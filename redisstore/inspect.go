@@ -38,7 +38,7 @@ var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, 
 // inspectWidths is the length of Inspect's reply for each family: now,
 // the decision, then the state.
 const (
-	inspectTAT    = 1 + replyWidth + 2
+	inspectTAT    = 1 + replyWidth + 3
 	inspectWindow = 1 + replyWidth + 3
 	inspectLog    = 1 + replyWidth + 4
 	inspectHolds  = 1 + replyWidth + 3
@@ -125,22 +125,8 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 			return sluice.State{}, malformed
 		}
 		w.Prev, w.Curr = uint32(state[1]), uint32(state[2])
-		if w.Curr > 0 {
-			// As the scripts do: a stored window lives to its end (the
-			// sliding window's, to the end of the window after it).
-			if params.Cal != nil {
-				b := params.Cal.Bounds(w.Start)
-				w.Expire = b.End
-				if p.Algorithm == sluice.SlidingWindowAlgorithm {
-					w.Expire = b.After
-				}
-			} else {
-				w.Expire = w.Start + period
-				if p.Algorithm == sluice.SlidingWindowAlgorithm {
-					w.Expire += period
-				}
-			}
-		}
+		c := compile(*p)
+		w.Expire = c.windowExpire(w.Start, int64(w.Prev), int64(w.Curr))
 		tracked = w.Expire > t
 		if p.Algorithm == sluice.FixedWindowAlgorithm {
 			v = algo.ViewFixedWindow(params, w, t)
@@ -149,7 +135,8 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		}
 	case sluice.SlidingLogAlgorithm:
 		entries, counted, oldest, newest := state[0], state[1], state[2], state[3]
-		if counted > p.Limit || (entries == 0) != (counted == 0) || oldest > newest || newest > t {
+		// A debit may count past the limit, up to 2^32−1.
+		if counted > math.MaxUint32 || (entries == 0) != (counted == 0) || oldest > newest || newest > t {
 			return sluice.State{}, malformed
 		}
 		v = algo.View{Now: t, Entries: int(entries), Counted: counted, Oldest: oldest, Newest: newest}
@@ -167,10 +154,10 @@ func inspectState(p *sluice.Policy, vals []int64) (sluice.State, error) {
 		// The script's L is divided by gcd(L, P): its frac counts 1/(L/g)
 		// µs, g/L µs each.
 		g := gcd(p.Limit, period)
-		if state[1] >= p.Limit/g {
+		if state[1] >= 1e8 || state[0] >= 1<<40 || state[2] >= p.Limit/g {
 			return sluice.State{}, malformed
 		}
-		tat := algo.TAT{At: state[0], Frac: state[1] * g}
+		tat := algo.TAT{At: state[0]*1e8 + state[1], Frac: state[2] * g}
 		tracked = tat.Expiry() > t
 		pp := algo.Prepare(params)
 		v = pp.ViewTAT(tat, t)

@@ -28,6 +28,8 @@ func TestInspectDifferential(t *testing.T) {
 		sluice.FixedWindow(5, time.Second),
 		sluice.SlidingWindow(7, time.Second),
 		sluice.SlidingLog(4, time.Second),
+		// Debts past 2^53 µs (big.lua).
+		sluice.TokenBucket(3, 10*24*time.Hour, 2),
 	}
 	base := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
 	for i, p := range policies {
@@ -40,6 +42,28 @@ func TestInspectDifferential(t *testing.T) {
 				at = at.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 				key := fmt.Sprint("k", rng.IntN(3))
 				req := sluice.Request{Policy: &p, Key: key, Cost: rng.Int64N(min(p.Capacity(), 3)) + 1}
+				switch rng.IntN(8) {
+				case 0:
+					// Debits past the capacity and refunds, at every size
+					// (short of internal/algo's overflow: cost·T < 2^62).
+					req.Cost = 1 + rng.Int64N(1<<rng.IntN(22))
+					want, _ := ms.Debit(ctx, at, req)
+					got, err := rs.Debit(ctx, at, req)
+					if err != nil || got != want {
+						t.Fatalf("step %d: Debit(%d) = %+v, %v; the memory store says %+v", step, req.Cost, got, err, want)
+					}
+					continue
+				case 1:
+					req.Cost = 1 + rng.Int64N(1<<rng.IntN(40))
+					want, _ := ms.Refund(ctx, at, req)
+					got, err := rs.Refund(ctx, at, req)
+					if err != nil || got != want {
+						t.Fatalf("step %d: Refund(%d) = %+v, %v; the memory store says %+v", step, req.Cost, got, err, want)
+					}
+					continue
+				case 2:
+					req.Cost = 0 // a check
+				}
 				if rng.IntN(3) == 0 {
 					want, werr := ms.Inspect(ctx, at, req)
 					got, gerr := rs.Inspect(ctx, at, req)

@@ -104,23 +104,25 @@ func (c *compiled) calendar(now time.Time) (*calendarArg, error) {
 }
 
 // windowExpire returns when a window state of c that starts at start and
-// counts curr in its window is back to initial, as the scripts have it:
-// at the end of its window (fixed window) or of the window after it
-// (sliding window); 0 for curr 0 (no state).
-func (c *compiled) windowExpire(start, curr int64) int64 {
-	if curr == 0 {
+// counts prev and curr is back to initial, as the scripts have it: at the
+// end of its window (fixed window; a sliding window whose curr is 0, as a
+// refund may leave it) or of the window after it (sliding window); 0 for
+// no count.
+func (c *compiled) windowExpire(start, prev, curr int64) int64 {
+	sliding := c.policy.Algorithm == sluice.SlidingWindowAlgorithm
+	if curr == 0 && (!sliding || prev == 0) {
 		return 0
 	}
-	sliding := c.policy.Algorithm == sluice.SlidingWindowAlgorithm
+	after := sliding && curr > 0
 	if c.cal != nil {
 		b := c.cal.Bounds(start)
-		if sliding {
+		if after {
 			return b.After
 		}
 		return b.End
 	}
 	P := c.pp.Period
-	if sliding {
+	if after {
 		return start + 2*P
 	}
 	return start + P

@@ -470,7 +470,7 @@ func newEntry(c *compiled, st []int64, caller bool, sentAt, reset int64) (e *ent
 		if len(s) != 3 || s[0] < 0 || s[0] >= maxTime || s[1] < 0 || s[1] > math.MaxUint32 || s[2] < 0 || s[2] > math.MaxUint32 {
 			return nil, false
 		}
-		e.win = algo.Window{Start: s[0], Prev: uint32(s[1]), Curr: uint32(s[2]), Expire: c.windowExpire(s[0], s[2])}
+		e.win = algo.Window{Start: s[0], Prev: uint32(s[1]), Curr: uint32(s[2]), Expire: c.windowExpire(s[0], s[1], s[2])}
 	case sluice.SlidingLogAlgorithm:
 		if len(s)%2 != 0 {
 			return nil, false

@@ -10,7 +10,8 @@
 -- Reply: now (µs, never before the latest time the key has seen), then
 --   allowed, remaining, retry, reset and delay as single.lua's, then the
 --   state as stored:
---   the token-bucket family: at and frac (in 1/L µs of the divided L);
+--   the token-bucket family: at as h and l (at = h·10^8 + l, exact past
+--   2^53; see big.lua) and frac (in 1/L µs of the divided L);
 --   the windows: start, prev and curr;
 --   the sliding log: the entries that count at now, their summed cost,
 --   and the times of the oldest and newest of them;
@@ -89,17 +90,32 @@ else
   if now < w then
     now = w
   end
-  state = {at, frac}
+  local ah, al = tat_at(at)
+  state = {ah, al, frac}
 end
-local ok, rem, retry, reset, delay
-if code == 'cc' and not TRACK then
-  -- conc_decide would drop the expired holds.
-  ok, rem, retry, reset = conc_judge(hs, L, P, '', now, tonumber(ARGV[7]), false, {})
-  delay = 0
-else
+-- peek decides a request of cost units on the state, charging nothing.
+local function peek(cost)
+  if code == 'cc' and not TRACK then
+    -- conc_decide would drop the expired holds.
+    local ok, rem, retry, reset = conc_judge(hs, L, P, '', now, cost, false, {})
+    return ok, rem, retry, reset, 0
+  end
   -- For a concurrency key (times tracked), delay is the number of
   -- expired holds conc_decide dropped, which the store counts.
-  ok, rem, retry, reset, delay = decide(key, algorithm, L, P, B, NOW, tonumber(ARGV[7]), false, tonumber(ARGV[8]))
+  return decide(key, algorithm, L, P, B, NOW, cost, false, tonumber(ARGV[8]))
+end
+local cost = tonumber(ARGV[7])
+local ok, rem, retry, reset, delay = peek(cost)
+if cost == 0 then
+  -- A check: is a unit left (see many.lua).
+  local ok1, _, retry1 = peek(1)
+  ok, retry = ok1, 0
+  if not ok1 then
+    retry = retry1
+  end
+  if code ~= 'cc' then
+    delay = 0
+  end
 end
 local out = {now, 0, rem, retry, reset, delay}
 if ok then
