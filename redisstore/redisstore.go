@@ -743,7 +743,7 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		if caller {
 			t, ok = rf.at(e, callerNow, true)
 		} else {
-			t, ok = e.redisClock(mono)
+			t, ok = e.redisClock(mono, rf.maxAge)
 		}
 		if !ok {
 			return es, d, false

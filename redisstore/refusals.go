@@ -29,6 +29,7 @@ import (
 const (
 	DefaultLocalRefusalEntries = 65536
 	DefaultLocalRefusalBytes   = 16 << 20
+	DefaultLocalRefusalMaxAge  = time.Second
 )
 
 // LocalRefusals configures the store's local refusals: the cache of the
@@ -44,6 +45,14 @@ type LocalRefusals struct {
 	// MaxBytes bounds their memory, counted as EntryBytes for each; default
 	// DefaultLocalRefusalBytes (16 MiB).
 	MaxBytes int64
+	// MaxAge bounds how long a state Redis returned refuses locally: past
+	// it, the next request on the key goes to Redis, whose answer replaces
+	// the state. Other instances only add to a key's state, except when
+	// they give units back (Refund, a settlement below its estimate,
+	// Reset), which this store cannot see: MaxAge bounds how long such a
+	// refund can go unseen here (a refund by this store is seen at once).
+	// Default DefaultLocalRefusalMaxAge (1 s); negative for no bound.
+	MaxAge time.Duration
 }
 
 // entryOverhead is what an entry costs besides its Redis key and its log:
@@ -94,6 +103,7 @@ type refusals struct {
 	// (Refund, Reset, a settlement below its estimate): a state from a
 	// call sent before then is not kept (see Store.forget).
 	refunded atomic.Int64
+	maxAge   int64 // LocalRefusals.MaxAge in µs
 
 	// remote counts the calls that were not refused locally (the calls
 	// refused locally are counted by policy name, in byName), so that a
@@ -224,6 +234,14 @@ func newRefusals(o LocalRefusals) *refusals {
 		rf.shards[i].m = make(map[string]*entry)
 	}
 	rf.refunded.Store(math.MinInt64) // no refund yet (mono may be negative)
+	switch {
+	case o.MaxAge < 0:
+		rf.maxAge = math.MaxInt64
+	case o.MaxAge == 0:
+		rf.maxAge = int64(DefaultLocalRefusalMaxAge / time.Microsecond)
+	default:
+		rf.maxAge = int64(o.MaxAge / time.Microsecond)
+	}
 	return rf
 }
 
@@ -384,14 +402,15 @@ func (rf *refusals) at(e *entry, callerNow int64, caller bool) (int64, bool) {
 	if caller {
 		return max(callerNow, e.w.Load()), e.caller
 	}
-	return e.redisClock(rf.mono())
+	return e.redisClock(rf.mono(), rf.maxAge)
 }
 
 // redisClock returns e's upper bound of Redis's clock at local monotonic time
-// mono (see refusals.at), and whether e is on Redis's clock.
-func (e *entry) redisClock(mono int64) (int64, bool) {
-	if e.caller {
-		return 0, false
+// mono (see refusals.at), and whether e may refuse then: on Redis's clock,
+// and read from Redis at most maxAge µs before.
+func (e *entry) redisClock(mono, maxAge int64) (int64, bool) {
+	if e.caller || mono-e.sentAt > maxAge {
+		return 0, false // on the caller's time; or older than LocalRefusals.MaxAge
 	}
 	d := max(mono-e.sentAt, 0)
 	return e.redisAt + d + d>>10 + 1, true

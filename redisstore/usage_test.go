@@ -468,3 +468,38 @@ func TestDeepDebtBands(t *testing.T) {
 		})
 	}
 }
+
+// TestRefundOnAnotherStore checks that a refund by one store reaches the
+// local refusals of another on the same Redis within LocalRefusals.MaxAge:
+// the second store refuses locally until then at most, and admits after.
+func TestRefundOnAnotherStore(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	ctx := t.Context()
+	const maxAge = 200 * time.Millisecond
+	a := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{MaxAge: maxAge}})
+	b := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, Prefix: a.prefix})
+	p := sluice.FixedWindow(10, 24*time.Hour).Named("daily")
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
+	if _, err := b.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if d, err := a.Allow(ctx, time.Time{}, req); err != nil || d.Allowed {
+			t.Fatalf("Allow in debt = %+v, %v", d, err)
+		}
+	}
+	if a.LocalRefusalStats().Local == 0 {
+		t.Fatal("no local refusal")
+	}
+	if _, err := b.Refund(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
+		t.Fatal(err)
+	}
+	refunded := time.Now()
+	testkit.WaitFor(t, 5*time.Second, "the refund to reach the other store", func() bool {
+		d, err := a.Allow(ctx, time.Time{}, req)
+		return err == nil && d.Allowed
+	})
+	if el := time.Since(refunded); el > maxAge+time.Second {
+		t.Errorf("the refund reached the other store after %v, want about MaxAge, %v", el, maxAge)
+	}
+}

@@ -189,7 +189,7 @@ func BenchmarkRedisInstructions(b *testing.B) {
 	for _, callers := range []int{1, 64} {
 		all := libs
 		if callers == 1 {
-			all = append(slices.Clip(libs), algorithms...)
+			all = slices.Concat(libs, algorithms, usageLibraries(b, srv.Addr))
 		}
 		for _, lib := range all {
 			if callers > 1 && lib.name == "evalsha" {
@@ -224,6 +224,38 @@ func algorithmLibraries(b *testing.B, addr string) []library {
 		}})
 	}
 	return libs
+}
+
+// usageLibraries returns Sluice's calls for costs known afterwards, on a
+// GCRA policy that admits nearly everything, unbatched: a check (cost 0),
+// a debit, and an estimate admitted with SettleWithin and settled by a
+// Release with its actual cost (two script calls each, counted as one).
+func usageLibraries(b *testing.B, addr string) []library {
+	st := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
+	p := sluice.GCRA(1_000_000_000, time.Second, 1_000_000_000)
+	return []library{
+		{"sluice-check", func(ctx context.Context, i int) error {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 0})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("check refused: %+v", d)
+			}
+			return err
+		}},
+		{"sluice-debit", func(ctx context.Context, i int) error {
+			_, err := st.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 1})
+			return err
+		}},
+		{"sluice-settled", func(ctx context.Context, i int) error {
+			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 2, SettleWithin: time.Minute})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("estimate refused: %+v", d)
+			}
+			if err == nil {
+				_, err = st.Release(ctx, time.Time{}, d.Lease, []int64{1})
+			}
+			return err
+		}},
+	}
 }
 
 // countInstructions makes b.N decisions from callers goroutines and reports
