@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
@@ -502,4 +503,15 @@ func TestRefundOnAnotherStore(t *testing.T) {
 	if el := time.Since(refunded); el > maxAge+time.Second {
 		t.Errorf("the refund reached the other store after %v, want about MaxAge, %v", el, maxAge)
 	}
+}
+
+// TestSentinelUsage runs the conformance suite's costs known afterwards
+// through Redis Sentinel, which names the master the store decides on.
+func TestSentinelUsage(t *testing.T) {
+	master := testkit.StartRedis(t)
+	sentinel := testkit.StartRedisSentinel(t, master, "sluice-master")
+	sluicetest.Run(t, func(t *testing.T) sluice.Store {
+		return newTestStore(t, []string{sentinel.Addr}, Options{CallerTime: true, Failure: FailError,
+			ClientOption: rueidis.ClientOption{Sentinel: rueidis.SentinelOption{MasterSet: "sluice-master"}}})
+	}, sluicetest.Leases(), sluicetest.Usage())
 }

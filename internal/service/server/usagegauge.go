@@ -8,7 +8,8 @@ import (
 
 // usageCounter is a store that counts, per rate policy, the units debited
 // and refunded and the estimates whose settlement time passed unsettled:
-// the memory store (memstore.Store.Usage).
+// the memory store (memstore.Store.Usage) and the Redis store
+// (redisstore.Store.Usage, this instance's calls).
 type usageCounter interface {
 	Usage(p *sluice.Policy) (debited, refunded, unsettled int64, err error)
 }
@@ -29,11 +30,11 @@ type usageGauge struct {
 func newUsageGauge(h *Handler) usageGauge {
 	return usageGauge{h: h,
 		debited: prometheus.NewDesc("sluice_usage_debited_units_total",
-			"Units charged to each rate limit as usage known after the fact, whether or not they fitted: charges, settlements above their estimate, Envoy usage descriptors (memory store only).", []string{"limit"}, nil),
+			"Units charged to each rate limit as usage known after the fact, whether or not they fitted: charges, settlements above their estimate, Envoy usage descriptors (on Redis, this instance's).", []string{"limit"}, nil),
 		refunded: prometheus.NewDesc("sluice_usage_refunded_units_total",
-			"Units given back to each rate limit: refunds and settlements below their estimate (memory store only).", []string{"limit"}, nil),
+			"Units given back to each rate limit: refunds and settlements below their estimate (on Redis, this instance's).", []string{"limit"}, nil),
 		expired: prometheus.NewDesc("sluice_usage_expired_total",
-			"Estimates of each rate limit whose settle_within passed before a release settled them, so that they stayed charged, counted when the store notices (memory store only).", []string{"limit"}, nil),
+			"Estimates of each rate limit whose settle_within passed before a release settled them, so that they stayed charged, counted when the store notices (on Redis, only those released too late).", []string{"limit"}, nil),
 	}
 }
 
