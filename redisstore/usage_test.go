@@ -515,3 +515,41 @@ func TestSentinelUsage(t *testing.T) {
 			ClientOption: rueidis.ClientOption{Sentinel: rueidis.SentinelOption{MasterSet: "sluice-master"}}})
 	}, sluicetest.Leases(), sluicetest.Usage())
 }
+
+// TestLeaseHoldsAndEstimates checks one lease over a concurrency hold and
+// an estimate: Renew extends the hold, Release frees it and settles the
+// estimate, once.
+func TestLeaseHoldsAndEstimates(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	ctx := t.Context()
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError})
+	c := sluice.Concurrency(2, time.Minute)
+	p := sluice.TokenBucket(100, time.Hour, 0)
+	reqs := []sluice.Request{{Policy: &c, Key: "k", Cost: 2}, {Policy: &p, Key: "k", Cost: 5, SettleWithin: time.Hour}, {Policy: &p, Key: "k", Cost: 0}}
+	out := make([]sluice.Decision, len(reqs))
+	d, err := st.AllowAll(ctx, time.Time{}, reqs, out)
+	if err != nil || !d.Allowed || d.Lease == "" || out[2].Remaining != 95 {
+		t.Fatalf("AllowAll = %+v %+v, %v; want allowed with a lease, the check seeing 95 left", d, out, err)
+	}
+	if in, err := st.Renew(ctx, time.Time{}, d.Lease); err != nil || in <= 59*time.Second {
+		t.Errorf("Renew = %v, %v; want about a minute", in, err)
+	}
+	if d, err := st.Peek(ctx, time.Time{}, sluice.Request{Policy: &c, Key: "k", Cost: 1}); err != nil || d.Allowed {
+		t.Errorf("Peek of the held limit = %+v, %v; want refused", d, err)
+	}
+	if ok, err := st.Release(ctx, time.Time{}, d.Lease, []int64{-1, 8}); err != nil || !ok {
+		t.Fatalf("Release = %v, %v; want true", ok, err)
+	}
+	if d, err := st.Peek(ctx, time.Time{}, sluice.Request{Policy: &c, Key: "k", Cost: 2}); err != nil || !d.Allowed {
+		t.Errorf("Peek after the release = %+v, %v; want the units free", d, err)
+	}
+	if d, err := st.Peek(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 0}); err != nil || d.Remaining != 92 {
+		t.Errorf("after settling 8 of 5: %+v, %v; want 92 left", d, err)
+	}
+	if ok, err := st.Release(ctx, time.Time{}, d.Lease, []int64{-1, 0}); err != nil || ok {
+		t.Errorf("Release again = %v, %v; want false", ok, err)
+	}
+	if _, err := st.Renew(ctx, time.Time{}, d.Lease); !errors.Is(err, sluice.ErrLeaseExpired) {
+		t.Errorf("Renew after the release: %v, want ErrLeaseExpired", err)
+	}
+}
