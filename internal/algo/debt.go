@@ -56,7 +56,8 @@ func (pp *Prepared) Debit(s TAT, now, cost int64) (TAT, Verdict) {
 	bq, br := s.backlog(now)
 	mq, mr := pp.mostBacklog()
 	nq, nr := mq, mr
-	if cq, cr, ok := mulDivmod(min(cost, MaxCount), pp.Period, pp.Limit); ok {
+	// cq < mq ≤ MaxBacklogMicros keeps the sum below 2^62.
+	if cq, cr, ok := mulDivmod(min(cost, MaxCount), pp.Period, pp.Limit); ok && cq < mq {
 		if q, r := addFrac(bq, br, cq, cr, pp.Limit); q < mq || (q == mq && r < mr) {
 			nq, nr = q, r
 		}
@@ -211,7 +212,7 @@ func SlidingLogDebit(p Params, l *Log, now, cost int64) Verdict {
 	now = l.clamp(now)
 	l.expire(now, p.Period)
 	sum := l.total
-	fitted := sum+cost <= p.Limit
+	fitted := cost <= p.Limit-sum // sum+cost may overflow
 	if c := addCount(sum, cost) - sum; c > 0 {
 		l.push(now, c)
 	}

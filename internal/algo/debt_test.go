@@ -2,6 +2,7 @@ package algo
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"testing"
@@ -294,6 +295,31 @@ func TestCheckIsNotCharged(t *testing.T) {
 		lim.decide(now, 3)
 		if v := lim.check(now); v.Allowed || v.RetryAfter <= 0 || v.Remaining != 0 {
 			t.Fatalf("%v: check on a spent key = %+v, want refused with a retry", a, v)
+		}
+	}
+}
+
+// TestDebtExtremeCosts debits costs whose products with T, or sums with
+// the count, would overflow: they saturate, never fit, and report no
+// negative Remaining.
+func TestDebtExtremeCosts(t *testing.T) {
+	for _, tc := range []struct {
+		a    algorithm
+		p    Params
+		cost int64
+	}{
+		{tokenBucket, Params{Limit: 3, Burst: 2, Period: 240 * uHour}, 30958682},
+		{gcra, Params{Limit: 1, Burst: 1, Period: MaxPeriodMicros}, 1 << 40},
+		{slidingLog, Params{Limit: 5, Period: uSec}, math.MaxInt64},
+		{fixedWindow, Params{Limit: 5, Period: uSec}, math.MaxInt64},
+		{slidingWindow, Params{Limit: 5, Period: uSec}, math.MaxInt64},
+	} {
+		for _, first := range []int64{1, math.MaxInt64} {
+			lim := newLimiter(tc.a, tc.p, 0)
+			lim.debit(origin2026, first)
+			if v := lim.debit(origin2026, tc.cost); v.Allowed || v.Remaining != 0 || v.RetryAfter <= 0 {
+				t.Errorf("%v %+v: debit %d after %d = %+v, want not fitted, 0 remaining, a retry", tc.a, lim.p, tc.cost, first, v)
+			}
 		}
 	}
 }
