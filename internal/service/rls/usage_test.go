@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -193,16 +191,10 @@ func TestUsageEvents(t *testing.T) {
 }
 
 // eachUsageStore runs f on the memory store and on Redis deciding at the
-// caller's times (the timelines' clock). The Redis store's usage comes
-// with its scripts: until it debits, its subtest is skipped, saying so.
+// caller's times (the timelines' clock).
 func eachUsageStore(t *testing.T, f func(t *testing.T, store sluice.Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, memstore.New(memstore.Options{})) })
 	t.Run("redis", func(t *testing.T) {
-		store := teststore.Redis(t, redisstore.Options{CallerTime: true})
-		p := sluice.FixedWindow(1, time.Hour)
-		if _, err := store.Debit(context.Background(), t0, sluice.Request{Policy: &p, Key: "probe", Cost: 1}); errors.Is(err, sluice.ErrNotSupported) {
-			t.Skipf("the Redis store does not debit yet: %v", err)
-		}
-		f(t, store)
+		f(t, teststore.Redis(t, redisstore.Options{CallerTime: true}))
 	})
 }
