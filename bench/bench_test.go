@@ -491,7 +491,7 @@ func BenchmarkConcurrencySlot(b *testing.B) {
 				b.Errorf("Allow = %+v, %v, want allowed", d, err)
 				return false
 			}
-			if ok, err := st.Release(ctx, time.Time{}, d.Lease); !ok || err != nil {
+			if ok, err := st.Release(ctx, time.Time{}, d.Lease, nil); !ok || err != nil {
 				b.Errorf("Release = %v, %v, want true", ok, err)
 				return false
 			}
