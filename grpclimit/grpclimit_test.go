@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -197,65 +198,23 @@ func TestMetadataKeyAllOrNothing(t *testing.T) {
 	}
 }
 
-// failingStore fails every call, or decides degraded, or (apart) fails
-// with an error wrapping sluice.ErrNotAtomic, as the Redis store does on a
-// cluster for keys in different slots.
-type failingStore struct{ degraded, apart bool }
-
-func (s failingStore) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	switch {
-	case s.degraded:
-		return sluice.Decision{Degraded: true, RetryAfter: 1500 * time.Millisecond}, nil
-	case s.apart:
-		return sluice.Decision{}, fmt.Errorf("redis 10.0.0.9:6379: secret-detail: %w", sluice.ErrNotAtomic)
-	}
-	return sluice.Decision{}, errors.New("redis 10.0.0.9:6379: secret-detail")
-}
-
-func (s failingStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	return s.Allow(ctx, now, reqs[0])
-}
-
-func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Release(ctx context.Context, now time.Time, lease string, _ []int64) (bool, error) {
-	_, err := s.Allow(ctx, now, sluice.Request{})
-	return false, err
-}
-
-func (s failingStore) Renew(ctx context.Context, now time.Time, lease string) (time.Duration, error) {
-	_, err := s.Allow(ctx, now, sluice.Request{})
-	return 0, err
-}
-
-func (s failingStore) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Reset(ctx context.Context, req sluice.Request) error {
-	_, err := s.Allow(ctx, time.Time{}, req)
-	return err
-}
-
 func TestStoreFailure(t *testing.T) {
+	// The store's errors name a backend and a detail that must not reach
+	// the client.
+	down := errors.New("redis 10.0.0.9:6379: secret-detail")
+	apart := fmt.Errorf("redis 10.0.0.9:6379: secret-detail: %w", sluice.ErrNotAtomic)
 	for _, tt := range []struct {
 		name     string
-		store    failingStore
+		store    teststore.Failing
 		failOpen bool
 		want     codes.Code
 		retry    string
 	}{
-		{"error", failingStore{}, false, codes.Unavailable, "1"},
-		{"error fail open", failingStore{}, true, codes.OK, ""},
-		{"degraded deny", failingStore{degraded: true}, false, codes.Unavailable, "2"},
+		{"error", teststore.Failing{Err: down}, false, codes.Unavailable, "1"},
+		{"error fail open", teststore.Failing{Err: down}, true, codes.OK, ""},
+		{"degraded deny", teststore.Failing{Degraded: &sluice.Decision{Degraded: true, RetryAfter: 1500 * time.Millisecond}}, false, codes.Unavailable, "2"},
 		// Never to be decided: no retry information, and not let through.
-		{"keys apart", failingStore{apart: true}, true, codes.Internal, ""},
+		{"keys apart", teststore.Failing{Err: apart}, true, codes.Internal, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var evErr error
@@ -275,7 +234,7 @@ func TestStoreFailure(t *testing.T) {
 			if got := strings.Join(trailer.Get(RetryAfterKey), ","); got != tt.retry {
 				t.Errorf("retry-after = %q, want %q", got, tt.retry)
 			}
-			if !tt.store.degraded && evErr == nil {
+			if tt.store.Err != nil && evErr == nil {
 				t.Error("OnDecision did not get the store error")
 			}
 		})

@@ -345,52 +345,6 @@ func TestDryRunNotChargedWhenRefused(t *testing.T) {
 	}
 }
 
-// failingStore models a backend that fails: every call returns err, or,
-// when degraded is set, the decision a fail-closed failure policy makes.
-type failingStore struct {
-	err      error
-	degraded *sluice.Decision
-}
-
-func (s failingStore) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	if s.degraded != nil {
-		return *s.degraded, nil
-	}
-	return sluice.Decision{}, s.err
-}
-
-func (s failingStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	if s.degraded != nil {
-		for i := range out {
-			out[i] = *s.degraded
-		}
-		return *s.degraded, nil
-	}
-	return sluice.Decision{}, s.err
-}
-
-func (s failingStore) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Release(context.Context, time.Time, string, []int64) (bool, error) {
-	return false, s.err
-}
-
-func (s failingStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
-	return 0, s.err
-}
-
-func (s failingStore) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return s.Allow(ctx, now, req)
-}
-
-func (s failingStore) Reset(context.Context, sluice.Request) error { return s.err }
-
 func TestStoreFailure(t *testing.T) {
 	secret := errors.New("dial tcp 10.9.8.7:6379: connection refused (password=hunter2)")
 	tests := []struct {
@@ -401,13 +355,13 @@ func TestStoreFailure(t *testing.T) {
 		status     int
 		retryAfter string
 	}{
-		{"error fails closed", failingStore{err: secret}, 1, Options{}, 503, "1"},
-		{"error fails closed, AllowAll", failingStore{err: secret}, 2, Options{}, 503, "1"},
-		{"error with ErrorRetryAfter", failingStore{err: secret}, 1, Options{ErrorRetryAfter: 1500 * time.Millisecond}, 503, "2"},
-		{"error fails open", failingStore{err: secret}, 2, Options{FailOpen: true}, 200, ""},
-		{"degraded deny is 503", failingStore{degraded: &sluice.Decision{Degraded: true, RetryAfter: 2500 * time.Millisecond}}, 2, Options{}, 503, "3"},
-		{"degraded deny without retry", failingStore{degraded: &sluice.Decision{Degraded: true}}, 1, Options{}, 503, "1"},
-		{"degraded allow passes", failingStore{degraded: &sluice.Decision{Allowed: true, Degraded: true}}, 2, Options{}, 200, ""},
+		{"error fails closed", teststore.Failing{Err: secret}, 1, Options{}, 503, "1"},
+		{"error fails closed, AllowAll", teststore.Failing{Err: secret}, 2, Options{}, 503, "1"},
+		{"error with ErrorRetryAfter", teststore.Failing{Err: secret}, 1, Options{ErrorRetryAfter: 1500 * time.Millisecond}, 503, "2"},
+		{"error fails open", teststore.Failing{Err: secret}, 2, Options{FailOpen: true}, 200, ""},
+		{"degraded deny is 503", teststore.Failing{Degraded: &sluice.Decision{Degraded: true, RetryAfter: 2500 * time.Millisecond}}, 2, Options{}, 503, "3"},
+		{"degraded deny without retry", teststore.Failing{Degraded: &sluice.Decision{Degraded: true}}, 1, Options{}, 503, "1"},
+		{"degraded allow passes", teststore.Failing{Degraded: &sluice.Decision{Allowed: true, Degraded: true}}, 2, Options{}, 200, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -442,7 +396,7 @@ func TestStoreFailure(t *testing.T) {
 			if got == nil {
 				t.Fatal("OnDecision was not called")
 			}
-			if tt.store.(failingStore).err != nil && !errors.Is(got.Err, secret) {
+			if tt.store.(teststore.Failing).Err != nil && !errors.Is(got.Err, secret) {
 				t.Errorf("Event.Err = %v, want the store error", got.Err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -217,7 +218,7 @@ func TestTransportContext(t *testing.T) {
 }
 
 func TestTransportStoreError(t *testing.T) {
-	tr, err := NewTransport(handlerTransport{okHandler}, failingStore{err: errors.New("backend down")}, []OutLimit{{Policy: sluice.GCRA(1, time.Second, 0)}}, nil)
+	tr, err := NewTransport(handlerTransport{okHandler}, teststore.Failing{Err: errors.New("backend down")}, []OutLimit{{Policy: sluice.GCRA(1, time.Second, 0)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,13 +148,13 @@ func TestDeferred(t *testing.T) {
 
 func TestStoreError(t *testing.T) {
 	boom := errors.New("boom")
-	o, res := decide(t, failing{err: boom}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1},
+	o, res := decide(t, teststore.Failing{Err: boom}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1},
 		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || !errors.Is(o.Err, boom) || !errors.Is(res[0].Err, boom) || o.Never() {
 		t.Errorf("Decide = %+v %+v, want the store's error", o, res)
 	}
 	// A store that reports a cost it can never admit refuses: no error.
-	o, _ = decide(t, failing{err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1})
+	o, _ = decide(t, teststore.Failing{Err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || o.Err != nil || !o.Never() {
 		t.Errorf("Decide over ErrCostExceedsCapacity = %+v, want a refusal with RetryAfter Never", o)
 	}
@@ -162,7 +162,7 @@ func TestStoreError(t *testing.T) {
 
 func TestDegraded(t *testing.T) {
 	d := sluice.Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}
-	o, res := decide(t, failing{degraded: &d}, engine.Check{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1},
+	o, res := decide(t, teststore.Failing{Degraded: &d}, engine.Check{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1},
 		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
 	if o.Allowed || !o.Decision.Degraded || o.Err != nil {
 		t.Errorf("Decide = %+v, want refused and degraded", o)
@@ -173,37 +173,6 @@ func TestDegraded(t *testing.T) {
 		}
 	}
 }
-
-// failing is a store whose every call fails with err, or, when degraded
-// is set, answers with its decision.
-type failing struct {
-	err      error
-	degraded *sluice.Decision
-}
-
-func (f failing) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	if f.degraded != nil {
-		return *f.degraded, nil
-	}
-	return sluice.Decision{}, f.err
-}
-
-func (f failing) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	for i := range out {
-		out[i], _ = f.Allow(ctx, now, reqs[i])
-	}
-	return f.Allow(ctx, now, reqs[0])
-}
-
-func (f failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return f.Allow(ctx, now, req)
-}
-
-func (f failing) Release(context.Context, time.Time, string, []int64) (bool, error) {
-	return false, f.err
-}
-
-func (f failing) Renew(context.Context, time.Time, string) (time.Duration, error) { return 0, f.err }
 
 // policies are one small policy of every algorithm, for the random
 // requests of TestOneCheckWithShadow and TestEnforcedWithShadow; roomy is
@@ -248,16 +217,6 @@ func TestOneCheckWithShadow(t *testing.T) {
 		}
 	}
 }
-
-func (f failing) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return f.Allow(ctx, now, req)
-}
-
-func (f failing) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	return f.Allow(ctx, now, req)
-}
-
-func (f failing) Reset(context.Context, sluice.Request) error { return f.err }
 
 // TestEnforcedWithShadow is TestOneCheckWithShadow for two or three
 // enforced checks (the store's AllowAll, or a refusal before it when their

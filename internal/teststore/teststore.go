@@ -1,9 +1,9 @@
 // Package teststore holds the stores that the tests of several packages
 // share: a Redis store on a private redis-server, a memory store that,
 // like the Redis store on a cluster, cannot decide some requests together,
-// a settable clock for the memory store, two memory stores on one such
-// clock for differential tests, and the time zones of calendar
-// policies.
+// a store whose backend fails, a settable clock for the memory store, two
+// memory stores on one such clock for differential tests, and the time
+// zones of calendar policies.
 package teststore
 
 import (
@@ -138,3 +138,62 @@ func Zone(t testing.TB, name string) *time.Location {
 	}
 	return loc
 }
+
+// Failing is a store whose backend fails: every call returns Err, or,
+// when Degraded is set, decides *Degraded for every request (the decision
+// a failure policy makes while the backend is down) and returns Err from
+// the calls that return no decision. Tests of the doors use it to check
+// how each one renders a failing or degraded store.
+type Failing struct {
+	Err      error
+	Degraded *sluice.Decision
+}
+
+var _ sluice.Store = Failing{}
+
+// Allow returns *Degraded, or Err.
+func (f Failing) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
+	if f.Degraded != nil {
+		return *f.Degraded, nil
+	}
+	return sluice.Decision{}, f.Err
+}
+
+// AllowAll writes *Degraded to every element of out and returns it, or
+// returns Err.
+func (f Failing) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	if f.Degraded != nil {
+		for i := range out {
+			out[i] = *f.Degraded
+		}
+	}
+	return f.Allow(ctx, now, sluice.Request{})
+}
+
+// Peek is Allow.
+func (f Failing) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
+
+// Debit is Allow.
+func (f Failing) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
+
+// Refund is Allow.
+func (f Failing) Refund(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return f.Allow(ctx, now, req)
+}
+
+// Release returns Err.
+func (f Failing) Release(context.Context, time.Time, string, []int64) (bool, error) {
+	return false, f.Err
+}
+
+// Renew returns Err.
+func (f Failing) Renew(context.Context, time.Time, string) (time.Duration, error) {
+	return 0, f.Err
+}
+
+// Reset returns Err.
+func (f Failing) Reset(context.Context, sluice.Request) error { return f.Err }

@@ -668,62 +668,10 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
-// downStore is a store whose backend is unreachable: without a failure
-// policy it fails, with one it decides and marks the decision degraded.
-type downStore struct{ policy *bool }
-
-var errDown = errors.New("backend unreachable")
-
-func (s downStore) decide(n int, out []sluice.Decision) (sluice.Decision, error) {
-	if s.policy == nil {
-		return sluice.Decision{}, errDown
-	}
-	d := sluice.Decision{Allowed: *s.policy, Degraded: true}
-	for i := range out[:min(n, len(out))] {
-		out[i] = d
-	}
-	return d, nil
-}
-
-func (s downStore) Allow(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	return s.decide(0, nil)
-}
-
-func (s downStore) AllowAll(_ context.Context, _ time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
-	return s.decide(len(reqs), out)
-}
-
-func (s downStore) Peek(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	return s.decide(0, nil)
-}
-
-func (s downStore) Release(context.Context, time.Time, string, []int64) (bool, error) {
-	_, err := s.decide(0, nil)
-	return false, err
-}
-
-func (s downStore) Renew(context.Context, time.Time, string) (time.Duration, error) {
-	_, err := s.decide(0, nil)
-	return 0, err
-}
-
-func (s downStore) Debit(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	return s.decide(0, nil)
-}
-
-func (s downStore) Refund(context.Context, time.Time, sluice.Request) (sluice.Decision, error) {
-	return s.decide(0, nil)
-}
-
-func (s downStore) Reset(context.Context, sluice.Request) error {
-	_, err := s.decide(0, nil)
-	return err
-}
-
 func TestStoreFailure(t *testing.T) {
 	const src = "domain: f\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
 	t.Run("error is Unavailable", func(t *testing.T) {
-		h := startWith(t, downStore{}, compile(t, src))
+		h := startWith(t, teststore.Failing{Err: errors.New("backend unreachable")}, compile(t, src))
 		_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "f", Descriptors: []*rlscommon.RateLimitDescriptor{desc("k", "v")}})
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("ShouldRateLimit = %v, want Unavailable", err)
@@ -732,7 +680,7 @@ func TestStoreFailure(t *testing.T) {
 	for _, allow := range []bool{true, false} {
 		name := map[bool]string{true: "failure policy allows", false: "failure policy denies"}[allow]
 		t.Run(name, func(t *testing.T) {
-			h := startWith(t, downStore{policy: &allow}, compile(t, src))
+			h := startWith(t, teststore.Failing{Degraded: &sluice.Decision{Allowed: allow, Degraded: true}}, compile(t, src))
 			resp := h.call(t, "f", desc("k", "v"))
 			wantCode := map[bool]rlsv3.RateLimitResponse_Code{true: ok, false: over}[allow]
 			if resp.OverallCode != wantCode || resp.Statuses[0].Code != wantCode {
