@@ -31,12 +31,19 @@ import (
 // port, limited by l, and returns a client connection to it.
 func serve(t *testing.T, l *Limiter, dial ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
+	return serveHealth(t, l, health.NewServer(), dial...)
+}
+
+// serveHealth is serve with hs as the health service. The server stops
+// and the connection closes when t ends.
+func serveHealth(t *testing.T, l *Limiter, hs healthpb.HealthServer, dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(l.Unary()), grpc.StreamInterceptor(l.Stream()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	healthpb.RegisterHealthServer(srv, hs)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -409,27 +416,16 @@ func newRelay(t *testing.T, callers int, limits []Limit) *relay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(l.Unary()))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
+	r.conn = serve(t, l)
 	var wg sync.WaitGroup
-	wg.Go(func() { srv.Serve(lis) })
-	r.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	wg.Go(func() {
 		for c := range r.calls {
 			r.done[c.caller] <- r.conn.Invoke(context.Background(), c.method, c.req, c.reply)
 		}
 	})
+	// Before serve's clean-up closes the connection and stops the server.
 	t.Cleanup(func() {
 		close(r.calls)
-		r.conn.Close()
-		srv.Stop()
 		wg.Wait()
 	})
 	return r

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -59,27 +57,7 @@ func (g *gated) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*h
 // serveGated is serve with g as the health service.
 func serveGated(t *testing.T, l *Limiter, g *gated) healthpb.HealthClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(l.Unary()), grpc.StreamInterceptor(l.Stream()))
-	healthpb.RegisterHealthServer(srv, g)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return healthpb.NewHealthClient(conn)
+	return healthpb.NewHealthClient(serveHealth(t, l, g))
 }
 
 func waitFor(t *testing.T, c <-chan struct{}, what string) {
