@@ -300,16 +300,28 @@ func ovRefused(status int, raw []byte, missingIsOne bool) error {
 	return &exitError{code: code, err: fmt.Errorf("overrides: %d: %s", status, msg)}
 }
 
-func (c *ovClient) list(ctx context.Context, path string) error {
-	status, raw, err := c.do(ctx, http.MethodGet, path, nil)
+// ask sends a request and returns the body of a successful answer (200
+// or 201), or, when the answer is a refusal, ovRefused's error. With
+// --json it writes the body out as it came and returns done: the caller
+// has nothing left to print.
+func (c *ovClient) ask(ctx context.Context, method, path string, body []byte, missingIsOne bool) (raw []byte, done bool, err error) {
+	status, raw, err := c.do(ctx, method, path, body)
 	if err != nil {
-		return err
+		return nil, true, err
 	}
-	if status != http.StatusOK {
-		return ovRefused(status, raw, false)
+	if status != http.StatusOK && status != http.StatusCreated {
+		return nil, true, ovRefused(status, raw, missingIsOne)
 	}
 	if c.json {
 		_, err := c.out.Write(raw)
+		return nil, true, err
+	}
+	return raw, false, nil
+}
+
+func (c *ovClient) list(ctx context.Context, path string) error {
+	raw, done, err := c.ask(ctx, http.MethodGet, path, nil, false)
+	if done {
 		return err
 	}
 	var a struct {
@@ -346,15 +358,8 @@ func (c *ovClient) list(ctx context.Context, path string) error {
 
 func (c *ovClient) one(ctx context.Context, method, limit, key string, body []byte) error {
 	path := "/v1/overrides/" + url.PathEscape(limit) + "/" + url.PathEscape(key)
-	status, raw, err := c.do(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	if status != http.StatusOK && status != http.StatusCreated {
-		return ovRefused(status, raw, method != http.MethodPut)
-	}
-	if c.json {
-		_, err := c.out.Write(raw)
+	raw, done, err := c.ask(ctx, method, path, body, method != http.MethodPut)
+	if done {
 		return err
 	}
 	var a struct {
@@ -391,15 +396,8 @@ func (c *ovClient) one(ctx context.Context, method, limit, key string, body []by
 // reset asks the service to reset key under limit.
 func (c *ovClient) reset(ctx context.Context, limit, key string) error {
 	path := "/v1/reset/" + url.PathEscape(limit) + "/" + url.PathEscape(key)
-	status, raw, err := c.do(ctx, http.MethodPost, path, nil)
-	if err != nil {
-		return err
-	}
-	if status != http.StatusOK {
-		return ovRefused(status, raw, false)
-	}
-	if c.json {
-		_, err := c.out.Write(raw)
+	_, done, err := c.ask(ctx, http.MethodPost, path, nil, false)
+	if done {
 		return err
 	}
 	_, err = fmt.Fprintf(c.out, "reset: limit %q, key %q: it starts afresh\n", limit, key)
