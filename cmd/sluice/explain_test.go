@@ -41,7 +41,7 @@ limits:
 	if r.code != 0 {
 		t.Fatalf("explain tb: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{
+	wantAll(t, "explain tb: stdout", r.stdout,
 		"limit      tb (token_bucket, 10 per 1h, burst 10)\n",
 		"key        \"alice\"\n",
 		"state      tracked\n",
@@ -49,11 +49,7 @@ limits:
 		" of 10",
 		"a request  cost 1: allowed, 6 remaining; back to initial in ",
 		"\nThe bucket holds 7",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("explain tb: stdout lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	)
 
 	// The text and the service's summary show the same digits.
 	if _, rest, _ := strings.Cut(r.stdout, "tokens     "); !strings.Contains(r.stdout, "The bucket holds "+strings.Fields(rest)[0]+" of 10 tokens") {
@@ -64,11 +60,7 @@ limits:
 	if r.code != 1 {
 		t.Errorf("explain log: exit %d, want 1 (a request would be denied)\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"counted    3 of 3 in 3 entries\n", "oldest     ", "a request  cost 1: denied, retry in "} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("explain log: stdout lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	wantAll(t, "explain log: stdout", r.stdout, "counted    3 of 3 in 3 entries\n", "oldest     ", "a request  cost 1: denied, retry in ")
 	// The oldest entry leaves the log an hour after it was counted: at most
 	// an hour from now (exactly an hour when the explain came within the
 	// same millisecond as the requests), and surely more than 59 minutes.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io"
@@ -32,6 +33,17 @@ func runSluice(t *testing.T, stdin io.Reader, args ...string) result {
 	return result{err: err, code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
+// wantAll fails t for each of wants that text lacks; what names text in
+// the message.
+func wantAll(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, text)
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"-help"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -39,11 +51,7 @@ func TestHelp(t *testing.T) {
 			if r.code != 0 || r.err != nil {
 				t.Fatalf("sluice %v: exit %d, error %v; want 0, nil", args, r.code, r.err)
 			}
-			for _, want := range []string{"Usage:\n  sluice <command> [flags]", "  simulate   replay a trace", "  help "} {
-				if !strings.Contains(r.stdout, want) {
-					t.Errorf("sluice %v: stdout lacks %q:\n%s", args, want, r.stdout)
-				}
-			}
+			wantAll(t, fmt.Sprintf("sluice %v: stdout", args), r.stdout, "Usage:\n  sluice <command> [flags]", "  simulate   replay a trace", "  help ")
 			if r.stderr != "" {
 				t.Errorf("sluice %v: stderr = %q, want nothing", args, r.stderr)
 			}
@@ -80,11 +88,7 @@ func TestCommandLineErrors(t *testing.T) {
 			if r.code != 2 || !errors.As(r.err, &ue) {
 				t.Fatalf("sluice %q: exit %d, error %v; want 2 and a usage error", tt.args, r.code, r.err)
 			}
-			for _, want := range tt.stderr {
-				if !strings.Contains(r.stderr, want) {
-					t.Errorf("sluice %q: stderr lacks %q:\n%s", tt.args, want, r.stderr)
-				}
-			}
+			wantAll(t, fmt.Sprintf("sluice %q: stderr", tt.args), r.stderr, tt.stderr...)
 			if r.stdout != "" {
 				t.Errorf("sluice %q: stdout = %q, want nothing", tt.args, r.stdout)
 			}

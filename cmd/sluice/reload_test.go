@@ -75,15 +75,11 @@ func TestReloadOnFileChange(t *testing.T) {
 		return strings.Contains(in.stderr.String(), "problems=2")
 	})
 	log := in.stderr.String()
-	for _, want := range []string{
-		`problem="` + path + `:3: limits.keep.algorithm: unknown algorithm \"fixed_windows\"`,
-		`problem="` + path + `:4: limits.added.burst: `,
-		`msg="reload refused; the running configuration stays" trigger="file changed" file=` + path + ` problems=2`,
-	} {
-		if !strings.Contains(log, want) {
-			t.Errorf("log lacks %q:\n%s", want, log)
-		}
-	}
+	wantAll(t, "log", log,
+		`problem="`+path+`:3: limits.keep.algorithm: unknown algorithm \"fixed_windows\"`,
+		`problem="`+path+`:4: limits.added.burst: `,
+		`msg="reload refused; the running configuration stays" trigger="file changed" file=`+path+` problems=2`,
+	)
 	// The old configuration still serves, with its state.
 	if code, body := in.check(t, "added", "a"); code != 200 || !strings.HasPrefix(body, `{"allowed":true,"limit":2,"remaining":1,`) {
 		t.Errorf("added after the bad file = %d %s, want allowed, 1 remaining", code, body)

@@ -181,11 +181,7 @@ func TestServeDefaultConfig(t *testing.T) {
 	if _, err := os.Stat(in.readyFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the ready file outlives the service: %v", err)
 	}
-	for _, want := range []string{"msg=\"shutting down\"", "msg=stopped"} {
-		if !strings.Contains(in.stderr.String(), want) {
-			t.Errorf("log lacks %q:\n%s", want, in.stderr)
-		}
-	}
+	wantAll(t, "log", in.stderr.String(), "msg=\"shutting down\"", "msg=stopped")
 }
 
 // TestServeJSONLogs checks that --log-format json writes one JSON object

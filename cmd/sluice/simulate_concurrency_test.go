@@ -56,17 +56,13 @@ func TestSimulateConcurrencyTable(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
 	}
-	for _, want := range []string{
+	wantAll(t, "stdout", r.stdout,
 		"Trace: 6 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.1Z (100ms), 2 keys\nPolicy: concurrency, limit 2 held at once, lease 1s\n",
 		"\nKEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX HELD\n",
 		"\na      4         3         1       4     3              2\n",
 		"\nb      2         1         1       5     2              2\n",
 		"1 of the denied requests cost more than the capacity, 2: they can never be admitted.",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	)
 }
 
 func TestSimulateConcurrencyPattern(t *testing.T) {
@@ -80,14 +76,10 @@ func TestSimulateConcurrencyPattern(t *testing.T) {
 	// At 0, 0.5, 1, ... s: the one at 1 s finds two running (0 and 0.5)
 	// and is refused; the one at 1.5 s finds the one at 0 ended. So every
 	// third request is refused: 0 1 _ 3 4 _ ... of 20.
-	for _, want := range []string{
+	wantAll(t, "stdout", r.stdout,
 		"Pattern: steady, 2/s per key, 10s, 1 key, each request held 1.5s\n",
 		"\nclient-1  20        14        6       20    14             2\n",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	)
 }
 
 func TestSimulateConcurrencyFlagErrors(t *testing.T) {

@@ -145,16 +145,12 @@ func TestSimulateTable(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
 	}
-	for _, want := range []string{
+	wantAll(t, "stdout", r.stdout,
 		"Trace: 4 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.5Z (500ms), 2 keys\nPolicy: fixed_window, limit 2 per 1s\n",
 		"\na      3         2         1       3     2              0s\n",
 		"\nb      1         0         1       3     0              0s\n",
 		"1 of the denied requests cost more than the capacity, 2: they can never be admitted.",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	)
 }
 
 func TestSimulateFlagErrors(t *testing.T) {
@@ -590,15 +586,11 @@ func TestSimulateChartAndTableAgree(t *testing.T) {
 			t.Errorf("the SVG lacks %q", want)
 		}
 	}
-	for _, want := range []string{
+	wantAll(t, "the table", r.stdout,
 		"fixed_window    400       0       400            200  ",
-		"MAX COST IN ANY 1m0s: the most cost admitted for one key within any interval of that length,\n" +
+		"MAX COST IN ANY 1m0s: the most cost admitted for one key within any interval of that length,\n"+
 			"counted when admitted (a --chart row adds up all keys, and counts leaky_bucket's requests when they start).\n",
-	} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("the table lacks %q:\n%s", want, r.stdout)
-		}
-	}
+	)
 }
 
 func TestSimulateChartErrors(t *testing.T) {
