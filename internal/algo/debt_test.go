@@ -156,20 +156,9 @@ func (l *limiter) check(now int64) Verdict {
 // and through the reference model, comparing every field of every verdict
 // and the instant the state says it is back to initial.
 func TestDebtDifferential(t *testing.T) {
-	rng := rand.New(rand.NewPCG(2026, 30))
-	sets := append([]Params(nil), namedParams...)
-	for range 13 {
-		sets = append(sets, randomParams(rng))
-	}
-	for i, p := range sets {
-		for _, a := range algorithms {
-			seed := uint64(i)<<8 | uint64(a)
-			t.Run(fmt.Sprintf("%v/L=%d,B=%d,P=%dus", a, p.Limit, p.Burst, p.Period), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(seed, 30))
-				debtTrace(t, rng, a, p, 400)
-			})
-		}
-	}
+	eachTrace(t, 30, 30, func(t *testing.T, rng *rand.Rand, _ int, a algorithm, p Params) {
+		debtTrace(t, rng, a, p, 400)
+	})
 }
 
 func debtTrace(t *testing.T, rng *rand.Rand, a algorithm, p Params, n int) {
