@@ -25,11 +25,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 	var tracked bool
 	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		i, found := sh.win.find(h)
-		var st algo.Window
-		if found {
-			st = sh.win.slots[i].v
-		}
+		_, st, found := sh.win.lookup(h)
 		tracked = found && st.Expire > t
 		if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
 			v = algo.ViewFixedWindow(c.pp.Params, st, t)
@@ -53,11 +49,7 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 		}
 		tracked = v.Entries > 0
 	default:
-		i, found := sh.tat.find(h)
-		var st algo.TAT
-		if found {
-			st = sh.tat.slots[i].v
-		}
+		_, st, found := sh.tat.lookup(h)
 		tracked = found && st.Expiry() > t
 		v = c.pp.ViewTAT(st, t)
 	}

@@ -58,6 +58,17 @@ func (t *table[V]) find(h uint64) (int, bool) {
 	}
 }
 
+// lookup returns the slot holding h, its state and true, or, when h is
+// absent, the zero V (a key's initial state) and false.
+func (t *table[V]) lookup(h uint64) (int, V, bool) {
+	i, found := t.find(h)
+	if !found {
+		var zero V
+		return i, zero, false
+	}
+	return i, t.slots[i].v, true
+}
+
 // insert adds h, which must be absent, with value v, growing the table when
 // needed, and returns its slot.
 func (t *table[V]) insert(h uint64, v V) int {

@@ -216,11 +216,7 @@ func (sh *shard) debt(s *Store, c *compiled, h uint64, t, cost, at int64, refund
 	p := c.pp.Params
 	switch c.policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		i, found := sh.win.find(h)
-		var st algo.Window
-		if found {
-			st = sh.win.slots[i].v
-		}
+		i, st, found := sh.win.lookup(h)
 		var ns algo.Window
 		var r algo.Verdict
 		switch {
@@ -262,11 +258,7 @@ func (sh *shard) debt(s *Store, c *compiled, h uint64, t, cost, at int64, refund
 		}
 		return r
 	default:
-		i, found := sh.tat.find(h)
-		var st algo.TAT
-		if found {
-			st = sh.tat.slots[i].v
-		}
+		i, st, found := sh.tat.lookup(h)
 		var ns algo.TAT
 		var r algo.Verdict
 		if refund {
