@@ -81,21 +81,9 @@ func (h *Handler) readUsage(w http.ResponseWriter, r *http.Request, st *state, o
 	if err != nil {
 		return item{}, bodyError(err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
 	var b usageBody
-	if err := dec.Decode(&b); err != nil {
-		rerr := bodyError(err)
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			rerr = badRequest("unknown field %s (want limit, key and cost)", f)
-		}
+	if rerr := decodeBody(raw, &b, "limit, key and cost"); rerr != nil {
 		return item{}, rerr
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return item{}, badRequest("the body holds more than one JSON value")
-	}
-	if msg := fieldProblem(raw); msg != "" {
-		return item{}, badRequest("%s", msg)
 	}
 	if b.Limit == nil && b.Key == nil && b.Cost == nil {
 		return item{}, badRequest(`the body must hold "limit", "key" and "cost": the units to %s`, op)

@@ -3,11 +3,35 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
 )
+
+// decodeBody decodes raw, a whole request body, into v as the API reads
+// every body: an unknown field (want names the fields v takes), anything
+// after the JSON value and what fieldProblem refuses are 400s, and a body
+// that is not JSON of v's shape is bodyError's answer.
+func decodeBody(raw []byte, v any, want string) *requestError {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return badRequest("unknown field %s (want %s)", f, want)
+		}
+		return bodyError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("the body holds more than one JSON value")
+	}
+	if msg := fieldProblem(raw); msg != "" {
+		return badRequest("%s", msg)
+	}
+	return nil
+}
 
 // fieldProblem returns what is wrong with the field names or null values
 // of the JSON document b that encoding/json lets pass, or "" if nothing

@@ -1,11 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -192,23 +190,9 @@ func (h *Handler) putOverride(w http.ResponseWriter, r *http.Request, cfg *confi
 		writeError(w, rerr.status, rerr.msg)
 		return
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
 	var body overrideBody
-	if err := dec.Decode(&body); err != nil {
-		rerr := bodyError(err)
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			rerr = badRequest("unknown field %s (want limit, period, time_zone, week_starts, burst, algorithm, ttl or expires_at)", f)
-		}
+	if rerr := decodeBody(raw, &body, "limit, period, time_zone, week_starts, burst, algorithm, ttl or expires_at"); rerr != nil {
 		writeError(w, rerr.status, rerr.msg)
-		return
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "the body holds more than one JSON value")
-		return
-	}
-	if msg := fieldProblem(raw); msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	now := h.now()
