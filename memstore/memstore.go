@@ -750,10 +750,7 @@ func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64,
 		if commit && r.Allowed && cost > 0 {
 			ls := &logState{}
 			algo.SlidingLog(ap, &ls.log, t, cost)
-			ls.expire = ls.log.Expiry(ap.Period)
-			sh.makeRoom(s, t)
-			sh.logs.insert(h, ls)
-			sh.sweepLogs(t)
+			sh.addLog(s, h, t, ap.Period, ls)
 		}
 		return r
 	}
@@ -767,6 +764,15 @@ func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64,
 		sh.logs.remove(i)
 	}
 	return r
+}
+
+// addLog tracks ls, the new log of the key of hash h (absent from the
+// shard), at t: it expires a period after its last entry.
+func (sh *shard) addLog(s *Store, h uint64, t, period int64, ls *logState) {
+	ls.expire = ls.log.Expiry(period)
+	sh.makeRoom(s, t)
+	sh.logs.insert(h, ls)
+	sh.sweepLogs(t)
 }
 
 func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n + sh.conc.n }

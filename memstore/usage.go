@@ -239,10 +239,7 @@ func (sh *shard) debt(s *Store, c *compiled, h uint64, t, cost, at int64, refund
 			}
 			ls := &logState{}
 			r := algo.SlidingLogDebit(p, &ls.log, t, cost)
-			ls.expire = ls.log.Expiry(p.Period)
-			sh.makeRoom(s, t)
-			sh.logs.insert(h, ls)
-			sh.sweepLogs(t)
+			sh.addLog(s, h, t, p.Period, ls)
 			return r
 		}
 		ls := sh.logs.slots[i].v
