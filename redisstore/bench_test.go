@@ -89,6 +89,36 @@ func BenchmarkLeaseSerial(b *testing.B) {
 	}
 }
 
+// BenchmarkUsageSerial is a cost known afterwards, one caller, beside
+// BenchmarkAllowSerial: a debit (one round trip), and an estimate taken
+// and settled with a larger actual cost (Allow with SettleWithin, then
+// Release with the usage: two round trips).
+func BenchmarkUsageSerial(b *testing.B) {
+	st, _ := benchStore(b)
+	p := sluice.GCRA(1_000_000, time.Second, 0)
+	usage := []int64{2}
+	b.Run("debit", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := st.Debit(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%len(benchKeys)], Cost: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("estimate+settle", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			d, err := st.Allow(b.Context(), time.Time{}, sluice.Request{Policy: &p, Key: benchKeys[i%len(benchKeys)], Cost: 1, SettleWithin: time.Minute})
+			if err != nil || !d.Allowed {
+				b.Fatalf("Allow = %+v, %v", d, err)
+			}
+			if ok, err := st.Release(b.Context(), time.Time{}, d.Lease, usage); err != nil || !ok {
+				b.Fatalf("Release = %v, %v", ok, err)
+			}
+		}
+	})
+}
+
 // BenchmarkLocalRefusal measures one local refusal (docs/BENCHMARKS.md,
 // "Refused floods"): one caller on one key whose cached state refuses
 // every request (10 an hour), never reaching Redis.
