@@ -257,7 +257,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var notBefore time.Time // after a 429: when req may be sent again
 	for retries := t.retries; ; retries-- {
-		lease, err := t.wait(ctx, bkey, hasBKey, notBefore, reqs)
+		lease, err := t.wait(ctx, bkey, hasBKey, notBefore, reqs, settled)
 		if err != nil {
 			closeBody(req)
 			return nil, err
@@ -330,6 +330,9 @@ func (t *Transport) release(ctx context.Context, lease string) {
 // settle ends lease: it frees what it holds and settles the requests
 // that settled marks with usage n, when ok, or keeps their estimates.
 func (t *Transport) settle(ctx context.Context, lease string, settled []bool, n int64, ok bool) {
+	if lease == "" {
+		return
+	}
 	if !ok {
 		t.release(ctx, lease)
 		return
@@ -400,8 +403,10 @@ func (b leaseRWBody) Write(p []byte) (int, error) { return b.w.Write(p) }
 // hold begins while it waits for the limits, it waits for the hold and
 // then for the limits again, so that the requests that were waiting do
 // not all leave together when the hold ends; what the rate limits charged
-// is not given back, and what a concurrency limit holds is.
-func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefore time.Time, reqs []sluice.Request) (string, error) {
+// is not given back, and what a concurrency limit holds is, as are the
+// estimates of the limits with Usage (those settled marks): nothing was
+// sent, so nothing was used.
+func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefore time.Time, reqs []sluice.Request, settled []bool) (string, error) {
 	if err := sleepUntil(ctx, notBefore, "the retry after a 429"); err != nil {
 		return "", err
 	}
@@ -422,7 +427,7 @@ func (t *Transport) wait(ctx context.Context, bkey string, hasBKey bool, notBefo
 		if !hasBKey || !t.holdUntil(bkey).After(time.Now()) {
 			return lease, nil
 		}
-		t.release(ctx, lease)
+		t.settle(ctx, lease, settled, 0, settled != nil)
 	}
 }
 
