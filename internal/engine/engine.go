@@ -267,6 +267,12 @@ func decides(c *Check) bool { return c.Mode != Shadow && counted(c) }
 // that charges.
 func charges(c *Check) bool { return c.Mode == Enforced && counted(c) }
 
+// Sent reports whether Decide sends c to the store with the enforced
+// checks: the requests of the store call, in the order of their checks,
+// are those of the checks Sent holds for, which is the order Settle's
+// usage and a lease's estimates follow.
+func Sent(c *Check) bool { return charges(c) }
+
 // counts is what scan finds in a request's checks.
 type counts struct {
 	// total is the summed cost of the checks that decide (MaxInt64 if it

@@ -175,16 +175,7 @@ func (h *Handler) decideChecks(ctx context.Context, sc *checkScratch, items []it
 		checks, eres = make([]engine.Check, 0, len(items)), make([]engine.CheckResult, 0, len(items))
 	}
 	for i := range items {
-		it := &items[i]
-		rate := it.limit.Policy.Algorithm != sluice.ConcurrencyAlgorithm
-		c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost, Budget: rate}
-		switch {
-		case it.limit.Shadow:
-			c.Mode = engine.Shadow
-		case lease && rate:
-			c.SettleWithin = it.limit.Settle()
-		}
-		checks = append(checks, c)
+		checks = append(checks, checkOf(&items[i], lease))
 	}
 	eres = eres[:len(checks)]
 	if len(checks) <= len(sc.checks) {
@@ -640,24 +631,34 @@ func appendLease(b []byte, lease string, items []item, asked bool) []byte {
 	return b
 }
 
+// checkOf returns the engine's check of it: a rate limit checks a budget
+// even at cost 0, and with lease its cost is an estimate to settle within
+// the limit's settle_within.
+func checkOf(it *item, lease bool) engine.Check {
+	rate := it.limit.Policy.Algorithm != sluice.ConcurrencyAlgorithm
+	c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost, Budget: rate}
+	switch {
+	case it.limit.Shadow:
+		c.Mode = engine.Shadow
+	case lease && rate:
+		c.SettleWithin = it.limit.Settle()
+	}
+	return c
+}
+
 // leaseEstimates returns, for each request of the store call that took a
-// lease with estimates, the limit and cost of its estimate, or no name
-// for one that is not. The store call holds the enforced checks that
-// charge or check a budget, in order (engine.Settle's order): as
-// decideChecks makes them, every enforced check of a rate limit, and a
-// concurrency limit's of cost 1 or more.
+// lease with estimates (the checks engine.Sent holds for, in order), the
+// limit and cost of its estimate, or no name for one that is not (a
+// concurrency limit's).
 func leaseEstimates(items []item) []estimate {
 	ests := make([]estimate, 0, len(items))
 	for i := range items {
-		l := &items[i].limit
-		switch {
-		case l.Shadow:
-		case l.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
-			if items[i].cost >= 1 {
-				ests = append(ests, estimate{})
+		if c := checkOf(&items[i], true); engine.Sent(&c) {
+			e := estimate{}
+			if c.SettleWithin > 0 {
+				e = estimate{items[i].limit.Name(), items[i].cost}
 			}
-		default:
-			ests = append(ests, estimate{l.Name(), items[i].cost})
+			ests = append(ests, e)
 		}
 	}
 	return ests
