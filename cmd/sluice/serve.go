@@ -92,6 +92,11 @@ Flags:
                        JSON, {"http":"127.0.0.1:8080","grpc":"","admin":"",
                        "pid":1234} ("" for a listener that is off); removed
                        on exit
+  --envoy-env          configure the service as envoyproxy/ratelimit is, from
+                       its environment variables (PORT, GRPC_PORT,
+                       REDIS_URL, RUNTIME_ROOT, CONFIG_TYPE, ...), instead
+                       of --config; docs/envoy.md lists every variable and
+                       what Sluice does with it
 
 Signals:
   SIGHUP               reload the configuration file, and read the
@@ -123,6 +128,10 @@ type serveFlags struct {
 	idleTimeout     time.Duration
 	maxKeys         int
 	readyFile       string
+	envoyEnv        bool
+	// logLevelSet and logFormatSet report flags given on the command
+	// line, which win over LOG_LEVEL and LOG_FORMAT with --envoy-env.
+	logLevelSet, logFormatSet bool
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -143,8 +152,16 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
 	fs.StringVar(&f.readyFile, "ready-file", "", "file to write the bound addresses to")
+	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "configure from envoyproxy/ratelimit's environment variables")
 	if err := parseFlags(fs, "serve", "serve", serveUsage, args); err != nil {
 		return nil, err
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		f.logLevelSet = f.logLevelSet || fl.Name == "log-level"
+		f.logFormatSet = f.logFormatSet || fl.Name == "log-format"
+	})
+	if f.envoyEnv && f.config != "" {
+		return nil, usageErrorf("serve", "serve: --envoy-env and --config exclude each other: the environment describes the whole service")
 	}
 	if fs.NArg() > 0 {
 		return nil, usageErrorf("serve", "serve: unexpected argument %q (flags only; the file is --config FILE)", fs.Arg(0))
@@ -219,6 +236,9 @@ func runServe(ctx context.Context, s streams, args []string) error {
 	f, err := parseServeFlags(args, s.stderr)
 	if err != nil {
 		return err
+	}
+	if f.envoyEnv {
+		return runEnvoyEnv(ctx, s, f)
 	}
 	logger := newLogger(s.stderr, f.logFormat, f.logLevel)
 	if gogc, fromEnv := setServeGC(os.Getenv); fromEnv {
@@ -295,6 +315,9 @@ type service struct {
 	// file), which Envoy's rate limit service asks of its callers as the
 	// decision API does; a reload replaces them.
 	tokens atomic.Pointer[tlsauth.Tokens]
+	// env is the envoyproxy/ratelimit mode (--envoy-env, envoyserve.go);
+	// nil otherwise.
+	env *envoyMode
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 }
@@ -432,6 +455,12 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 		hls[0].srv.Handler = s.handler.Public()
 		hls = append(hls, &httpListener{name: "admin", addr: s.adminAddr, srv: s.newHTTPServer(s.handler.Admin())})
 	}
+	if s.env != nil {
+		hls[0].srv.Handler = s.envoyHandler(hls[0].srv.Handler)
+		if ml := s.metricsListener(); ml != nil {
+			hls = append(hls, ml)
+		}
+	}
 	for _, l := range hls {
 		s.tls.httpServer(l.name, l.srv)
 		if l.ln, err = net.Listen("tcp", l.addr); err != nil {
@@ -468,6 +497,9 @@ func (s *service) run(ctx context.Context, src *source) error {
 	if st.Backend == config.RedisBackend {
 		s.store.checkReachable(ctx, cfg, s.logger)
 	}
+	if err := s.waitInitial(ctx); err != nil {
+		return err
+	}
 
 	hls, grpcLn, err := s.listen()
 	if err != nil {
@@ -476,6 +508,7 @@ func (s *service) run(ctx context.Context, src *source) error {
 	var gs *grpc.Server
 	if grpcLn != nil {
 		opts := append(rls.ServerOptions(), s.tls.grpcOptions()...)
+		opts = append(opts, s.env.grpcOptions()...)
 		opts = append(opts, grpc.ChainUnaryInterceptor(tlsauth.TokenUnary(rls.ServiceName, s.tokens.Load), recoverUnary(s.logger)))
 		gs = grpc.NewServer(opts...)
 		s.rls.Register(gs)
@@ -499,7 +532,11 @@ func (s *service) run(ctx context.Context, src *source) error {
 
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { s.watch(wctx, src, hup) })
+	if s.env != nil {
+		wg.Go(func() { s.watchEnvoy(wctx, hup) })
+	} else {
+		wg.Go(func() { s.watch(wctx, src, hup) })
+	}
 	wg.Go(func() { s.tls.watch(wctx, s.flags.watch) })
 
 	var failed error
@@ -514,6 +551,9 @@ func (s *service) run(ctx context.Context, src *source) error {
 	wg.Wait()
 
 	s.handler.Drain()
+	if s.env != nil {
+		s.env.draining.Store(true)
+	}
 	if s.health != nil {
 		s.health.Shutdown()
 	}
@@ -546,9 +586,12 @@ func (s *service) start(hls []*httpListener, gs *grpc.Server, grpcLn net.Listene
 		go func() { errc <- fmt.Errorf("%s server: %w", l.name, serveHTTP(l)) }()
 		bound := l.ln.Addr().String()
 		s.logger.Info("listening", "protocol", l.name, "addr", bound)
-		if l.name == "admin" {
+		switch l.name {
+		case "admin":
 			ready.Admin = bound
-		} else {
+		case "metrics":
+			ready.Metrics = bound
+		default:
 			ready.HTTP = bound
 		}
 	}
@@ -625,7 +668,9 @@ type readyInfo struct {
 	HTTP  string `json:"http"`
 	GRPC  string `json:"grpc"`
 	Admin string `json:"admin"`
-	PID   int    `json:"pid"`
+	// Metrics is the listener of USE_PROMETHEUS with --envoy-env.
+	Metrics string `json:"metrics,omitempty"`
+	PID     int    `json:"pid"`
 }
 
 // writeReadyFile writes the bound addresses to path atomically: a reader

@@ -18,6 +18,9 @@ import (
 // which rotates it live (its metrics are internal/service/metrics.TLS).
 type serveTLS struct {
 	srv *tlsauth.Server
+	// grpcOnly leaves the HTTP listeners plain (GRPC_SERVER_USE_TLS with
+	// --envoy-env, as envoyproxy/ratelimit does).
+	grpcOnly bool
 }
 
 // newServeTLS loads listen.tls's files, or returns nil without TLS.
@@ -53,7 +56,7 @@ func (s *service) newServeTLS(cfg *config.Config) (*serveTLS, error) {
 // its handler behind the client names check, and its TLS configuration
 // (HTTP/2 and HTTP/1.1).
 func (t *serveTLS) httpServer(name string, srv *http.Server) {
-	if t == nil {
+	if t == nil || t.grpcOnly {
 		return
 	}
 	srv.Handler = t.srv.Guard("listen." + name).HTTP(srv.Handler)

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/testkit"
+)
+
+// lookupIn returns a lookup function over the variables of env
+// ("NAME=value").
+func lookupIn(env ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// gatewayEnv is the environment Envoy Gateway's rate limit deployment
+// sets (internal/infrastructure/kubernetes/ratelimit: the variables of
+// its default deployment, with Redis, Prometheus and tracing on), apart
+// from CONFIG_TYPE, which the caller adds.
+var gatewayEnv = []string{
+	"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+	"LOG_LEVEL=info", "USE_STATSD=false",
+	"CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+	"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/certs/tls.crt", "GRPC_SERVER_TLS_KEY=/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=/certs/tls.key",
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+	"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis.redis.svc:6379", "REDIS_TLS=true",
+	"REDIS_TLS_CLIENT_CERT=/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY=/redis-certs/tls.key",
+	"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+}
+
+func TestEnvoyEnvGateway(t *testing.T) {
+	e, warnings, err := parseEnvoyEnv(lookupIn(append(slices.Clone(gatewayEnv), "CONFIG_TYPE=FILE")...))
+	if err != nil {
+		t.Fatalf("parseEnvoyEnv(Envoy Gateway's environment) = %v", err)
+	}
+	for _, w := range []string{"GRPC_SERVER_TLS_CA_CERT", "PROMETHEUS_MAPPER_YAML"} {
+		if !slices.ContainsFunc(warnings, func(s string) bool { return strings.HasPrefix(s, w+" ") }) {
+			t.Errorf("warnings %q name no %s", warnings, w)
+		}
+	}
+	if len(warnings) != 2 {
+		t.Errorf("warnings = %q, want 2", warnings)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"http", e.httpAddr, "0.0.0.0:8080"},
+		{"grpc", e.grpcAddr, "0.0.0.0:8081"},
+		{"debug", e.debugAddr, "0.0.0.0:6070"},
+		{"runtime dir", e.runtimeDir, "/data/ratelimit/config"},
+		{"ignore dot files", e.ignoreDot, true},
+		{"prometheus", e.promAddr + e.promPath, ":19001/metrics"},
+		{"redis", strings.Join(e.redis.addrs, ","), "redis.redis.svc:6379"},
+		{"redis tls", e.redis.tls, true},
+		{"redis timeout", e.redis.timeout.String(), "10s"},
+		{"log level", e.logLevel, "info"},
+		{"grpc tls", e.grpcTLS != nil && e.grpcTLS.clientCA == "", true},
+		{"xds node", e.xdsClient.nodeID, "envoy-ratelimit"},
+		{"xds backoff", e.xdsClient.backoffInitial.String() + " " + e.xdsClient.backoffMax.String(), "10s 1m0s"},
+		{"max connection age", e.maxConnAge.String(), "24h0m0s"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestEnvoyEnvProblems(t *testing.T) {
+	base := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "USE_STATSD=false"}
+	cases := []struct {
+		env  []string
+		want string // the start of a problem
+	}{
+		{nil, "REDIS_SOCKET_TYPE: \"unix\""},
+		{[]string{"PORT=http"}, "PORT: \"http\" is not a port"},
+		{[]string{"GRPC_UDS=/tmp/rl.sock"}, "GRPC_UDS: set to"},
+		{[]string{"BACKEND_TYPE=memcache"}, "BACKEND_TYPE: \"memcache\""},
+		{[]string{"REDIS_PERSECOND=true"}, "REDIS_PERSECOND: set to"},
+		{[]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=true"}, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION: set to"},
+		{[]string{"REDIS_TYPE=SENTINEL"}, "REDIS_URL: \"127.0.0.1:6379\": with REDIS_TYPE=SENTINEL"},
+		{[]string{"LOG_LEVEL=loud"}, "LOG_LEVEL: \"loud\""},
+		{[]string{"CONFIG_TYPE=HTTP"}, "CONFIG_TYPE: \"HTTP\""},
+		{[]string{"GRPC_SERVER_USE_TLS=true"}, "GRPC_SERVER_USE_TLS: is true but"},
+		{[]string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR=2"}, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR: \"2\""},
+		{[]string{"MAX_CONCURRENT_REQUESTS=32"}, "MAX_CONCURRENT_REQUESTS: set to"},
+		{[]string{"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=9090"}, "PROMETHEUS_ADDR: \"9090\""},
+	}
+	for _, c := range cases {
+		env := c.env
+		if env != nil {
+			env = append(slices.Clone(base), env...)
+		}
+		_, _, err := parseEnvoyEnv(lookupIn(env...))
+		if err == nil {
+			t.Errorf("parseEnvoyEnv(%q) = nil error, want %s...", c.env, c.want)
+			continue
+		}
+		if !slices.ContainsFunc(strings.Split(err.Error(), "\n"), func(p string) bool { return strings.HasPrefix(p, c.want) }) {
+			t.Errorf("parseEnvoyEnv(%q) = %v, want a problem starting %s", c.env, err, c.want)
+		}
+	}
+	// Every refused variable, set to another value than its default,
+	// stops the start and is named.
+	for _, v := range envoyVars {
+		if v.how != refused {
+			continue
+		}
+		val := "true"
+		if v.def != "false" {
+			val = "1"
+		}
+		_, _, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), v.name+"="+val)...))
+		if err == nil || !strings.Contains(err.Error(), v.name+":") {
+			t.Errorf("%s=%s: error %v, want one naming it", v.name, val, err)
+		}
+	}
+	// A statsd setting left at the reference's default (true) is warned
+	// about: no statsd is sent.
+	_, warnings, err := parseEnvoyEnv(lookupIn("REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379"))
+	if err != nil || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "USE_STATSD") {
+		t.Errorf("without USE_STATSD: warnings %q, %v; want one naming USE_STATSD", warnings, err)
+	}
+}
+
+// TestEnvoyEnvYAML checks that the environment's Redis settings become
+// a valid configuration with the same meaning.
+func TestEnvoyEnvYAML(t *testing.T) {
+	e, _, err := parseEnvoyEnv(lookupIn("REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=mymaster,10.0.0.1:26379,10.0.0.2:26379",
+		"REDIS_AUTH=app:secret", "REDIS_SENTINEL_AUTH=sentinel-secret", "CACHE_KEY_PREFIX=rl:", "REDIS_TIMEOUT=2s", "USE_STATSD=false"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := e.sluiceYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(envoyEnvSource, data, formats)
+	if err != nil {
+		t.Fatalf("config.Parse(%s) = %v", data, err)
+	}
+	r := cfg.Store().Redis
+	if r.Sentinel == nil || r.Sentinel.MasterSet != "mymaster" || r.Sentinel.Password != "sentinel-secret" ||
+		strings.Join(r.Addrs, ",") != "10.0.0.1:26379,10.0.0.2:26379" || r.Username != "app" || r.Password != "secret" ||
+		r.Prefix != "rl:" || cfg.Store().Timeout.String() != "2s" || cfg.Store().OnError != config.OnErrorFail {
+		t.Errorf("store from the environment = %+v (%+v), timeout %v, on_error %v", r, r.Sentinel, cfg.Store().Timeout, cfg.Store().OnError)
+	}
+}
+
+// TestEnvoyEnvDocs checks that docs/envoy.md's table names every
+// variable of the reference.
+func TestEnvoyEnvDocs(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range envoyVarNames() {
+		if !strings.Contains(string(b), "| `"+name+"` |") {
+			t.Errorf("docs/envoy.md has no row for %s", name)
+		}
+	}
+}
+
+// startEnvoyEnv runs sluice serve --envoy-env in-process with the
+// variables of env set (t.Setenv: the test cannot run in parallel).
+func startEnvoyEnv(t *testing.T, env ...string) *instance {
+	t.Helper()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	return startServe(t, "--envoy-env", "--watch", "20ms")
+}
+
+func TestEnvoyEnvEndpoints(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "config")
+	if err := os.MkdirAll(filepath.Join(dir, "nested"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	testkit.WriteFile(t, filepath.Join(dir, "nested", "b.yml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	testkit.WriteFile(t, filepath.Join(dir, ".hidden.yaml"), "this is not a domain")
+	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_IGNOREDOTFILES=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_PATH=/prom")
+	if code, _, body := in.do(t, "GET", "/healthcheck", ""); code != 200 || body != "OK" {
+		t.Errorf("GET /healthcheck = %d %q, want 200 OK", code, body)
+	}
+	ask := `{"domain":"a","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
+	code, _, body := in.do(t, "POST", "/json", ask)
+	var resp rlsv3.RateLimitResponse
+	if err := protojson.Unmarshal([]byte(body), &resp); code != 200 || err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("POST /json = %d %s (%v), want 200 and OK", code, body, err)
+	}
+	if !strings.Contains(body, "RateLimit-Limit") {
+		t.Errorf("POST /json = %s, want the reference's headers (LIMIT_RESPONSE_HEADERS_ENABLED)", body)
+	}
+	code, _, body = in.do(t, "POST", "/json", ask)
+	if err := protojson.Unmarshal([]byte(body), &resp); code != 429 || err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("second POST /json = %d %s (%v), want 429 and OVER_LIMIT", code, body, err)
+	}
+	if code, _, body := in.do(t, "POST", "/json", `{"domain":"b","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`); code != 200 || !strings.Contains(body, `"requestsPerUnit":5`) {
+		t.Errorf("POST /json to the nested file's domain = %d %s, want 200 and its limit 5", code, body)
+	}
+	if code, _, body := in.do(t, "POST", "/json", `{"domain":`); code != 400 {
+		t.Errorf("POST /json with a broken body = %d %s, want 400", code, body)
+	}
+	if code, _, _ := in.do(t, "GET", "/json", ""); code != 405 {
+		t.Errorf("GET /json = %d, want 405", code)
+	}
+	b, err := os.ReadFile(in.readyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metricsAddr string
+	if _, after, ok := strings.Cut(string(b), `"metrics":"`); ok {
+		metricsAddr, _, _ = strings.Cut(after, `"`)
+	}
+	if metricsAddr == "" {
+		t.Fatalf("the ready file %s names no metrics listener", b)
+	}
+	req, _ := http.NewRequest("GET", "http://"+metricsAddr+"/prom", nil)
+	resp2, mbody := testkit.DoHTTP(t, http.DefaultClient, req)
+	if resp2.StatusCode != 200 || !strings.Contains(mbody, "sluice_rls_decisions_total") {
+		t.Errorf("GET /prom on PROMETHEUS_ADDR = %d, want Sluice's series:\n%.500s", resp2.StatusCode, mbody)
+	}
+	if err := in.stop(t); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
+
+func TestEnvoyEnvStartRefused(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "SHADOW_MODE=true"} {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	r := runSluice(t, nil, "serve", "--envoy-env")
+	wantAll(t, "stderr", r.stderr, "SHADOW_MODE: set to \"true\"", "1 problem in the environment")
+	t.Setenv("SHADOW_MODE", "false")
+	r = runSluice(t, nil, "serve", "--envoy-env")
+	wantAll(t, "stderr", r.stderr, filepath.Join(dir, "b.yaml")+":4: [0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\"",
+		"the service did not start")
+}
