@@ -1,7 +1,7 @@
 # Sluice's make targets. `make test` runs every test (the README's test command).
 GO ?= go
 
-.PHONY: test test-short bench fuzz
+.PHONY: test test-short bench fuzz release
 
 # Every test, with the race detector. Redis tests start private redis-server
 # processes; they skip when redis-server is missing unless SLUICE_REQUIRE_REDIS=1.
@@ -20,6 +20,11 @@ test:
 
 test-short:
 	$(GO) test -count=1 ./...
+
+# The release binary, dist/sluice: static, -trimpath, stamped with the
+# commit (sluice version); two builds of one commit are the same bytes.
+release:
+	bash scripts/release.sh dist/sluice
 
 # In-repo benchmarks (see docs/BENCHMARKS.md for the peer comparison in bench/).
 bench:

@@ -59,6 +59,7 @@ func commands() []command {
 		{"check", "ask a running service for a decision (a client for scripts)", checkUsage, runCheck},
 		{"overrides", "list, set and remove a running service's per-key overrides", overridesUsage, runOverrides},
 		{"simulate", "replay a trace of requests through the rate-limiting algorithms", simulateUsage, runSimulate},
+		{"version", "print the version, VCS revision and time, and Go release of this build", versionUsage, runVersion},
 	}
 }
 
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		writeUsage(stdout)
 		return nil
+	case "-version", "--version":
+		name = "version"
 	}
 	c, ok := lookup(name)
 	if !ok {

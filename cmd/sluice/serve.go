@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/rls"
@@ -320,6 +321,7 @@ type service struct {
 	env *envoyMode
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
+	build                         buildinfo.Info
 }
 
 func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*service, error) {
@@ -346,6 +348,11 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s.metrics = m
+	s.build = buildinfo.Read()
+	build := s.build
+	if err := m.Build(build); err != nil {
+		return nil, err
+	}
 	st, err := openStore(cfg.Store(), f.maxKeys, logger, m)
 	if err != nil {
 		return nil, err
@@ -376,6 +383,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		StoreHealth:      st.health,
 		ReadTimeout:      f.readTimeout,
 		CheckReadTimeout: f.checkReadTime,
+		Build:            build,
 	}))
 	if err != nil {
 		st.close()
@@ -490,6 +498,7 @@ func (s *service) newHTTPServer(h http.Handler) *http.Server {
 func (s *service) run(ctx context.Context, src *source) error {
 	cfg := s.started
 	st := cfg.Store()
+	s.logger.Info("starting", "version", s.build.Version, "revision", s.build.Revision, "go", s.build.GoVersion)
 	s.logger.Info("configuration loaded", "source", cfg.Source(), "limits", len(cfg.Limits()), "store", string(st.Backend))
 	if w, ok := cfg.LimitsNothing(); ok {
 		s.logger.Warn(w.Message, "source", cfg.Source())

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/service/buildinfo"
 )
 
 // The outcomes of one limit's part of a decision, the values of the
@@ -162,6 +163,23 @@ func (m *Metrics) register(cs ...prometheus.Collector) error {
 // collector of m.
 func (m *Metrics) ReadStore(g StoreGauges) error {
 	return m.register(storeCollectors(g)...)
+}
+
+// Build adds sluice_build_info: a gauge of 1 whose labels say which
+// build is running (version, revision, vcs_time, modified, go_version,
+// as `sluice version` prints them). On failure it unregisters every
+// collector of m.
+func (m *Metrics) Build(in buildinfo.Info) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_build_info",
+		Help: "1, with the running build's module version, VCS revision and commit time, whether the work tree was modified, and Go release as labels.",
+		ConstLabels: prometheus.Labels{
+			"version": in.Version, "revision": in.Revision, "vcs_time": in.Time,
+			"modified": strconv.FormatBool(in.Modified), "go_version": in.GoVersion,
+		},
+	})
+	g.Set(1)
+	return m.register(g)
 }
 
 // Unregister removes the collectors New registered.

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/overrides"
@@ -121,6 +122,9 @@ type Options struct {
 	// ReadTimeout alone. The proxy's and forward-auth's bodies stay under
 	// ReadTimeout.
 	CheckReadTimeout time.Duration
+	// Build is the running build, which GET /v1/status reports. The zero
+	// value reports nothing of it.
+	Build buildinfo.Info
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -164,6 +168,7 @@ type Handler struct {
 	// checkReadTimeout is Options.CheckReadTimeout when it is shorter
 	// than readTimeout, and 0 otherwise.
 	checkReadTimeout time.Duration
+	buildInfo        buildinfo.Info
 }
 
 // state is everything a request needs from the configuration, built once
@@ -203,7 +208,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
-		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout}
+		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout, buildInfo: opts.Build}
 	if d := opts.CheckReadTimeout; d > 0 && (h.readTimeout == 0 || d < h.readTimeout) {
 		h.checkReadTimeout = d
 	}

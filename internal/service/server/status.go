@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 )
@@ -184,6 +185,8 @@ type statusJSON struct {
 	Now int64 `json:"now"`
 	// Config names the configuration file in use.
 	Config string `json:"config"`
+	// Build is the running build (Options.Build); absent when unknown.
+	Build *buildinfo.Info `json:"build,omitempty"`
 	// End is the Unix second of the last value of every series (the last
 	// whole second), and Seconds their length: value i counts second
 	// End − Seconds + 1 + i.
@@ -263,6 +266,10 @@ func (h *Handler) status(ctx context.Context) *statusJSON {
 		Store:   h.storeStatus(ctx, st.cfg.Store()),
 		Limits:  []limitJSON{},
 		Denied:  []deniedJSON{},
+	}
+	if h.buildInfo != (buildinfo.Info{}) {
+		b := h.buildInfo
+		out.Build = &b
 	}
 	for _, l := range st.cfg.Limits() {
 		p := l.Policy
