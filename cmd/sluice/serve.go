@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
@@ -322,6 +323,15 @@ type service struct {
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 	build                         buildinfo.Info
+	// running counts the HTTP handlers under way, so that a shutdown
+	// that cuts some waits for them to end, and give back what they hold
+	// (the proxy's concurrency leases), before the store closes.
+	running handlers
+	// requests is the base context of every HTTP request, ended once the
+	// servers have shut down, so that handlers the servers no longer
+	// track (the proxy's upgraded connections) end as well.
+	requests    context.Context
+	endRequests context.CancelFunc
 }
 
 func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*service, error) {
@@ -330,6 +340,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	s := &service{flags: f, logger: logger, started: cfg, reg: prometheus.NewRegistry()}
+	s.requests, s.endRequests = context.WithCancel(context.Background())
 	s.tokens.Store(cfg.Tokens())
 	l := cfg.Listen()
 	s.httpAddr, s.grpcAddr, s.adminAddr = l.HTTP, l.GRPC, l.Admin
@@ -460,7 +471,7 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 	hls = []*httpListener{{name: "http", addr: s.httpAddr}}
 	hls[0].srv = s.newHTTPServer(s.handler)
 	if s.adminAddr != "" {
-		hls[0].srv.Handler = s.handler.Public()
+		hls[0].srv.Handler = s.running.wrap(s.handler.Public())
 		hls = append(hls, &httpListener{name: "admin", addr: s.adminAddr, srv: s.newHTTPServer(s.handler.Admin())})
 	}
 	if s.env != nil {
@@ -485,7 +496,8 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 
 func (s *service) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           s.running.wrap(h),
+		BaseContext:       func(net.Listener) context.Context { return s.requests },
 		ReadHeaderTimeout: s.flags.readHeaderTime,
 		ReadTimeout:       s.flags.readTimeout,
 		IdleTimeout:       s.flags.idleTimeout,
@@ -574,6 +586,17 @@ func (s *service) run(ctx context.Context, src *source) error {
 	for range servers {
 		<-errc
 	}
+	// Handlers still running (those cut at the deadline, upgraded
+	// connections, which Shutdown does not wait for) see their contexts
+	// end and return, releasing their leases with a bound of their own
+	// (httplimit.ReleaseTimeout); wait for them before the store closes
+	// under them.
+	s.endRequests()
+	wctx, cancel := context.WithTimeout(context.Background(), httplimit.ReleaseTimeout+time.Second)
+	if !s.running.wait(wctx) {
+		s.logger.Warn("handlers still running after shutdown; the store closes under them")
+	}
+	cancel()
 	s.logger.Info("stopped")
 	switch {
 	case failed != nil:
@@ -704,4 +727,52 @@ func writeReadyFile(path string, ri readyInfo) error {
 		return err
 	}
 	return nil
+}
+
+// handlers counts the HTTP handlers that are running. The zero value
+// counts none.
+type handlers struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil when nobody waits
+}
+
+// wrap returns h counted by c.
+func (c *handlers) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.n++
+		c.mu.Unlock()
+		defer c.done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (c *handlers) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// wait returns true once no handler runs, or false when ctx ends first.
+func (c *handlers) wait(ctx context.Context) bool {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return true
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,5 +192,143 @@ func TestShutdownDeadline(t *testing.T) {
 	}
 	if got := receive(t, "the cut request", res); !strings.HasPrefix(got, "error: ") {
 		t.Errorf("the cut request got %q, want a broken connection", got)
+	}
+}
+
+// TestShutdownDropsNoAcceptedRequest stops the service under a steady
+// load of proxied requests from 8 clients and counts: every request the
+// service admitted (the upstream saw it) got its answer, requests kept
+// being served while /readyz answered 503 during the drain delay, and
+// the only failures are connections refused once the listener closed.
+func TestShutdownDropsNoAcceptedRequest(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	cfg := fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+limits:
+  per-ip: {algorithm: sliding_window, limit: 1000000000, period: 1h}
+proxy:
+  upstream: %s
+  rules:
+    - name: api
+      match: {path_prefix: /api/}
+      limits: [{limit: per-ip, key: ip}]
+`, up.URL)
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
+	in := startServe(t, "--config", path, "--drain-delay", "300ms", "--shutdown-timeout", "10s")
+
+	const clients = 8
+	var answered, refused, draining atomic.Int64
+	var drainingNow atomic.Bool
+	var mu sync.Mutex
+	var other []string
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
+			deadline := time.Now().Add(2 * waitTimeout)
+			for i := 0; time.Now().Before(deadline); i++ {
+				resp, err := client.Get(in.url(fmt.Sprintf("/api/%d/%d", c, i)))
+				if err != nil {
+					var op *net.OpError
+					if errors.As(err, &op) && op.Op == "dial" {
+						refused.Add(1)
+						return // the listener is closed: nothing more is accepted
+					}
+					mu.Lock()
+					other = append(other, err.Error())
+					mu.Unlock()
+					continue
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(b) != "ok" {
+					mu.Lock()
+					other = append(other, fmt.Sprintf("%d %q %v", resp.StatusCode, b, err))
+					mu.Unlock()
+					continue
+				}
+				answered.Add(1)
+				if drainingNow.Load() {
+					draining.Add(1)
+				}
+			}
+		})
+	}
+	testkit.WaitFor(t, waitTimeout, "200 answered requests", func() bool { return answered.Load() >= 200 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- in.stop(t) }()
+	testkit.WaitFor(t, waitTimeout, "/readyz to answer 503", func() bool {
+		code, _, _ := in.do(t, "GET", "/readyz", "")
+		return code == 503
+	})
+	drainingNow.Store(true)
+	if err := receive(t, "the service to stop", stopped); err != nil {
+		t.Errorf("serve returned %v, want nil", err)
+	}
+	wg.Wait()
+
+	t.Logf("admitted %d, answered %d (%d after /readyz turned 503), refused connections %d, other failures %d",
+		hits.Load(), answered.Load(), draining.Load(), refused.Load(), len(other))
+	if len(other) > 0 {
+		t.Errorf("%d requests failed otherwise than by a refused connection, first: %s", len(other), other[0])
+	}
+	if hits.Load() != answered.Load() {
+		t.Errorf("the upstream saw %d requests and the clients got %d answers: %d admitted requests were dropped", hits.Load(), answered.Load(), hits.Load()-answered.Load())
+	}
+	if draining.Load() == 0 {
+		t.Errorf("no request was served while /readyz answered 503: the drain delay did not keep serving")
+	}
+	if refused.Load() != clients {
+		t.Errorf("%d clients saw the listener close, want all %d", refused.Load(), clients)
+	}
+}
+
+// TestShutdownReleasesCutLeases cuts a proxied request that holds a
+// concurrency lease in Redis at the shutdown deadline, and then checks
+// with a second instance on the same Redis that the lease was given back
+// before the first one closed its store: the key's one unit is free,
+// where a lease left behind would refuse it for its whole hour.
+func TestShutdownReleasesCutLeases(t *testing.T) {
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	up := newSlowUpstream(t)
+	cfg := fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "leases:"}
+  timeout: 2s
+limits:
+  inflight: {algorithm: concurrency, limit: 1, lease: 1h}
+proxy:
+  upstream: %s
+  rules:
+    - name: api
+      match: {path_prefix: /api/}
+      limits: [{limit: inflight, key: ip}]
+`, srv.Addr, up.URL)
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
+	first := startServe(t, "--config", path, "--shutdown-timeout", "200ms")
+	res := first.inflight("/api/hang")
+	receive(t, "the request to reach the upstream", up.arrived)
+	second := startServe(t, "--config", path)
+	if code, _, _ := second.do(t, "GET", "/api/busy", ""); code != 429 {
+		t.Fatalf("a second request while the first holds the unit = %d, want 429", code)
+	}
+	var ee *exitError
+	if err := first.stop(t); !errors.As(err, &ee) || ee.code != 1 {
+		t.Errorf("serve returned %v, want exit status 1 for the cut request", err)
+	}
+	if got := receive(t, "the cut request", res); !strings.HasPrefix(got, "error: ") {
+		t.Errorf("the cut request got %q, want a broken connection", got)
+	}
+	close(up.release)
+	if code, _, body := second.do(t, "GET", "/api/after", ""); code != 200 || body != "finished" {
+		t.Errorf("a request after the cut = %d %q, want 200 finished: the cut request's lease was not released", code, body)
 	}
 }
