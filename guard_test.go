@@ -265,3 +265,21 @@ func TestImportsPointInward(t *testing.T) {
 		}
 	}
 }
+
+// TestControlPlaneOnlyInTheService: go-control-plane's server, cache and
+// xDS types (its root module and its ratelimit module) serve the xDS
+// client of sluice serve --envoy-env and the management server of its
+// tests; a program that imports the library never downloads them.
+func TestControlPlaneOnlyInTheService(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if place(p.path) != "library" {
+			continue
+		}
+		for _, dep := range p.all {
+			if strings.HasPrefix(dep, "github.com/envoyproxy/go-control-plane/pkg/") ||
+				strings.HasPrefix(dep, "github.com/envoyproxy/go-control-plane/ratelimit/") {
+				t.Errorf("%s depends on %s; go-control-plane's server and xDS resources belong to the service and its tests", p.path, dep)
+			}
+		}
+	}
+}

@@ -357,7 +357,6 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 	case "FILE":
 	case "GRPC_XDS_SOTW":
 		e.xds = true
-		r.fail("CONFIG_TYPE", "GRPC_XDS_SOTW is not implemented yet; use FILE")
 	default:
 		r.fail("CONFIG_TYPE", "%q is not FILE or GRPC_XDS_SOTW", ct)
 	}

@@ -97,6 +97,8 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 			return &exitError{code: 1, err: fmt.Errorf("serve --envoy-env: %w", err)}
 		}
 		initial, m.sum = c, sum
+	} else if _, err := xdsCredentials(env.xdsClient); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("serve --envoy-env: %w", err)}
 	}
 	svc, err := newService(cfg, f, logger)
 	if err != nil {
@@ -111,6 +113,18 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 	}
 	if initial != nil {
 		svc.setEnvoy(initial, "runtime directory", env.runtimeDir)
+	}
+	if env.xds {
+		// The subscription starts before the service listens: without
+		// FORCE_START_WITHOUT_INITIAL_CONFIG, run waits for its first
+		// configuration.
+		xctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { svc.runXDS(xctx) })
+		defer func() {
+			cancel()
+			wg.Wait()
+		}()
 	}
 	return svc.run(ctx, nil)
 }
@@ -163,7 +177,7 @@ func (m *envoyMode) grpcOptions() []grpc.ServerOption {
 	e := m.env
 	opts := []grpc.ServerOption{grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge: e.maxConnAge, MaxConnectionAgeGrace: e.maxConnAgeGrace,
-	})}
+	}), grpc.ChainUnaryInterceptor(m.gateUnary)}
 	if e.maxStreams > 0 {
 		opts = append(opts, grpc.MaxConcurrentStreams(e.maxStreams))
 	}
@@ -224,6 +238,10 @@ func (s *service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	if err != nil {
 		http.Error(w, "reading the body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !s.env.loaded.Load() {
+		http.Error(w, "no rate limit configuration loaded yet", http.StatusServiceUnavailable)
 		return
 	}
 	var req rlsv3.RateLimitRequest
