@@ -121,3 +121,53 @@ func ExampleLimiter_Wait() {
 	// true <nil>
 	// true true
 }
+
+// A Penalty blocks a key that its policy refused, longer for each repeat
+// offence: here 5 attempts per minute, then a block of 5 minutes, doubled
+// by each offence within a day of the last block's end. The operator's
+// Unblock lets the key in again. The store's clock is a variable, so that
+// the output is exact.
+func ExamplePenalty() {
+	ctx := context.Background()
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	store := memstore.New(memstore.Options{Now: func() time.Time { return now }})
+	attempts := sluice.SlidingLog(5, time.Minute).Named("login")
+	attempts.Penalty = sluice.Penalty{BlockFor: 5 * time.Minute, Factor: 2, MaxBlock: 24 * time.Hour, ForgetAfter: 24 * time.Hour}
+	limiter, err := sluice.New(store, attempts)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	start := now
+	try := func(at time.Duration, cost int64) {
+		now = start.Add(at)
+		d, err := limiter.Allow(ctx, "alice", cost)
+		switch {
+		case err != nil:
+			fmt.Println(err)
+		case d.Allowed:
+			fmt.Printf("%-5v %d allowed\n", at, cost)
+		default:
+			fmt.Printf("%-5v %d refused, retry in %v\n", at, cost, d.RetryAfter)
+		}
+	}
+	try(0, 5)
+	try(0, 1)              // an offence: blocked for 5m
+	try(30*time.Second, 1) // blocked: no offence, nothing charged
+	try(5*time.Minute, 5)  // the block is over
+	try(5*time.Minute, 1)  // offence 2: 10m
+	try(10*time.Minute, 1) // blocked
+	if lifted, err := limiter.Unblock(ctx, "alice"); err == nil && lifted {
+		fmt.Println("unblocked")
+	}
+	try(10*time.Minute, 1)
+	// Output:
+	// 0s    5 allowed
+	// 0s    1 refused, retry in 5m0s
+	// 30s   1 refused, retry in 4m30s
+	// 5m0s  5 allowed
+	// 5m0s  1 refused, retry in 10m0s
+	// 10m0s 1 refused, retry in 5m0s
+	// unblocked
+	// 10m0s 1 allowed
+}

@@ -229,6 +229,25 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// Unblock lifts key's block under every policy with a Penalty and forgets
+// its offences, leaving what the key has spent as it is. It reports
+// whether the key was blocked under any of them.
+func (l *Limiter) Unblock(ctx context.Context, key string) (bool, error) {
+	ps := *l.policies.Load()
+	lifted := false
+	for i := range ps {
+		if ps[i].Penalty.IsZero() {
+			continue
+		}
+		ok, err := l.store.Unblock(ctx, time.Time{}, Request{Policy: &ps[i], Key: key})
+		if err != nil {
+			return lifted, err
+		}
+		lifted = lifted || ok
+	}
+	return lifted, nil
+}
+
 // Renew extends what lease holds by each concurrency policy's lease, for
 // a request that runs longer than its lease, and returns the time until
 // the first of them expires. It fails with an error wrapping

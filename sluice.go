@@ -151,6 +151,9 @@ type Policy struct {
 	Period    time.Duration
 	Burst     int64
 	Calendar  Calendar
+	// Penalty, when set, blocks a key that the policy refused, longer
+	// for each repeat offence (see Penalty). The zero value is none.
+	Penalty Penalty
 }
 
 // TokenBucket returns a token-bucket policy: limit units per period, bursts
@@ -229,7 +232,7 @@ func (p Policy) Validate() error {
 // valid policy whose Capacity·Period is below 2^60 µs (all but extreme ones)
 // with a few comparisons and one multiplication.
 func (p Policy) valid() bool {
-	if p.Algorithm >= numAlgorithms || p.Calendar != (Calendar{}) || p.Limit < 1 || p.Limit > MaxLimit ||
+	if p.Algorithm >= numAlgorithms || p.Calendar != (Calendar{}) || p.Penalty != (Penalty{}) || p.Limit < 1 || p.Limit > MaxLimit ||
 		p.Period <= 0 || p.Period > MaxPeriod || p.Period%time.Microsecond != 0 ||
 		p.Burst < 0 || p.Burst > MaxLimit {
 		return false
@@ -249,6 +252,14 @@ func (p Policy) problem() error {
 			where = fmt.Sprintf("policy %q", p.Name)
 		}
 		return fmt.Errorf("%w: %s: %s", ErrInvalidPolicy, where, fmt.Sprintf(format, args...))
+	}
+	if !p.Penalty.IsZero() {
+		if p.Algorithm == ConcurrencyAlgorithm {
+			return bad("a concurrency policy takes no penalty: it refuses what is in flight, not a rate")
+		}
+		if s := p.Penalty.problem(); s != "" {
+			return bad("%s", s)
+		}
 	}
 	switch {
 	case p.Algorithm >= numAlgorithms:
@@ -299,6 +310,9 @@ func (p Policy) String() string {
 	}
 	if p.Algorithm.HasBurst() {
 		s += fmt.Sprintf(" burst %d", p.Capacity())
+	}
+	if !p.Penalty.IsZero() {
+		s += ", " + p.Penalty.String()
 	}
 	if p.Name != "" {
 		s = p.Name + ": " + s

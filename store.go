@@ -184,8 +184,27 @@ type Request struct {
 //     other request keeps its estimate. A second Release, or one after
 //     SettleWithin has passed, settles nothing.
 //   - Reset puts Key back to its initial state under Policy, debt and
-//     all; under a concurrency policy it frees every hold (their leases
-//     then release nothing). Cost is ignored.
+//     all, its block and offences too (Penalty); under a concurrency
+//     policy it frees every hold (their leases then release nothing).
+//     Cost is ignored.
+//
+// Penalties (Policy.Penalty), for the rate policies:
+//   - Allow and AllowAll refuse a blocked key whatever its policy's state,
+//     and charge nothing; AllowAll then charges none of its requests, and
+//     its refusal is no offence of any of them. A refusal by a penalized
+//     policy itself (Allowed false, RetryAfter not Never; in AllowAll the
+//     policy's own decision) while no key of the call is blocked is an
+//     offence, which blocks the key from now; requests on one (policy,
+//     key) in one call offend once. Peek reports a block and starts none.
+//     Debit and Refund ignore blocks. The decisions of a blocked key are
+//     defined in Penalty's documentation and docs/algorithms.md.
+//   - Unblock lifts Key's block under Policy and forgets its offences,
+//     leaving the policy's own state as it is; it reports whether the key
+//     was blocked at now (a zero now means the store's clock). Cost is
+//     ignored; a policy without a penalty has nothing to lift.
+//   - Blocks live with the key's state: one lock in memory, one slot and
+//     one script in Redis, so that every instance on one backend sees the
+//     same block.
 type Store interface {
 	Allow(ctx context.Context, now time.Time, req Request) (Decision, error)
 	AllowAll(ctx context.Context, now time.Time, reqs []Request, out []Decision) (Decision, error)
@@ -195,6 +214,7 @@ type Store interface {
 	Debit(ctx context.Context, now time.Time, req Request) (Decision, error)
 	Refund(ctx context.Context, now time.Time, req Request) (Decision, error)
 	Reset(ctx context.Context, req Request) error
+	Unblock(ctx context.Context, now time.Time, req Request) (lifted bool, err error)
 }
 
 // Errors.

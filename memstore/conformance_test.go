@@ -11,7 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	sluicetest.Run(t, func(t *testing.T) sluice.Store {
 		return memstore.New(memstore.Options{})
-	}, sluicetest.Leases(), sluicetest.Usage())
+	}, sluicetest.Leases(), sluicetest.Usage(), sluicetest.Penalties())
 }
 
 // TestConformanceStoreClock runs the suite as for a store that ignores
@@ -20,5 +20,5 @@ func TestConformance(t *testing.T) {
 func TestConformanceStoreClock(t *testing.T) {
 	sluicetest.Run(t, func(t *testing.T) sluice.Store {
 		return memstore.New(memstore.Options{Shards: 1})
-	}, sluicetest.StoreClock(), sluicetest.Concurrency(32), sluicetest.Leases(), sluicetest.Usage())
+	}, sluicetest.StoreClock(), sluicetest.Concurrency(32), sluicetest.Leases(), sluicetest.Usage(), sluicetest.Penalties())
 }

@@ -110,7 +110,7 @@ type shard struct {
 	sweep int // cursor of the incremental sweep
 	cap   int // the most entries the shard may hold; 0 means no cap
 	conc  table[*concState]
-	_     [32]byte // to a whole number of cache lines
+	pen   table[algo.Block] // the blocks and offences of penalized policies
 }
 
 type logState struct {
@@ -231,9 +231,12 @@ type compiled struct {
 	err    error
 	fp     uint64
 	// tokenBucket is set for TokenBucketAlgorithm and GCRAAlgorithm, which
-	// decide alike and take Allow's shortest path.
+	// decide alike and take Allow's shortest path, without a penalty.
 	tokenBucket bool
 	pp          algo.Prepared
+	// penalized is set for a policy with a penalty, pen.
+	penalized bool
+	pen       algo.Penalty
 }
 
 // policyCacheSize is the number of compiled policies a Store keeps; more
@@ -262,7 +265,7 @@ func policySlot(p *sluice.Policy) uint64 {
 func (c *compiled) is(p *sluice.Policy) bool {
 	q := &c.policy
 	return q.Limit == p.Limit && q.Period == p.Period && q.Burst == p.Burst &&
-		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name) && q.Calendar == p.Calendar
+		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name) && q.Calendar == p.Calendar && q.Penalty == p.Penalty
 }
 
 // sameString is a == b without a call to compare the bytes in the common
@@ -287,7 +290,8 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 			f ^= maphash.String(s.seed, "\x00"+cal.String())
 		}
 		c.fp = splitmix.Mix(f)
-		c.tokenBucket = p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm
+		c.pen, c.penalized = engine.PenaltyParams(p)
+		c.tokenBucket = (p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm) && !c.penalized
 		c.pp = algo.Prepare(engine.Params(p))
 	}
 	slot.Store(c)
@@ -501,14 +505,25 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	locked, t := s.lockAll(now, idx, lbuf[:0])
 	defer s.unlockAll(locked)
 	// Decide without charging.
-	allowed := true
+	allowed, blocked := true, false
 	for i := range reqs {
 		r := s.shards[idx[i]].run(s, cs[i], &reqs[i], hs[i], t, sums[i], false, nil)
 		if r.RetryAfter == sluice.Never {
 			return decision(r, reqs[i].Policy.Limit), capacityError(&reqs[i])
 		}
 		allowed = allowed && r.Allowed
+		blocked = blocked || cs[i].penalized && s.shards[idx[i]].blocks(hs[i], t)
 		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
+	}
+	if !allowed && !blocked {
+		// A refusal by a penalized policy itself, while no key of the
+		// request is blocked, is that policy's offence.
+		for i := range reqs {
+			if cs[i].penalized && !ds[i].Allowed {
+				r := s.shards[idx[i]].offend(s, cs[i], hs[i], t, verdict(ds[i]))
+				ds[i] = decision(r, reqs[i].Policy.Limit)
+			}
+		}
 	}
 	var lease string
 	if allowed && anyLease(reqs) {
@@ -615,7 +630,9 @@ func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, id
 		case allowed:
 			s.shards[idx[i]].run(s, cs[i], r, hs[i], t, r.Cost, true, lt) // the decision is ds[i] already
 		case ds[i].Allowed:
-			ds[i] = s.shards[idx[i]].decide(s, cs[i], r, hs[i], t, 0, false, nil)
+			// The policy's own state: an offence of another request of
+			// the call on the same key may have blocked it since.
+			ds[i] = decision(s.shards[idx[i]].runOwn(s, cs[i], r, hs[i], t, 0, false, nil), r.Policy.Limit)
 			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
@@ -638,10 +655,74 @@ func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t,
 	return decision(sh.run(s, c, req, h, t, cost, commit, lt), req.Policy.Limit)
 }
 
-// run is decide's algorithm step, before its verdict becomes a Decision.
-// A request of cost 0 is a check: is a unit left after cost (the costs of
-// the requests before it on the same key), charging nothing.
+// run is decide's algorithm step, before its verdict becomes a Decision,
+// and, under a policy with a penalty, the penalty's: a blocked key is
+// refused without running the algorithm's charge, and when commit is set
+// a refusal by the policy itself starts a block.
 func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+	if !c.penalized {
+		return sh.runOwn(s, c, req, h, t, cost, commit, lt)
+	}
+	if i, found := sh.pen.find(h); found && sh.pen.slots[i].v.Blocks(t) {
+		return sh.pen.slots[i].v.During(t, sh.uncharged(s, c, req, h, t, cost))
+	}
+	own := sh.runOwn(s, c, req, h, t, cost, commit, lt)
+	if commit && algo.Offends(own) {
+		return sh.offend(s, c, h, t, own)
+	}
+	return own
+}
+
+// uncharged returns the policy's own verdict on req at t for cost, as a
+// block needs it: uncharged, and when admitted with the ResetAfter of the
+// state as it is.
+func (sh *shard) uncharged(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64) algo.Verdict {
+	own := sh.runOwn(s, c, req, h, t, cost, false, nil)
+	if own.Allowed {
+		own.ResetAfter = sh.step(s, c, req, h, t, 0, false, nil).ResetAfter
+	}
+	return own
+}
+
+// blocks reports whether the key of hash h is blocked at t.
+func (sh *shard) blocks(h uint64, t int64) bool {
+	i, found := sh.pen.find(h)
+	return found && sh.pen.slots[i].v.Blocks(t)
+}
+
+// offend records an offence at t of the key of hash h under the penalized
+// policy c, whose own refusal was own, and returns the verdict of the
+// block it starts; a key blocked already at t (by an earlier request of
+// the same AllowAll) is not offended again. sh.mu must be held.
+func (sh *shard) offend(s *Store, c *compiled, h uint64, t int64, own algo.Verdict) algo.Verdict {
+	i, found := sh.pen.find(h)
+	var b algo.Block
+	if found {
+		b = sh.pen.slots[i].v
+	}
+	if b.Blocks(t) {
+		return b.During(t, own)
+	}
+	b = c.pen.Offend(b, t)
+	if found {
+		sh.pen.slots[i].v = b
+	} else {
+		sh.makeRoom(s, t)
+		sh.pen.insert(h, b)
+		sh.sweepPen(t)
+	}
+	return b.During(t, own)
+}
+
+// verdict returns d as the algorithms' Verdict.
+func verdict(d sluice.Decision) algo.Verdict {
+	return algo.Verdict{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}
+}
+
+// runOwn is run without the penalty: the policy's own algorithm. A
+// request of cost 0 is a check: is a unit left after cost (the costs of
+// the requests before it on the same key), charging nothing.
+func (sh *shard) runOwn(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
 	if req.Cost == 0 {
 		return algo.Check(sh.step(s, c, req, h, t, cost, false, nil), sh.step(s, c, req, h, t, cost+1, false, nil))
 	}
@@ -775,7 +856,7 @@ func (sh *shard) addLog(s *Store, h uint64, t, period int64, ls *logState) {
 	sh.sweepLogs(t)
 }
 
-func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n + sh.conc.n }
+func (sh *shard) len() int { return sh.tat.n + sh.win.n + sh.logs.n + sh.conc.n + sh.pen.n }
 
 // sweepSteps is how many slots each insert examines for initial entries.
 const sweepSteps = 4
@@ -786,6 +867,10 @@ func (sh *shard) sweepTAT(t int64) {
 
 func (sh *shard) sweepWin(t int64) {
 	sweepTable(&sh.win, &sh.sweep, t, func(v algo.Window) int64 { return v.Expire }, nil)
+}
+
+func (sh *shard) sweepPen(t int64) {
+	sweepTable(&sh.pen, &sh.sweep, t, algo.Block.Expiry, nil)
 }
 
 func (sh *shard) sweepLogs(t int64) {
@@ -823,6 +908,8 @@ func (sh *shard) makeRoom(s *Store, t int64) {
 	}
 	start := int(uint64(t) * 0x9e3779b97f4a7c15 >> 1)
 	switch {
+	case sh.pen.n > sh.tat.n && sh.pen.n > sh.win.n && sh.pen.n > sh.logs.n:
+		evictOne(&sh.pen, start, algo.Block.Expiry)
 	case sh.tat.n >= sh.win.n && sh.tat.n >= sh.logs.n:
 		evictOne(&sh.tat, start, func(v algo.TAT) int64 { return v.Expiry() })
 	case sh.win.n >= sh.logs.n:
@@ -865,6 +952,7 @@ func (s *Store) Prune(now time.Time) int {
 		dropped += pruneTable(sh, &sh.win, t, func(v algo.Window) int64 { return v.Expire }, nil)
 		dropped += pruneTable(sh, &sh.logs, t, func(v *logState) int64 { return v.expire }, nil)
 		dropped += pruneTable(sh, &sh.conc, t, func(v *concState) int64 { return v.expire }, s.dropConc)
+		dropped += pruneTable(sh, &sh.pen, t, algo.Block.Expiry, nil)
 	}
 	return dropped + s.sweepSettlements(t)
 }

@@ -23,7 +23,7 @@ var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // The reference store must itself keep the contract, or comparing with it
 // proves nothing.
 func TestReferenceConformance(t *testing.T) {
-	sluicetest.Run(t, func(t *testing.T) sluice.Store { return newReference() })
+	sluicetest.Run(t, func(t *testing.T) sluice.Store { return newReference() }, sluicetest.Penalties())
 }
 
 // pruning is a memory store that, before some of the calls, drops every
@@ -78,6 +78,9 @@ func TestDecidesAsReference(t *testing.T) {
 				sluicetest.CompareStores(t, newReference(), c.new(), tr)
 				// Debits into debt, refunds and checks.
 				tr = sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Keys: 8, Usage: true})
+				sluicetest.CompareStores(t, newReference(), c.new(), tr)
+				// Blocks, their escalation and forgetting.
+				tr = sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Keys: 4, Usage: true, Policies: sluicetest.PenaltyPolicies()})
 				sluicetest.CompareStores(t, newReference(), c.new(), tr)
 			}
 		})
@@ -276,17 +279,23 @@ func TestMaxKeys(t *testing.T) {
 }
 
 // TestZeroAllocs checks that a decision on an existing key allocates
-// nothing, for each algorithm whose state is a fixed-size value, and for
-// Peek and AllowAll.
+// nothing, for each algorithm whose state is a fixed-size value, with a
+// penalty or not, and for Peek and AllowAll.
 func TestZeroAllocs(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New(memstore.Options{})
+	penalized := sluice.FixedWindow(1, time.Hour).Named("penalized")
+	penalized.Penalty = sluice.Penalty{BlockFor: time.Minute, Factor: 2, ForgetAfter: time.Hour}
+	withPenalty := sluice.TokenBucket(1_000_000, time.Second, 0).Named("with-penalty")
+	withPenalty.Penalty = penalized.Penalty
 	for _, p := range []sluice.Policy{
 		sluice.TokenBucket(1_000_000, time.Second, 0).Named("api"),
 		sluice.GCRA(1_000_000, time.Second, 0),
 		sluice.LeakyBucket(1_000_000, time.Second, 0),
 		sluice.FixedWindow(1_000_000_000, time.Hour),
 		sluice.SlidingWindow(1_000_000_000, time.Hour),
+		withPenalty, // admitted
+		penalized,   // blocked, after its first offence
 	} {
 		req := sluice.Request{Policy: &p, Key: "user-1234", Cost: 1}
 		now := t0

@@ -20,6 +20,7 @@ type reference struct {
 	tat  map[refKey]algo.TAT
 	win  map[refKey]algo.Window
 	logs map[refKey]*algo.Log
+	pen  map[refKey]algo.Block
 }
 
 type refKey struct {
@@ -27,10 +28,19 @@ type refKey struct {
 	key    string
 }
 
+// keyOf returns the map key of req's state: its policy without the
+// penalty (a policy's penalty does not separate its keys' state: changing
+// it keeps what the keys have spent) and its key.
+func keyOf(req *sluice.Request) refKey {
+	p := *req.Policy
+	p.Penalty = sluice.Penalty{}
+	return refKey{p, req.Key}
+}
+
 var _ sluice.Store = (*reference)(nil)
 
 func newReference() *reference {
-	return &reference{tat: map[refKey]algo.TAT{}, win: map[refKey]algo.Window{}, logs: map[refKey]*algo.Log{}}
+	return &reference{tat: map[refKey]algo.TAT{}, win: map[refKey]algo.Window{}, logs: map[refKey]*algo.Log{}, pen: map[refKey]algo.Block{}}
 }
 
 func check(req *sluice.Request) error {
@@ -87,7 +97,7 @@ func decisionOf(req *sluice.Request, res algo.Verdict) sluice.Decision {
 // verdict is decide's algorithm step.
 func (r *reference) verdict(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) algo.Verdict {
 	p := params(req)
-	k := refKey{*req.Policy, req.Key}
+	k := keyOf(req)
 	var res algo.Verdict
 	switch req.Policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
@@ -146,7 +156,7 @@ func (r *reference) debt(now time.Time, req sluice.Request, refund bool) (sluice
 	t := r.clamp(now)
 	p := params(&req)
 	pp := algo.Prepare(p)
-	k := refKey{*req.Policy, req.Key}
+	k := keyOf(&req)
 	var res algo.Verdict
 	switch a := req.Policy.Algorithm; {
 	case a == sluice.FixedWindowAlgorithm && refund:
@@ -179,11 +189,66 @@ func (r *reference) debt(now time.Time, req sluice.Request, refund bool) (sluice
 func (r *reference) Reset(_ context.Context, req sluice.Request) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := refKey{*req.Policy, req.Key}
+	k := keyOf(&req)
 	delete(r.tat, k)
 	delete(r.win, k)
 	delete(r.logs, k)
+	delete(r.pen, k)
 	return nil
+}
+
+func (r *reference) Unblock(_ context.Context, now time.Time, req sluice.Request) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := keyOf(&req)
+	lifted := r.pen[k].Blocks(r.clamp(now))
+	delete(r.pen, k)
+	return lifted, nil
+}
+
+// penalty returns req's penalty in the algorithms' units, and whether it
+// has one.
+func penalty(req *sluice.Request) (algo.Penalty, bool) {
+	q := req.Policy.Penalty
+	if q.IsZero() {
+		return algo.Penalty{}, false
+	}
+	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
+	p := algo.Penalty{BlockFor: us(q.BlockFor), Factor: max(q.Factor, 1), MaxBlock: us(q.MaxBlock), ForgetAfter: us(q.ForgetAfter)}
+	if q.MaxBlock == 0 {
+		p.MaxBlock = us(sluice.MaxPeriod)
+	}
+	return p, true
+}
+
+// penalize decides req for cost at t under its penalty: a blocked key is
+// refused, uncharged; otherwise the policy decides, and when commit is
+// set its refusal is an offence. r.mu must be held.
+func (r *reference) penalize(req *sluice.Request, t, cost int64, maxDelay time.Duration, commit bool) sluice.Decision {
+	pen, ok := penalty(req)
+	if !ok {
+		return r.decide(req, t, cost, maxDelay, commit)
+	}
+	k := keyOf(req)
+	b := r.pen[k]
+	if b.Blocks(t) {
+		own := verdictOf(r.decide(req, t, cost, maxDelay, false))
+		if own.Allowed {
+			own.ResetAfter = r.verdict(req, t, 0, 0, false).ResetAfter
+		}
+		return decisionOf(req, b.During(t, own))
+	}
+	d := r.decide(req, t, cost, maxDelay, commit)
+	if commit && algo.Offends(verdictOf(d)) {
+		b = pen.Offend(b, t)
+		r.pen[k] = b
+		return decisionOf(req, b.During(t, verdictOf(d)))
+	}
+	return d
+}
+
+func verdictOf(d sluice.Decision) algo.Verdict {
+	return algo.Verdict{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}
 }
 
 func (r *reference) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
@@ -210,7 +275,7 @@ func (r *reference) one(now time.Time, req sluice.Request, commit bool) (sluice.
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.decide(&req, r.clamp(now), req.Cost, req.MaxDelay, commit)
+	d := r.penalize(&req, r.clamp(now), req.Cost, req.MaxDelay, commit)
 	if d.RetryAfter == sluice.Never {
 		return d, errCapacity
 	}
@@ -236,19 +301,36 @@ func (r *reference) AllowAll(_ context.Context, now time.Time, reqs []sluice.Req
 	defer r.mu.Unlock()
 	t := r.clamp(now)
 	ds := make([]sluice.Decision, len(reqs))
-	allowed := true
+	allowed, blocked := true, false
 	for i := range reqs {
 		cost := reqs[i].Cost
 		for j := range i {
-			if reqs[j].Policy == reqs[i].Policy && reqs[j].Key == reqs[i].Key {
+			if keyOf(&reqs[j]) == keyOf(&reqs[i]) {
 				cost += reqs[j].Cost
 			}
 		}
-		ds[i] = r.decide(&reqs[i], t, cost, reqs[i].MaxDelay, false)
+		ds[i] = r.penalize(&reqs[i], t, cost, reqs[i].MaxDelay, false)
 		if ds[i].RetryAfter == sluice.Never {
 			return ds[i], errCapacity
 		}
 		allowed = allowed && ds[i].Allowed
+		blocked = blocked || r.pen[keyOf(&reqs[i])].Blocks(t)
+	}
+	if !allowed && !blocked {
+		// Each penalized policy that refused offends, once per key.
+		for i := range reqs {
+			pen, ok := penalty(&reqs[i])
+			k := keyOf(&reqs[i])
+			if !ok || ds[i].Allowed {
+				continue
+			}
+			b := r.pen[k]
+			if !b.Blocks(t) {
+				b = pen.Offend(b, t)
+				r.pen[k] = b
+			}
+			ds[i] = decisionOf(&reqs[i], b.During(t, verdictOf(ds[i])))
+		}
 	}
 	for i := range reqs {
 		switch {

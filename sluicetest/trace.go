@@ -117,6 +117,28 @@ func TracePolicies() []sluice.Policy {
 	}
 }
 
+// PenaltyPolicies returns policies of every rate algorithm with penalties
+// (sluice.Penalty) whose blocks, escalation and forgetting a random trace
+// meets often: blocks from a millisecond to an hour, factors 1 to 3,
+// offences forgotten after seconds to hours, and two policies with equal
+// numbers and different penalties, which share their keys' state.
+func PenaltyPolicies() []sluice.Policy {
+	with := func(p sluice.Policy, block time.Duration, factor int64, most, forget time.Duration) sluice.Policy {
+		p.Penalty = sluice.Penalty{BlockFor: block, Factor: factor, MaxBlock: most, ForgetAfter: forget}
+		return p
+	}
+	return []sluice.Policy{
+		with(sluice.TokenBucket(7, 13*time.Second, 3).Named("tb"), 10*time.Second, 2, time.Hour, time.Minute),
+		with(sluice.TokenBucket(7, 13*time.Second, 3).Named("tb"), time.Second, 3, 0, 3*time.Hour),
+		with(sluice.GCRA(5, 2*time.Second, 0).Named("gcra"), time.Millisecond, 3, time.Minute, 10*time.Second),
+		with(sluice.LeakyBucket(3, time.Second, 4).Named("leaky"), 333*time.Millisecond+1, 1, 0, 0),
+		with(sluice.FixedWindow(10, time.Minute).Named("fixed"), time.Minute, 2, 24*time.Hour, time.Hour),
+		with(sluice.SlidingLog(6, 90*time.Second).Named("log"), 7*time.Second, 2, 0, 10*time.Minute),
+		with(sluice.SlidingWindow(9, 10*time.Minute).Named("window"), time.Hour, 2, 4*time.Hour, 6*time.Hour),
+		with(sluice.SlidingWindow(sluice.MaxLimit, 7*time.Hour).Named("window-huge"), time.Second, 1000, sluice.MaxPeriod, sluice.MaxPeriod),
+	}
+}
+
 // RandomTrace returns a trace made from seed: Allow, Peek and AllowAll calls
 // (over two or three policies of one key, sometimes with a policy twice) on
 // several keys, with random costs, random leaky-bucket MaxDelays and random

@@ -50,3 +50,22 @@ func ViewState(p *sluice.Policy, v algo.View, tracked bool, d sluice.Decision) s
 	}
 	return st
 }
+
+// PenaltyParams returns p's penalty in the algorithms' units, its defaults
+// filled in (Factor 0 is 1, MaxBlock 0 is sluice.MaxPeriod), and whether p
+// has one. p must be valid.
+func PenaltyParams(p *sluice.Policy) (algo.Penalty, bool) {
+	q := p.Penalty
+	if q.IsZero() {
+		return algo.Penalty{}, false
+	}
+	if q.MaxBlock == 0 {
+		q.MaxBlock = sluice.MaxPeriod
+	}
+	return algo.Penalty{
+		BlockFor:    int64(q.BlockFor / time.Microsecond),
+		Factor:      max(q.Factor, 1),
+		MaxBlock:    int64(q.MaxBlock / time.Microsecond),
+		ForgetAfter: int64(q.ForgetAfter / time.Microsecond),
+	}, true
+}

@@ -197,3 +197,8 @@ func (f Failing) Renew(context.Context, time.Time, string) (time.Duration, error
 
 // Reset returns Err.
 func (f Failing) Reset(context.Context, sluice.Request) error { return f.Err }
+
+// Unblock returns Err.
+func (f Failing) Unblock(context.Context, time.Time, sluice.Request) (bool, error) {
+	return false, f.Err
+}

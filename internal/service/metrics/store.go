@@ -116,6 +116,11 @@ func (s *Store) Reset(ctx context.Context, req sluice.Request) error {
 	return s.next.Reset(ctx, req)
 }
 
+// Unblock implements sluice.Store.
+func (s *Store) Unblock(ctx context.Context, now time.Time, req sluice.Request) (bool, error) {
+	return s.next.Unblock(ctx, now, req)
+}
+
 // Renew implements sluice.Store.
 func (s *Store) Renew(ctx context.Context, now time.Time, lease string) (time.Duration, error) {
 	return s.next.Renew(ctx, now, lease)
