@@ -169,7 +169,11 @@ type Store struct {
 	dialing *dial // the connection attempt in progress, if any
 	closed  atomic.Bool
 	wg      sync.WaitGroup
-	users   *users // goroutines using the client
+	// deafen stops hearRefunds, which closes deaf when it returns; both
+	// nil when local refusals are off.
+	deafen context.CancelFunc
+	deaf   chan struct{}
+	users  *users // goroutines using the client
 }
 
 // dial is one attempt to connect; err is set before done is closed.
@@ -257,19 +261,46 @@ func New(opts Options) (*Store, error) {
 	if opts.Client != nil {
 		c := opts.Client
 		s.client.Store(&c)
-		return s, nil
+	} else {
+		s.own = true
+		s.clientOpt = opts.ClientOption
+		if len(opts.Addrs) > 0 {
+			s.clientOpt.InitAddress = append([]string(nil), opts.Addrs...)
+		}
+		s.clientOpt.DisableCache = true
+		// Connect now if Redis is there; if not, the first calls retry.
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		s.conn(ctx)
+		cancel()
 	}
-	s.own = true
-	s.clientOpt = opts.ClientOption
-	if len(opts.Addrs) > 0 {
-		s.clientOpt.InitAddress = append([]string(nil), opts.Addrs...)
-	}
-	s.clientOpt.DisableCache = true
-	// Connect now if Redis is there; if not, the first calls retry.
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	s.conn(ctx)
+	s.listen()
 	return s, nil
+}
+
+// listen starts hearing other instances' refunds when the store keeps
+// local refusals, and, when it has a connection, waits (within the
+// store's timeout) for the first subscription, so that local refusals
+// work from the first refusal on.
+func (s *Store) listen() {
+	if s.refusals == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.deafen, s.deaf = cancel, make(chan struct{})
+	tried := make(chan struct{})
+	go func() {
+		defer close(s.deaf)
+		s.hearRefunds(ctx, tried)
+	}()
+	if s.client.Load() == nil {
+		return
+	}
+	t := time.NewTimer(s.timeout)
+	defer t.Stop()
+	select {
+	case <-tried:
+	case <-t.C:
+	}
 }
 
 // Close closes the connection the store made (not a Client passed in
@@ -284,6 +315,10 @@ func (s *Store) Close() error {
 	}
 	s.closed.Store(true)
 	s.mu.Unlock()
+	if s.deafen != nil {
+		s.deafen()
+		<-s.deaf
+	}
 	s.wg.Wait()
 	// Calls in flight end within the timeout; nothing is sent after.
 	s.users.close()
@@ -555,7 +590,7 @@ func (s *Store) learn(c *compiled, key, userKey string, inKey bool, old *entry, 
 		// A call sent before the latest refund may have seen the state
 		// before it: never kept.
 		if e, ok := newEntry(c, st, caller, sent, reset); ok {
-			rf.put(key, userKey, inKey, e)
+			rf.put(key, userKey, inKey, e, sent)
 			return
 		}
 		s.report(fmt.Errorf("redisstore: malformed state %v from the script for %q", st, key))

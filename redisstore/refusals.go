@@ -49,9 +49,13 @@ type LocalRefusals struct {
 	// it, the next request on the key goes to Redis, whose answer replaces
 	// the state. Other instances only add to a key's state, except when
 	// they give units back (Refund, a settlement below its estimate,
-	// Reset), which this store cannot see: MaxAge bounds how long such a
-	// refund can go unseen here (a refund by this store is seen at once).
-	// Default DefaultLocalRefusalMaxAge (1 s); negative for no bound.
+	// Reset): each such script publishes the key on the channel Prefix +
+	// "refunded", which the store subscribes to on a connection of its
+	// own, dropping the key's state when it hears it. While it is not
+	// subscribed (Redis down, say) it learns no new state and keeps those
+	// it has; once subscribed again it drops them all. MaxAge bounds, in
+	// any case, how long a state refuses. Default DefaultLocalRefusalMaxAge
+	// (1 s); negative for no bound.
 	MaxAge time.Duration
 }
 
@@ -100,10 +104,15 @@ type refusals struct {
 	maxBytes   int       // per shard
 	base       time.Time // the origin of mono
 	// refunded is when (mono) the store last gave units back to a key
-	// (Refund, Reset, a settlement below its estimate): a state from a
-	// call sent before then is not kept (see Store.forget).
+	// (Refund, Reset, a settlement below its estimate), heard that another
+	// instance did, or subscribed to hear it: a state from a call sent
+	// before then is not kept (see Store.forget and Store.hearRefunds).
 	refunded atomic.Int64
-	maxAge   int64 // LocalRefusals.MaxAge in µs
+	// live reports that the store hears the refunds of other instances
+	// (see Store.hearRefunds): only then are states learnt, and the cache
+	// is emptied whenever it starts again.
+	live   atomic.Bool
+	maxAge int64 // LocalRefusals.MaxAge in µs
 
 	// remote counts the calls that were not refused locally (the calls
 	// refused locally are counted by policy name, in byName), so that a
@@ -299,7 +308,13 @@ func (rf *refusals) get(key []byte, p *sluice.Policy) *entry {
 // userKey (the caller's key), in its hot slot. inKey says that userKey is
 // part of key (AllowAll's; see Store.learnMany), which holds no memory of
 // its own and is not counted.
-func (rf *refusals) put(key, userKey string, inKey bool, e *entry) {
+//
+// Nothing is stored from a call sent (mono) at or before the latest refund
+// (see refunded), nor while the store does not hear other instances'
+// refunds (see live): checked under the shard's lock, which the removal
+// after a refund takes too, so that a state learnt before a refund never
+// outlives it.
+func (rf *refusals) put(key, userKey string, inKey bool, e *entry, sent int64) {
 	e.size = EntryBytes(len(key), 0)
 	if !inKey {
 		e.size += len(userKey)
@@ -321,6 +336,9 @@ func (rf *refusals) put(key, userKey string, inKey bool, e *entry) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	remove(sh, key)
+	if sent <= rf.refunded.Load() || !rf.live.Load() {
+		return
+	}
 	for len(sh.m) > 0 && (len(sh.m) >= rf.maxEntries || sh.bytes+e.size > rf.maxBytes) {
 		sh.evictOne(now)
 	}
@@ -363,6 +381,18 @@ func (sh *refusalShard) evictOne(now int64) {
 		}
 	}
 	remove(sh, victim)
+}
+
+// clear removes every entry.
+func (rf *refusals) clear() {
+	for i := range rf.shards {
+		sh := &rf.shards[i]
+		sh.mu.Lock()
+		for k := range sh.m {
+			remove(sh, k)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // drop removes key's entry, if any.

@@ -147,7 +147,7 @@ func (s *Store) debt(ctx context.Context, now time.Time, req *sluice.Request, op
 	}
 	key := c.key(s.prefix, req.Key)
 	cost := min(req.Cost, maxUsageCost)
-	vals, err := s.eval(ctx, script, []string{key}, []string{nowArg, op, c.code, c.l, p, c.b, strconv.FormatInt(cost, 10), ""}, nil)
+	vals, err := s.eval(ctx, script, []string{key}, []string{nowArg, op, c.code, c.l, p, c.b, strconv.FormatInt(cost, 10), "", refundChannel(s.prefix)}, nil)
 	if err == nil {
 		var d sluice.Decision
 		if len(vals) != replyWidth || vals[4] != 0 {
@@ -218,7 +218,7 @@ func (s *Store) Reset(ctx context.Context, req sluice.Request) error {
 		return err
 	}
 	key := c.key(s.prefix, req.Key)
-	vals, err := s.eval(ctx, script, []string{key}, []string{"", opReset, c.code}, nil)
+	vals, err := s.eval(ctx, script, []string{key}, []string{"", opReset, c.code, refundChannel(s.prefix)}, nil)
 	if err == nil && (len(vals) != 1 || vals[0] != 1) {
 		err = s.malformed(vals)
 		s.report(err)
@@ -302,7 +302,7 @@ func (s *Store) settleLease(ctx context.Context, now time.Time, id leaseID, st *
 		return 0, false, err
 	}
 	keys := slices.Concat(st.conc, st.rate, []string{settleKey(s.prefix, st.rate[0], id.text())})
-	args := slices.Concat([]string{nowArg, opRelease, id.text(), strconv.Itoa(len(st.conc)), strconv.Itoa(len(st.rate))}, st.args, st.usage)
+	args := slices.Concat([]string{nowArg, opRelease, id.text(), strconv.Itoa(len(st.conc)), strconv.Itoa(len(st.rate))}, st.args, st.usage, []string{refundChannel(s.prefix)})
 	v, err := s.eval(ctx, script, keys, args, nil)
 	if err != nil {
 		return 0, false, err

@@ -470,15 +470,84 @@ func TestDeepDebtBands(t *testing.T) {
 	}
 }
 
-// TestRefundOnAnotherStore checks that a refund by one store reaches the
-// local refusals of another on the same Redis within LocalRefusals.MaxAge:
-// the second store refuses locally until then at most, and admits after.
+// TestRefundOnAnotherStore checks that a refund, a settlement below its
+// estimate and a reset by one store reach the local refusals of another
+// on the same Redis through the refund channel: with no MaxAge to fall
+// back on, the other store would refuse the key locally for ever.
 func TestRefundOnAnotherStore(t *testing.T) {
+	t.Run("single", func(t *testing.T) { refundOnAnotherStore(t, []string{testkit.StartRedis(t).Addr}) })
+	t.Run("cluster", func(t *testing.T) {
+		// The message is published on the key's master and heard on
+		// whichever node each store subscribed through.
+		c := testkit.StartRedisCluster(t, testkit.RedisClusterOptions{})
+		refundOnAnotherStore(t, c.Addrs)
+	})
+}
+
+func refundOnAnotherStore(t *testing.T, addrs []string) {
+	ctx := t.Context()
+	a := newTestStore(t, addrs, Options{Failure: FailError, LocalRefusals: LocalRefusals{MaxAge: -1}})
+	b := newTestStore(t, addrs, Options{Failure: FailError, Prefix: a.prefix})
+	p := sluice.FixedWindow(10, 24*time.Hour).Named("daily")
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
+	refusedLocally := func(what string) {
+		t.Helper()
+		n := a.LocalRefusalStats().Local
+		for range 2 {
+			if d, err := a.Allow(ctx, time.Time{}, req); err != nil || d.Allowed {
+				t.Fatalf("%s: Allow = %+v, %v; want refused", what, d, err)
+			}
+		}
+		if a.LocalRefusalStats().Local == n {
+			t.Fatalf("%s: no local refusal", what)
+		}
+	}
+	heard := func(what string) {
+		t.Helper()
+		testkit.WaitFor(t, 5*time.Second, what+" to reach the other store", func() bool {
+			d, err := a.Allow(ctx, time.Time{}, req)
+			return err == nil && d.Allowed
+		})
+	}
+
+	if _, err := b.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
+		t.Fatal(err)
+	}
+	refusedLocally("in debt")
+	if _, err := b.Refund(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
+		t.Fatal(err)
+	}
+	heard("a refund")
+
+	d, err := b.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 9, SettleWithin: time.Hour})
+	if err != nil || !d.Allowed {
+		t.Fatalf("estimate of 9 = %+v, %v", d, err)
+	}
+	refusedLocally("at the limit after an estimate")
+	if ok, err := b.Release(ctx, time.Time{}, d.Lease, []int64{1}); err != nil || !ok {
+		t.Fatalf("settle = %v, %v", ok, err)
+	}
+	heard("a settlement below the estimate")
+
+	if _, err := b.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 20}); err != nil {
+		t.Fatal(err)
+	}
+	refusedLocally("in debt again")
+	if err := b.Reset(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	heard("a reset")
+}
+
+// TestRefundWhileDeaf checks that a store whose subscription to the
+// refund channel broke drops every local refusal when it subscribes
+// again, so a refund it could not hear leaves no stale refusal behind
+// from then on; and that it refuses locally again after.
+func TestRefundWhileDeaf(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	ctx := t.Context()
-	const maxAge = 200 * time.Millisecond
-	a := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{MaxAge: maxAge}})
-	b := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, Prefix: a.prefix})
+	a := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{MaxAge: -1}})
+	b := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, Prefix: a.prefix, LocalRefusals: LocalRefusals{Off: true}})
 	p := sluice.FixedWindow(10, 24*time.Hour).Named("daily")
 	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
 	if _, err := b.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
@@ -492,16 +561,34 @@ func TestRefundOnAnotherStore(t *testing.T) {
 	if a.LocalRefusalStats().Local == 0 {
 		t.Fatal("no local refusal")
 	}
+	// Break every subscriber's connection, and refund while a cannot hear.
+	c := testkit.RedisClient(t, srv.Addr)
+	if err := c.Do(ctx, c.B().ClientKill().TypePubsub().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the store to notice its broken subscription", func() bool { return !a.refusals.live.Load() })
 	if _, err := b.Refund(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
 		t.Fatal(err)
 	}
-	refunded := time.Now()
-	testkit.WaitFor(t, 5*time.Second, "the refund to reach the other store", func() bool {
-		d, err := a.Allow(ctx, time.Time{}, req)
-		return err == nil && d.Allowed
-	})
-	if el := time.Since(refunded); el > maxAge+time.Second {
-		t.Errorf("the refund reached the other store after %v, want about MaxAge, %v", el, maxAge)
+	testkit.WaitFor(t, 10*time.Second, "the store to subscribe again", func() bool { return a.refusals.live.Load() })
+	n := a.LocalRefusalStats().Local
+	if d, err := a.Allow(ctx, time.Time{}, req); err != nil || !d.Allowed {
+		t.Fatalf("Allow after a refund the store could not hear = %+v, %v; want admitted", d, err)
+	}
+	if a.LocalRefusalStats().Local != n {
+		t.Fatal("refused locally after an unheard refund, once subscribed again")
+	}
+	// Subscribed again, it keeps refusals again.
+	if _, err := b.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "k", Cost: 15}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if d, err := a.Allow(ctx, time.Time{}, req); err != nil || d.Allowed {
+			t.Fatalf("Allow in debt = %+v, %v", d, err)
+		}
+	}
+	if a.LocalRefusalStats().Local == n {
+		t.Fatal("no local refusal once subscribed again")
 	}
 }
 

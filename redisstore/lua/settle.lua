@@ -8,7 +8,9 @@
 -- ARGV: now (see lib.lua), 'r', the lease id, nc, ne, for each estimate
 --   key its algorithm's code, L, P and B (as many.lua takes them), then
 --   the number of usage values and the values (each the actual cost of
---   the request of that index, or -1 for none).
+--   the request of that index, or -1 for none), and last the channel on
+--   which a refund publishes its key, for other stores' local refusals
+--   (refunds.go).
 -- Reply: the units freed, the expired holds dropped at each concurrency
 --   key, 1 if the lease still had estimates to settle (0 if it had been
 --   settled, or its settlement expired), then for each estimate key the
@@ -75,6 +77,9 @@ for k = 1, #rec, 5 do
         per[j][1] = per[j][1] + used - est
       else
         usage(KEYS[nc + j], code, L, P, B, NOW, est - used, at, true)
+        if per[j][2] == 0 then
+          call('PUBLISH', ARGV[#ARGV], KEYS[nc + j])
+        end
         per[j][2] = per[j][2] + est - used
       end
     end
