@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v git >/dev/null 2>&1 || need+=(git)             # test/deploy: release builds of fresh clones
 command -v openssl >/dev/null 2>&1 || need+=(openssl) # cmd/sluice: the TLS steps of docs/operations.md
 command -v caddy >/dev/null 2>&1 || need+=(caddy)   # test/e2e: forward_auth in front of sluice
 # test/e2e: auth_request in front of sluice (Debian installs it in /usr/sbin)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -217,5 +218,64 @@ func TestReloadUnderLoad(t *testing.T) {
 	t.Logf("%d decisions answered during %d reloads", answered.Load(), reloads)
 	if failed.Load() != 0 || answered.Load() == 0 {
 		t.Errorf("%d requests failed and %d were answered during the reloads, want none failed", failed.Load(), answered.Load())
+	}
+}
+
+// swapConfigMap writes content as the kubelet updates a mounted
+// ConfigMap: into a new timestamped directory, then points the ..data
+// symlink at it by renaming a new symlink over it (one atomic step), and
+// removes the old directory. dir/sluice.yaml is a symlink to
+// ..data/sluice.yaml throughout. mod is the file's modification time.
+func swapConfigMap(t *testing.T, dir, version, content string, mod time.Time) {
+	t.Helper()
+	ts := filepath.Join(dir, "..2026_12_03_"+version)
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFileAt(t, filepath.Join(ts, "sluice.yaml"), content, mod)
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "sluice.yaml")); err != nil {
+		if err := os.Symlink(filepath.Join("..data", "sluice.yaml"), filepath.Join(dir, "sluice.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReloadConfigMapSwap reloads a configuration mounted as Kubernetes
+// mounts a ConfigMap, through its symlinks. The new file has the size
+// and modification time of the old one: only the file it resolves to
+// differs, and the watcher must see that.
+func TestReloadConfigMapSwap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mod := time.Date(2026, 12, 3, 22, 0, 0, 0, time.UTC)
+	swapConfigMap(t, dir, "1", reloadV1, mod)
+	path := filepath.Join(dir, "sluice.yaml")
+	in := startServe(t, "--config", path, "--watch", "20ms")
+	if !in.known(t, "gone") {
+		t.Fatal("limit gone is not served at start")
+	}
+	v2 := strings.Replace(reloadV1, "gone", "news", 1) // the same size
+	swapConfigMap(t, dir, "2", v2, mod)
+	testkit.WaitFor(t, waitTimeout, "the swapped ConfigMap to be loaded", func() bool { return in.known(t, "news") })
+	if in.known(t, "gone") {
+		t.Errorf("limit gone is still served after the swap")
+	}
+	swapConfigMap(t, dir, "3", reloadV1, mod)
+	testkit.WaitFor(t, waitTimeout, "the second swap to be loaded", func() bool { return in.known(t, "gone") })
+	if got := in.metric(t, "sluice_config_reloads_total"); got != "2" {
+		t.Errorf("sluice_config_reloads_total = %q, want 2", got)
 	}
 }
