@@ -21,6 +21,23 @@ type Plan struct {
 	Name string
 	// Limits name entries of the limits section; empty means unlimited.
 	Limits []string
+	// Usage holds, by limit name, the limits of the plan charged what the
+	// upstream's response reports (a token budget) rather than the rule's
+	// plan cost; nil when there are none.
+	Usage map[string]PlanUsage
+}
+
+// PlanUsage is how a plan's limit is charged by the usage the upstream's
+// response reports, as a rule limit's usage is (RuleLimit.Usage).
+type PlanUsage struct {
+	// Spec is where the usage is read, as a rule limit's usage.
+	Spec string
+	// Cost is the estimate charged when the request is decided: 0 (by
+	// default) admits while the budget has a unit left.
+	Cost int64
+	// SettleWithin is how long after the decision the usage may settle
+	// the estimate: settle_within, else the limit's.
+	SettleWithin time.Duration
 }
 
 // Unlimited reports whether the plan has no limits.
@@ -104,7 +121,7 @@ const (
 // Plan returns the plan with the given name.
 func (c *Config) Plan(name string) (Plan, bool) {
 	p, ok := c.plans[name]
-	p.Limits = slices.Clone(p.Limits)
+	p.Limits, p.Usage = slices.Clone(p.Limits), maps.Clone(p.Usage)
 	return p, ok
 }
 
@@ -112,7 +129,7 @@ func (c *Config) Plan(name string) (Plan, bool) {
 func (c *Config) Plans() []Plan {
 	out := make([]Plan, 0, len(c.plans))
 	for _, p := range c.plans {
-		p.Limits = slices.Clone(p.Limits)
+		p.Limits, p.Usage = slices.Clone(p.Limits), maps.Clone(p.Usage)
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b Plan) int { return strings.Compare(a.Name, b.Name) })
@@ -139,7 +156,9 @@ func (c *Config) PlanTables() []PlanTable {
 const unlimited = "unlimited"
 
 // plansSection decodes the plans section: NAME: [LIMIT, ...] or
-// NAME: unlimited, where each LIMIT is a limit's name or {limit: NAME}.
+// NAME: unlimited, where each LIMIT is a limit's name or {limit: NAME},
+// with usage (and then cost and settle_within) for a limit charged what
+// the upstream's response reports.
 func (d *decoder) plansSection(top object, limits map[string]Limit) map[string]Plan {
 	out := make(map[string]Plan)
 	for _, e := range d.entries(top, "plans", "a plan name", d.declaredPlans) {
@@ -170,9 +189,11 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 		}
 		ep := index(path, i)
 		var lv *yaml.Node
+		var o object
+		entry := ep
 		if ee := deref(e); ee.Kind == yaml.MappingNode {
-			o, ok := d.mapping(ee, ee, ep, "limit")
-			if !ok {
+			var ok bool
+			if o, ok = d.mapping(ee, ee, ep, "limit", "usage", "cost", "settle_within"); !ok {
 				good = false
 				continue
 			}
@@ -205,9 +226,69 @@ func (d *decoder) plan(n *yaml.Node, path, name string, limits map[string]Limit)
 			}
 			seen[s] = i
 			p.Limits = append(p.Limits, s)
+			if o.fields == nil {
+				continue
+			}
+			if u, set, ok := d.planUsage(o, entry, limits[s]); !ok {
+				good = false
+			} else if set {
+				if p.Usage == nil {
+					p.Usage = make(map[string]PlanUsage)
+				}
+				p.Usage[s] = u
+			}
 		}
 	}
 	return p, good
+}
+
+// planUsage decodes the usage, cost and settle_within of a plan's entry o
+// at path, for limit l, and reports whether usage is set.
+func (d *decoder) planUsage(o object, path string, l Limit) (u PlanUsage, set, ok bool) {
+	uv := o.get("usage")
+	if uv == nil {
+		for _, k := range []string{"cost", "settle_within"} {
+			if o.get(k) != nil {
+				d.add(o.fields[k].key, join(path, k), "applies only with usage: a plan's limits are charged the rule's plan cost (plan.cost) or the request's cost, a limit with usage the estimate cost and then what the response reports")
+				return u, false, false
+			}
+		}
+		return u, false, true
+	}
+	up, at := join(path, "usage"), o.fields["usage"].key
+	s, good := d.nonEmpty(uv, up)
+	if !good || !d.usageSpec(uv, up, s) {
+		return u, true, false
+	}
+	switch {
+	case l.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
+		d.add(at, up, "limit %q is a concurrency limit: it holds a slot while the request runs and charges nothing to settle; remove usage", l.Name())
+		return u, true, false
+	case l.Shadow:
+		d.add(at, up, "limit %q is a dry run (shadow: true), which is charged apart from the request and not settled; remove usage or shadow", l.Name())
+		return u, true, false
+	}
+	u = PlanUsage{Spec: s, SettleWithin: l.Settle()}
+	if v := o.get("cost"); v != nil {
+		cp := join(path, "cost")
+		c, ok := d.integer(v, cp, 0, sluice.MaxLimit)
+		if !ok {
+			return u, true, false
+		}
+		if c > l.Policy.Capacity() {
+			d.add(deref(v), cp, "%d exceeds the capacity of limit %q (%d): no request could ever pass", c, l.Name(), l.Policy.Capacity())
+			return u, true, false
+		}
+		u.Cost = c
+	}
+	if v := o.get("settle_within"); v != nil {
+		x, ok := d.duration(v, join(path, "settle_within"), MaxSettleWithin)
+		if !ok {
+			return u, true, false
+		}
+		u.SettleWithin = x
+	}
+	return u, true, true
 }
 
 // planTables decodes the plan_tables section. A table file is read now,
@@ -429,6 +510,9 @@ func (d *decoder) planCostFits(at *yaml.Node, path string, cost int64) bool {
 	good := true
 	for _, name := range sortedKeys(d.plans) {
 		for _, ln := range d.plans[name].Limits {
+			if _, byUsage := d.plans[name].Usage[ln]; byUsage {
+				continue // charged its own estimate
+			}
 			if l := d.limitsByName[ln]; cost > l.Policy.Capacity() {
 				d.add(at, join(path, "cost"), "%d exceeds the capacity of limit %q (%d) of plan %q: no request on that plan could pass", cost, ln, l.Policy.Capacity(), name)
 				good = false

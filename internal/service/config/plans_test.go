@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,8 +16,20 @@ func TestPlans(t *testing.T) {
 	for _, p := range c.Plans() {
 		got = append(got, p.Name+"="+strings.Join(p.Limits, "+"))
 	}
-	if want := "free=free-hourly internal= pro=pro-hourly+pro-burst"; strings.Join(got, " ") != want {
+	if want := "free=free-hourly internal= pro=pro-hourly+pro-burst team=free-hourly+team-tokens team-plus=team-tokens"; strings.Join(got, " ") != want {
 		t.Errorf("Plans() = %v, want %s", got, want)
+	}
+	// A plan's token budget: the estimate and settle_within default to 0
+	// and the limit's; a plan's limit without usage has none.
+	for name, want := range map[string]map[string]PlanUsage{
+		"free":      nil,
+		"team":      {"team-tokens": {Spec: "openai", SettleWithin: 5 * time.Minute}},
+		"team-plus": {"team-tokens": {Spec: "header:X-Tokens", Cost: 50, SettleWithin: 10 * time.Minute}},
+	} {
+		p, _ := c.Plan(name)
+		if !maps.Equal(p.Usage, want) {
+			t.Errorf("Plan(%s).Usage = %v, want %v", name, p.Usage, want)
+		}
 	}
 	if p, ok := c.Plan("internal"); !ok || !p.Unlimited() {
 		t.Errorf("Plan(internal) = %+v, %v, want unlimited", p, ok)

@@ -58,6 +58,9 @@ type item struct {
 	limit config.Limit
 	key   string
 	cost  int64
+	// settle, when not zero, is how long a leased estimate may be settled
+	// (a plan's limit charged by usage), else the limit's settle_within.
+	settle time.Duration
 	// override reports that a runtime override replaced the limit's
 	// policy; named, that the answer names the policy (a plan's check).
 	override, named bool
@@ -640,6 +643,8 @@ func checkOf(it *item, lease bool) engine.Check {
 	switch {
 	case it.limit.Shadow:
 		c.Mode = engine.Shadow
+	case lease && rate && it.settle > 0:
+		c.SettleWithin = it.settle
 	case lease && rate:
 		c.SettleWithin = it.limit.Settle()
 	}

@@ -65,7 +65,13 @@ func (h *Handler) planCheck(r *http.Request, st *state, body *checkBody) ([]item
 		if !ok {
 			return nil, true, "", &requestError{http.StatusInternalServerError, fmt.Sprintf("plan %q names no limit %q", name, ln)}
 		}
-		items = append(items, item{limit: l, key: key, cost: cost, named: true})
+		it := item{limit: l, key: key, cost: cost, named: true}
+		if u, ok := cp.Usage[ln]; ok {
+			// A budget charged by usage: its own estimate, settled by
+			// the usage /v1/release reports.
+			it.cost, it.settle = u.Cost, u.SettleWithin
+		}
+		items = append(items, it)
 	}
 	return items, true, name, nil
 }

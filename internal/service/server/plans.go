@@ -67,6 +67,8 @@ type rulePlan struct {
 	pick   plans.Picker
 	set    *plans.Set
 	byPlan map[string]*applied
+	// usageBody: a plan's limit reads its usage from the response's body.
+	usageBody bool
 	// refuseUnknown: a client for whom no known plan is named gets no
 	// plan (unknown: refuse) rather than the default.
 	refuseUnknown bool
@@ -135,6 +137,7 @@ func (h *Handler) buildRule(st *state, cfg *config.Config, i int, rc config.Rule
 		if ru.plan, err = h.buildPlan(st, cfg, rp, keys, own, opts); err != nil {
 			return nil, fmt.Errorf("server: rule %d: %w", i, err)
 		}
+		ru.usageBody = ru.usageBody || ru.plan.usageBody
 	}
 	if readsBody {
 		ru.body = &body
@@ -167,7 +170,16 @@ func (h *Handler) buildPlan(st *state, cfg *config.Config, rp *config.RulePlan, 
 				return nil, fmt.Errorf("plan %q: no limit named %q", cp.Name, name)
 			}
 			p.Policies = append(p.Policies, l.Policy)
-			limits = append(limits, h.limit(l, key, rp.Cost, nil))
+			lim := h.limit(l, key, rp.Cost, nil)
+			if u, ok := cp.Usage[name]; ok {
+				spec, err := usage.Parse(u.Spec)
+				if err != nil {
+					return nil, fmt.Errorf("plan %q: %w", cp.Name, err)
+				}
+				lim.Cost, lim.Usage, lim.SettleWithin = u.Cost, h.usageFunc(l.Name(), spec), u.SettleWithin
+				out.usageBody = out.usageBody || spec.ReadsBody()
+			}
+			limits = append(limits, lim)
 		}
 		ps = append(ps, p)
 		a, err := h.apply(st, limits, opts)

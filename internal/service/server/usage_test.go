@@ -311,3 +311,104 @@ func TestForwardAuthRefusesUsage(t *testing.T) {
 		t.Errorf("forward-auth of a rule settled by usage: %d %s, want 501", rec.Code, rec.Body)
 	}
 }
+
+// planLLMYAML gives each plan its own token budget, charged by the
+// upstream's usage, beside a request count of the free plan.
+const planLLMYAML = `limits:
+  free-requests: {algorithm: fixed_window, limit: 1000, period: 1h}
+  free-tokens: {algorithm: fixed_window, limit: 100, period: 1h}
+  pro-tokens: {algorithm: fixed_window, limit: 1000, period: 1h, settle_within: 5m}
+plans:
+  free: [free-requests, {limit: free-tokens, usage: openai}]
+  pro: [{limit: pro-tokens, usage: openai, cost: 10}]
+proxy:
+  upstream: %s/v1
+  rules:
+    - name: llm
+      match: {path_prefix: /chat/}
+      plan: {key: "header:X-API-Key", from: "header:X-Plan", default: free}
+`
+
+// TestProxyPlanTokenBudgets: a plan's limit with usage is estimated at
+// its own cost and charged what the upstream reports, per client; the
+// plan's other limits are charged the plan cost; a spent budget refuses
+// before the upstream; forward-auth, which never sees the response,
+// refuses the rule.
+func TestProxyPlanTokenBudgets(t *testing.T) {
+	llm := testkit.StartLLM(t)
+	f := &llmFixture{fixture: newFixture(t, fmt.Sprintf(planLLMYAML, llm.URL)), llm: llm}
+	f.front = httptest.NewServer(f.h)
+	t.Cleanup(f.front.Close)
+	f.client = &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(f.client.CloseIdleConnections)
+
+	spent := int64(0)
+	for i, c := range []struct {
+		prompt     string
+		completion int64
+		stream     bool
+	}{{"one two", 40, false}, {"three", 50, true}, {"four", 20, false}} { // 42, 51, 21: 114
+		resp, body, err := f.chat(t, "/chat/completions", "free-client", testkit.ChatBody(c.prompt, c.completion, c.stream))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v %s", i, resp, err, body)
+		}
+		spent += int64(len(strings.Fields(c.prompt))) + c.completion
+		if got, want := f.remaining(t, "free-tokens", "free-client"), max(100-spent, 0); got != want {
+			t.Errorf("request %d: free-tokens remaining %d, want %d", i, got, want)
+		}
+		if got := f.remaining(t, "free-requests", "free-client"); got != int64(1000-i-1) {
+			t.Errorf("request %d: free-requests remaining %d, want %d", i, got, 1000-i-1)
+		}
+	}
+	before := llm.Requests()
+	resp, body, _ := f.chat(t, "/chat/completions", "free-client", testkit.ChatBody("more", 1, false))
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "free-tokens") {
+		t.Errorf("after the budget was spent: %d %s, want 429 naming free-tokens", resp.StatusCode, body)
+	}
+	if llm.Requests() != before {
+		t.Error("a refused request reached the upstream")
+	}
+	// The pro plan: an estimate of 10, settled to the usage.
+	resp, body, err := f.chat(t, "/chat/completions", "pro-client", testkit.ChatBody("hello there", 5, false), "X-Plan", "pro")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("pro request: %v %v %s", resp, err, body)
+	}
+	if got := f.remaining(t, "pro-tokens", "pro-client"); got != 1000-7 {
+		t.Errorf("pro-tokens remaining %d, want %d (the usage, not the estimate of 10)", got, 1000-7)
+	}
+	if got := counter(t, f.reg, "sluice_usage_units_total", "free-tokens"); got != float64(spent) {
+		t.Errorf("sluice_usage_units_total{limit=free-tokens} = %v, want %d", got, spent)
+	}
+	rec := f.do("GET", "/v1/forward-auth?rule=llm", "", "X-API-Key", "k")
+	if rec.Code != http.StatusNotImplemented {
+		t.Errorf("forward-auth of a rule whose plan is settled by usage: %d %s, want 501", rec.Code, rec.Body)
+	}
+}
+
+// TestCheckPlanTokenBudget: /v1/check of a plan charges a limit with
+// usage its own estimate (here 0: a check) and the others the request's
+// cost; with a lease, /v1/release settles the budget by the limit's name.
+func TestCheckPlanTokenBudget(t *testing.T) {
+	f := newFixture(t, fmt.Sprintf(planLLMYAML, "http://127.0.0.1:9"))
+	a := answer(t, f, "/v1/check", `{"plan":"free","key":"k","cost":2,"lease":true}`)
+	lease, _ := a["lease"].(string)
+	if a["allowed"] != true || lease == "" {
+		t.Fatalf("check of the free plan = %v, want allowed with a lease", a)
+	}
+	if _, rem := remaining(t, f, "free-tokens", "k"); rem != 100 {
+		t.Errorf("free-tokens after the check: %v left, want 100 (an estimate of 0)", rem)
+	}
+	if _, rem := remaining(t, f, "free-requests", "k"); rem != 998 {
+		t.Errorf("free-requests after the check: %v left, want 998 (the request's cost)", rem)
+	}
+	rec := f.do("POST", "/v1/release", `{"lease":`+quote(lease)+`,"usage":{"free-tokens":130}}`)
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"released":true}` {
+		t.Fatalf("release = %d %s", rec.Code, rec.Body)
+	}
+	if _, rem := remaining(t, f, "free-tokens", "k"); rem != 0 {
+		t.Errorf("free-tokens after a usage of 130: %v left, want 0 (in debt)", rem)
+	}
+	if a := answer(t, f, "/v1/check", `{"plan":"free","key":"k"}`); a["allowed"] != false {
+		t.Errorf("check of a spent budget = %v, want refused", a)
+	}
+}
