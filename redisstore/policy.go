@@ -45,6 +45,10 @@ type compiled struct {
 	// for each call around the current time (see periodArg).
 	cal    *algo.Calendar
 	calArg atomic.Pointer[calendarArg]
+	// penalized is set for a policy with a penalty, whose b, x, m and F
+	// (µs) are pen, as penalty.lua takes them.
+	penalized bool
+	pen       [4]string
 }
 
 // conc reports whether c is a concurrency policy's.
@@ -158,9 +162,10 @@ func compile(p sluice.Policy) *compiled {
 		c.err = fmt.Errorf("redisstore: %w", err)
 		return c
 	}
-	if !p.Penalty.IsZero() {
-		c.err = fmt.Errorf("redisstore: %w: %s: penalties are decided by the memory store only", sluice.ErrNotSupported, p)
-		return c
+	if pen, ok := engine.PenaltyParams(&p); ok {
+		c.penalized = true
+		c.pen = [4]string{strconv.FormatInt(pen.BlockFor, 10), strconv.FormatInt(pen.Factor, 10),
+			strconv.FormatInt(pen.MaxBlock, 10), strconv.FormatInt(pen.ForgetAfter, 10)}
 	}
 	if p.Algorithm == sluice.ConcurrencyAlgorithm {
 		// L and P as they are: units held add up to at most L, and every

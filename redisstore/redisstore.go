@@ -393,11 +393,12 @@ func (s *Store) connect(d *dial) {
 func (s *Store) BreakerState() BreakerState { return s.breakers.state() }
 
 // Allow decides req and charges it when admitted. now is ignored (Redis's
-// TIME decides) unless Options.CallerTime is set. A check (Cost 0) and a
-// request with an estimate to settle (SettleWithin) are decided by
-// AllowAll's script, which keeps them.
+// TIME decides) unless Options.CallerTime is set. A check (Cost 0), a
+// request with an estimate to settle (SettleWithin) and one under a
+// policy with a penalty are decided by AllowAll's scripts, which keep
+// them.
 func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	if req.Cost == 0 || req.SettleWithin > 0 && req.Policy != nil && req.Policy.Algorithm != sluice.ConcurrencyAlgorithm {
+	if req.Cost == 0 || req.Policy != nil && (req.SettleWithin > 0 && req.Policy.Algorithm != sluice.ConcurrencyAlgorithm || req.Policy.Penalty != (sluice.Penalty{})) {
 		reqs := [1]sluice.Request{req}
 		return s.AllowAll(ctx, now, reqs[:], nil)
 	}
@@ -407,6 +408,9 @@ func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (s
 // Peek decides req as Allow would, without charging it. A check (Cost 0),
 // which charges nothing, is Allow's.
 func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	if req.Policy != nil && req.Policy.Penalty != (sluice.Penalty{}) {
+		return s.peekPenalized(ctx, now, req)
+	}
 	if req.Cost == 0 {
 		req.SettleWithin = 0
 		reqs := [1]sluice.Request{req}
@@ -624,7 +628,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 	if len(reqs) > len(csBuf) {
 		cs = make([]*compiled, 0, len(reqs))
 	}
-	conc, settle := false, false
+	conc, settle, penalized := false, false, false
 	for i := range reqs {
 		c, err := s.check(&reqs[i])
 		if err != nil {
@@ -633,6 +637,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		cs = append(cs, c)
 		conc = conc || c.conc()
 		settle = settle || reqs[i].SettleWithin > 0 && !c.conc()
+		penalized = penalized || c.penalized
+	}
+	if penalized {
+		if settle {
+			return sluice.Decision{}, fmt.Errorf("redisstore: %w: an estimate to settle (SettleWithin) under a policy with a penalty", sluice.ErrNotSupported)
+		}
+		return s.allowPenalized(ctx, now, us, cs, reqs, out, opAllow)
 	}
 	var keys []string
 	if len(reqs) > 1 && !oneKey(reqs) && s.cluster() {

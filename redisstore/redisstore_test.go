@@ -46,12 +46,12 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 	t.Run("Conformance", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
-		}, sluicetest.Leases(), sluicetest.Usage())
+		}, sluicetest.Leases(), sluicetest.Usage(), sluicetest.Penalties())
 	})
 	t.Run("ConformanceRedisTime", func(t *testing.T) {
 		sluicetest.Run(t, func(t *testing.T) sluice.Store {
 			return newTestStore(t, addrs, Options{Failure: FailError})
-		}, sluicetest.StoreClock(), sluicetest.Leases(), sluicetest.Usage())
+		}, sluicetest.StoreClock(), sluicetest.Leases(), sluicetest.Usage(), sluicetest.Penalties())
 	})
 	t.Run("Differential", func(t *testing.T) {
 		for seed := range uint64(seeds) {
@@ -68,6 +68,17 @@ func conformance(t *testing.T, addrs []string, seeds int) {
 		for seed := range uint64(seeds) {
 			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 				tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 1500, Usage: true})
+				rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
+				sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
+			})
+		}
+	})
+	t.Run("DifferentialPenalty", func(t *testing.T) {
+		// Blocks, their escalation and forgetting, beside debits, refunds
+		// and checks.
+		for seed := range uint64(seeds) {
+			t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+				tr := sluicetest.RandomTrace(seed, sluicetest.TraceConfig{Steps: 1500, Keys: 4, Usage: true, Policies: sluicetest.PenaltyPolicies()})
 				rs := newTestStore(t, addrs, Options{CallerTime: true, Failure: FailError})
 				sluicetest.CompareStores(t, memstore.New(memstore.Options{}), rs, tr)
 			})

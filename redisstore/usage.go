@@ -218,7 +218,7 @@ func (s *Store) Reset(ctx context.Context, req sluice.Request) error {
 		return err
 	}
 	key := c.key(s.prefix, req.Key)
-	vals, err := s.eval(ctx, script, []string{key}, []string{"", opReset, c.code, refundChannel(s.prefix)}, nil)
+	vals, err := s.eval(ctx, script, []string{key, blockKey(key)}, []string{"", opReset, c.code, refundChannel(s.prefix)}, nil)
 	if err == nil && (len(vals) != 1 || vals[0] != 1) {
 		err = s.malformed(vals)
 		s.report(err)
@@ -395,16 +395,4 @@ func unescapeText(s string) (string, bool) {
 		i += 2
 	}
 	return b.String(), true
-}
-
-// Unblock lifts req.Key's block under req.Policy; see the sluice.Store
-// contract.
-func (s *Store) Unblock(_ context.Context, _ time.Time, req sluice.Request) (bool, error) {
-	if req.Policy == nil {
-		return false, fmt.Errorf("redisstore: unblock: no policy")
-	}
-	if c := s.policies.get(req.Policy); c.err != nil {
-		return false, c.err
-	}
-	return false, nil
 }

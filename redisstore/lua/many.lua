@@ -42,6 +42,14 @@ end
 -- allow_settle.lua).
 local ALL_NOW = 0
 
+-- PENALTY, when a script sets it (penalty.lua), is called with the time,
+-- the uncharged decisions of the requests and whether all passed, and the
+-- function that decides request i again, before anything is charged: it
+-- applies the requests' blocks and offences to the decisions, and returns
+-- whether all still pass. NOCHARGE makes a call that passes charge
+-- nothing (a Peek).
+local PENALTY, NOCHARGE = false, false
+
 local function allow_all(kb, ab, n)
   local function field(i, f)
     return ARGV[ab + (i - 1) * 6 + f]
@@ -121,6 +129,9 @@ local function allow_all(kb, ab, n)
     all = all and ok
     res[i] = {ok, rem, retry, reset, delay}
   end
+  if PENALTY then
+    all = PENALTY(now, res, all, decide)
+  end
   if STATE and not all then
     -- The states of the requests that pass too, for the store to decide
     -- the whole again: decide returns a state only with a refusal, which a
@@ -140,7 +151,7 @@ local function allow_all(kb, ab, n)
       -- key; charging the second of two must not check it again. A check
       -- charges nothing.
       local own = tonumber(field(i, 5))
-      if own > 0 then
+      if own > 0 and not NOCHARGE then
         decide(i, now, own, true, -1)
       end
     elseif r[1] then

@@ -1,6 +1,7 @@
 -- usage.lua: Debit, Refund or Reset of one (policy, key), atomically.
 --
--- KEYS[1]: the state key.
+-- KEYS[1]: the state key; for Reset, KEYS[2] is its block key (see
+--   block.lua), deleted with it.
 -- ARGV: now (see lib.lua), the operation ('d' Debit, 'r' Refund, 'x'
 --   Reset), the algorithm's code, L, P (µs, or calendar window starts;
 --   see single.lua), B, the cost (1 to 2^52), and for a refund the
@@ -14,7 +15,7 @@
 local op, code = ARGV[2], ARGV[3]
 local channel = ARGV[#ARGV]
 if op == 'x' then
-  call('DEL', KEYS[1])
+  call('DEL', KEYS[1], KEYS[2])
   call('PUBLISH', channel, KEYS[1])
   return {1}
 end

@@ -1,0 +1,171 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Penalties (sluice.Penalty) are decided by penalty.lua, AllowAll's
+// script with the blocks: a key's block lives beside its state, under the
+// state key's name with "#b" appended (block.lua), so that one script
+// reads and writes both atomically, on Redis's clock, in one hash slot;
+// every store on one Redis sees the same block. A fingerprint never holds
+// "#b" (a hashed name is '#' and 32 hex digits), so no state key can be
+// mistaken for a block key. Such requests never take the single-request
+// scripts, the batches or the local refusals (which know nothing of
+// blocks): each is one call of penalty.lua.
+
+// penaltyScript is penalty.lua's script and unblockScript unblock.lua's,
+// built once.
+var (
+	penaltyScript = sync.OnceValues(func() (*rueidis.Lua, error) {
+		return luaScript(append([]string{textNow, "muldivmod.lua", "lib.lua"}, append(manyFiles[:len(manyFiles):len(manyFiles)], "block.lua", "penalty.lua")...))
+	})
+	unblockScript = sync.OnceValues(func() (*rueidis.Lua, error) {
+		return luaScript([]string{textNow, "muldivmod.lua", "lib.lua", "block.lua", "unblock.lua"})
+	})
+)
+
+// blockKey returns the key of the block of the state key key.
+func blockKey(key string) string { return key + "#b" }
+
+// peekPenalized is Peek for a request under a policy with a penalty.
+func (s *Store) peekPenalized(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	c, err := s.check(&req)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	us, err := s.micros(now)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	req.SettleWithin = 0
+	reqs := [1]sluice.Request{req}
+	cs := [1]*compiled{c}
+	return s.allowPenalized(ctx, now, us, cs[:], reqs[:], nil, opPeek)
+}
+
+// allowPenalized decides reqs, whose compiled policies are cs and of
+// which some have a penalty, in one call of penalty.lua at us (the
+// caller's time in µs, or -1 for Redis's clock): op is opAllow for Allow
+// and AllowAll, opPeek for a Peek.
+func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs []*compiled, reqs []sluice.Request, out []sluice.Decision, op string) (sluice.Decision, error) {
+	keys := s.keysOf(cs, reqs)
+	for i := range reqs {
+		keys = append(keys, blockKey(keys[i]))
+	}
+	if len(reqs) > 1 && !oneKey(reqs) && s.cluster() {
+		if err := checkSlots(keys); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	var nowArg string
+	if us >= 0 {
+		nowArg = strconv.FormatInt(us, 10)
+	}
+	var id, lease string
+	conc := false
+	for _, c := range cs {
+		conc = conc || c.conc()
+	}
+	if conc && op == opAllow {
+		lid := newLeaseID()
+		id = lid.text()
+		var err error
+		if lease, err = leaseOf(lid, cs, keys[:len(reqs)], reqs); err != nil {
+			return sluice.Decision{}, err
+		}
+	}
+	args, err := s.manyArgs(cs, reqs, nowArg, now, id)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	args = append(args, op)
+	for _, c := range cs {
+		if c.penalized {
+			args = append(args, c.pen[:]...)
+		} else {
+			args = append(args, "0", "0", "0", "0")
+		}
+	}
+	script, err := penaltyScript()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	vals, err := s.eval(ctx, script, keys, args, nil)
+	if err == nil {
+		var d sluice.Decision
+		var done bool
+		d, done, err = s.parseMany(vals, cs, reqs, out)
+		if done {
+			if err == nil && d.Allowed {
+				d.Lease = lease
+			}
+			if s.refusals != nil {
+				// A refusal may have come from the key's local state
+				// before its block: keep none.
+				for i := range reqs {
+					s.refusals.drop(keys[i])
+				}
+			}
+			return d, err
+		}
+		s.report(err)
+	}
+	if ctx.Err() != nil || errors.Is(err, ErrCrossSlot) {
+		return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
+	}
+	mode := opMany
+	if op == opPeek {
+		mode = opPeek
+	}
+	return s.degrade(ctx, now, reqs, out, mode, err)
+}
+
+// Unblock lifts req.Key's block under req.Policy and forgets its
+// offences, at Redis's TIME (at now, under Options.CallerTime); see the
+// sluice.Store contract. When Redis cannot answer it returns the error
+// (under FailLocal after lifting the block in Options.Local too).
+func (s *Store) Unblock(ctx context.Context, now time.Time, req sluice.Request) (bool, error) {
+	if req.Policy == nil {
+		return false, fmt.Errorf("redisstore: unblock: no policy")
+	}
+	c := s.policies.get(req.Policy)
+	if c.err != nil {
+		return false, c.err
+	}
+	nowArg, err := s.timeArg(now)
+	if err != nil {
+		return false, err
+	}
+	script, err := unblockScript()
+	if err != nil {
+		return false, err
+	}
+	key := c.key(s.prefix, req.Key)
+	vals, err := s.eval(ctx, script, []string{blockKey(key)}, []string{nowArg}, nil)
+	if err == nil && (len(vals) != 1 || vals[0] < 0 || vals[0] > 1) {
+		err = s.malformed(vals)
+		s.report(err)
+	}
+	if err == nil {
+		if s.refusals != nil {
+			s.refusals.drop(key)
+		}
+		return vals[0] == 1, nil
+	}
+	if s.failure == FailLocal && ctx.Err() == nil {
+		if _, lerr := s.local.Unblock(ctx, now, req); lerr != nil {
+			return false, fmt.Errorf("redisstore: unblock: %w (and of Options.Local: %v)", err, lerr)
+		}
+	}
+	return false, fmt.Errorf("redisstore: unblock: %w", err)
+}
