@@ -109,11 +109,13 @@ var envoyVars = []envVar{
 	{"NEAR_LIMIT_RATIO", "0.8", warned, "Sluice has no near-limit statistic"},
 	{"CACHE_KEY_PREFIX", "", used, ""},
 	{"BACKEND_TYPE", "redis", used, ""},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", refused, "not implemented yet"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", used, ""},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", used, ""},
-	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", refused, "the header names are fixed to the reference's defaults"},
-	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", refused, "the header names are fixed to the reference's defaults"},
-	{"LIMIT_RESET_HEADER", "RateLimit-Reset", refused, "the header names are fixed to the reference's defaults"},
+	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", used, ""},
+	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", used, ""},
+	{"LIMIT_RESET_HEADER", "RateLimit-Reset", used, ""},
+	{"LIMIT_REQUEST_HEADERS_ENABLED", "false", refused, "Sluice does not add rate limit headers to the request sent upstream (request_headers_to_add)"},
+	{"LIMIT_PER_UNIT_HEADERS_ENABLED", "false", refused, "Sluice does not write a header per unit (RateLimit-Limit-Seconds and the like)"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", used, ""},
 	{"REDIS_SOCKET_TYPE", "unix", used, ""},
 	{"REDIS_TYPE", "SINGLE", used, ""},
@@ -154,9 +156,9 @@ var envoyVars = []envVar{
 	{"MEMCACHE_TLS_CLIENT_KEY", "", warned, "read only with BACKEND_TYPE=memcache"},
 	{"MEMCACHE_TLS_CACERT", "", warned, "read only with BACKEND_TYPE=memcache"},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", warned, "read only with BACKEND_TYPE=memcache"},
-	{"SHADOW_MODE", "false", refused, "not implemented yet"},
-	{"RESPONSE_DYNAMIC_METADATA", "false", refused, "not implemented yet"},
-	{"MERGE_DOMAIN_CONFIG", "false", refused, "not implemented yet"},
+	{"SHADOW_MODE", "false", used, ""},
+	{"RESPONSE_DYNAMIC_METADATA", "false", refused, "Sluice returns no dynamic metadata: the descriptors' metadata and quota_mode are not implemented (docs/envoy.md says why)"},
+	{"MERGE_DOMAIN_CONFIG", "false", used, ""},
 	{"TRACING_ENABLED", "false", warned, "Sluice exports no OTLP traces from these variables"},
 	{"TRACING_SERVICE_NAME", "RateLimit", warned, "Sluice exports no OTLP traces from these variables"},
 	{"TRACING_SERVICE_NAMESPACE", "", warned, "Sluice exports no OTLP traces from these variables"},
@@ -191,6 +193,14 @@ type envoyEnv struct {
 	memory  bool // BACKEND_TYPE=memory (a Sluice addition)
 	redis   envRedis
 	headers bool // LIMIT_RESPONSE_HEADERS_ENABLED
+	// headerNames are LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
+	// LIMIT_RESET_HEADER.
+	headerNames [3]string
+	// countRefused is the reference's counting: every hit counted,
+	// unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+	countRefused bool
+	shadowAll    bool // SHADOW_MODE
+	mergeDomains bool // MERGE_DOMAIN_CONFIG
 
 	healthyWithConfig bool
 	redisHealth       bool
@@ -415,6 +425,15 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 		}
 	}
 	e.headers = r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED")
+	e.headerNames = [3]string{r.get("LIMIT_LIMIT_HEADER"), r.get("LIMIT_REMAINING_HEADER"), r.get("LIMIT_RESET_HEADER")}
+	for i, n := range e.headerNames {
+		if !validHeaderName(n) {
+			r.fail([]string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}[i], "%q is not a header name", n)
+		}
+	}
+	e.countRefused = !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+	e.shadowAll = r.boolean("SHADOW_MODE")
+	e.mergeDomains = r.boolean("MERGE_DOMAIN_CONFIG")
 	e.healthyWithConfig = r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	e.redisHealth = r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 
@@ -432,6 +451,20 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 		return nil, r.warnings, &envError{problems: r.problems}
 	}
 	return e, r.warnings, nil
+}
+
+// validHeaderName reports whether s is a header field name (an RFC 9110
+// token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // envLogLevel maps LOG_LEVEL (logrus's levels, in any case) to sluice's.

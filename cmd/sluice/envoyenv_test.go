@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -256,14 +257,69 @@ func TestEnvoyEnvStartRefused(t *testing.T) {
 	}
 	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
 	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "SHADOW_MODE=true"} {
+	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "RESPONSE_DYNAMIC_METADATA=true"} {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	r := runSluice(t, nil, "serve", "--envoy-env")
-	wantAll(t, "stderr", r.stderr, "SHADOW_MODE: set to \"true\"", "1 problem in the environment")
-	t.Setenv("SHADOW_MODE", "false")
+	wantAll(t, "stderr", r.stderr, "RESPONSE_DYNAMIC_METADATA: set to \"true\"", "1 problem in the environment")
+	t.Setenv("RESPONSE_DYNAMIC_METADATA", "false")
 	r = runSluice(t, nil, "serve", "--envoy-env")
 	wantAll(t, "stderr", r.stderr, filepath.Join(dir, "b.yaml")+":4: [0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\"",
 		"the service did not start")
+}
+
+// TestEnvoyEnvReferenceSettings: MERGE_DOMAIN_CONFIG joins a domain given
+// by two files, SHADOW_MODE answers OK over the limit, LIMIT_*_HEADER
+// name the headers, and refused hits are counted unless
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (the reference's
+// config_test.go TestMergeDomainConfig, ratelimit_test.go
+// TestServiceGlobalShadowMode and TestServiceWithCustomRatelimitHeaders).
+func TestEnvoyEnvReferenceSettings(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: m\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
+	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "MERGE_DOMAIN_CONFIG=true", "SHADOW_MODE=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Left", "LIMIT_RESET_HEADER=X-Reset")
+	ask := func(key string, hits ...int) (int, *rlsv3.RateLimitResponse) {
+		h := 1
+		if len(hits) > 0 {
+			h = hits[0]
+		}
+		code, _, body := in.do(t, "POST", "/json", fmt.Sprintf(`{"domain":"m","hitsAddend":%d,"descriptors":[{"entries":[{"key":%q,"value":"v"}]}]}`, h, key))
+		var resp rlsv3.RateLimitResponse
+		if err := protojson.Unmarshal([]byte(body), &resp); err != nil {
+			t.Fatalf("POST /json = %d %s: %v", code, body, err)
+		}
+		return code, &resp
+	}
+	if _, resp := ask("b"); resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Errorf("b of the second file = %v, want its limit 2 (merged domain)", resp)
+	}
+	ask("a")
+	code, resp := ask("a")
+	if code != 200 || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("a over its limit in SHADOW_MODE = %d %v, want 200, OK overall and the status OVER_LIMIT", code, resp)
+	}
+	names := map[string]bool{}
+	for _, h := range resp.ResponseHeadersToAdd {
+		names[h.Key] = true
+	}
+	if !names["X-Limit"] || !names["X-Left"] || !names["X-Reset"] {
+		t.Errorf("headers = %v, want X-Limit, X-Left and X-Reset", resp.ResponseHeadersToAdd)
+	}
+	// Refused hits are counted (the reference's default): after 1 of 2,
+	// a refused request of 2 leaves 3 counted, so 1 more is refused too
+	// (without counting, it would fit).
+	if _, resp := ask("b", 2); resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("b, 2 more after 1 of 2 = %v, want OVER_LIMIT", resp.Statuses[0])
+	}
+	if _, resp := ask("b"); resp.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("b, 1 more = %v, want OVER_LIMIT (the refused 2 were counted)", resp.Statuses[0])
+	}
 }

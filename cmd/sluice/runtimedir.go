@@ -87,8 +87,14 @@ func readRuntimeDir(dir string, ignoreDot bool) ([]runtimeFile, [32]byte, error)
 // rate limit configuration is compiled.
 type envoyOptions struct {
 	// headers asks for the reference's rate limit headers
-	// (LIMIT_RESPONSE_HEADERS_ENABLED).
-	headers bool
+	// (LIMIT_RESPONSE_HEADERS_ENABLED), named headerNames.
+	headers     bool
+	headerNames [3]string
+	// countRefused, shadowAll: rls.Section's CountRefused and ShadowAll.
+	countRefused, shadowAll bool
+	// merge joins the descriptors of a domain given by several sources
+	// (MERGE_DOMAIN_CONFIG); without it, that is a problem.
+	merge bool
 }
 
 // namedDomains is one source of domain documents: a file of the runtime
@@ -105,22 +111,32 @@ type namedDomains struct {
 func compileDomains(sources []namedDomains, opts envoyOptions) (*rls.Config, error) {
 	var all []rls.Domain
 	seen := map[string]string{}
+	at := map[string]int{}
 	var problems []config.Problem
 	for _, s := range sources {
 		for _, d := range s.domains {
+			if i, ok := at[d.Domain]; ok && opts.merge {
+				// As the reference merges: the descriptors of every
+				// source under one domain; a key and value given twice is
+				// then a problem, as in one file.
+				all[i].Descriptors = append(all[i].Descriptors, d.Descriptors...)
+				continue
+			}
 			if first, ok := seen[d.Domain]; ok {
 				problems = append(problems, config.Problem{File: s.name, Path: "domain",
 					Message: fmt.Sprintf("domain %q is also configured in %s; a domain is configured once", d.Domain, first)})
 				continue
 			}
 			seen[d.Domain] = s.name
+			at[d.Domain] = len(all)
 			all = append(all, d)
 		}
 	}
 	if len(problems) > 0 {
 		return nil, &config.Error{Problems: problems}
 	}
-	sec := rls.Section{Domains: all}
+	sec := rls.Section{Domains: all, CountRefused: opts.countRefused, ShadowAll: opts.shadowAll,
+		HeaderNames: rls.HeaderNames{Limit: opts.headerNames[0], Remaining: opts.headerNames[1], Reset: opts.headerNames[2]}}
 	if opts.headers {
 		sec.ResponseHeaders = rls.ResponseHeadersReference
 	}

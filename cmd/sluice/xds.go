@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/internal/service/config"
@@ -31,6 +32,12 @@ func xdsDomains(resources []*rlsconfv3.RateLimitConfig) ([]namedDomains, error) 
 	var problems []config.Problem
 	for _, r := range resources {
 		name := fmt.Sprintf("RateLimitConfig %q", r.GetName())
+		if hasUnknownFields(r.ProtoReflect()) {
+			// Fields of a newer RateLimitConfig (quota_mode, metadata)
+			// would otherwise be dropped without a word.
+			problems = append(problems, config.Problem{File: name, Message: "has fields that Sluice does not know (such as quota_mode or metadata, which it does not implement: docs/envoy.md); refused rather than applied without them"})
+			continue
+		}
 		d := rls.Domain{Domain: r.GetDomain(), Descriptors: xdsDescriptors(r.GetDescriptors())}
 		for _, p := range rls.Validate([]rls.Domain{d}, "") {
 			problems = append(problems, config.Problem{File: name, Path: strings.TrimPrefix(p.Path, "[0]."), Message: p.Message})
@@ -41,6 +48,29 @@ func xdsDomains(resources []*rlsconfv3.RateLimitConfig) ([]namedDomains, error) 
 		return nil, &config.Error{Problems: problems}
 	}
 	return out, nil
+}
+
+// hasUnknownFields reports whether m, or a message below it, holds
+// fields that its Go type does not know.
+func hasUnknownFields(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil:
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = hasUnknownFields(l.Get(i).Message())
+			}
+		case !fd.IsMap():
+			found = hasUnknownFields(v.Message())
+		}
+		return !found
+	})
+	return found
 }
 
 func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor) []rls.Descriptor {

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
@@ -189,5 +191,28 @@ func TestEnvoyEnvXDSTLS(t *testing.T) {
 	}
 	if !strings.Contains(in.stderr.String(), "GRPC_SERVER_TLS_CA_CERT is set and ignored") {
 		t.Errorf("no warning names GRPC_SERVER_TLS_CA_CERT:\n%s", in.stderr)
+	}
+}
+
+// TestXDSUnknownFields: a RateLimitConfig with a field that Sluice's
+// copy of the message does not know (quota_mode, added to the reference's
+// descriptors in 2026, is field 7) is refused, not applied without it.
+func TestXDSUnknownFields(t *testing.T) {
+	c := xdsConfig("edge", "edge", 2, false)
+	c.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1))
+	b, err := proto.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got rlsconfv3.RateLimitConfig
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	_, err = xdsDomains([]*rlsconfv3.RateLimitConfig{&got})
+	if err == nil || !strings.Contains(err.Error(), "quota_mode") {
+		t.Errorf("xdsDomains(a resource with an unknown field) = %v, want a refusal naming quota_mode", err)
+	}
+	if _, err := xdsDomains([]*rlsconfv3.RateLimitConfig{xdsConfig("edge", "edge", 2, false)}); err != nil {
+		t.Errorf("xdsDomains(a plain resource) = %v", err)
 	}
 }

@@ -2,7 +2,7 @@ package envoycompat
 
 // Documented differences (entries of docs/envoy.md's list).
 const (
-	diffNotCounted    = "Refused requests are not counted."
+	diffNotCounted    = "Refused requests are not counted** (except with `--envoy-env`"
 	diffAllOrNothing  = "All-or-nothing across descriptors"
 	diffShadowCharge  = "A shadow descriptor is charged only when the request is admitted."
 	diffNoReset       = "A request that can never be admitted has no `duration_until_reset`"
@@ -122,6 +122,14 @@ var cases = []compatCase{
 			one(d("service", "u", "user", "user-b"), ok(2, minute, 0)),
 			req(OVER, ds(d("service", "u", "user", "user-b"), d("dry", "y")), over(2, minute), ok(1, minute, 1)),
 			one(d("dry", "y"), ok(1, minute, 0)),
+		},
+		// Counting as the reference: the shadow descriptor of the refused
+		// request is counted, and the next hit finds it over (OK: shadow).
+		counting: []call{
+			one(d("service", "u", "user", "user-b"), ok(2, minute, 1)),
+			one(d("service", "u", "user", "user-b"), ok(2, minute, 0)),
+			req(OVER, ds(d("service", "u", "user", "user-b"), d("dry", "y")), over(2, minute), ok(1, minute, 0)),
+			one(d("dry", "y"), shadowOver(1, minute)),
 		}},
 
 	// --- replaces -----------------------------------------------------------
@@ -162,9 +170,19 @@ var cases = []compatCase{
 			{descs: ds(d("k", "g")), hits: 8, overall: OK, want: []status{ok(10, minute, 2)}},
 			{descs: ds(d("k", "g")), hits: 3, overall: OVER, want: []status{over(10, minute)}},
 			{descs: ds(d("k", "g")), hits: 2, overall: OK, want: []status{ok(10, minute, 0)}},
+		},
+		// The reference's answers: the refused 3 were counted (11 of 10),
+		// so 2 more do not fit.
+		counting: []call{
+			{descs: ds(d("k", "g")), hits: 8, overall: OK, want: []status{ok(10, minute, 2)}},
+			{descs: ds(d("k", "g")), hits: 3, overall: OVER, want: []status{over(10, minute)}},
+			{descs: ds(d("k", "g")), hits: 2, overall: OVER, want: []status{over(10, minute)}},
 		}},
 	{name: "hits-above-limit", ref: "test/redis/fixed_cache_impl_test.go TestOverLimit (more hits than the limit)", diff: diffNoReset,
-		config: "costs", calls: []call{{descs: ds(d("k", "h")), hits: 11, overall: OVER, want: []status{{code: OVER, rpu: 10, unit: minute, noReset: true}}}, one(d("k", "h"), ok(10, minute, 9))}},
+		config: "costs", calls: []call{{descs: ds(d("k", "h")), hits: 11, overall: OVER, want: []status{{code: OVER, rpu: 10, unit: minute, noReset: true}}}, one(d("k", "h"), ok(10, minute, 9))},
+		// The reference's answers: the 11 are counted, the window's end
+		// reported, and the next hit is over too.
+		counting: []call{{descs: ds(d("k", "h")), hits: 11, overall: OVER, want: []status{over(10, minute)}}, one(d("k", "h"), over(10, minute))}},
 	{name: "zero-requests-per-unit", ref: "README (requests_per_unit 0 refuses every request)", diff: diffNoReset,
 		config: "costs", calls: repeat(2, one(d("blocked", "x"), status{code: OVER, unit: minute, noReset: true}))},
 
@@ -176,6 +194,12 @@ var cases = []compatCase{
 			one(d("key3", "w"), ok(3, hour, 2)), one(d("key3", "w"), ok(3, hour, 1)), one(d("key3", "w"), ok(3, hour, 0)),
 			req(OVER, ds(d("key2", "w"), d("key3", "w")), status{code: OK, rpu: 20, unit: minute, rem: 20, zeroReset: true}, over(3, hour)),
 			one(d("key2", "w"), ok(20, minute, 19)),
+		},
+		// The reference's answers: key2 is counted in the refused request.
+		counting: []call{
+			one(d("key3", "w"), ok(3, hour, 2)), one(d("key3", "w"), ok(3, hour, 1)), one(d("key3", "w"), ok(3, hour, 0)),
+			req(OVER, ds(d("key2", "w"), d("key3", "w")), ok(20, minute, 19), over(3, hour)),
+			one(d("key2", "w"), ok(20, minute, 18)),
 		}},
 	{name: "unmatched-beside-matched", ref: "test/service/ratelimit_test.go TestService (a descriptor without a limit beside one with)",
 		config: "another", calls: []call{req(OK, ds(d("nothing", "x"), d("key4", "x")), none, ok(20, day, 19))}},

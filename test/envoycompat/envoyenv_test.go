@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,7 @@ func startEnvServer(t *testing.T, name string, env []string) *server {
 	cmd := exec.Command(testkit.Sluice(t), "serve", "--envoy-env", "--ready-file", ready, "--watch", "50ms")
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = s.log, s.log
+	s.counting = !slices.Contains(env, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
 	s.Proc = testkit.StartProc(t, name, cmd)
 	s.StopWhenDone(t, stopTimeout, s.log)
 	r := testkit.WaitReady(t, name, ready, waitTimeout, s.Ended, s.log)

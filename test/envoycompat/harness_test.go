@@ -53,6 +53,9 @@ type server struct {
 	http, grpc string
 	config     string // the configuration file
 	client     rlsv3.RateLimitServiceClient
+	// counting reports a server that counts refused hits, as the
+	// reference does by default (compatCase.counting).
+	counting bool
 }
 
 // startServer writes cfg to a file and runs `sluice serve` on it.

@@ -27,6 +27,20 @@ type compatCase struct {
 	// not the reference's; "" when they are the reference's.
 	diff  string
 	calls []call
+	// counting, when set, are the calls' answers when the service counts
+	// refused hits as the reference does by default (sluice serve
+	// --envoy-env without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT): the
+	// reference's own answers, where calls has Sluice's under diff.
+	counting []call
+}
+
+// callsFor returns the calls of c for a server that counts refused hits
+// or not.
+func (c compatCase) callsFor(counting bool) []call {
+	if counting && c.counting != nil {
+		return c.counting
+	}
+	return c.calls
 }
 
 // domain is the name of the case's domain in attempt n.
@@ -122,7 +136,7 @@ func runCase(t *testing.T, s *server, c compatCase) {
 			waitEarlyInWindow(periods[0])
 		}
 		start := time.Now()
-		bad := c.run(s, c.domain(attempt))
+		bad := c.run(s, c.domain(attempt), c.callsFor(s.counting))
 		end := time.Now()
 		if crossed(periods, start, end) {
 			t.Logf("attempt %d crossed a window boundary (%v to %v); again on a fresh domain", attempt, start.Format(time.StampMicro), end.Format(time.StampMicro))
@@ -138,9 +152,9 @@ func runCase(t *testing.T, s *server, c compatCase) {
 
 // run runs the calls of c on domain and returns what differs from the
 // expectations.
-func (c compatCase) run(s *server, domain string) []string {
+func (c compatCase) run(s *server, domain string, calls []call) []string {
 	var bad []string
-	for i, cl := range c.calls {
+	for i, cl := range calls {
 		r := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: cl.descs, HitsAddend: cl.hits}
 		switch {
 		case cl.noDomain:
@@ -248,7 +262,7 @@ func TestDifferencesAreDocumented(t *testing.T) {
 		t.Fatal("docs/envoy.md has no section \"Differences from envoyproxy/ratelimit\"")
 	}
 	list = strings.Join(strings.Fields(list), " ")
-	for _, name := range []string{"`TestReloadDomains`", "`missing-requests-per-unit`", "`replaces-unknown-name`", "`period-too-long`", "`fork-key`"} {
+	for _, name := range []string{"`TestReloadDomains`", "`missing-requests-per-unit`", "`replaces-unknown-name`", "`period-too-long`", "`quota-mode`"} {
 		if !strings.Contains(list, name) {
 			t.Errorf("docs/envoy.md's list of differences does not name %s, which shows one", name)
 		}

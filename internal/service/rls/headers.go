@@ -86,9 +86,9 @@ func (c *Config) responseHeaders(descs []*rlscommon.RateLimitDescriptor, items [
 	var out []*corev3.HeaderValue
 	add := func(k, v string) { out = append(out, &corev3.HeaderValue{Key: k, Value: v}) }
 	if c.headers == headersReference {
-		add("RateLimit-Limit", strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
-		add("RateLimit-Remaining", strconv.FormatUint(uint64(st.LimitRemaining), 10))
-		add("RateLimit-Reset", strconv.FormatInt(resetSeconds(st), 10))
+		add(c.names.Limit, strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10))
+		add(c.names.Remaining, strconv.FormatUint(uint64(st.LimitRemaining), 10))
+		add(c.names.Reset, strconv.FormatInt(resetSeconds(st), 10))
 	} else {
 		var policy []byte
 		seen := map[string]bool{}

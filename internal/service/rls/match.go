@@ -16,6 +16,10 @@ import (
 type Config struct {
 	domains map[string]*node
 	headers headerStyle
+	names   HeaderNames
+	// countRefused and shadowAll are Section.CountRefused and
+	// Section.ShadowAll.
+	countRefused, shadowAll bool
 	// policies are the policies of the configured limits, by name: the
 	// limits that admin overrides may name (Limit).
 	policies map[string]sluice.Policy
@@ -117,7 +121,17 @@ func CompileSection(s Section) (*Config, error) {
 	if len(ps) > 0 {
 		return nil, &ProblemsError{Problems: ps}
 	}
-	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style, policies: map[string]sluice.Policy{}}
+	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style, policies: map[string]sluice.Policy{},
+		names: s.HeaderNames, countRefused: s.CountRefused, shadowAll: s.ShadowAll}
+	if c.names.Limit == "" {
+		c.names.Limit = "RateLimit-Limit"
+	}
+	if c.names.Remaining == "" {
+		c.names.Remaining = "RateLimit-Remaining"
+	}
+	if c.names.Reset == "" {
+		c.names.Reset = "RateLimit-Reset"
+	}
 	for _, d := range s.Domains {
 		root := &node{}
 		compileChildren(root, d.Domain, "", d.Descriptors)

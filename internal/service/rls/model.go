@@ -30,6 +30,25 @@ type Section struct {
 	// fields of draft-ietf-httpapi-ratelimit-headers-10 and
 	// ResponseHeadersReference envoyproxy/ratelimit's own.
 	ResponseHeaders string
+	// HeaderNames, when set, rename the headers of ResponseHeadersReference
+	// (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER
+	// and LIMIT_RESET_HEADER); empty names keep the defaults.
+	HeaderNames HeaderNames
+	// CountRefused makes every descriptor count every hit, admitted or
+	// not, as envoyproxy/ratelimit does unless its
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is set: each request
+	// descriptor is a usage report (Descriptor.Usage), charged whether or
+	// not it fits, and OVER_LIMIT once its count is past the limit.
+	CountRefused bool
+	// ShadowAll is envoyproxy/ratelimit's global SHADOW_MODE: every
+	// descriptor is decided, counted and reported as usual, but the
+	// overall answer is OK even when a descriptor is OVER_LIMIT.
+	ShadowAll bool
+}
+
+// HeaderNames are the names of the reference style's headers.
+type HeaderNames struct {
+	Limit, Remaining, Reset string
 }
 
 // Descriptor is one node of a domain's descriptor tree: it matches one

@@ -262,6 +262,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, err
 		}
 		it := &items[i]
+		// The reference's counting: every hit is counted, as a usage
+		// report is; a hits_addend of 0 stays a look at the state, which
+		// is what the reference's increment of 0 is.
+		it.usage = it.usage || (cfg.countRefused && it.matched && !it.unlimited && it.cost > 0)
 		for _, r := range it.replaces {
 			replaced[r] = true
 		}
@@ -295,7 +299,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err != nil {
 		return nil, err
 	}
-	if denied {
+	if denied && !cfg.shadowAll {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	for i := range items {
