@@ -20,6 +20,11 @@ RUN bash scripts/release.sh /out/sluice
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/sluice /usr/local/bin/sluice
+# The same binary as envoyproxy/ratelimit's /bin/ratelimit: run under that
+# name it is `sluice serve --envoy-env`, so that Envoy Gateway's rate limit
+# deployment, whose command is /bin/ratelimit, starts it unchanged
+# (docs/envoy.md, "Replacing envoyproxy/ratelimit in Envoy Gateway").
+COPY --from=build /out/sluice /bin/ratelimit
 COPY deploy/sluice.yaml /etc/sluice/sluice.yaml
 # nonroot (65532:65532) from distroless's /etc/passwd.
 USER 65532:65532

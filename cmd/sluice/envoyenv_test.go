@@ -323,3 +323,20 @@ func TestEnvoyEnvReferenceSettings(t *testing.T) {
 		t.Errorf("b, 1 more = %v, want OVER_LIMIT (the refused 2 were counted)", resp.Statuses[0])
 	}
 }
+
+func TestCommandLineAsRatelimit(t *testing.T) {
+	for _, c := range []struct {
+		argv0 string
+		args  []string
+		want  string
+	}{
+		{"/bin/ratelimit", nil, "serve --envoy-env"},
+		{"ratelimit", []string{"--watch", "5s"}, "serve --envoy-env --watch 5s"},
+		{"/usr/local/bin/sluice", []string{"serve"}, "serve"},
+		{"/bin/ratelimit-check", []string{"version"}, "version"},
+	} {
+		if got := strings.Join(commandLine(c.argv0, c.args), " "); got != c.want {
+			t.Errorf("commandLine(%q, %q) = %q, want %q", c.argv0, c.args, got, c.want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	// The time zones of calendar limits (time_zone: Europe/Berlin) load
 	// from the system's database, else from this copy built into the
@@ -30,10 +31,26 @@ func main() {
 		stop()
 		cancel()
 	}()
-	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	err := run(ctx, commandLine(os.Args[0], os.Args[1:]), os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	cancel()
 	os.Exit(exitCode(err, os.Stderr))
+}
+
+// ratelimitName is the name of envoyproxy/ratelimit's binary, which the
+// deployments of Envoy Gateway run as /bin/ratelimit.
+const ratelimitName = "ratelimit"
+
+// commandLine returns the arguments of run for a process started as
+// argv0 with args: sluice's own, or, for a binary installed as
+// envoyproxy/ratelimit's /bin/ratelimit (the image's copy), `serve
+// --envoy-env` followed by args, so that a container spec that runs
+// /bin/ratelimit starts Sluice configured as the reference.
+func commandLine(argv0 string, args []string) []string {
+	if filepath.Base(argv0) == ratelimitName {
+		return append([]string{"serve", "--envoy-env"}, args...)
+	}
+	return args
 }
 
 // streams are the standard streams a command reads and writes.
