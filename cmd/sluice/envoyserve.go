@@ -98,8 +98,13 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 			return &exitError{code: 1, err: fmt.Errorf("serve --envoy-env: %w", err)}
 		}
 		initial, m.sum = c, sum
-	} else if _, err := xdsCredentials(env.xdsClient); err != nil {
-		return &exitError{code: 1, err: fmt.Errorf("serve --envoy-env: %w", err)}
+	}
+	var xdsConn *grpc.ClientConn
+	if env.xds {
+		if xdsConn, err = dialXDS(env.xdsClient); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("serve --envoy-env: %w", err)}
+		}
+		defer xdsConn.Close()
 	}
 	svc, err := newService(cfg, f, logger)
 	if err != nil {
@@ -121,7 +126,7 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 		// configuration.
 		xctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Go(func() { svc.runXDS(xctx) })
+		wg.Go(func() { svc.runXDS(xctx, xdsConn) })
 		defer func() {
 			cancel()
 			wg.Wait()
@@ -348,17 +353,17 @@ func (s *service) logProblems(msg string, err error) {
 // waitInitial waits, in xDS mode without
 // FORCE_START_WITHOUT_INITIAL_CONFIG, for the first rate limit
 // configuration before the service listens, as the reference does; it
-// returns at once otherwise.
-func (s *service) waitInitial(ctx context.Context) error {
+// returns at once otherwise. It reports false when ctx ended first.
+func (s *service) waitInitial(ctx context.Context) bool {
 	if s.env == nil || !s.env.env.xds || s.env.env.forceStart {
-		return nil
+		return true
 	}
 	s.logger.Info("waiting for the first rate limit configuration over xDS before listening", "server", s.env.env.xdsClient.url)
 	select {
 	case <-s.env.first:
-		return nil
+		return true
 	case <-ctx.Done():
-		return nil
+		return false
 	}
 }
 

@@ -518,8 +518,9 @@ func (s *service) run(ctx context.Context, src *source) error {
 	if st.Backend == config.RedisBackend {
 		s.store.checkReachable(ctx, cfg, s.logger)
 	}
-	if err := s.waitInitial(ctx); err != nil {
-		return err
+	if !s.waitInitial(ctx) {
+		s.logger.Info("stopped before the first rate limit configuration arrived")
+		return nil
 	}
 
 	hls, grpcLn, err := s.listen()

@@ -124,26 +124,28 @@ func (s *service) applyXDS(version string, resources []*rlsconfv3.RateLimitConfi
 	return nil
 }
 
-// runXDS subscribes to the management server until ctx is done.
-func (s *service) runXDS(ctx context.Context) {
-	x := s.env.env.xdsClient
-	opts := []grpc.DialOption{}
+// dialXDS returns the connection to the management server
+// (CONFIG_GRPC_XDS_SERVER_URL, its TLS and message size). It connects
+// lazily: a server that is down is retried by the subscription.
+func dialXDS(x xdsSettings) (*grpc.ClientConn, error) {
 	creds, err := xdsCredentials(x)
 	if err != nil {
-		// Checked at startup (xdsCredentials in runEnvoyEnv); unexpected.
-		s.logger.Error("xDS: TLS", "error", err)
-		return
+		return nil, err
 	}
-	opts = append(opts, grpc.WithTransportCredentials(creds))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if x.maxMsgSize > 0 {
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(x.maxMsgSize)))
 	}
 	conn, err := grpc.NewClient(x.url, opts...)
 	if err != nil {
-		s.logger.Error("xDS: cannot reach the management server", "server", x.url, "error", err)
-		return
+		return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_URL: %w", err)
 	}
-	defer conn.Close()
+	return conn, nil
+}
+
+// runXDS subscribes to the management server over conn until ctx is done.
+func (s *service) runXDS(ctx context.Context, conn *grpc.ClientConn) {
+	x := s.env.env.xdsClient
 	node := &corev3.Node{Id: x.nodeID}
 	if len(x.nodeMetadata) > 0 {
 		fields := map[string]*structpb.Value{}

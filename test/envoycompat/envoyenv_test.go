@@ -111,11 +111,28 @@ func startEnvServer(t *testing.T, name string, env []string) *server {
 // with envoyproxy/ratelimit's environment variables alone, in FILE mode:
 // the domains are files of a ConfigMap mounted as Envoy Gateway mounts
 // it, under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
+//
+// It runs twice on each store: with the reference's default counting
+// (refused hits counted: the cases' counting answers, the reference's),
+// and with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true (Sluice's own
+// counting, the answers of the suite's other runs).
 func TestCompatibilityEnvoyEnv(t *testing.T) {
 	envStores(t, func(t *testing.T, storeEnv []string) {
+		for _, mode := range []struct{ name, env string }{{"counting", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"}, {"stop-increment", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}} {
+			// Each run its own Redis keys (the last of a name wins).
+			env := append(slices.Clone(storeEnv), mode.env, "CACHE_KEY_PREFIX=compat-"+mode.name+":")
+			t.Run(mode.name, func(t *testing.T) { compatEnvoyEnv(t, env) })
+		}
+	})
+}
+
+// compatEnvoyEnv runs the suite against a FILE-mode service with the
+// reference's environment and extra.
+func compatEnvoyEnv(t *testing.T, extra []string) {
+	{
 		root := t.TempDir()
 		configMapDir(t, filepath.Join(root, "ratelimit", "config"), runtimeFiles(t, cases))
-		s := startEnvServer(t, "sluice serve --envoy-env", append(referenceEnv(root), storeEnv...))
+		s := startEnvServer(t, "sluice serve --envoy-env", append(referenceEnv(root), extra...))
 		resp, err := http.Get("http://" + s.http + "/healthcheck")
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +145,7 @@ func TestCompatibilityEnvoyEnv(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) { runCase(t, s, c) })
 		}
-	})
+	}
 }
 
 // TestEnvoyEnvReload changes a file of the runtime directory as
