@@ -193,3 +193,35 @@ func TestEnvoyEnvReload(t *testing.T) {
 		t.Errorf("limit after an invalid change = %d, want 7 (the running configuration stays)", got)
 	}
 }
+
+// TestEnvoyEnvMergeDomain loads the reference's two files of one domain
+// (test/config/config_test.go TestDomainMerge, merge_domain_key1.yaml
+// and merge_domain_key2.yaml): with MERGE_DOMAIN_CONFIG=true both
+// descriptors serve; without it the service does not start and names
+// both files.
+func TestEnvoyEnvMergeDomain(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"key1", "key2"} {
+		testkit.WriteFile(t, filepath.Join(dir, f+".yaml"), fixture(t, "merge", f))
+	}
+	s := startEnvServer(t, "sluice serve --envoy-env", append(referenceEnv(root), "BACKEND_TYPE=memory", "MERGE_DOMAIN_CONFIG=true"))
+	for _, c := range []struct {
+		key, value string
+		limit      uint32
+	}{{"key1", "value1", 10}, {"key2", "value2", 20}} {
+		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "test-domain", Descriptors: []*rlscommon.RateLimitDescriptor{testkit.Descriptor(c.key, c.value)}})
+		if err != nil || resp.Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != c.limit {
+			t.Errorf("%s=%s: %v, %v; want the limit %d", c.key, c.value, resp, err, c.limit)
+		}
+	}
+	cmd := exec.Command(testkit.Sluice(t), "serve", "--envoy-env")
+	cmd.Env = append(referenceEnv(root), "BACKEND_TYPE=memory")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `domain "test-domain" is also configured in `+filepath.Join(dir, "key1.yaml")) {
+		t.Errorf("without MERGE_DOMAIN_CONFIG: %v\n%s\nwant a refusal naming both files", err, out)
+	}
+}
