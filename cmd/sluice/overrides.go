@@ -19,9 +19,10 @@ const overridesUsage = `Usage: sluice overrides [flags] COMMAND [flags] ...
 
 Lists, sets and removes the runtime overrides of a running sluice serve:
 another policy for one key of one limit, until removed or until it
-expires (docs/plans.md); and resets a key. LIMIT is a limit of the
-limits section, or an Envoy descriptor's (envoy:DOMAIN.PATH, with KEY its
-values joined by |; docs/envoy.md), which reset does not take. The admin
+expires (docs/plans.md); resets a key, and lifts a key's block. LIMIT is
+a limit of the limits section, or an Envoy descriptor's
+(envoy:DOMAIN.PATH, with KEY its values joined by |; docs/envoy.md),
+which reset and unblock do not take. The admin
 API lives where the admin endpoints do: on listen.admin when it is set,
 and behind the admin token when one is configured.
 
@@ -43,6 +44,9 @@ Commands:
   reset LIMIT KEY              forget what KEY has spent and owes under
                                LIMIT (and under its override): it starts
                                afresh
+  unblock LIMIT KEY            let KEY in again under LIMIT, which has a
+                               penalty: its block lifted, its offences
+                               and what it spent forgotten
 
 Flags, which like all the flags here may come before COMMAND or among its
 arguments (after --, every argument is LIMIT or KEY, even one that starts
@@ -158,6 +162,11 @@ func runOverrides(ctx context.Context, s streams, args []string) error {
 			return usageErrorf("overrides", "overrides reset: want LIMIT KEY")
 		}
 		return c.reset(ctx, pos[0], pos[1])
+	case "unblock":
+		if len(pos) != 2 {
+			return usageErrorf("overrides", "overrides unblock: want LIMIT KEY")
+		}
+		return c.unblock(ctx, pos[0], pos[1])
 	default: // set
 		body, err := ovSetBody(sub, pos)
 		if err != nil {
@@ -178,7 +187,7 @@ func parseOverrides(args []string) (f *ovFlags, cmd string, pos []string, sub *f
 		return nil, "", nil, nil, err
 	}
 	if fs.NArg() == 0 {
-		return nil, "", nil, nil, usageErrorf("overrides", "overrides: name a command: list, get, set, rm or reset")
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: name a command: list, get, set, rm, reset or unblock")
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
@@ -186,9 +195,9 @@ func parseOverrides(args []string) (f *ovFlags, cmd string, pos []string, sub *f
 		cmd = "list"
 	case "delete":
 		cmd = "rm"
-	case "list", "get", "set", "rm", "reset":
+	case "list", "get", "set", "rm", "reset", "unblock":
 	default:
-		return nil, "", nil, nil, usageErrorf("overrides", "overrides: unknown command %q (want list, get, set, rm or reset)", cmd)
+		return nil, "", nil, nil, usageErrorf("overrides", "overrides: unknown command %q (want list, get, set, rm, reset or unblock)", cmd)
 	}
 	// The flags of overrides may also come after the command, among its
 	// own: sluice overrides set --server URL api-key k --limit 5 ...
@@ -401,5 +410,28 @@ func (c *ovClient) reset(ctx context.Context, limit, key string) error {
 		return err
 	}
 	_, err = fmt.Fprintf(c.out, "reset: limit %q, key %q: it starts afresh\n", limit, key)
+	return err
+}
+
+// unblock asks the service to lift key's block under limit.
+func (c *ovClient) unblock(ctx context.Context, limit, key string) error {
+	path := "/v1/unblock/" + url.PathEscape(limit) + "/" + url.PathEscape(key)
+	raw, done, err := c.ask(ctx, http.MethodPost, path, nil, false)
+	if done {
+		return err
+	}
+	var a struct {
+		Unblocked struct {
+			WasBlocked bool `json:"was_blocked"`
+		} `json:"unblocked"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("overrides: the answer is not an unblock: %w", err)}
+	}
+	was := "it was not blocked"
+	if a.Unblocked.WasBlocked {
+		was = "its block is lifted"
+	}
+	_, err = fmt.Fprintf(c.out, "unblock: limit %q, key %q: %s; it starts afresh\n", limit, key, was)
 	return err
 }

@@ -26,6 +26,7 @@ func TestOverridesCommand(t *testing.T) {
 admin: {token: `+ovTestToken+`}
 limits:
   api-key: {algorithm: token_bucket, limit: 10, period: 1s}
+  login: {algorithm: sliding_log, limit: 1, period: 1h, penalty: {block_for: 1h}}
 `), formats)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,9 @@ limits:
 		{"reset an unknown limit", []string{"reset", "nope", "k"}, 2, "", `overrides: 404: no limit named "nope" in the limits section`},
 		{"reset with one argument", []string{"reset", "api-key"}, 2, "", "overrides reset: want LIMIT KEY"},
 		{"reset json", []string{"--json", "reset", "api-key", "k"}, 0, `{"reset":{"key":"k","limit":"api-key"}}`, ""},
+		{"unblock a key never blocked", []string{"unblock", "login", "alice"}, 0, `unblock: limit "login", key "alice": it was not blocked; it starts afresh`, ""},
+		{"unblock a limit without a penalty", []string{"unblock", "api-key", "k"}, 2, "", `overrides: 409: limit "api-key" has no penalty`},
+		{"unblock with one argument", []string{"unblock", "login"}, 2, "", "overrides unblock: want LIMIT KEY"},
 		{"get absent", []string{"get", "api-key", "user/1"}, 1, "", "no override"},
 		{"json", []string{"--json", "list"}, 0, `{"overrides":[],"shared":false}`, ""},
 		{"no command", nil, 2, "", "name a command"},

@@ -346,7 +346,11 @@ func never(p *sluice.Policy) sluice.Decision {
 }
 
 // peekDeferred peeks the deferred checks and reports whether one refuses
-// the request; a store error is set in o.
+// the request; a store error is set in o. A penalized limit's refused
+// peek is then asked again as a check of cost 0 (is a unit left?), which
+// is its offence when none is: a limit charged after the response is
+// charged only for the requests that pass, so its refusal before the
+// request is the one that must start a block.
 func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, o *Outcome) bool {
 	refused := false
 	for i := range checks {
@@ -355,6 +359,13 @@ func peekDeferred(ctx context.Context, store sluice.Store, now time.Time, checks
 			continue
 		}
 		d, err := store.Peek(ctx, now, request(c))
+		if err == nil && !d.Allowed && d.RetryAfter != sluice.Never && c.Policy.Penalty != (sluice.Penalty{}) {
+			var od sluice.Decision
+			od, err = store.Allow(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key})
+			if err == nil && !od.Allowed {
+				d = od
+			}
+		}
 		res[i] = CheckResult{Decision: d, Err: err, Denied: err == nil && !d.Allowed}
 		if err != nil {
 			o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err

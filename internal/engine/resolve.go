@@ -54,12 +54,17 @@ func (r *Resolver) Active() bool {
 
 // Policy returns the policy that applies to key under limit, the policy
 // the configuration (or the request's plan) gives the limit, and whether
-// an override replaced it. An override's policy has the limit's name.
+// an override replaced it. An override's policy has the limit's name, and
+// the limit's penalty when it has none of its own.
 func (r *Resolver) Policy(limit sluice.Policy, key string) (p sluice.Policy, overridden bool) {
 	if !r.Active() {
 		return limit, false
 	}
 	if p, ok := r.overrides.Lookup(limit.Name, key, r.now()); ok {
+		if p.Penalty.IsZero() && p.Algorithm != sluice.ConcurrencyAlgorithm {
+			// An override changes the rate, not the protection.
+			p.Penalty = limit.Penalty
+		}
 		return p, true
 	}
 	return limit, false

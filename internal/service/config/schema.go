@@ -300,7 +300,55 @@ func (d *decoder) localRefusals(at, v *yaml.Node) LocalRefusals {
 	return lr
 }
 
-var limitKeys = []string{"algorithm", "limit", "period", "lease", "time_zone", "week_starts", "burst", "shadow", "settle_within"}
+var limitKeys = []string{"algorithm", "limit", "period", "lease", "time_zone", "week_starts", "burst", "shadow", "settle_within", "penalty"}
+
+// penalty decodes a limit's penalty (sluice.Penalty): block_for, and
+// optionally factor, max_block and forget_after.
+func (d *decoder) penalty(at, n *yaml.Node, path string) (sluice.Penalty, bool) {
+	var p sluice.Penalty
+	o, ok := d.mapping(at, n, path, "block_for", "factor", "max_block", "forget_after")
+	if !ok {
+		return p, false
+	}
+	good := true
+	if v := o.get("block_for"); v == nil {
+		d.add(at, join(path, "block_for"), "missing: how long a refusal blocks the key, like 1m")
+		good = false
+	} else if x, ok := d.duration(v, join(path, "block_for"), sluice.MaxPeriod); ok {
+		p.BlockFor = x
+	} else {
+		good = false
+	}
+	if v := o.get("factor"); v != nil {
+		if x, ok := d.integer(v, join(path, "factor"), 1, sluice.MaxFactor); ok {
+			p.Factor = x
+		} else {
+			good = false
+		}
+	}
+	if v := o.get("max_block"); v != nil {
+		if x, ok := d.duration(v, join(path, "max_block"), sluice.MaxPeriod); !ok {
+			good = false
+		} else if x < p.BlockFor {
+			d.add(deref(v), join(path, "max_block"), "must be at least block_for (%s), got %s", formatDuration(p.BlockFor), formatDuration(x))
+			good = false
+		} else {
+			p.MaxBlock = x
+		}
+	}
+	if v := o.get("forget_after"); v != nil {
+		if x, ok := d.duration(v, join(path, "forget_after"), sluice.MaxPeriod); ok {
+			p.ForgetAfter = x
+		} else {
+			good = false
+		}
+	}
+	if good && p.Factor > 1 && p.ForgetAfter == 0 {
+		d.add(o.fields["factor"].key, join(path, "factor"), "a factor above 1 needs forget_after: without it every offence is forgotten when its block ends, and no block grows")
+		good = false
+	}
+	return p, good
+}
 
 func algorithmNames() []string {
 	var names []string
@@ -425,6 +473,21 @@ func (d *decoder) limit(at, n *yaml.Node, path, name string) (Limit, bool) {
 		if shadow && settle > 0 {
 			d.add(o.fields["settle_within"].key, join(path, "settle_within"), "a dry run's cost is never settled: it is charged apart from the request, as estimated; remove settle_within or shadow")
 			good = false
+		}
+	}
+	if v := o.get("penalty"); v != nil {
+		pp := join(path, "penalty")
+		switch {
+		case algOK && p.Algorithm == sluice.ConcurrencyAlgorithm:
+			d.add(o.fields["penalty"].key, pp, "a concurrency limit refuses what is in flight, not a rate: it takes no penalty")
+			good = false
+		case settle > 0:
+			d.add(o.fields["penalty"].key, pp, "a limit whose costs are settled afterwards (settle_within) takes no penalty; remove one of them")
+			good = false
+		default:
+			pen, ok := d.penalty(o.fields["penalty"].key, v, pp)
+			p.Penalty = pen
+			good = good && ok
 		}
 	}
 	if !good {

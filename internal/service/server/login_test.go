@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -73,6 +74,12 @@ func (u *loginUpstream) last() string {
 // edit applied to the file's text.
 func loginFixture(t *testing.T, edit func(string) string) (*loginUpstream, *httptest.Server) {
 	t.Helper()
+	return loginFixtureOn(t, nil, edit)
+}
+
+// loginFixtureOn is loginFixture on the clock c (nil: the system's).
+func loginFixtureOn(t *testing.T, c *teststore.Clock, edit func(string) string) (*loginUpstream, *httptest.Server) {
+	t.Helper()
 	up := &loginUpstream{attempts: make(map[string]int)}
 	upstream := httptest.NewServer(up)
 	t.Cleanup(upstream.Close)
@@ -88,7 +95,12 @@ func loginFixture(t *testing.T, edit func(string) string) (*loginUpstream, *http
 	if err != nil {
 		t.Fatalf("examples/login.yaml: %v", err)
 	}
-	h, err := New(cfg, memstore.New(memstore.Options{}), Options{Registry: prometheus.NewRegistry(), ReadTimeout: time.Minute})
+	var opts memstore.Options
+	sopts := Options{Registry: prometheus.NewRegistry(), ReadTimeout: time.Minute}
+	if c != nil {
+		opts.Now, sopts.Now = c.Now, c.Now
+	}
+	h, err := New(cfg, memstore.New(opts), sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,4 +315,75 @@ func slowPost(t *testing.T, front *httptest.Server, body string, gap time.Durati
 	}
 	resp.Body.Close()
 	return resp.Status[:3], time.Since(begin)
+}
+
+// TestLoginPenalty runs examples/login.yaml, whose per-account limit has a
+// penalty, on a clock the test moves: five wrong passwords reach the
+// service; the sixth attempt is refused and blocks the account for 15
+// minutes; attempts during the block are refused without counting; after
+// it, five more failures and the next attempt block it for 30 minutes;
+// an operator's unblock lets the right password in at once.
+func TestLoginPenalty(t *testing.T) {
+	clock := teststore.NewClock(start)
+	up, front := loginFixtureOn(t, clock, func(y string) string {
+		return y + "admin: {token: " + ovToken + "}\n"
+	})
+	const ip = "198.51.100.7"
+	fail5 := func(when string) {
+		t.Helper()
+		for i := range 5 {
+			if resp := login(t, front, ip, "alice", "guess"); resp.StatusCode != 401 {
+				t.Fatalf("%s: failure %d = %d, want 401 from the service", when, i+1, resp.StatusCode)
+			}
+		}
+	}
+	refused := func(when, retryAfter string) {
+		t.Helper()
+		resp := login(t, front, ip, "alice", "right")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != retryAfter {
+			t.Fatalf("%s: attempt = %d, Retry-After %q; want 429, %s", when, resp.StatusCode, resp.Header.Get("Retry-After"), retryAfter)
+		}
+	}
+	fail5("at 0")
+	refused("the sixth attempt, an offence", "900")
+	// During the block: refused, not counted, however many.
+	clock.Advance(5 * time.Minute)
+	for range 10 {
+		refused("during the first block", "600")
+	}
+	if got := up.count("alice"); got != 5 {
+		t.Fatalf("the service saw %d attempts, want 5", got)
+	}
+	// The block and the log's 15 minutes are over: five more tries reach
+	// the service, and the next is the second offence, blocked 30m.
+	clock.Advance(10 * time.Minute)
+	fail5("after the first block")
+	refused("the second offence", "1800")
+	clock.Advance(29 * time.Minute)
+	refused("a minute before the second block ends", "60")
+	// Another account is not affected.
+	if resp := login(t, front, ip, "bob", "right"); resp.StatusCode != 200 {
+		t.Fatalf("bob = %d, want 200", resp.StatusCode)
+	}
+	// The operator lifts alice's block: she logs in at once.
+	req, err := http.NewRequest("POST", front.URL+"/v1/unblock/login-account/alice", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+ovToken)
+	resp, err := front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"was_blocked":true`) {
+		t.Fatalf("unblock = %d %s, want 200 and was_blocked", resp.StatusCode, body)
+	}
+	if resp := login(t, front, ip, "alice", "right"); resp.StatusCode != 200 {
+		t.Fatalf("alice after the unblock = %d, want 200", resp.StatusCode)
+	}
+	// Her offences are forgotten: the next offence blocks for 15m again.
+	fail5("after the unblock")
+	refused("the first offence after the unblock", "900")
 }

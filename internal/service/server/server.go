@@ -273,6 +273,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handleExplain(onlyMethod("GET", h.serveExplain))
 	h.registerOverrides()
 	h.registerReset()
+	h.registerUnblock()
 	h.handleRoot()
 	return h, nil
 }
