@@ -119,6 +119,9 @@ func TestValidateDocs(t *testing.T) {
 		switch {
 		case strings.HasPrefix(y.marker, markFragment), strings.HasPrefix(y.marker, markOther):
 			continue
+		case strings.HasPrefix(y.marker, "<!-- replay: "):
+			// A whole configuration of the replay example (validated here,
+			// run by TestDocsReplayExample).
 		case y.marker != "":
 			t.Errorf("%s: unknown marker %q before a YAML block (want %q, %q or %q)", y.where, y.marker, markFragment+" -->", markOther+" NAME -->", markFormat+" -->")
 			continue

@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/decisionlog"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/rls"
 	"github.com/sluicehq/sluice/internal/service/server"
@@ -90,6 +91,22 @@ Flags:
                        (default 2m)
   --max-keys N         memory store (and on_error: local): the most
                        (limit, key) pairs kept (default 1000000; 0: no cap)
+  --decision-log FILE  write each decision of /v1/check, forward-auth and
+                       the proxy to FILE as a JSON line, for sluice
+                       simulate --replay (docs/operations.md, "Decision
+                       log"); off by default
+  --decision-log-sample R
+                       the share of keys whose decisions are written, in
+                       (0, 1] (default 1): by key, so a key's whole
+                       sequence is kept
+  --decision-log-key-file FILE
+                       write keys as HMAC-SHA-256 hashes under the secret
+                       in FILE (at least 16 bytes) instead of as they are
+  --decision-log-max-size MiB
+                       rotate the log at this size (default 100); FILE.1 is
+                       the newest rotated file
+  --decision-log-files N
+                       rotated files kept (default 5)
   --ready-file FILE    once listening, write the bound addresses to FILE as
                        JSON, {"http":"127.0.0.1:8080","grpc":"","admin":"",
                        "pid":1234} ("" for a listener that is off); removed
@@ -130,6 +147,11 @@ type serveFlags struct {
 	idleTimeout     time.Duration
 	maxKeys         int
 	readyFile       string
+	decisionLog     string
+	dlogSample      float64
+	dlogKeyFile     string
+	dlogMaxSize     int64
+	dlogFiles       int
 	envoyEnv        bool
 	// logLevelSet and logFormatSet report flags given on the command
 	// line, which win over LOG_LEVEL and LOG_FORMAT with --envoy-env.
@@ -154,6 +176,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "time a keep-alive connection may stay idle")
 	fs.IntVar(&f.maxKeys, "max-keys", defaultMaxKeys, "memory store key cap")
 	fs.StringVar(&f.readyFile, "ready-file", "", "file to write the bound addresses to")
+	fs.StringVar(&f.decisionLog, "decision-log", "", "file to write decisions to")
+	fs.Float64Var(&f.dlogSample, "decision-log-sample", 1, "share of keys logged")
+	fs.StringVar(&f.dlogKeyFile, "decision-log-key-file", "", "secret for hashing keys")
+	fs.Int64Var(&f.dlogMaxSize, "decision-log-max-size", 100, "rotation size in MiB")
+	fs.IntVar(&f.dlogFiles, "decision-log-files", 5, "rotated files kept")
 	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "configure from envoyproxy/ratelimit's environment variables")
 	if err := parseFlags(fs, "serve", "serve", serveUsage, args); err != nil {
 		return nil, err
@@ -193,6 +220,15 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 		if d.v == 0 {
 			return nil, usageErrorf("serve", "serve: --%s must be positive: without it slow clients could hold connections open", d.name)
 		}
+	}
+	if !(f.dlogSample > 0 && f.dlogSample <= 1) {
+		return nil, usageErrorf("serve", "serve: --decision-log-sample must be in (0, 1], got %v", f.dlogSample)
+	}
+	if f.dlogMaxSize < 1 || f.dlogFiles < 1 {
+		return nil, usageErrorf("serve", "serve: --decision-log-max-size and --decision-log-files must be at least 1")
+	}
+	if f.decisionLog == "" && f.dlogKeyFile != "" {
+		return nil, usageErrorf("serve", "serve: --decision-log-key-file needs --decision-log FILE")
 	}
 	if f.maxKeys < 0 {
 		return nil, usageErrorf("serve", "serve: --max-keys must not be negative, got %d", f.maxKeys)
@@ -323,6 +359,7 @@ type service struct {
 
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 	build                         buildinfo.Info
+	dlog                          *decisionlog.Log // nil without --decision-log
 	// running counts the HTTP handlers under way, so that a shutdown
 	// that cuts some waits for them to end, and give back what they hold
 	// (the proxy's concurrency leases), before the store closes.
@@ -374,8 +411,22 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	// One measured store for every front door: the sluice_store_* series
-	// count Envoy's decisions with the HTTP API's.
-	s.measured = m.Store(st.store)
+	// count Envoy's decisions with the HTTP API's. With a decision log,
+	// the store beneath records the time of each logged decision.
+	base := st.store
+	if f.decisionLog != "" {
+		if s.dlog, err = openDecisionLog(f); err != nil {
+			st.close()
+			return nil, err
+		}
+		st.closers = append(st.closers, s.dlog.Close)
+		if err := m.DecisionLog(s.dlog.Written, s.dlog.Dropped); err != nil {
+			st.close()
+			return nil, err
+		}
+		base = decisionlog.Store(base)
+	}
+	s.measured = m.Store(base)
 	// Plans and overrides (dynamic.go), closed with the store.
 	dyn := openDynamic(cfg.Store(), logger)
 	st.closers = append(st.closers, dyn.close)
@@ -395,6 +446,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		ReadTimeout:      f.readTimeout,
 		CheckReadTimeout: f.checkReadTime,
 		Build:            build,
+		DecisionLog:      s.dlog,
 	}))
 	if err != nil {
 		st.close()
@@ -776,4 +828,19 @@ func (c *handlers) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// openDecisionLog opens the --decision-log file as the flags configure it.
+func openDecisionLog(f *serveFlags) (*decisionlog.Log, error) {
+	opts := decisionlog.Options{Path: f.decisionLog, Sample: f.dlogSample, MaxSize: f.dlogMaxSize << 20, MaxFiles: f.dlogFiles}
+	if f.dlogKeyFile != "" {
+		b, err := os.ReadFile(f.dlogKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--decision-log-key-file: %w", err)
+		}
+		if opts.Secret = []byte(strings.TrimSpace(string(b))); len(opts.Secret) < 16 {
+			return nil, fmt.Errorf("--decision-log-key-file %s: the secret is %d bytes, want at least 16", f.dlogKeyFile, len(opts.Secret))
+		}
+	}
+	return decisionlog.Open(opts)
 }

@@ -23,6 +23,7 @@ const simulateUsage = `Usage: sluice simulate --algorithm ALG|all --limit N --pe
                        [--keys N] [--seed S] [--hold DUR]] [--format table|jsonl]
                        [--chart FILE]
        sluice simulate --algorithm concurrency --limit N [--lease DUR] ...
+       sluice simulate --replay LOG --config CANDIDATE.yaml [--chart FILE]
 
 Replays a trace of requests through a rate-limiting algorithm at the trace's
 own times and prints every decision (jsonl) or a summary per key (table).
@@ -67,6 +68,9 @@ Flags:
                        line (one algorithm only)
   --chart FILE         also draw the requests offered and admitted over time
                        to FILE, an .svg or .png image (see Chart, below)
+  --decision-log FILE  also write the decisions to FILE as a decision log,
+                       for --replay (one rate algorithm; door "simulate")
+  --name NAME          the limit's name in --decision-log (default api)
 
 Generated traffic (instead of --trace; see docs/simulate.md):
   --pattern NAME       steady, burst, boundary, poisson, ramp or onoff
@@ -170,7 +174,7 @@ Examples:
                   --pattern boundary --rate 100/1m --duration 4m --chart boundary.png
   sluice simulate --algorithm concurrency --limit 10 --lease 30s \
                   --pattern poisson --rate 5 --hold 2s --duration 1m --keys 3
-`
+` + replayUsage
 
 // simulateFlags are the parsed flags of `sluice simulate`.
 type simulateFlags struct {
@@ -192,6 +196,9 @@ type simulateFlags struct {
 	hold      time.Duration
 	// allowEmpty accepts a trace without requests.
 	allowEmpty bool
+	// decisionLog, when set, is a file to write the decisions to as a
+	// decision log, their limit named name.
+	decisionLog, name string
 }
 
 // newSimulateFlags returns the flag set of `sluice simulate`, which
@@ -209,6 +216,8 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
 	fs.StringVar(&f.chart, "chart", "", "draw a chart to this .svg or .png file")
+	fs.StringVar(&f.decisionLog, "decision-log", "", "write the decisions as a decision log")
+	fs.StringVar(&f.name, "name", "api", "the limit's name in --decision-log")
 	fs.StringVar(&f.pattern, "pattern", "", "generate traffic in this pattern")
 	fs.StringVar(&f.rate, "rate", "", "the generated traffic's rate per key")
 	fs.Var((*durationFlag)(&f.duration), "duration", "how long the generated traffic lasts")
@@ -220,6 +229,9 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 }
 
 func runSimulate(ctx context.Context, s streams, args []string) error {
+	if wantsReplay(args) {
+		return runReplay(ctx, s, args)
+	}
 	r, err := parseSimulate(s, args)
 	if err != nil {
 		return err
@@ -235,6 +247,30 @@ func runSimulate(ctx context.Context, s streams, args []string) error {
 	}
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
 	observe, finish := r.report(out)
+	if r.f.decisionLog != "" {
+		if len(r.policies) > 1 || r.policies[0].Algorithm == sluice.ConcurrencyAlgorithm {
+			return usageErrorf("simulate", "simulate: --decision-log needs one rate algorithm, not %s", r.f.algorithm)
+		}
+		dl, err := newSimDecisionLog(r.f.decisionLog, r.f.name)
+		if err != nil {
+			return err
+		}
+		defer dl.close()
+		report := observe
+		observe = func(req simulate.Request, ds []sluice.Decision) error {
+			if err := dl.write(req, ds[0]); err != nil {
+				return err
+			}
+			return report(req, ds)
+		}
+		finishReport := finish
+		finish = func() error {
+			if err := dl.close(); err != nil {
+				return fmt.Errorf("simulate: --decision-log: %w", err)
+			}
+			return finishReport()
+		}
+	}
 	var span simulate.Span
 	var requests int64
 	err = simulate.Run(ctx, r.src, r.policies, func(req simulate.Request, ds []sluice.Decision) error {

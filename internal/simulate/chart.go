@@ -70,6 +70,10 @@ type Chart struct {
 	// that the time axis spans at least (the traffic's start and end).
 	// Otherwise the axis starts at the first request.
 	From, To int64
+	// RowLabels, when set, has one label per policy, written before its
+	// row's title (the replay's "as decided" and "candidate" rows of one
+	// limit).
+	RowLabels []string
 
 	policies []sluice.Policy
 	limit    int // MaxChartRequests, less in tests
@@ -321,6 +325,10 @@ func (c *Chart) draw(dc draw.Canvas, heading []string) {
 	titles := make([]string, len(rows))
 	for i, r := range rows {
 		titles[i] = c.rowTitle(r, f.keys)
+		if i < len(c.RowLabels) && c.RowLabels[i] != "" {
+			// The label names the row instead of its algorithm.
+			titles[i] = c.RowLabels[i] + strings.TrimPrefix(titles[i], r.policy.Algorithm.String())
+		}
 		plots[i] = []*plot.Plot{f.plot(r, i == len(rows)-1)}
 	}
 	body := draw.Crop(dc, 0, 0, 0, top-dc.Max.Y)

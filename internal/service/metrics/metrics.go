@@ -182,6 +182,25 @@ func (m *Metrics) Build(in buildinfo.Info) error {
 	return m.register(g)
 }
 
+// DecisionLog adds sluice_decision_log_lines_total, whose result label
+// counts the lines of the decision log written and those dropped (a full
+// queue, or a file that could not be written), as written and dropped
+// report them. On failure it unregisters every collector of m.
+func (m *Metrics) DecisionLog(written, dropped func() uint64) error {
+	var cs []prometheus.Collector
+	for _, r := range []struct {
+		name string
+		n    func() uint64
+	}{{"written", written}, {"dropped", dropped}} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "sluice_decision_log_lines_total",
+			Help:        "Lines of the decision log, by result: written, or dropped (the writer's queue was full or the file could not be written); a dropped line never delayed or failed its decision.",
+			ConstLabels: prometheus.Labels{"result": r.name},
+		}, func() float64 { return float64(r.n()) }))
+	}
+	return m.register(cs...)
+}
+
 // Unregister removes the collectors New registered.
 func (m *Metrics) Unregister() {
 	for _, c := range m.registered {

@@ -20,6 +20,8 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/decisionlog"
+	"github.com/sluicehq/sluice/internal/service/metrics"
 )
 
 // bodyBufs hold the bodies of POST /v1/check while they are parsed.
@@ -91,6 +93,11 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	var dl *decisionlog.Decision
+	if h.dlog != nil {
+		dl = &decisionlog.Decision{Door: "check"}
+		ctx = decisionlog.With(ctx, dl)
+	}
 	var results []httplimit.LimitResult
 	if len(items) <= len(sc.results) {
 		results = sc.results[:len(items)]
@@ -122,6 +129,15 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		if res.Err == nil {
 			h.record(now, res.Policy.Name, res.Key, res.Decision, res.Shadow)
 		}
+	}
+	if dl != nil {
+		rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Limits: make([]decisionlog.Entry, 0, len(results))}
+		for i := range results {
+			if res := &results[i]; res.Err == nil {
+				rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: res.Policy.Name, Key: res.Key, Cost: res.Cost, Outcome: metrics.Outcome(res.Decision, res.Shadow)})
+			}
+		}
+		h.writeDecision(&rec, now)
 	}
 	if !d.Allowed && h.logger.Enabled(ctx, slog.LevelDebug) {
 		var denied []string

@@ -92,6 +92,9 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 				"Send the rule's requests through Sluice's proxy (listen.http with proxy.upstream), which reads the usage as the response passes.")
 		return
 	}
+	if a.mw != nil {
+		orig = h.withDecision(orig, "forward_auth", ru)
+	}
 	if a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)

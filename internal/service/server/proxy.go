@@ -142,6 +142,7 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 		if a.settles {
 			r = withSettling(r, ru.usageBody)
 		}
+		r = h.withDecision(r, "proxy", ru)
 		a.proxied.ServeHTTP(w, r)
 		return
 	}

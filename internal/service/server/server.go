@@ -39,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/service/buildinfo"
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/decisionlog"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/overrides"
 	"github.com/sluicehq/sluice/plans"
@@ -125,6 +126,11 @@ type Options struct {
 	// Build is the running build, which GET /v1/status reports. The zero
 	// value reports nothing of it.
 	Build buildinfo.Info
+	// DecisionLog, when set, receives the decisions of /v1/check,
+	// forward-auth and the proxy. The store given to New must then be
+	// decorated by decisionlog.Store (beneath any metrics decorator), so
+	// that each line carries the time the store decided at.
+	DecisionLog *decisionlog.Log
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -169,6 +175,7 @@ type Handler struct {
 	// than readTimeout, and 0 otherwise.
 	checkReadTimeout time.Duration
 	buildInfo        buildinfo.Info
+	dlog             *decisionlog.Log
 }
 
 // state is everything a request needs from the configuration, built once
@@ -208,7 +215,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
-		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout, buildInfo: opts.Build}
+		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout, buildInfo: opts.Build, dlog: opts.DecisionLog}
 	if d := opts.CheckReadTimeout; d > 0 && (h.readTimeout == 0 || d < h.readTimeout) {
 		h.checkReadTimeout = d
 	}
@@ -415,6 +422,9 @@ func (h *Handler) build(cfg *config.Config) (*state, error) {
 // countEvent records a rule's decision in the metrics.
 func (h *Handler) countEvent(ev *httplimit.Event) {
 	now := h.now()
+	if h.dlog != nil {
+		h.logEvent(ev, now)
+	}
 	for i := range ev.Results {
 		r := &ev.Results[i]
 		if !r.Applied || (r.Err != nil && r.Decision == (sluice.Decision{})) {
@@ -552,4 +562,44 @@ func writeEncoded(w http.ResponseWriter, status int, contentType string, v any, 
 // writeError writes {"error": msg} with status.
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// logEvent writes a rule's decision (forward-auth or the proxy) to the
+// decision log, when its request carries a decisionlog.Decision.
+func (h *Handler) logEvent(ev *httplimit.Event, now time.Time) {
+	dl := decisionlog.From(ev.Request.Context())
+	if dl == nil {
+		return
+	}
+	rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Rule: dl.Rule, Limits: make([]decisionlog.Entry, 0, len(ev.Results))}
+	for i := range ev.Results {
+		r := &ev.Results[i]
+		if !r.Applied || r.Err != nil {
+			continue
+		}
+		rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: r.Policy.Name, Key: r.Key, Cost: r.Cost, Outcome: metrics.Outcome(r.Decision, r.Shadow)})
+	}
+	h.writeDecision(&rec, now)
+}
+
+// writeDecision writes rec to the decision log, at now when no store call
+// set its time (every limit refused before the store: a cost above the
+// capacity).
+func (h *Handler) writeDecision(rec *decisionlog.Record, now time.Time) {
+	if len(rec.Limits) == 0 {
+		return
+	}
+	if rec.Time.IsZero() {
+		rec.Time = now
+	}
+	h.dlog.Write(rec)
+}
+
+// withDecision returns r carrying a decisionlog.Decision of door and rule
+// when the decision log is on, and r itself otherwise.
+func (h *Handler) withDecision(r *http.Request, door string, ru *rule) *http.Request {
+	if h.dlog == nil {
+		return r
+	}
+	return r.WithContext(decisionlog.With(r.Context(), &decisionlog.Decision{Door: door, Rule: ru.cfg.Name}))
 }

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+)
+
+// replayLimits are the limits of the decision log tests: a token bucket
+// of period FAST (on the memory store 10ms: it refills a token every
+// 2 ms while the decisions come, a few hundred µs apart, so their
+// outcomes hang on their exact times), an hourly sliding window and an
+// hourly dry run (which refuse some whatever the timing), and a rule for
+// forward-auth over two of them.
+const replayLimits = `limits:
+  fast: {algorithm: token_bucket, limit: 5, period: FAST}
+  hourly: {algorithm: sliding_window, limit: 8, period: 1h}
+  dry: {algorithm: sliding_log, limit: 3, period: 1h, shadow: true}
+proxy:
+  rules:
+    - name: login
+      match: {path_prefix: /login}
+      limits: [{limit: fast, key: ip}, {limit: hourly, key: "header:X-User"}]
+`
+
+// driveDecisions sends a mix of decisions: single and multiple checks,
+// dry runs, and forward-auth, over a few keys, some refused.
+func driveDecisions(t *testing.T, in *instance) {
+	t.Helper()
+	for i := range 40 {
+		user := fmt.Sprintf("u%d", i%3)
+		switch i % 4 {
+		case 0:
+			in.check(t, "fast", user)
+		case 1:
+			in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"checks":[{"limit":"fast","key":%q},{"limit":"hourly","key":%q},{"limit":"dry","key":%q}]}`, user, user, user))
+		case 2:
+			req := fmt.Sprintf("/v1/forward-auth?rule=login&u=%d", i)
+			code, _, _ := in.doHeader(t, "GET", req, "X-User", user)
+			if code != 200 && code != 429 {
+				t.Fatalf("forward-auth = %d", code)
+			}
+		case 3:
+			in.check(t, "hourly", user)
+		}
+	}
+}
+
+// replayOut runs sluice simulate --replay and returns its report.
+func replayOut(t *testing.T, log, cfg string, more ...string) string {
+	t.Helper()
+	r := runSluice(t, nil, append([]string{"simulate", "--replay", log, "--config", cfg}, more...)...)
+	if r.code != 0 {
+		t.Fatalf("simulate --replay = %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// TestReplayReproducesDecisions writes a decision log on each store and
+// replays it against the configuration that wrote it: every decision
+// comes out the same. Against a tighter candidate, decisions change.
+func TestReplayReproducesDecisions(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			// Redis decides at its own TIME, read after the time the log
+			// records by the call's latency: a limit whose outcome hangs on
+			// microseconds could replay otherwise (docs/operations.md,
+			// "Decision log"), so on Redis the token bucket is slow.
+			storeYAML, limits := "", strings.Replace(replayLimits, "FAST", "10ms", 1)
+			if store == "redis" {
+				limits = strings.Replace(replayLimits, "FAST", "1h", 1)
+				srv := testkit.StartRedis(t)
+				storeYAML = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q]}\n  timeout: 2s\n", srv.Addr)
+			}
+			cfg := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+`+storeYAML+limits)
+			log := filepath.Join(dir, "decisions.jsonl")
+			in := startServe(t, "--config", cfg, "--decision-log", log)
+			driveDecisions(t, in)
+			if v := in.metric(t, `sluice_decision_log_lines_total{result="dropped"}`); v != "0" {
+				t.Errorf("dropped lines = %q, want 0", v)
+			}
+			if err := in.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Count(string(b), "\n")
+			if lines != 40 || !strings.Contains(string(b), `"door":"forward_auth","rule":"login"`) || !strings.Contains(string(b), `"outcome":"denied"`) ||
+				!strings.Contains(string(b), `"outcome":"shadow_denied"`) {
+				t.Fatalf("the log has %d lines, want 40 with forward-auth, denials and dry-run denials:\n%s", lines, b)
+			}
+
+			out := replayOut(t, log, cfg)
+			if !strings.Contains(out, "replayed 40 of 40 decisions") || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") {
+				t.Errorf("replay against the same configuration:\n%s", out)
+			}
+			for line := range strings.SplitSeq(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) == 8 && f[0] != "door" && (f[4] != f[5] || f[6] != "0" || f[7] != "0") {
+					t.Errorf("replay changed a limit's refusals: %s", line)
+				}
+			}
+
+			tighter := writeConfig(t, filepath.Join(dir, "tighter.yaml"), `listen: {http: "127.0.0.1:0"}
+`+strings.Replace(limits, "limit: 8, period: 1h", "limit: 4, period: 1h", 1))
+			out = replayOut(t, log, tighter, "--chart", filepath.Join(dir, "replay.svg"))
+			if strings.Contains(out, "changed: 0 ") || !strings.Contains(out, "keys most affected") {
+				t.Errorf("replay against a tighter hourly limit changes nothing:\n%s", out)
+			}
+			if svg, err := os.ReadFile(filepath.Join(dir, "replay.svg")); err != nil || !strings.Contains(string(svg), "candidate") {
+				t.Errorf("the chart was not drawn with the candidate's row (%v)", err)
+			}
+		})
+	}
+}
+
+// doHeader sends a request with one header field set and returns the
+// status, the headers and the body.
+func (in *instance) doHeader(t *testing.T, method, path, field, value string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, in.url(path), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(field, value)
+	resp, b := testkit.DoHTTP(t, http.DefaultClient, req)
+	return resp.StatusCode, resp.Header, b
+}
+
+// TestDocsReplayExample runs the worked example of docs/operations.md,
+// "Decision log and replay": its configurations and commands, and
+// requires the output the page prints.
+func TestDocsReplayExample(t *testing.T) {
+	t.Parallel()
+	const doc = "../../docs/operations.md"
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var console string
+	for _, bl := range testkit.Blocks(string(b)) {
+		name, ok := strings.CutPrefix(bl.Marker, "<!-- replay: ")
+		if !ok {
+			continue
+		}
+		name = strings.TrimSuffix(name, " -->")
+		if name == "console" {
+			console = bl.Text
+			continue
+		}
+		testkit.WriteFile(t, filepath.Join(dir, name), bl.Text)
+	}
+	if console == "" {
+		t.Fatalf("%s has no replay example", doc)
+	}
+	cmds := strings.Split(console, "$ ")[1:]
+	if len(cmds) != 3 {
+		t.Fatalf("the example has %d commands, want 3", len(cmds))
+	}
+	for _, c := range cmds {
+		line, want, _ := strings.Cut(c, "\n")
+		line = strings.TrimSuffix(line, " > /dev/null")
+		args := strings.Fields(line)
+		if args[0] != "sluice" {
+			t.Fatalf("command %q is not sluice's", line)
+		}
+		for i, a := range args {
+			switch {
+			case strings.HasPrefix(a, "examples/"):
+				args[i] = "../../" + a
+			case strings.HasSuffix(a, ".jsonl") || strings.HasSuffix(a, ".yaml") || strings.HasSuffix(a, ".svg"):
+				args[i] = filepath.Join(dir, a)
+			}
+		}
+		r := runSluice(t, nil, args[1:]...)
+		if r.code != 0 {
+			t.Fatalf("%s = %d\n%s", line, r.code, r.stderr)
+		}
+		if strings.Contains(c, "--replay") && r.stdout != want {
+			t.Errorf("%s printed\n%s\nthe page says\n%s", line, r.stdout, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "replay.svg")); err != nil {
+		t.Errorf("the example's chart was not drawn: %v", err)
+	}
+}
+
+// TestReplayErrors checks the command line of a replay and of the
+// decision log flags.
+func TestReplayErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, filepath.Join(dir, "c.yaml"), "limits:\n  api: {algorithm: fixed_window, limit: 1, period: 1m}\n")
+	bad := testkit.WriteFile(t, filepath.Join(dir, "bad.jsonl"), `{"time":"2026-01-01T00:00:00Z","door":"check","limits":[]}`+"\nnot json\n")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"simulate", "--replay", bad}, 2, "--replay needs --config"},
+		{[]string{"simulate", "--replay", bad, "--config", cfg}, 1, "bad.jsonl: line 2:"},
+		{[]string{"simulate", "--replay", filepath.Join(dir, "none.jsonl"), "--config", cfg}, 1, "no such file"},
+		{[]string{"simulate", "--algorithm", "all", "--limit", "1", "--period", "1m", "--trace", "../../examples/traces/steady.csv", "--decision-log", filepath.Join(dir, "d.jsonl")}, 2, "--decision-log needs one rate algorithm"},
+		{[]string{"serve", "--decision-log-sample", "1.5"}, 2, "--decision-log-sample must be in (0, 1]"},
+		{[]string{"serve", "--decision-log-key-file", cfg}, 2, "--decision-log-key-file needs --decision-log"},
+	} {
+		r := runSluice(t, nil, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("sluice %q = %d %q, want %d with %q", tc.args, r.code, r.stderr, tc.code, tc.want)
+		}
+	}
+	short := testkit.WriteFile(t, filepath.Join(dir, "key"), "short\n")
+	r := runSluice(t, nil, "serve", "--http", "127.0.0.1:0", "--decision-log", filepath.Join(dir, "d.jsonl"), "--decision-log-key-file", short)
+	if r.code != 1 || !strings.Contains(r.stderr, "want at least 16") {
+		t.Errorf("serve with a short secret = %d %q, want 1 saying the secret is too short", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,234 @@
+package decisionlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+func readAll(t *testing.T, path string) []*Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []*Record
+	r := NewReader(f)
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+}
+
+func record(key string, i int) *Record {
+	return &Record{Time: time.Unix(1700000000, int64(i)).UTC(), Door: "check", Limits: []Entry{{Limit: "l", Key: key, Cost: 1, Outcome: "allowed"}}}
+}
+
+// TestSampledByKey writes 20 decisions for each of 200 keys at a ratio of
+// 0.3: every decision of a sampled key is in the log, none of the others,
+// and about 30% of the keys are sampled.
+func TestSampledByKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	l, err := Open(Options{Path: path, Sample: 0.3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampled := map[string]bool{}
+	for i := range 20 {
+		for k := range 200 {
+			key := fmt.Sprintf("key-%d", k)
+			sampled[key] = l.Sampled(key)
+			l.Write(record(key, i))
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, rec := range readAll(t, path) {
+		per[rec.Limits[0].Key]++
+	}
+	n := 0
+	for key, s := range sampled {
+		if s {
+			n++
+			if per[key] != 20 {
+				t.Errorf("sampled key %s has %d decisions in the log, want all 20", key, per[key])
+			}
+		} else if per[key] != 0 {
+			t.Errorf("key %s is not sampled but has %d decisions in the log", key, per[key])
+		}
+	}
+	if n < 40 || n > 80 {
+		t.Errorf("%d of 200 keys sampled at 0.3, want about 60", n)
+	}
+	if got := l.Written(); got != uint64(20*n) {
+		t.Errorf("Written = %d, want %d", got, 20*n)
+	}
+}
+
+// TestKeyedHash replaces keys by their HMAC: the same key gives the same
+// hash, another secret another, and the key itself is nowhere in the log.
+func TestKeyedHash(t *testing.T) {
+	dir := t.TempDir()
+	hashes := map[string]string{}
+	for _, secret := range []string{"0123456789abcdef", "fedcba9876543210"} {
+		path := filepath.Join(dir, secret)
+		l, err := Open(Options{Path: path, Secret: []byte(secret)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Write(record("alice@example.com", 0))
+		l.Write(record("alice@example.com", 1))
+		l.Write(record("bob", 2))
+		l.Close()
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), "alice") || strings.Contains(string(b), "bob") {
+			t.Errorf("the log holds a key in clear:\n%s", b)
+		}
+		recs := readAll(t, path)
+		a0, a1, b0 := recs[0].Limits[0].Key, recs[1].Limits[0].Key, recs[2].Limits[0].Key
+		if a0 != a1 || a0 == b0 || !strings.HasPrefix(a0, "h:") || len(a0) != 34 {
+			t.Errorf("hashed keys %q %q %q, want h: and 32 hex digits, equal for equal keys", a0, a1, b0)
+		}
+		hashes[secret] = a0
+	}
+	if hashes["0123456789abcdef"] == hashes["fedcba9876543210"] {
+		t.Errorf("two secrets hash a key alike")
+	}
+}
+
+// TestRotation rotates by size and keeps MaxFiles files.
+func TestRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.jsonl")
+	l, err := Open(Options{Path: path, MaxSize: 1000, MaxFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		l.Write(record("k", i))
+	}
+	l.Close()
+	total := 0
+	for _, p := range []string{path, path + ".1", path + ".2"} {
+		info, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if info.Size() > 1000 {
+			t.Errorf("%s holds %d bytes, past the 1000 of a rotation", p, info.Size())
+		}
+		total += len(readAll(t, p))
+	}
+	if _, err := os.Stat(path + ".3"); err == nil {
+		t.Errorf("a third rotated file is kept, want 2")
+	}
+	if total >= 100 || total < 20 {
+		t.Errorf("%d records kept in 3 files of 1000 bytes", total)
+	}
+}
+
+// TestFullDiskDrops writes to /dev/full, whose every write fails: lines
+// are dropped and counted, and Write returns at once each time.
+func TestFullDiskDrops(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	l, err := Open(Options{Path: "/dev/full", Queue: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		l.Write(record("k", i))
+	}
+	l.Close()
+	if l.Written() != 0 || l.Dropped() != 1000 || l.Err() == nil {
+		t.Errorf("written %d, dropped %d, err %v; want 0, 1000 and the write error", l.Written(), l.Dropped(), l.Err())
+	}
+}
+
+// TestSlowWriterNeverBlocks stands for a slow disk: a FIFO nobody reads
+// fills, then blocks the writer; Write must not block with it.
+func TestSlowWriterNeverBlocks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fifo")
+	if err := mkfifo(path); err != nil {
+		t.Skip("no FIFO:", err)
+	}
+	// Open the FIFO for reading without ever reading it, so that the
+	// writer's open succeeds and its writes block once the pipe is full.
+	r, err := os.OpenFile(path, os.O_RDONLY|syscallNonblock, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer r.Close()
+	l, err := Open(Options{Path: path, Queue: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20000 // ~2 MB of lines, far past a pipe's 64 KiB
+	for i := range n {
+		l.Write(record(strings.Repeat("k", 64), i))
+	}
+	if l.Dropped() == 0 {
+		t.Errorf("no line dropped with the writer blocked")
+	}
+	if got := l.Written() + l.Dropped(); got > n {
+		t.Errorf("written + dropped = %d, more than the %d lines", got, n)
+	}
+	r.Close() // the writer's blocked write fails; Close ends
+	l.Close()
+	if got := l.Written() + l.Dropped(); got != n {
+		t.Errorf("written %d + dropped %d = %d, want every one of %d lines accounted for", l.Written(), l.Dropped(), got, n)
+	}
+}
+
+// TestStoreTime decides through Store under a Decision: the memory
+// store decides at its own clock's time, read once for the decision's
+// every call, and the Decision records it. Without a Decision nothing
+// changes.
+func TestStoreTime(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	ms := memstore.New(memstore.Options{Now: func() time.Time { return now }})
+	defer ms.Close()
+	s := Store(ms)
+	p := &sluice.Policy{Name: "p", Algorithm: sluice.FixedWindowAlgorithm, Limit: 1, Period: time.Minute}
+	d := &Decision{Door: "check"}
+	ctx := With(context.Background(), d)
+	if dec, err := s.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err != nil || !dec.Allowed {
+		t.Fatalf("Allow = %+v, %v", dec, err)
+	}
+	if !d.At.Equal(now) {
+		t.Errorf("Decision.At = %v, want the store's clock %v", d.At, now)
+	}
+	now = now.Add(30 * time.Second)
+	// A second call of the same decision keeps its time.
+	if _, err := s.Peek(ctx, time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if !d.At.Equal(now.Add(-30 * time.Second)) {
+		t.Errorf("a second call moved Decision.At to %v", d.At)
+	}
+	if got := From(context.Background()); got != nil {
+		t.Errorf("From of a plain context = %v", got)
+	}
+	if u, ok := s.(interface{ Unwrap() sluice.Store }); !ok || u.Unwrap() != ms {
+		t.Errorf("Store does not unwrap to the store beneath")
+	}
+}

@@ -1,0 +1,326 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service/decisionlog"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// ReplayLimit is a limit of the candidate configuration of a replay.
+type ReplayLimit struct {
+	Policy sluice.Policy
+	// Shadow is a dry-run limit: it never refuses.
+	Shadow bool
+}
+
+// Replay plays the decisions of a decision log through a candidate
+// configuration's limits, at the logged times, on a memory store of its
+// own, and compares what the candidate decides with what was decided.
+// Give it the log's records in order (Add), then read Report.
+type Replay struct {
+	limits map[string]ReplayLimit
+	store  *memstore.Store
+	now    time.Time
+	rep    ReplayReport
+	groups map[groupKey]*LimitChange
+	keys   map[keyID]*KeyChange
+	chart  *replayChart
+}
+
+// ReplayReport is what a replay found.
+type ReplayReport struct {
+	// Decisions is the number of logged decisions; Replayed those played
+	// (Degraded were decided by a store's failure policy and are not).
+	Decisions, Replayed, Degraded int
+	// Changed is the number of replayed decisions whose outcome (the
+	// request admitted or refused) the candidate changes: NewlyRefused
+	// refused now and admitted then, NewlyAdmitted the other way.
+	Changed, NewlyRefused, NewlyAdmitted int
+	// Limits compares each (door and rule, limit), in order of rule and
+	// limit.
+	Limits []*LimitChange
+	// Keys are the keys whose decisions changed, most changes first.
+	Keys []*KeyChange
+	// Missing names the logged limits the candidate does not have (not
+	// replayed: the decisions go on under their other limits);
+	// Concurrency those that are concurrency limits (a log has no
+	// release times to replay them with).
+	Missing, Concurrency []string
+	// From and To are the first and last logged times.
+	From, To time.Time
+}
+
+// LimitChange compares one limit of one rule: its logged and replayed
+// outcomes.
+type LimitChange struct {
+	Door, Rule, Limit string
+	// Decisions counts the limit's replayed, sampled entries; Refused and
+	// CandidateRefused those refused (or that a dry run would have
+	// refused) then and under the candidate.
+	Decisions, Refused, CandidateRefused int
+	// NewlyRefused and NewlyAdmitted count entries whose outcome changed.
+	NewlyRefused, NewlyAdmitted int
+}
+
+// KeyChange is one key of one limit whose decisions changed.
+type KeyChange struct {
+	Limit, Key string
+	Changed    int
+	// FirstRefused and FirstCandidateRefused are when the key was first
+	// refused, then and under the candidate (zero: never).
+	FirstRefused, FirstCandidateRefused time.Time
+}
+
+type groupKey struct{ door, rule, limit string }
+type keyID struct{ limit, key string }
+
+// NewReplay returns a replay against limits, by name. chartLimit, when
+// not empty, names the limit whose requests Chart draws.
+func NewReplay(limits map[string]ReplayLimit, chartLimit string) *Replay {
+	r := &Replay{limits: limits, groups: map[groupKey]*LimitChange{}, keys: map[keyID]*KeyChange{}}
+	r.store = memstore.New(memstore.Options{Now: func() time.Time { return r.now }})
+	if l, ok := limits[chartLimit]; ok {
+		r.chart = &replayChart{limit: chartLimit, chart: NewChart([]sluice.Policy{l.Policy, l.Policy})}
+		r.chart.chart.RowLabels = []string{"as decided", "candidate"}
+	}
+	return r
+}
+
+// Close releases the replay's store.
+func (r *Replay) Close() error { return r.store.Close() }
+
+// refused reports whether outcome refuses (or would have refused, for a
+// dry run).
+func refused(outcome string) bool { return outcome == "denied" || outcome == "shadow_denied" }
+
+// outcome names a decision as the log does.
+func outcome(d sluice.Decision, shadow bool) string {
+	switch {
+	case d.Allowed:
+		return "allowed"
+	case shadow:
+		return "shadow_denied"
+	}
+	return "denied"
+}
+
+// Add replays one logged decision.
+func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
+	r.rep.Decisions++
+	if r.rep.From.IsZero() {
+		r.rep.From = rec.Time
+	}
+	r.rep.To = rec.Time
+	for _, e := range rec.Limits {
+		if e.Outcome == "degraded" {
+			r.rep.Degraded++
+			return nil
+		}
+	}
+	checks := make([]engine.Check, 0, len(rec.Limits))
+	idx := make([]int, 0, len(rec.Limits)) // the entry of each check
+	for i, e := range rec.Limits {
+		l, ok := r.limits[e.Limit]
+		switch {
+		case !ok:
+			if !slices.Contains(r.rep.Missing, e.Limit) {
+				r.rep.Missing = append(r.rep.Missing, e.Limit)
+			}
+			continue
+		case l.Policy.Algorithm == sluice.ConcurrencyAlgorithm:
+			if !slices.Contains(r.rep.Concurrency, e.Limit) {
+				r.rep.Concurrency = append(r.rep.Concurrency, e.Limit)
+			}
+			continue
+		}
+		c := engine.Check{Policy: &l.Policy, Key: e.Key, Cost: e.Cost, Budget: true}
+		if l.Shadow {
+			c.Mode = engine.Shadow
+		}
+		checks = append(checks, c)
+		idx = append(idx, i)
+	}
+	r.rep.Replayed++
+	r.now = rec.Time
+	res := make([]engine.CheckResult, len(checks))
+	var o engine.Outcome
+	if len(checks) > 0 {
+		engine.Decide(ctx, r.store, rec.Time, checks, res, &o)
+		if o.Err != nil {
+			return fmt.Errorf("replay at %v: %w", rec.Time, o.Err)
+		}
+	}
+	cand := make([]string, len(rec.Limits))
+	for j, i := range idx {
+		cand[i] = outcome(res[j].Decision, checks[j].Mode == engine.Shadow)
+	}
+	var was, now bool // the request refused, then and under the candidate
+	for i, e := range rec.Limits {
+		was = was || e.Outcome == "denied"
+		now = now || cand[i] == "denied"
+	}
+	if was != now {
+		r.rep.Changed++
+		if now {
+			r.rep.NewlyRefused++
+		} else {
+			r.rep.NewlyAdmitted++
+		}
+	}
+	for i, e := range rec.Limits {
+		if cand[i] == "" || e.Unsampled {
+			continue
+		}
+		g := r.groups[groupKey{rec.Door, rec.Rule, e.Limit}]
+		if g == nil {
+			g = &LimitChange{Door: rec.Door, Rule: rec.Rule, Limit: e.Limit}
+			r.groups[groupKey{rec.Door, rec.Rule, e.Limit}] = g
+		}
+		g.Decisions++
+		thenRefused, nowRefused := refused(e.Outcome), refused(cand[i])
+		if thenRefused {
+			g.Refused++
+		}
+		if nowRefused {
+			g.CandidateRefused++
+		}
+		k := r.keys[keyID{e.Limit, e.Key}]
+		if k == nil {
+			k = &KeyChange{Limit: e.Limit, Key: e.Key}
+			r.keys[keyID{e.Limit, e.Key}] = k
+		}
+		if thenRefused && k.FirstRefused.IsZero() {
+			k.FirstRefused = rec.Time
+		}
+		if nowRefused && k.FirstCandidateRefused.IsZero() {
+			k.FirstCandidateRefused = rec.Time
+		}
+		if thenRefused != nowRefused {
+			k.Changed++
+			if nowRefused {
+				g.NewlyRefused++
+			} else {
+				g.NewlyAdmitted++
+			}
+		}
+		if r.chart != nil && e.Limit == r.chart.limit {
+			req := Request{T: rec.Time.UnixMilli(), Key: e.Key, Cost: e.Cost}
+			r.chart.add(req, e.Outcome == "allowed", cand[i] == "allowed")
+		}
+	}
+	return nil
+}
+
+// Report returns what the replay found so far.
+func (r *Replay) Report() *ReplayReport {
+	rep := r.rep
+	rep.Limits = rep.Limits[:0]
+	for _, g := range r.groups {
+		rep.Limits = append(rep.Limits, g)
+	}
+	slices.SortFunc(rep.Limits, func(a, b *LimitChange) int {
+		return cmp.Or(cmp.Compare(a.Door, b.Door), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Limit, b.Limit))
+	})
+	rep.Keys = nil
+	for _, k := range r.keys {
+		if k.Changed > 0 {
+			rep.Keys = append(rep.Keys, k)
+		}
+	}
+	slices.SortFunc(rep.Keys, func(a, b *KeyChange) int {
+		return cmp.Or(cmp.Compare(b.Changed, a.Changed), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Key, b.Key))
+	})
+	slices.Sort(rep.Missing)
+	slices.Sort(rep.Concurrency)
+	return &rep
+}
+
+// WriteReplayReport writes rep as text, with at most top keys.
+func WriteReplayReport(w io.Writer, rep *ReplayReport, top int) error {
+	ew := &errWriter{w: w}
+	ew.printf("replayed %d of %d decisions from %s to %s", rep.Replayed, rep.Decisions, rep.From.UTC().Format(time.RFC3339Nano), rep.To.UTC().Format(time.RFC3339Nano))
+	if rep.Degraded > 0 {
+		ew.printf(" (%d degraded, decided by a failure policy, not replayed)", rep.Degraded)
+	}
+	ew.printf("\nchanged: %d (%d refused that were admitted, %d admitted that were refused)\n", rep.Changed, rep.NewlyRefused, rep.NewlyAdmitted)
+	for _, m := range rep.Missing {
+		ew.printf("limit %s is not in the candidate: not replayed\n", m)
+	}
+	for _, m := range rep.Concurrency {
+		ew.printf("limit %s is a concurrency limit: not replayed (the log has no release times)\n", m)
+	}
+	ew.printf("\n%-14s %-14s %-14s %10s %10s %10s %10s %10s\n", "door", "rule", "limit", "decisions", "refused", "candidate", "+refused", "+admitted")
+	for _, g := range rep.Limits {
+		rule := g.Rule
+		if rule == "" {
+			rule = "-"
+		}
+		ew.printf("%-14s %-14s %-14s %10d %10d %10d %10d %10d\n", g.Door, rule, g.Limit, g.Decisions, g.Refused, g.CandidateRefused, g.NewlyRefused, g.NewlyAdmitted)
+	}
+	if len(rep.Keys) > 0 {
+		ew.printf("\nkeys most affected (%d changed):\n%-14s %-34s %8s  %-24s  %-24s\n", len(rep.Keys), "limit", "key", "changed", "first refused", "first refused (candidate)")
+		for i, k := range rep.Keys {
+			if i == top {
+				break
+			}
+			ew.printf("%-14s %-34s %8d  %-24s  %-24s\n", k.Limit, k.Key, k.Changed, stamp(k.FirstRefused), stamp(k.FirstCandidateRefused))
+		}
+	}
+	return ew.err
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
+
+// replayChart draws one limit's requests as decided and under the
+// candidate.
+type replayChart struct {
+	limit string
+	chart *Chart
+	err   error
+}
+
+func (c *replayChart) add(req Request, then, now bool) {
+	if c.err == nil {
+		c.err = c.chart.Add(req, []sluice.Decision{{Allowed: then}, {Allowed: now}})
+	}
+}
+
+// WriteChart draws the chart limit's requests, as decided and under the
+// candidate, in format (ChartFormat). It fails without a chart limit.
+func (r *Replay) WriteChart(w io.Writer, format string) error {
+	if r.chart == nil {
+		return fmt.Errorf("no chart: no limit to draw")
+	}
+	if r.chart.err != nil {
+		return r.chart.err
+	}
+	if len(r.chart.chart.offered) == 0 {
+		return fmt.Errorf("no chart: the log has no replayed decision of limit %s", r.chart.limit)
+	}
+	r.chart.chart.Heading = []string{fmt.Sprintf("limit %s: as decided, and under the candidate (%s)", r.chart.limit, describe(r.chart.chart.policies[0]))}
+	return r.chart.chart.Write(w, format)
+}
