@@ -139,6 +139,7 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 // log).
 func (s *service) setEnvoy(cfg *rls.Config, origin, where string) {
 	s.rls.SetConfig(cfg)
+	s.metrics.Applied(time.Now(), s.env.loaded.Load())
 	s.env.loaded.Store(true)
 	s.env.firstOnce.Do(func() { close(s.env.first) })
 	s.logger.Info("rate limit configuration applied", "from", origin, "where", where, "domains", len(cfg.Domains()))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -125,6 +126,14 @@ func TestEnvoyEnvXDS(t *testing.T) {
 		st, err := rlsAsk(t, in, "edge", "k")
 		return err == nil && st.GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
+	// v2 and v4 were reloads, v3 a refused one (v1 the first).
+	req, _ := http.NewRequest("GET", "http://"+in.admin+"/metrics", nil)
+	_, metrics := testkit.DoHTTP(t, http.DefaultClient, req)
+	for _, line := range []string{"sluice_config_reloads_total 2", "sluice_config_reload_failures_total 1"} {
+		if !strings.Contains(metrics, "\n"+line+"\n") {
+			t.Errorf("the admin listener's /metrics has no line %q:\n%s", line, grepLines(metrics, "sluice_config_reload"))
+		}
+	}
 }
 
 // TestEnvoyEnvXDSForceStart: with FORCE_START_WITHOUT_INITIAL_CONFIG the
@@ -215,4 +224,15 @@ func TestXDSUnknownFields(t *testing.T) {
 	if _, err := xdsDomains([]*rlsconfv3.RateLimitConfig{xdsConfig("edge", "edge", 2, false)}); err != nil {
 		t.Errorf("xdsDomains(a plain resource) = %v", err)
 	}
+}
+
+// grepLines returns the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

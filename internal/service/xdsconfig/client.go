@@ -8,7 +8,10 @@
 // Options.Apply; a nil error is acknowledged (ACK: the response's
 // version), an error is refused (NACK: the last accepted version and the
 // error's text), and the management server keeps the previous
-// configuration in mind as the service keeps serving it. A stream that
+// configuration in mind as the service keeps serving it. A server that
+// sends the refused version again (go-control-plane's does, the NACK
+// naming an older version) gets the same refusal, after Backoff.Initial,
+// so that the two do not spin. A stream that
 // fails or ends is opened again after a wait that doubles from
 // Backoff.Initial to Backoff.Max, reset by the next response.
 //
@@ -99,7 +102,7 @@ func Run(ctx context.Context, opts Options) error {
 	if len(opts.Headers) > 0 {
 		ctx = metadata.NewOutgoingContext(ctx, metadata.New(opts.Headers))
 	}
-	c := &client{opts: opts, log: log}
+	c := &client{opts: opts, log: log, sleep: sleep}
 	var wait time.Duration
 	for {
 		got, err := c.stream(ctx)
@@ -135,6 +138,13 @@ type client struct {
 	opts    Options
 	log     *slog.Logger
 	version string
+	// refused is the version last refused and why. A management server
+	// built on go-control-plane answers a NACK, whose version is the
+	// last accepted one, by sending the refused version again; the
+	// client then refuses it again without a second look, and only after
+	// Backoff.Initial, so that the two do not spin.
+	refused, why string
+	sleep        func(ctx context.Context, d time.Duration)
 }
 
 // stream opens one stream and serves it until it fails; got reports
@@ -160,16 +170,21 @@ func (c *client) stream(ctx context.Context) (got bool, err error) {
 		}
 		got = true
 		next := &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
-		if resp.GetTypeUrl() != TypeURL {
+		if v := resp.GetVersionInfo(); c.refused != "" && v == c.refused {
+			c.sleep(ctx, c.opts.Backoff.jittered(c.opts.Backoff.Initial))
+			next.VersionInfo = c.version
+			next.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: c.why}
+		} else if resp.GetTypeUrl() != TypeURL {
 			// Not what was asked for: refuse it, keep the rest.
 			next.VersionInfo = c.version
 			next.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: fmt.Sprintf("unexpected type %q, want %q", resp.GetTypeUrl(), TypeURL)}
 		} else if err := c.apply(resp); err != nil {
 			c.log.Error("xDS update refused (NACK); the running configuration stays", "version", resp.GetVersionInfo(), "error", err)
+			c.refused, c.why = resp.GetVersionInfo(), err.Error()
 			next.VersionInfo = c.version
 			next.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		} else {
-			c.version = resp.GetVersionInfo()
+			c.version, c.refused, c.why = resp.GetVersionInfo(), "", ""
 			next.VersionInfo = c.version
 		}
 		if err := s.Send(next); err != nil {
