@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -595,5 +594,3 @@ func envoyVarNames() []string {
 	slices.Sort(out)
 	return out
 }
-
-var errNoInitialConfig = errors.New("no rate limit configuration yet")
