@@ -82,6 +82,15 @@ type State struct {
 	// none is held).
 	Held, Leases int64
 	Expires      time.Time
+
+	// BlockedUntil, under a policy with a Penalty, is the end of the key's
+	// block when it is blocked at At; zero otherwise.
+	BlockedUntil time.Time
+	// Offences, under a policy with a Penalty, is the count of the key's
+	// offences remembered at At, and Forgotten the instant they are
+	// forgotten if no other comes; 0 and zero when none is remembered.
+	Offences  int64
+	Forgotten time.Time
 }
 
 // Amount is an exact non-negative number of cost units: Whole + Num/Den,

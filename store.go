@@ -52,6 +52,13 @@ type Decision struct {
 	// Degraded reports that the Store could not reach its backend and the
 	// decision was made by its failure policy (allow, deny or local).
 	Degraded bool
+	// Blocked reports a refusal by a block of the policy's Penalty: one in
+	// force, or one that this request's offence started (then Offence is
+	// set too). For several policies, any of them.
+	Blocked bool
+	// Offence reports that this refusal was an offence under the policy's
+	// Penalty: it started a block. For several policies, any of them.
+	Offence bool
 	// Lease, on a decision that admitted a request under one or more
 	// concurrency policies, names what the request holds: give it back to
 	// the store's Release when the request ends, or to Renew to hold on

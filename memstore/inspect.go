@@ -53,9 +53,15 @@ func (s *Store) Inspect(_ context.Context, now time.Time, req sluice.Request) (s
 		tracked = found && st.Expiry() > t
 		v = c.pp.ViewTAT(st, t)
 	}
+	var b algo.Block
+	if i, found := sh.pen.find(h); found && c.penalized {
+		b = sh.pen.slots[i].v
+	}
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return sluice.State{}, capacityError(&req)
 	}
-	return engine.ViewState(req.Policy, v, tracked, d), nil
+	st := engine.ViewState(req.Policy, v, tracked, d)
+	engine.ViewBlock(&st, b, t)
+	return st, nil
 }

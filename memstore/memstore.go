@@ -711,7 +711,9 @@ func (sh *shard) offend(s *Store, c *compiled, h uint64, t int64, own algo.Verdi
 		sh.pen.insert(h, b)
 		sh.sweepPen(t)
 	}
-	return b.During(t, own)
+	v := b.During(t, own)
+	v.Offence = true
+	return v
 }
 
 // verdict returns d as the algorithms' Verdict.
@@ -752,6 +754,8 @@ func decision(r algo.Verdict, limit int64) sluice.Decision {
 		RetryAfter: r.RetryAfter,
 		ResetAfter: r.ResetAfter,
 		Delay:      r.Delay,
+		Blocked:    r.Blocked,
+		Offence:    r.Offence,
 	}
 }
 

@@ -91,6 +91,8 @@ func decisionOf(req *sluice.Request, res algo.Verdict) sluice.Decision {
 		RetryAfter: res.RetryAfter,
 		ResetAfter: res.ResetAfter,
 		Delay:      res.Delay,
+		Blocked:    res.Blocked,
+		Offence:    res.Offence,
 	}
 }
 
@@ -242,7 +244,8 @@ func (r *reference) penalize(req *sluice.Request, t, cost int64, maxDelay time.D
 	if commit && algo.Offends(verdictOf(d)) {
 		b = pen.Offend(b, t)
 		r.pen[k] = b
-		return decisionOf(req, b.During(t, verdictOf(d)))
+		d = decisionOf(req, b.During(t, verdictOf(d)))
+		d.Offence = true
 	}
 	return d
 }
@@ -325,11 +328,13 @@ func (r *reference) AllowAll(_ context.Context, now time.Time, reqs []sluice.Req
 				continue
 			}
 			b := r.pen[k]
-			if !b.Blocks(t) {
+			offence := !b.Blocks(t)
+			if offence {
 				b = pen.Offend(b, t)
 				r.pen[k] = b
 			}
 			ds[i] = decisionOf(&reqs[i], b.During(t, verdictOf(ds[i])))
+			ds[i].Offence = offence
 		}
 	}
 	for i := range reqs {

@@ -86,6 +86,11 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, req sluice.Request) 
 	if st.Decision.RetryAfter == sluice.Never {
 		return sluice.State{}, capacityError(&req)
 	}
+	if c.penalized {
+		if err := s.inspectBlock(ctx, now, c, &req, &st); err != nil {
+			return sluice.State{}, err
+		}
+	}
 	return st, nil
 }
 

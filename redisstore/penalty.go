@@ -11,6 +11,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Penalties (sluice.Penalty) are decided by penalty.lua, AllowAll's
@@ -32,7 +34,40 @@ var (
 	unblockScript = sync.OnceValues(func() (*rueidis.Lua, error) {
 		return luaScript([]string{textNow, "muldivmod.lua", "lib.lua", "block.lua", "unblock.lua"})
 	})
+	blockViewScript = sync.OnceValues(func() (*rueidis.Lua, error) {
+		return luaScript([]string{textNow, "muldivmod.lua", "lib.lua", "block.lua", "block_view.lua"})
+	})
 )
+
+// inspectBlock adds to st the block of req's key under its penalized
+// policy c, and the decision a Peek gives at now: both read after the
+// state, in calls of their own.
+func (s *Store) inspectBlock(ctx context.Context, now time.Time, c *compiled, req *sluice.Request, st *sluice.State) error {
+	nowArg, err := s.timeArg(now)
+	if err != nil {
+		return err
+	}
+	script, err := blockViewScript()
+	if err != nil {
+		return err
+	}
+	vals, err := s.eval(ctx, script, []string{blockKey(c.key(s.prefix, req.Key))}, []string{nowArg}, nil)
+	if err != nil {
+		return fmt.Errorf("redisstore: inspect: %w", err)
+	}
+	if len(vals) != 4 || vals[0] < 0 || vals[1] < 0 || vals[2] < vals[1] || vals[3] < 0 {
+		err := s.malformed(vals)
+		s.report(err)
+		return err
+	}
+	engine.ViewBlock(st, algo.Block{Until: vals[1], Forget: vals[2], Offences: vals[3]}, vals[0])
+	d, err := s.peekPenalized(ctx, now, *req)
+	if err != nil {
+		return err
+	}
+	st.Decision = d
+	return nil
+}
 
 // blockKey returns the key of the block of the state key key.
 func blockKey(key string) string { return key + "#b" }
@@ -101,10 +136,32 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 		return sluice.Decision{}, err
 	}
 	vals, err := s.eval(ctx, script, keys, args, nil)
+	if err == nil && len(vals) < 2*len(reqs) {
+		err = s.malformed(vals)
+	}
 	if err == nil {
+		flags := vals[:2*len(reqs)]
 		var d sluice.Decision
 		var done bool
-		d, done, err = s.parseMany(vals, cs, reqs, out)
+		if out == nil && len(reqs) <= 8 {
+			var buf [8]sluice.Decision
+			out = buf[:len(reqs)]
+		} else if out == nil {
+			out = make([]sluice.Decision, len(reqs))
+		}
+		d, done, err = s.parseMany(vals[2*len(reqs):], cs, reqs, out)
+		if done && err == nil {
+			for i := range reqs {
+				switch flags[2*i] {
+				case 0:
+				case 1, 2:
+					out[i].Blocked, out[i].Offence = true, flags[2*i] == 2
+					d.Blocked, d.Offence = true, d.Offence || out[i].Offence
+				default:
+					err = s.malformed(vals)
+				}
+			}
+		}
 		if done {
 			if err == nil && d.Allowed {
 				d.Lease = lease

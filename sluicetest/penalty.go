@@ -20,25 +20,25 @@ var penaltyOf = sluice.Penalty{BlockFor: sec, Factor: 2, MaxBlock: 4 * sec, Forg
 var penaltyBucketRows = []row{
 	{at: 0, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
 	// The bucket refuses (its own retry 100 ms): offence 1, blocked for 1 s.
-	{at: 0, cost: 1, remaining: 0, retry: 1 * sec, reset: 1 * sec},
+	{at: 0, cost: 1, blocked: true, offence: true, remaining: 0, retry: 1 * sec, reset: 1 * sec},
 	// Blocked: the bucket, full again since 300 ms, would admit it.
-	{at: 500 * ms, cost: 1, remaining: 0, retry: 500 * ms, reset: 500 * ms},
-	{at: 500 * ms, cost: 1, peek: true, remaining: 0, retry: 500 * ms, reset: 500 * ms},
+	{at: 500 * ms, cost: 1, blocked: true, remaining: 0, retry: 500 * ms, reset: 500 * ms},
+	{at: 500 * ms, cost: 1, peek: true, blocked: true, remaining: 0, retry: 500 * ms, reset: 500 * ms},
 	{at: 1 * sec, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
 	// Offence 2, remembered: blocked for 2 s, until 3.1 s.
-	{at: 1*sec + 100*ms, cost: 2, remaining: 0, retry: 2 * sec, reset: 2 * sec},
+	{at: 1*sec + 100*ms, cost: 2, blocked: true, offence: true, remaining: 0, retry: 2 * sec, reset: 2 * sec},
 	// Never fits: neither an offence nor blocked (the block has ended).
 	{at: 3*sec + 100*ms, cost: 4, remaining: 3, retry: never, reset: 0},
 	{at: 3*sec + 100*ms, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
 	// Offence 3: 4 s, until 7.1 s.
-	{at: 3*sec + 100*ms, cost: 1, remaining: 0, retry: 4 * sec, reset: 4 * sec},
+	{at: 3*sec + 100*ms, cost: 1, blocked: true, offence: true, remaining: 0, retry: 4 * sec, reset: 4 * sec},
 	{at: 7*sec + 100*ms, cost: 1, allowed: true, remaining: 2, reset: 100 * ms},
 	// Offence 4: 8 s capped at 4 s, until 11.1 s; offences are
 	// forgotten from 41.1 s.
-	{at: 7*sec + 100*ms, cost: 3, remaining: 0, retry: 4 * sec, reset: 4 * sec},
+	{at: 7*sec + 100*ms, cost: 3, blocked: true, offence: true, remaining: 0, retry: 4 * sec, reset: 4 * sec},
 	{at: 41*sec + 100*ms, cost: 3, allowed: true, remaining: 0, reset: 300 * ms},
 	// Forgotten: offence 1 again, 1 s.
-	{at: 41*sec + 100*ms, cost: 1, remaining: 0, retry: 1 * sec, reset: 1 * sec},
+	{at: 41*sec + 100*ms, cost: 1, blocked: true, offence: true, remaining: 0, retry: 1 * sec, reset: 1 * sec},
 }
 
 var penaltyCases = []timelineCase{
@@ -50,28 +50,28 @@ var penaltyCases = []timelineCase{
 		{at: 0, cost: 1, allowed: true, remaining: 1, reset: 10 * sec},
 		{at: 1 * sec, cost: 1, allowed: true, remaining: 0, reset: 9 * sec},
 		// Offence 1: blocked until 3 s; the window refuses until 10 s.
-		{at: 2 * sec, cost: 1, remaining: 0, retry: 8 * sec, reset: 8 * sec},
-		{at: 2*sec + 500*ms, cost: 1, remaining: 0, retry: 7500 * ms, reset: 7500 * ms},
+		{at: 2 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 8 * sec, reset: 8 * sec},
+		{at: 2*sec + 500*ms, cost: 1, blocked: true, remaining: 0, retry: 7500 * ms, reset: 7500 * ms},
 		// The block has ended and the window still refuses: offence 2,
 		// blocked until 5 s.
-		{at: 3 * sec, cost: 1, remaining: 0, retry: 7 * sec, reset: 7 * sec},
+		{at: 3 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 7 * sec, reset: 7 * sec},
 		{at: 10 * sec, cost: 1, allowed: true, remaining: 1, reset: 10 * sec},
 		{at: 10*sec + 100*ms, cost: 1, allowed: true, remaining: 0, reset: 9900 * ms},
 		// Offence 3: blocked for 4 s, until 14.2 s.
-		{at: 10*sec + 200*ms, cost: 1, remaining: 0, retry: 9800 * ms, reset: 9800 * ms},
+		{at: 10*sec + 200*ms, cost: 1, blocked: true, offence: true, remaining: 0, retry: 9800 * ms, reset: 9800 * ms},
 		{at: 20 * sec, cost: 1, allowed: true, remaining: 1, reset: 10 * sec},
 	}},
 	{"sliding_log", sluice.SlidingLog(2, 10*sec), []row{
 		{at: 0, cost: 1, allowed: true, remaining: 1, reset: 10 * sec},
 		{at: 1 * sec, cost: 1, allowed: true, remaining: 0, reset: 10 * sec},
 		// Offence 1: blocked until 3 s; the log refuses until 10 s.
-		{at: 2 * sec, cost: 1, remaining: 0, retry: 8 * sec, reset: 9 * sec},
+		{at: 2 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 8 * sec, reset: 9 * sec},
 		{at: 10 * sec, cost: 1, allowed: true, remaining: 0, reset: 10 * sec},
 		// The log would admit it at 11 s; offence 2 blocks it until 12 s.
-		{at: 10 * sec, cost: 1, remaining: 0, retry: 2 * sec, reset: 10 * sec},
+		{at: 10 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 2 * sec, reset: 10 * sec},
 		// Blocked; the log alone would admit it (its state as it is
 		// counts the entry of 10 s, until 20 s).
-		{at: 11*sec + 500*ms, cost: 1, remaining: 0, retry: 500 * ms, reset: 8500 * ms},
+		{at: 11*sec + 500*ms, cost: 1, blocked: true, remaining: 0, retry: 500 * ms, reset: 8500 * ms},
 		{at: 12 * sec, cost: 1, allowed: true, remaining: 0, reset: 10 * sec},
 	}},
 	{"sliding_window", sluice.SlidingWindow(2, 10*sec), []row{
@@ -79,11 +79,11 @@ var penaltyCases = []timelineCase{
 		{at: 1 * sec, cost: 1, allowed: true, remaining: 0, reset: 19 * sec},
 		// The estimate admits one more at 15 s (2·5/10 + 1 ≤ 2): offence
 		// 1, blocked until 3 s.
-		{at: 2 * sec, cost: 1, remaining: 0, retry: 13 * sec, reset: 18 * sec},
+		{at: 2 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 13 * sec, reset: 18 * sec},
 		{at: 15 * sec, cost: 1, allowed: true, remaining: 0, reset: 15 * sec},
 		// 1 + 1 + 1 > 2 until 20 s; offence 2 blocks it until 17 s.
-		{at: 15 * sec, cost: 1, remaining: 0, retry: 5 * sec, reset: 15 * sec},
-		{at: 16 * sec, cost: 1, remaining: 0, retry: 4 * sec, reset: 14 * sec},
+		{at: 15 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 5 * sec, reset: 15 * sec},
+		{at: 16 * sec, cost: 1, blocked: true, remaining: 0, retry: 4 * sec, reset: 14 * sec},
 	}},
 }
 
@@ -115,9 +115,9 @@ func (s *suite) penaltyHours(t *testing.T) {
 	for n := 1; n <= 14; n++ {
 		runRowsFrom(t, st, p, "guesser", t0.Add(at), []row{
 			{at: 0, cost: 1, allowed: true, remaining: 0, reset: sec},
-			{at: 0, cost: 1, remaining: 0, retry: block, reset: block},
-			{at: block / 2, cost: 1, peek: true, remaining: 0, retry: block / 2, reset: block / 2},
-			{at: block - ms, cost: 1, remaining: 0, retry: ms, reset: ms},
+			{at: 0, cost: 1, blocked: true, offence: true, remaining: 0, retry: block, reset: block},
+			{at: block / 2, cost: 1, peek: true, blocked: true, remaining: 0, retry: block / 2, reset: block / 2},
+			{at: block - ms, cost: 1, blocked: true, remaining: 0, retry: ms, reset: ms},
 		})
 		if t.Failed() {
 			t.Fatalf("offence %d, at t0+%v: blocked for %v", n, at, block)
@@ -129,7 +129,7 @@ func (s *suite) penaltyHours(t *testing.T) {
 	// forgotten.
 	runRowsFrom(t, st, p, "guesser", t0.Add(at+24*time.Hour), []row{
 		{at: 0, cost: 1, allowed: true, remaining: 0, reset: sec},
-		{at: 0, cost: 1, remaining: 0, retry: time.Minute, reset: time.Minute},
+		{at: 0, cost: 1, blocked: true, offence: true, remaining: 0, retry: time.Minute, reset: time.Minute},
 	})
 	// The same history on another store, offending a millisecond sooner:
 	// remembered.
@@ -138,14 +138,14 @@ func (s *suite) penaltyHours(t *testing.T) {
 	for range 14 {
 		runRowsFrom(t, st, p, "remembered", t0.Add(at), []row{
 			{at: 0, cost: 1, allowed: true, remaining: 0, reset: sec},
-			{at: 0, cost: 1, remaining: 0, retry: block, reset: block},
+			{at: 0, cost: 1, blocked: true, offence: true, remaining: 0, retry: block, reset: block},
 		})
 		at += block
 		block = min(2*block, 24*time.Hour)
 	}
 	runRowsFrom(t, st, p, "remembered", t0.Add(at+24*time.Hour-ms), []row{
 		{at: 0, cost: 1, allowed: true, remaining: 0, reset: sec},
-		{at: 0, cost: 1, remaining: 0, retry: 24 * time.Hour, reset: 24 * time.Hour},
+		{at: 0, cost: 1, blocked: true, offence: true, remaining: 0, retry: 24 * time.Hour, reset: 24 * time.Hour},
 	})
 }
 
@@ -170,11 +170,11 @@ func (s *suite) penaltyAllowAll(t *testing.T) {
 		// guesses refuses: its offence blocks k for a minute; hourly is
 		// not charged.
 		{0, []sluice.Decision{
-			{Limit: 1, RetryAfter: time.Minute, ResetAfter: time.Minute},
+			{Limit: 1, RetryAfter: time.Minute, ResetAfter: time.Minute, Blocked: true, Offence: true},
 			{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Hour},
 		}},
 		{30 * sec, []sluice.Decision{
-			{Limit: 1, RetryAfter: 30 * sec, ResetAfter: 30 * sec},
+			{Limit: 1, RetryAfter: 30 * sec, ResetAfter: 30 * sec, Blocked: true},
 			{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Hour - 30*sec},
 		}},
 		{time.Minute, []sluice.Decision{
@@ -189,8 +189,8 @@ func (s *suite) penaltyAllowAll(t *testing.T) {
 		if got, want := fmtDecisions(out), fmtDecisions(c.want); got != want {
 			t.Errorf("step %d: AllowAll(%s) out = %s, want %s", i, fmtAt(t0.Add(c.at)), got, want)
 		}
-		if d.Allowed != c.want[0].Allowed {
-			t.Errorf("step %d: AllowAll(%s) = %s, want allowed %v", i, fmtAt(t0.Add(c.at)), fmtDecision(d), c.want[0].Allowed)
+		if d.Allowed != c.want[0].Allowed || d.Blocked != c.want[0].Blocked || d.Offence != c.want[0].Offence {
+			t.Errorf("step %d: AllowAll(%s) = %s, want allowed %v, blocked %v, offence %v (guesses')", i, fmtAt(t0.Add(c.at)), fmtDecision(d), c.want[0].Allowed, c.want[0].Blocked, c.want[0].Offence)
 		}
 	}
 	// A blocked key refuses the whole even when another policy refuses
@@ -209,7 +209,7 @@ func (s *suite) penaltyAllowAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].RetryAfter != 50*sec {
+	if out[0].RetryAfter != 50*sec || out[0].Offence || !out[0].Blocked {
 		t.Errorf("AllowAll(guesses, once) during the block: guesses = %s, want retry 50s (the block, not a new one)", fmtDecision(out[0]))
 	}
 }
@@ -229,7 +229,7 @@ func (s *suite) penaltyOperations(t *testing.T) {
 		{at: sec, cost: 1, peek: true, remaining: 0, retry: 59 * sec, reset: 59 * sec},
 		{at: sec, cost: 1, peek: true, remaining: 0, retry: 59 * sec, reset: 59 * sec},
 		// A check of cost 0 that finds no unit left is an offence.
-		{at: 2 * sec, cost: 0, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
+		{at: 2 * sec, cost: 0, blocked: true, offence: true, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
 	})
 	if t.Failed() {
 		return
@@ -250,10 +250,10 @@ func (s *suite) penaltyOperations(t *testing.T) {
 	// Unblocked, offences forgotten: the window still refuses, and this
 	// refusal is a first offence again (2 minutes, not 6).
 	runRows(t, st, p, "k", []row{
-		{at: 5 * sec, cost: 1, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
+		{at: 5 * sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
 		// A second offence after that block, remembered: 6 minutes.
 		{at: 2*time.Minute + 5*sec, cost: 1, allowed: true, remaining: 0, reset: 55 * sec},
-		{at: 2*time.Minute + 6*sec, cost: 1, remaining: 0, retry: 6 * time.Minute, reset: 6 * time.Minute},
+		{at: 2*time.Minute + 6*sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 6 * time.Minute, reset: 6 * time.Minute},
 	})
 	if err := st.Reset(ctx, req); err != nil {
 		t.Fatal(err)
@@ -261,6 +261,6 @@ func (s *suite) penaltyOperations(t *testing.T) {
 	runRows(t, st, p, "k", []row{
 		{at: 2*time.Minute + 7*sec, cost: 1, allowed: true, remaining: 0, reset: 53 * sec},
 		// Reset forgot the offences too: a first offence again.
-		{at: 2*time.Minute + 8*sec, cost: 1, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
+		{at: 2*time.Minute + 8*sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
 	})
 }

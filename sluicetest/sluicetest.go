@@ -292,6 +292,12 @@ func fmtDecision(d sluice.Decision) string {
 	if d.Degraded {
 		s += " degraded"
 	}
+	if d.Blocked {
+		s += " blocked"
+	}
+	if d.Offence {
+		s += " offence"
+	}
 	return s + "}"
 }
 

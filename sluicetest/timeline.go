@@ -23,6 +23,8 @@ type row struct {
 	maxDelay time.Duration
 
 	allowed   bool
+	blocked   bool // refused by a penalty's block
+	offence   bool // an offence that started one
 	remaining int64
 	retry     time.Duration
 	reset     time.Duration
@@ -179,6 +181,8 @@ func runRowsFrom(t *testing.T, st sluice.Store, p sluice.Policy, key string, ori
 			RetryAfter: r.retry,
 			ResetAfter: r.reset,
 			Delay:      r.delay,
+			Blocked:    r.blocked,
+			Offence:    r.offence,
 		}
 		if r.retry == never {
 			if !errors.Is(err, sluice.ErrCostExceedsCapacity) {

@@ -102,6 +102,9 @@ func (p Params) Check() error {
 // for Delay, that it holds.
 type Verdict struct {
 	Allowed bool
+	// Blocked and Offence, set only by a Penalty's functions, report a
+	// refusal by a block, and one that started it (sluice.Decision's).
+	Blocked, Offence bool
 	// Remaining is how many cost units could be admitted right now, after
 	// this decision, floored and never negative.
 	Remaining int64

@@ -14,6 +14,8 @@ type decision = struct {
 	ResetAfter time.Duration
 	Delay      time.Duration
 	Degraded   bool
+	Blocked    bool
+	Offence    bool
 	Lease      string
 }
 
@@ -24,7 +26,8 @@ type Decision interface{ ~decision }
 // one, as the Store contract's AllowAll describes: Allowed only if every
 // decision is; the largest RetryAfter (Never the largest), ResetAfter and
 // Delay; Degraded if any is; and the Limit and Remaining of the deciding
-// decision (see Decider). No decisions combine to the zero decision.
+// decision (see Decider); Blocked and Offence if any is. No decisions
+// combine to the zero decision.
 func Combine[D Decision](ds []D) D {
 	k := Decider(ds)
 	if k < 0 {
@@ -34,6 +37,8 @@ func Combine[D Decision](ds []D) D {
 	for _, d := range ds {
 		d := decision(d)
 		out.Degraded = out.Degraded || d.Degraded
+		out.Blocked = out.Blocked || d.Blocked
+		out.Offence = out.Offence || d.Offence
 		out.Delay = max(out.Delay, d.Delay)
 		out.ResetAfter = max(out.ResetAfter, d.ResetAfter)
 		if !d.Allowed {

@@ -78,7 +78,7 @@ func (b Block) During(now int64, own Verdict) Verdict {
 		return own
 	}
 	left := b.Until - now
-	v := Verdict{RetryAfter: retryMillis(left), ResetAfter: max(own.ResetAfter, ceilMillis(left))}
+	v := Verdict{Blocked: true, RetryAfter: retryMillis(left), ResetAfter: max(own.ResetAfter, ceilMillis(left))}
 	if !own.Allowed {
 		v.RetryAfter = max(v.RetryAfter, own.RetryAfter)
 	}
@@ -98,5 +98,7 @@ func (p Penalty) Penalize(b Block, now int64, own Verdict) (nb Block, v Verdict,
 		return b, own, false
 	}
 	nb = p.Offend(b, now)
-	return nb, nb.During(now, own), true
+	v = nb.During(now, own)
+	v.Offence = true
+	return nb, v, true
 }

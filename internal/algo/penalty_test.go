@@ -89,6 +89,7 @@ func TestPenaltyTimeline(t *testing.T) {
 	pen := Penalty{BlockFor: uSec, Factor: 2, MaxBlock: 4 * uSec, ForgetAfter: 30 * uSec}
 	k := &penalized{lim: newLimiter(fixedWindow, Params{Limit: 2, Burst: 2, Period: 10 * uSec}, 0), pen: pen}
 	ms := func(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+	offences := int64(0)
 	for _, row := range []struct {
 		t        int64 // ms since origin2026
 		ok       bool
@@ -117,7 +118,8 @@ func TestPenaltyTimeline(t *testing.T) {
 	} {
 		now := origin2026 + row.t*uMS
 		got := k.decide(now, 1)
-		want := Verdict{Allowed: row.ok, RetryAfter: row.retry, ResetAfter: row.reset}
+		want := Verdict{Allowed: row.ok, Blocked: !row.ok, Offence: row.offences != offences, RetryAfter: row.retry, ResetAfter: row.reset}
+		offences = row.offences
 		if row.ok {
 			want.Remaining = got.Remaining // the window's own, checked by its tests
 		}
@@ -163,7 +165,7 @@ func (r *refPenalty) during(m model, t, c int64, guess Verdict) Verdict {
 	end := r.ending[len(r.ending)-1]
 	retry := smallest(1, guess.RetryAfter.Milliseconds(), func(d int64) bool { return t+d*uMS >= end && m.allows(t+d*uMS, c) })
 	reset := smallest(0, guess.ResetAfter.Milliseconds(), func(d int64) bool { return t+d*uMS >= end && m.initial(t+d*uMS) })
-	return Verdict{RetryAfter: durationMillis(retry), ResetAfter: durationMillis(reset)}
+	return Verdict{Blocked: true, RetryAfter: durationMillis(retry), ResetAfter: durationMillis(reset)}
 }
 
 // TestDifferentialPenalty runs seeded random traces of every algorithm
@@ -199,6 +201,7 @@ func TestDifferentialPenalty(t *testing.T) {
 				if !want.Allowed && want.RetryAfter != Never {
 					ref.offend(e.t)
 					want = ref.during(m, e.t, e.cost, got)
+					want.Offence = true
 				}
 			}
 			if got != want {

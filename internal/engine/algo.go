@@ -69,3 +69,16 @@ func PenaltyParams(p *sluice.Policy) (algo.Penalty, bool) {
 		ForgetAfter: int64(q.ForgetAfter / time.Microsecond),
 	}, true
 }
+
+// ViewBlock adds to st the penalty state b of its key at t (µs): the end
+// of its block when blocked, its offences while remembered.
+func ViewBlock(st *sluice.State, b algo.Block, t int64) {
+	if b.Blocks(t) {
+		st.BlockedUntil = time.UnixMicro(b.Until).UTC()
+		st.Tracked = true
+	}
+	if t < b.Forget {
+		st.Offences, st.Forgotten = b.Offences, time.UnixMicro(b.Forget).UTC()
+		st.Tracked = true
+	}
+}

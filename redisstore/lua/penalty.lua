@@ -9,11 +9,16 @@
 --   many.lua; then the operation ('a' to charge, 'p' for a Peek, which
 --   starts no block and charges nothing); then four per request: b, x, m
 --   and F of its penalty (µs; b = 0 for a request without one).
--- Reply: as many.lua's.
+-- Reply: per request a flag (0, 1 refused by a block in force, 2 an
+--   offence that started one) and the end of its block (µs, 0 for none),
+--   then many.lua's reply.
 
 local n = #KEYS / 2
 local pb = 1 + 6 * n
 NOCHARGE = ARGV[pb + 1] == 'p'
+
+-- flags and ends hold each request's flag and block end for the reply.
+local flags, ends = {}, {}
 
 local function pfield(i, f)
   return tonumber(ARGV[pb + 1 + (i - 1) * 4 + f])
@@ -29,6 +34,7 @@ PENALTY = function(now, res, all, decide)
     end
   end
   local function during(i, u)
+    flags[i], ends[i] = flags[i] or 1, u
     local r = res[i]
     local reset0 = 0
     if r[1] then
@@ -49,18 +55,27 @@ PENALTY = function(now, res, all, decide)
   if all or NOCHARGE then
     return all
   end
-  local ends = {}
+  local started = {}
   for i = 1, n do
     local st = states[i]
     if st and not res[i][1] then
       local key = KEYS[n + i]
-      if not ends[key] then
-        ends[key] = block_offend(key, st[1], st[2], st[3], now, pfield(i, 1), pfield(i, 2), pfield(i, 3), pfield(i, 4))
+      if not started[key] then
+        started[key] = block_offend(key, st[1], st[2], st[3], now, pfield(i, 1), pfield(i, 2), pfield(i, 3), pfield(i, 4))
+        flags[i] = 2
       end
-      during(i, ends[key])
+      during(i, started[key])
     end
   end
   return false
 end
 
-return allow_all(0, 1, n)
+local out = allow_all(0, 1, n)
+local r = {}
+for i = 1, n do
+  r[2 * i - 1], r[2 * i] = flags[i] or 0, ends[i] or 0
+end
+for i = 1, #out do
+  r[2 * n + i] = out[i]
+end
+return r

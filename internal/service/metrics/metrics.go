@@ -84,6 +84,8 @@ type Metrics struct {
 	reloadFailures prometheus.Counter
 	redisErrors    prometheus.Counter
 	rlsDecisions   *prometheus.CounterVec // domain, descriptor, outcome
+	penaltyBlocks  *prometheus.CounterVec // limit
+	penaltyRefused *prometheus.CounterVec // limit
 	descriptors    descriptorLabels
 	// forwardAuthUntrusted counts forward-auth requests whose
 	// X-Forwarded-* fields were ignored.
@@ -129,7 +131,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.reg = reg
 	if err := m.register(m.decisions, m.storeDuration, m.storeErrors, m.requests, m.duration,
 		m.reloads, m.lastReload, m.limits, m.reloadFailures, m.redisErrors, m.rlsDecisions, m.forwardAuthUntrusted,
-		m.leaseReleases, m.leaseRenewals, m.usageSettled, m.usageUnits, m.usageUnsettled); err != nil {
+		m.leaseReleases, m.leaseRenewals, m.usageSettled, m.usageUnits, m.usageUnsettled,
+		m.penaltyBlocks, m.penaltyRefused); err != nil {
 		return nil, err
 	}
 	for _, v := range []string{"true", "false"} {
@@ -214,6 +217,12 @@ func newCollectors() *Metrics {
 		decisions: counterVec("sluice_decisions_total",
 			"Decisions by limit and outcome: allowed, denied, shadow_denied (a dry-run limit would have denied), degraded (the store's failure policy decided).",
 			"limit", "outcome"),
+		penaltyBlocks: counterVec("sluice_penalty_blocks_total",
+			"Blocks started by a limit's penalty: offences, requests the limit itself refused while their key was not blocked.",
+			"limit"),
+		penaltyRefused: counterVec("sluice_penalty_blocked_total",
+			"Requests refused because their key was blocked by a limit's penalty (not offences, not charged).",
+			"limit"),
 		storeDuration: histogramVec("sluice_store_duration_seconds",
 			"Time taken by store calls, by operation (allow, allow_all, peek).",
 			"operation"),
@@ -325,7 +334,7 @@ func (m *Metrics) SetLimits(old, cur []string) {
 	}
 	for _, name := range old {
 		if !keep[name] {
-			for _, v := range []*prometheus.CounterVec{m.decisions, m.usageSettled, m.usageUnits, m.usageUnsettled} {
+			for _, v := range []*prometheus.CounterVec{m.decisions, m.usageSettled, m.usageUnits, m.usageUnsettled, m.penaltyBlocks, m.penaltyRefused} {
 				v.DeletePartialMatch(prometheus.Labels{"limit": name})
 			}
 		}
@@ -345,6 +354,17 @@ func (m *Metrics) Decision(limit, outcome string) {
 	c := m.decisions.WithLabelValues(limit, outcome)
 	cache.Store(k, c)
 	c.Inc()
+}
+
+// Penalty counts what a limit's penalty did to one decision: a block
+// started (an offence), or a request refused by a block in force.
+func (m *Metrics) Penalty(limit string, d sluice.Decision) {
+	switch {
+	case d.Offence:
+		m.penaltyBlocks.WithLabelValues(limit).Inc()
+	case d.Blocked:
+		m.penaltyRefused.WithLabelValues(limit).Inc()
+	}
 }
 
 // decisionLabels are the label values of one series of

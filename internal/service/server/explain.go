@@ -47,8 +47,26 @@ type Explanation struct {
 	Debt           int64  `json:"debt,omitempty"`
 	DebtRepaidAt   string `json:"debt_repaid_at,omitempty"`
 	DebtRepaidInMS int64  `json:"debt_repaid_in_ms,omitempty"`
+	// Penalty is the limit's penalty, when it has one; BlockedUntil and
+	// BlockedForMS say when the key's block ends (absent when it is not
+	// blocked), Offences how many of its offences are remembered, and
+	// OffencesForgottenAt when they are forgotten if no other comes.
+	Penalty             *penaltyJSON `json:"penalty,omitempty"`
+	BlockedUntil        string       `json:"blocked_until,omitempty"`
+	BlockedForMS        int64        `json:"blocked_for_ms,omitempty"`
+	Offences            int64        `json:"offences,omitempty"`
+	OffencesForgottenAt string       `json:"offences_forgotten_at,omitempty"`
 	// Summary says the same in a sentence or two.
 	Summary string `json:"summary"`
+}
+
+// penaltyJSON is a limit's penalty, durations as the configuration
+// writes them.
+type penaltyJSON struct {
+	BlockFor    string `json:"block_for"`
+	Factor      int64  `json:"factor"`
+	MaxBlock    string `json:"max_block"`
+	ForgetAfter string `json:"forget_after"`
 }
 
 type policyJSON struct {
@@ -172,6 +190,7 @@ func (h *Handler) serveExplain(w http.ResponseWriter, r *http.Request) {
 		e.DebtRepaidAt = s.At.Add(d.RetryAfter).UTC().Format(timeFormat)
 		e.Summary += fmt.Sprintf(" It owes %s beyond its limit, repaid in %s: a request of cost 1 is allowed from then on.", plural(int(debt), "unit", "units"), human(d.RetryAfter))
 	}
+	explainBlock(e, l.Policy, s)
 	if override {
 		e.Override = true
 		e.Summary += " A runtime override sets this key's numbers (see /v1/overrides)."
@@ -301,6 +320,31 @@ func explainBucket(e *Explanation, b *strings.Builder, p sluice.Policy, s sluice
 		} else {
 			b.WriteString(" (full).")
 		}
+	}
+}
+
+// explainBlock describes, in e, the penalty of policy p and the key's
+// block and offences in state s.
+func explainBlock(e *Explanation, p sluice.Policy, s sluice.State) {
+	if p.Penalty.IsZero() {
+		return
+	}
+	q := p.Penalty
+	maxBlock := q.MaxBlock
+	if maxBlock == 0 {
+		maxBlock = sluice.MaxPeriod
+	}
+	e.Penalty = &penaltyJSON{BlockFor: formatPeriod(q.BlockFor), Factor: max(q.Factor, 1), MaxBlock: formatPeriod(maxBlock), ForgetAfter: formatPeriod(q.ForgetAfter)}
+	if !s.BlockedUntil.IsZero() {
+		left := s.BlockedUntil.Sub(s.At)
+		e.BlockedUntil, e.BlockedForMS = s.BlockedUntil.UTC().Format(timeFormat), millis(left)
+		e.Summary += fmt.Sprintf(" The key is blocked by the limit's penalty for %s more: every request is refused until then, uncounted.", human(left))
+	}
+	if s.Offences > 0 {
+		e.Offences, e.OffencesForgottenAt = s.Offences, s.Forgotten.UTC().Format(timeFormat)
+		next := q.Block(s.Offences + 1)
+		e.Summary += fmt.Sprintf(" It has %s remembered, forgotten in %s without another; the next blocks it for %s.",
+			plural(int(s.Offences), "offence", "offences"), human(s.Forgotten.Sub(s.At)), human(next))
 	}
 }
 

@@ -176,6 +176,9 @@ func outcomeIndex(o string) int {
 func (h *Handler) record(now time.Time, limit, key string, d sluice.Decision, shadow bool) {
 	o := metrics.Outcome(d, shadow)
 	h.metrics.Decision(limit, o)
+	if d.Blocked {
+		h.metrics.Penalty(limit, d)
+	}
 	h.board.record(now, limit, key, outcomeIndex(o))
 }
 
@@ -251,6 +254,47 @@ type deniedJSON struct {
 	// them by at most Error.
 	Count uint64 `json:"count"`
 	Error uint64 `json:"error"`
+	// BlockedForMS and Offences, for a key of a limit with a penalty,
+	// say how long its block lasts and how many of its offences are
+	// remembered (as /v1/explain); absent when none.
+	BlockedForMS int64 `json:"blocked_for_ms,omitempty"`
+	Offences     int64 `json:"offences,omitempty"`
+	// Block says the same for the page: "blocked 12m0s, 2 offences".
+	Block string `json:"block,omitempty"`
+}
+
+// blockText describes d's block for the status page: "blocked 12m0s,
+// 2 offences", or "" when it has none.
+func (d deniedJSON) blockText() string {
+	var parts []string
+	if d.BlockedForMS > 0 {
+		parts = append(parts, "blocked "+human(time.Duration(d.BlockedForMS)*time.Millisecond))
+	}
+	if d.Offences > 0 {
+		parts = append(parts, plural(int(d.Offences), "offence", "offences"))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// blockOf fills in the block and offences of d's key when its limit has a
+// penalty and the store can report them (a key cut short cannot be
+// looked up).
+func (h *Handler) blockOf(ctx context.Context, cfg *config.Config, d *deniedJSON) {
+	l, ok := cfg.Limit(d.Limit)
+	in, can := h.raw.(sluice.Inspector)
+	if !ok || !can || d.Cut || l.Policy.Penalty.IsZero() {
+		return
+	}
+	p, _ := h.resolver.Policy(l.Policy, d.Key)
+	s, err := in.Inspect(ctx, time.Time{}, sluice.Request{Policy: &p, Key: d.Key, Cost: 1})
+	if err != nil {
+		return
+	}
+	if !s.BlockedUntil.IsZero() {
+		d.BlockedForMS = millis(s.BlockedUntil.Sub(s.At))
+	}
+	d.Offences = s.Offences
+	d.Block = d.blockText()
 }
 
 // status builds the status snapshot at now.
@@ -293,7 +337,9 @@ func (h *Handler) status(ctx context.Context) *statusJSON {
 		out.Limits = append(out.Limits, lj)
 	}
 	for _, e := range h.board.denied.top(statusTopKeys, now.Unix()/60) {
-		out.Denied = append(out.Denied, deniedJSON{Limit: e.item.limit, Key: e.item.key, Cut: e.item.cut, Count: e.count, Error: e.err})
+		dj := deniedJSON{Limit: e.item.limit, Key: e.item.key, Cut: e.item.cut, Count: e.count, Error: e.err}
+		h.blockOf(ctx, st.cfg, &dj)
+		out.Denied = append(out.Denied, dj)
 	}
 	return out
 }

@@ -135,12 +135,13 @@
         var err = document.createElement('span'); err.className = 'muted'; err.textContent = ' ±' + e.error;
         n.appendChild(err);
       }
-      tr.appendChild(lim); tr.appendChild(key); tr.appendChild(n);
+      var block = document.createElement('td'); block.className = 'block'; block.textContent = e.block || '';
+      tr.appendChild(lim); tr.appendChild(key); tr.appendChild(n); tr.appendChild(block);
       rows.appendChild(tr);
     });
     if (!s.top_denied.length) {
       var tr = document.createElement('tr'), td = document.createElement('td');
-      tr.className = 'none'; td.colSpan = 3; td.textContent = 'No denials recently.';
+      tr.className = 'none'; td.colSpan = 4; td.textContent = 'No denials recently.';
       tr.appendChild(td); rows.appendChild(tr);
     }
     tbody.replaceChildren(rows);
