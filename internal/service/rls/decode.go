@@ -364,7 +364,8 @@ var (
 	sectionKeys    = []string{"response_headers", "domains"}
 	domainKeys     = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "usage", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst", "penalty"}
+	penaltyKeys    = []string{"block_for", "factor", "max_block", "forget_after"}
 	replaceKeys    = []string{"name"}
 )
 
@@ -470,6 +471,21 @@ func (d *decoder) rateLimit(n *yaml.Node, path string) (RateLimit, bool) {
 			r.Algorithm = d.str(val, p)
 		case "burst":
 			r.Burst = d.int64(val, p)
+		case "penalty":
+			var pen Penalty
+			d.fields(val, p, penaltyKeys, func(k string, v *yaml.Node, fp string) {
+				switch k {
+				case "factor":
+					pen.Factor = d.int64(v, fp)
+				case "block_for":
+					pen.BlockFor = d.str(v, fp)
+				case "max_block":
+					pen.MaxBlock = d.str(v, fp)
+				case "forget_after":
+					pen.ForgetAfter = d.str(v, fp)
+				}
+			})
+			r.Penalty = &pen
 		}
 	})
 	if ok && !hasRPU && !r.Unlimited {

@@ -273,6 +273,9 @@ func compileLimit(r RateLimit, descAlgo sluice.Algorithm, name string) limit {
 			Period:    time.Duration(mult) * unitLen,
 			Burst:     r.Burst,
 		}
+		if r.Penalty != nil {
+			l.policy.Penalty, _ = r.Penalty.penalty("", func(string, string, ...any) {})
+		}
 	}
 	return l
 }

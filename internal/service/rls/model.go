@@ -124,6 +124,56 @@ type RateLimit struct {
 	// Burst (a Sluice extension) is the capacity of a token_bucket, gcra
 	// or leaky_bucket limit; zero means RequestsPerUnit.
 	Burst int64 `yaml:"burst,omitempty"`
+	// Penalty (a Sluice extension) blocks a key that the limit refused,
+	// longer for each repeat offence (sluice.Penalty).
+	Penalty *Penalty `yaml:"penalty,omitempty"`
+}
+
+// Penalty is a limit's penalty as the envoy section writes it: durations
+// in Go's syntax (1m, 24h).
+type Penalty struct {
+	BlockFor    string `yaml:"block_for"`
+	Factor      int64  `yaml:"factor,omitempty"`
+	MaxBlock    string `yaml:"max_block,omitempty"`
+	ForgetAfter string `yaml:"forget_after,omitempty"`
+}
+
+// penalty returns p as a sluice.Penalty; problems are reported to add
+// with the path of the field (under path) that has them.
+func (p *Penalty) penalty(path string, add func(path, format string, args ...any)) (sluice.Penalty, bool) {
+	var out sluice.Penalty
+	ok := true
+	dur := func(s, field string, required bool) time.Duration {
+		if s == "" {
+			if required {
+				add(path+"."+field, "%s is required: how long a refusal blocks the key, like 1m", field)
+				ok = false
+			}
+			return 0
+		}
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			add(path+"."+field, "%s: %q is not a duration like 30s, 1m or 24h", field, s)
+			ok = false
+		case d <= 0 || d > sluice.MaxPeriod || d%time.Microsecond != 0:
+			add(path+"."+field, "%s must be positive, whole microseconds and at most 10 years, got %s", field, s)
+			ok = false
+		}
+		return d
+	}
+	out.BlockFor = dur(p.BlockFor, "block_for", true)
+	out.MaxBlock = dur(p.MaxBlock, "max_block", false)
+	out.ForgetAfter = dur(p.ForgetAfter, "forget_after", false)
+	out.Factor = p.Factor
+	if ok {
+		if err := (sluice.Policy{Algorithm: sluice.FixedWindowAlgorithm, Limit: 1, Period: time.Second, Penalty: out}).Validate(); err != nil {
+			_, msg, _ := strings.Cut(err.Error(), "penalty: ")
+			add(path, "%s", msg)
+			ok = false
+		}
+	}
+	return out, ok
 }
 
 // Replace names a limit that a RateLimit replaces.
@@ -389,7 +439,15 @@ func (v *validator) rateLimit(r RateLimit, path string, descAlgo sluice.Algorith
 		if r.Burst != 0 {
 			v.add(path+".burst", "burst must not be set when unlimited is true")
 		}
+		if r.Penalty != nil {
+			v.add(path+".penalty", "penalty must not be set when unlimited is true: nothing is ever refused")
+		}
 		return
+	}
+	if r.Penalty != nil {
+		if _, ok := r.Penalty.penalty(path+".penalty", v.add); !ok {
+			return
+		}
 	}
 	unitLen, _, ok := parseUnit(r.Unit)
 	if !ok {

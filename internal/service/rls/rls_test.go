@@ -909,3 +909,31 @@ func parseYAML(t *testing.T, src string) *yaml.Node {
 	}
 	return &n
 }
+
+// TestPenalty: a limit with a penalty (a Sluice extension) blocks a
+// descriptor that went over it; during the block it is over whatever the
+// limit says, and its duration_until_reset says when the block ends; a
+// second offence blocks it longer.
+func TestPenalty(t *testing.T) {
+	h := start(t, `
+domain: login
+descriptors:
+  - key: account
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      penalty: {block_for: 10m, factor: 3, forget_after: 24h}
+`)
+	h.clock.Set(t0)
+	d := desc("account", "alice")
+	checkStatus(t, "first", h.call(t, "login", d).Statuses[0], want{ok, 1, minute, 0, time.Minute})
+	checkStatus(t, "second: an offence", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 10 * time.Minute})
+	h.clock.Set(t0.Add(5 * time.Minute))
+	for range 3 {
+		checkStatus(t, "during the block", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 5 * time.Minute})
+	}
+	checkStatus(t, "another account", h.call(t, "login", desc("account", "bob")).Statuses[0], want{ok, 1, minute, 0, time.Minute})
+	h.clock.Set(t0.Add(10 * time.Minute))
+	checkStatus(t, "after the block", h.call(t, "login", d).Statuses[0], want{ok, 1, minute, 0, time.Minute})
+	checkStatus(t, "second offence", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 30 * time.Minute})
+}
