@@ -492,3 +492,32 @@ func TestWaiterHoldsWaitingCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestPenalty: a policy with a penalty blocks a caller that went over it;
+// the retry-after trailer and RetryInfo say when the block ends.
+func TestPenalty(t *testing.T) {
+	c := teststore.NewClock(time.Unix(1_699_999_200, 0))
+	p := sluice.GCRA(1, time.Second, 0).Named("guarded")
+	p.Penalty = sluice.Penalty{BlockFor: time.Hour}
+	l, err := New(memstore.New(memstore.Options{Now: c.Now}), []Limit{{Policy: p}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, l)
+	ctx := context.Background()
+	if err := check(ctx, conn, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		var trailer metadata.MD
+		err := check(ctx, conn, &trailer)
+		d, ok := RetryDelay(err)
+		if status.Code(err) != codes.ResourceExhausted || !ok || d != time.Hour || strings.Join(trailer.Get(RetryAfterKey), ",") != "3600" {
+			t.Fatalf("call %d: %v, RetryDelay %v; trailer %q; want ResourceExhausted for the block of an hour", i+2, err, d, trailer.Get(RetryAfterKey))
+		}
+	}
+	c.Advance(time.Hour)
+	if err := check(ctx, conn, nil); err != nil {
+		t.Errorf("after the block: %v, want admitted", err)
+	}
+}

@@ -832,3 +832,28 @@ func TestChecksShiftBetweenRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestPenalty: a policy with a penalty blocks a client that went over it;
+// Retry-After and the RateLimit field say when the block ends, and a
+// client that waits that long is admitted.
+func TestPenalty(t *testing.T) {
+	c := newClock()
+	p := sluice.GCRA(1, time.Second, 0).Named("guarded")
+	p.Penalty = sluice.Penalty{BlockFor: time.Minute, Factor: 2, ForgetAfter: time.Hour}
+	h := mustNew(t, newStore(c), []Limit{{Policy: p}}, nil).Handler(okHandler)
+	serve(h, request("192.0.2.1:1"))
+	for i, want := range []string{"60", "60"} {
+		resp := serve(h, request("192.0.2.1:1"))
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != want || resp.Header.Get("RateLimit") != `"guarded";r=0;t=`+want {
+			t.Fatalf("request %d: %d Retry-After %q RateLimit %q, want 429, %s", i+2, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit"), want)
+		}
+	}
+	c.Advance(time.Minute)
+	if resp := serve(h, request("192.0.2.1:1")); resp.StatusCode != 200 {
+		t.Fatalf("after the block: %d, want 200", resp.StatusCode)
+	}
+	// The second offence doubles the block.
+	if resp := serve(h, request("192.0.2.1:1")); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "120" {
+		t.Errorf("second offence: %d Retry-After %q, want 429 120", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}

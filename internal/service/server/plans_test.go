@@ -343,3 +343,50 @@ func TestPlansRefuseUnknown(t *testing.T) {
 		t.Errorf("the upstream saw %d requests, want 1 (the known key's)", n)
 	}
 }
+
+// TestPlanPenalty: a plan's limit with a penalty blocks the plan's client
+// that went over it, through forward-auth.
+func TestPlanPenalty(t *testing.T) {
+	const y = `
+limits:
+  trial-minute:
+    algorithm: fixed_window
+    limit: 2
+    period: 1m
+    penalty: {block_for: 10m}
+plans:
+  trial: [trial-minute]
+  internal: unlimited
+proxy:
+  rules:
+    - name: api
+      plan: {key: "header:X-API-Key", from: "header:X-Plan", default: trial}
+`
+	c := teststore.NewClock(start)
+	store := memstore.New(memstore.Options{Now: c.Now})
+	h, err := New(parse(t, y), store, Options{Registry: prometheus.NewRegistry(), Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{h: h, store: store, clock: c}
+	if got, _ := f.admitted(2, "api", "X-API-Key", "k1"); got != 2 {
+		t.Fatalf("admitted %d of 2", got)
+	}
+	retryAfter := func(what, want string) {
+		t.Helper()
+		rec := f.do("GET", "/v1/forward-auth?rule=api", "", "X-API-Key", "k1")
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != want {
+			t.Errorf("%s: forward-auth = %d, Retry-After %q; want 429, %s", what, rec.Code, rec.Header().Get("Retry-After"), want)
+		}
+	}
+	retryAfter("the third request, an offence", "600")
+	c.Advance(2 * time.Minute)
+	retryAfter("blocked, though the window has room", "480")
+	if got, _ := f.admitted(1, "api", "X-API-Key", "k1", "X-Plan", "internal"); got != 1 {
+		t.Errorf("the same key on an unlimited plan: admitted %d, want 1", got)
+	}
+	c.Advance(8 * time.Minute)
+	if got, _ := f.admitted(1, "api", "X-API-Key", "k1"); got != 1 {
+		t.Errorf("after the block: admitted %d, want 1", got)
+	}
+}
