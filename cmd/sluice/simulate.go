@@ -57,6 +57,12 @@ Flags:
                        (default: the limit); the window algorithms have no
                        burst of their own and refuse one other than the limit.
                        With --algorithm all it applies to the bucket family only.
+  --block-for DUR      a penalty: a refusal blocks the key this long; each
+  --factor N           further offence multiplies the block by N (default 1)
+  --max-block DUR      up to this (default 10 years), and offences are
+  --forget-after DUR   forgotten this long after a block ends (default 0);
+                       the table counts blocks and the requests they refused
+                       (docs/algorithms.md, "Penalties")
   --trace FILE|-       the trace to read; - or no --trace reads standard input
                        (from a terminal, end it with Ctrl-D)
   --allow-empty        accept a trace without requests (by default an error:
@@ -194,6 +200,9 @@ type simulateFlags struct {
 	seed      uint64
 	lease     time.Duration
 	hold      time.Duration
+	// The penalty: --block-for and the rest.
+	blockFor, maxBlock, forgetAfter time.Duration
+	factor                          int64
 	// allowEmpty accepts a trace without requests.
 	allowEmpty bool
 	// decisionLog, when set, is a file to write the decisions to as a
@@ -213,6 +222,10 @@ func newSimulateFlags(stderr io.Writer) (*flag.FlagSet, *simulateFlags) {
 	fs.StringVar(&f.timeZone, "time-zone", "", "a calendar period's time zone")
 	fs.StringVar(&f.weekStart, "week-starts", "", "a calendar week's first day: monday or sunday")
 	fs.Var(numFlag[int64]{&f.burst}, "burst", "the token-bucket family's capacity")
+	fs.Var((*durationFlag)(&f.blockFor), "block-for", "a penalty's first block")
+	fs.Var(numFlag[int64]{&f.factor}, "factor", "a penalty's factor")
+	fs.Var((*durationFlag)(&f.maxBlock), "max-block", "a penalty's longest block")
+	fs.Var((*durationFlag)(&f.forgetAfter), "forget-after", "how long after a block its offences are forgotten")
 	fs.StringVar(&f.trace, "trace", "-", "the trace file, or - for standard input")
 	fs.StringVar(&f.format, "format", "table", "table or jsonl")
 	fs.StringVar(&f.chart, "chart", "", "draw a chart to this .svg or .png file")
@@ -571,7 +584,10 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 		return nil, usageErrorf("simulate", "simulate: --time-zone and --week-starts apply only to a calendar --period (calendar_day, calendar_week, calendar_month or calendar_year)")
 	case set["burst"] && f.burst < 1:
 		return nil, usageErrorf("simulate", "simulate: --burst must be at least 1, got %d", f.burst)
+	case !set["block-for"] && (set["factor"] || set["max-block"] || set["forget-after"]):
+		return nil, usageErrorf("simulate", "simulate: --factor, --max-block and --forget-after shape a penalty: give its --block-for too")
 	}
+	pen := sluice.Penalty{BlockFor: f.blockFor, Factor: f.factor, MaxBlock: f.maxBlock, ForgetAfter: f.forgetAfter}
 	var cal sluice.Calendar
 	if f.period.calendar != "" {
 		c, err := config.ParseCalendar(f.period.calendar, f.timeZone, f.weekStart)
@@ -596,7 +612,7 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 	}
 	ps := make([]sluice.Policy, len(algs))
 	for i, a := range algs {
-		ps[i] = sluice.Policy{Algorithm: a, Limit: f.limit, Period: f.period.d, Calendar: cal}
+		ps[i] = sluice.Policy{Algorithm: a, Limit: f.limit, Period: f.period.d, Calendar: cal, Penalty: pen}
 		if a.HasBurst() || len(algs) == 1 {
 			ps[i].Burst = f.burst
 		}
@@ -610,7 +626,7 @@ func (f *simulateFlags) policies(set map[string]bool) ([]sluice.Policy, error) {
 // concurrency returns the concurrency policy the flags ask for: --limit
 // units held at once, with --lease. set holds the names of the flags given.
 func (f *simulateFlags) concurrency(set map[string]bool) ([]sluice.Policy, error) {
-	for _, name := range []string{"period", "burst", "time-zone", "week-starts"} {
+	for _, name := range []string{"period", "burst", "time-zone", "week-starts", "block-for", "factor", "max-block", "forget-after"} {
 		if set[name] {
 			return nil, usageErrorf("simulate", "simulate: --%s does not apply to --algorithm concurrency, which limits the units held at once, not a rate; give the lease with --lease (default 30s)", name)
 		}

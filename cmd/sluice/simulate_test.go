@@ -657,3 +657,42 @@ func TestSimulateDocCommands(t *testing.T) {
 		t.Errorf("ran %d commands of docs/simulate.md, want at least 5", ran)
 	}
 }
+
+// TestSimulatePenalty: a trace through a limit with a penalty shows the
+// blocks and their escalation: in the table (blocks, the requests they
+// refused, the longest), in the JSON lines (blocked, offence) and in the
+// chart's row title.
+func TestSimulatePenalty(t *testing.T) {
+	trace := "t_ms,key\n0,alice\n0,alice\n0,alice\n1000,alice\n60000,alice\n60000,alice\n60000,alice\n200000,alice\n200000,alice\n200000,alice\n"
+	args := []string{"simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1m",
+		"--block-for", "1m", "--factor", "2", "--forget-after", "1h", "--trace", "-"}
+	r := runSluice(t, strings.NewReader(trace), args...)
+	if r.code != 0 {
+		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
+	}
+	wantAll(t, "stdout", r.stdout,
+		"Policy: fixed_window, limit 2 per 1m0s, block 1m0s ×2, forgotten after 1h0m0s\n",
+		"KEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX DELAY  BLOCKS  BLOCKED  LONGEST BLOCK\n",
+		"alice  10        6         4       10    6              0s         3       1        4m0s\n",
+	)
+	r = runSluice(t, strings.NewReader(trace), append(args, "--format", "jsonl")...)
+	wantAll(t, "stdout", r.stdout,
+		`{"t":0,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":60000,"delay_ms":0,"reset_after_ms":60000,"blocked":true,"offence":true}`,
+		`{"t":1000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":59000,"delay_ms":0,"reset_after_ms":59000,"blocked":true}`,
+		`{"t":60000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":120000,"delay_ms":0,"reset_after_ms":120000,"blocked":true,"offence":true}`,
+		`{"t":200000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":240000,"delay_ms":0,"reset_after_ms":240000,"blocked":true,"offence":true}`,
+	)
+	chart := filepath.Join(t.TempDir(), "blocks.svg")
+	r = runSluice(t, strings.NewReader(trace), append(args, "--chart", chart)...)
+	if r.code != 0 {
+		t.Fatalf("--chart: exit %d, stderr %q", r.code, r.stderr)
+	}
+	svg, err := os.ReadFile(chart)
+	if err != nil || !strings.Contains(string(svg), "3 blocks (shaded), the longest 4m0s") {
+		t.Errorf("the chart does not name the blocks (%v)", err)
+	}
+	r = runSluice(t, strings.NewReader(trace), "simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1m", "--factor", "2", "--trace", "-")
+	if r.code != 2 || !strings.Contains(r.stderr, "give its --block-for too") {
+		t.Errorf("--factor without --block-for: exit %d, stderr %q; want 2 and what to do", r.code, r.stderr)
+	}
+}

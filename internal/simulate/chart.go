@@ -79,7 +79,10 @@ type Chart struct {
 	limit    int // MaxChartRequests, less in tests
 	offered  []event
 	admitted [][]event
-	keys     map[string]struct{}
+	// blocks holds, per policy with a penalty, each offence: the block it
+	// started, from its time (t) for its RetryAfter (d), both in µs.
+	blocks [][]event
+	keys   map[string]struct{}
 }
 
 // event is cost offered or admitted at t µs since the Unix epoch, held
@@ -97,6 +100,7 @@ func NewChart(policies []sluice.Policy) *Chart {
 		policies: slices.Clone(policies),
 		limit:    MaxChartRequests,
 		admitted: make([][]event, len(policies)),
+		blocks:   make([][]event, len(policies)),
 		keys:     make(map[string]struct{}),
 	}
 }
@@ -120,6 +124,9 @@ func (c *Chart) Add(req Request, ds []sluice.Decision) error {
 		c.keys[req.Key] = struct{}{}
 	}
 	for i, d := range ds {
+		if d.Offence {
+			c.blocks[i] = append(c.blocks[i], event{t: t, cost: req.Cost, d: int64(d.RetryAfter / time.Microsecond)})
+		}
 		if !d.Allowed {
 			continue
 		}
@@ -309,6 +316,9 @@ type row struct {
 	peakAdmitted      int64
 	admittedReqs      int
 	offeredReqs       int
+	// blocks are the blocks of a policy with a penalty, drawn as bands
+	// over the time they shut a key out.
+	blocks []event
 }
 
 func (c *Chart) draw(dc draw.Canvas, heading []string) {
@@ -368,7 +378,7 @@ func (c *Chart) rows(f *frame) []row {
 		period := int64(p.Period / time.Microsecond)
 		admitted := slices.Clone(c.admitted[i])
 		slices.SortFunc(admitted, func(a, b event) int { return cmpInt(a.t, b.t) })
-		r := row{policy: p, admittedReqs: len(admitted), offeredReqs: len(c.offered)}
+		r := row{policy: p, admittedReqs: len(admitted), offeredReqs: len(c.offered), blocks: c.blocks[i]}
 		if p.Algorithm == sluice.ConcurrencyAlgorithm {
 			r.offered, _ = heldMaxima(c.offered, f.from, f.width, chartSlices)
 			r.admitted, r.peakAdmitted = heldMaxima(admitted, f.from, f.width, chartSlices)
@@ -443,7 +453,22 @@ func (c *Chart) rowTitle(r row, keys int64) string {
 		// The comparison table's maximum is per key.
 		title += fmt.Sprintf(", all %d keys together", keys)
 	}
+	if n := len(r.blocks); n > 0 {
+		var longest int64
+		for _, b := range r.blocks {
+			longest = max(longest, b.d)
+		}
+		title += fmt.Sprintf("; %s (shaded), the longest %v", plural(n, "block", "blocks"), time.Duration(longest)*time.Microsecond)
+	}
 	return title
+}
+
+// plural writes n and a noun.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // plot returns the plot of row r; the last row labels the time axis.
@@ -489,9 +514,22 @@ func (f *frame) plot(r row, last bool) *plot.Plot {
 		XYs:       plotter.XYs{{X: p.X.Min, Y: limitY}, {X: p.X.Max, Y: limitY}},
 		LineStyle: limitStyle,
 	}
+	for _, b := range r.blocks {
+		// A block: the time it shuts its key out, as a band.
+		x1, x2 := f.x(b.t), min(f.x(b.t+b.d), p.X.Max)
+		band, err := plotter.NewPolygon(plotter.XYs{{X: x1, Y: p.Y.Min}, {X: x2, Y: p.Y.Min}, {X: x2, Y: p.Y.Max}, {X: x1, Y: p.Y.Max}})
+		if err == nil {
+			band.Color = blockFill
+			band.LineStyle.Width = 0
+			p.Add(band)
+		}
+	}
 	p.Add(offered, limit, admitted)
 	return p
 }
+
+// blockFill shades the time a penalty's block shuts a key out.
+var blockFill = color.NRGBA{0xE0, 0x40, 0x40, 0x38}
 
 var limitStyle = draw.LineStyle{Color: limitColor, Width: 1.1, Dashes: []vg.Length{5, 3}}
 

@@ -23,6 +23,10 @@ import (
 //	                rounded up to whole ms; 0 for the other algorithms
 //	reset_after_ms  whole ms until the key's state is back to initial
 //
+// and, under a policy with a penalty, after them: "blocked":true on a
+// refusal by a block, and "offence":true too on the refusal that started
+// it.
+//
 // Output is buffered; call Flush at the end. A JSONLWriter holds no state
 // per request or per key.
 type JSONLWriter struct {
@@ -65,6 +69,12 @@ func AppendJSON(b []byte, req Request, d sluice.Decision) []byte {
 	b = strconv.AppendInt(b, ceilMillis(d.Delay), 10)
 	b = append(b, `,"reset_after_ms":`...)
 	b = strconv.AppendInt(b, ceilMillis(d.ResetAfter), 10)
+	if d.Blocked {
+		b = append(b, `,"blocked":true`...)
+	}
+	if d.Offence {
+		b = append(b, `,"offence":true`...)
+	}
 	return append(b, '}')
 }
 

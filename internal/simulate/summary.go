@@ -23,6 +23,12 @@ type KeyStats struct {
 	// at once: the units held after an admission, at its largest (holds
 	// grow only when a request is admitted).
 	MaxHeld int64
+	// Under a policy with a penalty: Blocks counts the offences (each
+	// started a block), Blocked the requests refused during a block, and
+	// MaxWait is the longest RetryAfter an offence got: how long the
+	// key was shut out, its escalation at its height.
+	Blocks, Blocked int64
+	MaxWait         time.Duration
 }
 
 func (s *KeyStats) add(req Request, d sluice.Decision) {
@@ -41,6 +47,13 @@ func (s *KeyStats) add(req Request, d sluice.Decision) {
 	if d.RetryAfter == sluice.Never {
 		s.OverCapacity++
 	}
+	switch {
+	case d.Offence:
+		s.Blocks++
+		s.MaxWait = max(s.MaxWait, d.RetryAfter)
+	case d.Blocked:
+		s.Blocked++
+	}
 }
 
 func (s *KeyStats) merge(o *KeyStats) {
@@ -52,6 +65,9 @@ func (s *KeyStats) merge(o *KeyStats) {
 	s.CostAdmitted += o.CostAdmitted
 	s.MaxDelay = max(s.MaxDelay, o.MaxDelay)
 	s.MaxHeld = max(s.MaxHeld, o.MaxHeld)
+	s.Blocks += o.Blocks
+	s.Blocked += o.Blocked
+	s.MaxWait = max(s.MaxWait, o.MaxWait)
 }
 
 // KeySummary summarises the decisions of one policy per key. Its memory is
@@ -109,17 +125,28 @@ func (s *KeySummary) WriteTable(w io.Writer) error {
 	if conc {
 		// No delay under a concurrency limit; the most held at once instead
 		// (for TOTAL: the most one key held).
-		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX HELD\n")
+		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX HELD")
 	} else {
-		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX DELAY\n")
+		fmt.Fprint(tw, "KEY\tREQUESTS\tADMITTED\tDENIED\tCOST\tCOST ADMITTED\tMAX DELAY")
 	}
+	pen := !s.Policy.Penalty.IsZero()
+	if pen {
+		// The blocks: offences, the requests they refused, and the
+		// longest wait an offence gave.
+		fmt.Fprint(tw, "\tBLOCKS\tBLOCKED\tLONGEST BLOCK")
+	}
+	fmt.Fprint(tw, "\n")
 	row := func(k *KeyStats) {
 		var last any = k.MaxDelay
 		if conc {
 			last = k.MaxHeld
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%v",
 			k.Key, k.Requests, k.Admitted, k.Denied, k.Cost, k.CostAdmitted, last)
+		if pen {
+			fmt.Fprintf(tw, "\t%d\t%d\t%v", k.Blocks, k.Blocked, k.MaxWait)
+		}
+		fmt.Fprint(tw, "\n")
 	}
 	for i := range s.keys {
 		row(&s.keys[i])
@@ -150,6 +177,9 @@ func describe(p sluice.Policy) string {
 	s := fmt.Sprintf("%s, limit %d per %s", p.Algorithm, p.Limit, PeriodText(p))
 	if p.Algorithm.HasBurst() {
 		s += fmt.Sprintf(", burst %d", p.Capacity())
+	}
+	if !p.Penalty.IsZero() {
+		s += ", " + p.Penalty.String()
 	}
 	return s
 }
