@@ -135,12 +135,23 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 	if err != nil {
 		return sluice.Decision{}, err
 	}
+	rf := s.refusals
+	local := rf != nil && us < 0 && len(reqs) == 1
+	var sent int64
+	if local {
+		if d, ok := s.refuseBlocked(cs[0], &reqs[0]); ok {
+			return d, nil
+		}
+		rf.remote.add()
+		sent = rf.mono()
+	}
 	vals, err := s.eval(ctx, script, keys, args, nil)
-	if err == nil && len(vals) < 2*len(reqs) {
+	if err == nil && len(vals) < 1+2*len(reqs) {
 		err = s.malformed(vals)
 	}
 	if err == nil {
-		flags := vals[:2*len(reqs)]
+		redisNow := vals[0]
+		flags := vals[1 : 1+2*len(reqs)]
 		var d sluice.Decision
 		var done bool
 		if out == nil && len(reqs) <= 8 {
@@ -149,7 +160,7 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 		} else if out == nil {
 			out = make([]sluice.Decision, len(reqs))
 		}
-		d, done, err = s.parseMany(vals[2*len(reqs):], cs, reqs, out)
+		d, done, err = s.parseMany(vals[1+2*len(reqs):], cs, reqs, out)
 		if done && err == nil {
 			for i := range reqs {
 				switch flags[2*i] {
@@ -166,11 +177,17 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 			if err == nil && d.Allowed {
 				d.Lease = lease
 			}
-			if s.refusals != nil {
-				// A refusal may have come from the key's local state
-				// before its block: keep none.
+			if rf != nil {
+				// A state the key had before its block is never kept: its
+				// refusals would be no offences.
 				for i := range reqs {
-					s.refusals.drop(keys[i])
+					rf.drop(keys[i])
+				}
+				if local && err == nil && d.Blocked && op == opAllow {
+					// The refusal's retry and reset, in µs as the script
+					// gave them (see many.lua's reply).
+					v := vals[1+2*len(reqs)+replyHeader:]
+					s.learnBlock(cs[0], keys[0], &reqs[0], redisNow, flags[1], v[2], v[3], sent)
 				}
 			}
 			return d, err
@@ -208,7 +225,7 @@ func (s *Store) Unblock(ctx context.Context, now time.Time, req sluice.Request) 
 		return false, err
 	}
 	key := c.key(s.prefix, req.Key)
-	vals, err := s.eval(ctx, script, []string{blockKey(key)}, []string{nowArg}, nil)
+	vals, err := s.eval(ctx, script, []string{blockKey(key)}, []string{nowArg, refundChannel(s.prefix), key}, nil)
 	if err == nil && (len(vals) != 1 || vals[0] < 0 || vals[0] > 1) {
 		err = s.malformed(vals)
 		s.report(err)
@@ -225,4 +242,47 @@ func (s *Store) Unblock(ctx context.Context, now time.Time, req sluice.Request) 
 		}
 	}
 	return false, fmt.Errorf("redisstore: unblock: %w", err)
+}
+
+// refuseBlocked refuses req locally when the store holds its key's block
+// (learnBlock) and, on the upper bound of Redis's clock that the local
+// refusals keep (entry.redisClock), the block has not ended: with the
+// RetryAfter and ResetAfter that Redis's refusal gave, counted down. The
+// block is dropped when another instance lifts it or resets the key (the
+// refund channel), and refuses for at most LocalRefusals.MaxAge after
+// Redis answered, as every local refusal.
+func (s *Store) refuseBlocked(c *compiled, req *sluice.Request) (sluice.Decision, bool) {
+	rf := s.refusals
+	e := rf.hotGet(c, req.Key)
+	if e == nil {
+		e = rf.getFor(c, s.prefix, req.Key)
+	}
+	if e == nil || e.blockEnd == 0 || e.cost != req.Cost {
+		return sluice.Decision{}, false
+	}
+	t, ok := e.redisClock(rf.mono(), rf.maxAge)
+	if !ok || t >= e.blockEnd {
+		return sluice.Decision{}, false
+	}
+	e.count.add()
+	return sluice.Decision{
+		Limit:      req.Policy.Limit,
+		RetryAfter: retryMillis(e.retryAt - t),
+		ResetAfter: ceilMillis(max(e.resetAt-t, 0)),
+		Blocked:    true,
+	}, true
+}
+
+// learnBlock keeps the block that refused req at Redis's time redisNow,
+// the block ending at until, the refusal's retry and reset in µs, sent to
+// Redis at local monotonic time sent, for refuseBlocked.
+func (s *Store) learnBlock(c *compiled, key string, req *sluice.Request, redisNow, until, retry, reset, sent int64) {
+	if until <= redisNow || retry <= 0 || reset < 0 {
+		return
+	}
+	e := &entry{
+		policy: c.policy, c: c, pp: c.pp, redisAt: redisNow, sentAt: sent, until: sent + reset,
+		blockEnd: until, retryAt: redisNow + retry, resetAt: redisNow + reset, cost: req.Cost,
+	}
+	s.refusals.put(key, req.Key, false, e, sent)
 }

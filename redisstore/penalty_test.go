@@ -148,3 +148,46 @@ func TestInspectBlock(t *testing.T) {
 		t.Errorf("Inspect after the block = until %v, %d offences, %+v; want not blocked, 1 offence remembered", s.BlockedUntil, s.Offences, s.Decision)
 	}
 }
+
+// TestLocalRefusalOfBlocks checks that a store refuses a blocked key
+// locally, as Redis would, until the block ends; and that an Unblock
+// through another store on the same Redis reaches it (the refund channel),
+// after which its next request goes to Redis again.
+func TestLocalRefusalOfBlocks(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	opts := Options{Prefix: "local:", Failure: FailError, LocalRefusals: LocalRefusals{MaxAge: -1}}
+	a, b := newTestStore(t, []string{srv.Addr}, opts), newTestStore(t, []string{srv.Addr}, opts)
+	ctx := t.Context()
+	p := sluice.TokenBucket(5, time.Second, 5).Named("login")
+	p.Penalty = sluice.Penalty{BlockFor: time.Hour}
+	req := sluice.Request{Policy: &p, Key: "alice", Cost: 5}
+	offend(t, []*Store{a}, req)
+	before := a.LocalRefusalStats()
+	for i := range 50 {
+		d, err := a.Allow(ctx, time.Time{}, req)
+		if err != nil || d.Allowed || !d.Blocked || d.RetryAfter < 59*time.Minute || d.RetryAfter > time.Hour {
+			t.Fatalf("request %d during the block = %+v, %v; want refused by the block", i, d, err)
+		}
+	}
+	after := a.LocalRefusalStats()
+	if local := after.Local - before.Local; local != 50 {
+		t.Errorf("%d of 50 refusals during the block were local, want 50 (%d reached Redis)", local, 50-local)
+	}
+	// b lifts the block: a hears it, drops the block, asks Redis again.
+	if lifted, err := b.Unblock(ctx, time.Time{}, req); err != nil || !lifted {
+		t.Fatalf("b.Unblock = %v, %v", lifted, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := a.Peek(ctx, time.Time{}, sluice.Request{Policy: &p, Key: "alice", Cost: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Blocked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a still refuses alice by the block 10s after b lifted it: %+v", d)
+		}
+	}
+}

@@ -218,6 +218,11 @@ type entry struct {
 	until           int64 // local monotonic µs when the state is back to initial
 	size            int
 	count           *counter // local refusals under the policy's name
+	// A block entry (blockEnd > 0) holds no state but a penalty's block
+	// (see Store.refuseBlocked): in Redis's µs, the end of the block and
+	// the instants the refusal of a request of cost said it would pass and
+	// the key be back to initial.
+	blockEnd, retryAt, resetAt, cost int64
 }
 
 // newRefusals returns the cache for o, or nil when it is off.

@@ -9,9 +9,9 @@
 --   many.lua; then the operation ('a' to charge, 'p' for a Peek, which
 --   starts no block and charges nothing); then four per request: b, x, m
 --   and F of its penalty (µs; b = 0 for a request without one).
--- Reply: per request a flag (0, 1 refused by a block in force, 2 an
---   offence that started one) and the end of its block (µs, 0 for none),
---   then many.lua's reply.
+-- Reply: the time (µs; see lib.lua), then per request a flag (0, 1
+--   refused by a block in force, 2 an offence that started one) and the
+--   end of its block (µs, 0 for none), then many.lua's reply.
 
 local n = #KEYS / 2
 local pb = 1 + 6 * n
@@ -71,11 +71,11 @@ PENALTY = function(now, res, all, decide)
 end
 
 local out = allow_all(0, 1, n)
-local r = {}
+local r = {NOW}
 for i = 1, n do
-  r[2 * i - 1], r[2 * i] = flags[i] or 0, ends[i] or 0
+  r[2 * i], r[2 * i + 1] = flags[i] or 0, ends[i] or 0
 end
 for i = 1, #out do
-  r[2 * n + i] = out[i]
+  r[2 * n + 1 + i] = out[i]
 end
 return r
