@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
@@ -76,6 +78,80 @@ limits:
 	for k, in := range instances {
 		if body := in.check(t, "shared", "client-1"); !strings.HasPrefix(body, `{"allowed":false,"limit":20,"remaining":0,`) {
 			t.Errorf("instance %d after the run: %s, want denied with 0 remaining", k+1, body)
+		}
+	}
+}
+
+// TestThreeInstancesShareABlock runs three sluice serve processes on one
+// private Redis with a limit that has a penalty: an offence on one blocks
+// the key on all three (a flood on them changes nothing, their answers
+// count down to the same end), and an operator's unblock through any of
+// them lets the key in on every one.
+func TestThreeInstancesShareABlock(t *testing.T) {
+	t.Parallel()
+	srv := testkit.StartRedis(t)
+	const token = "e2e-admin-token-0123456789abcdef"
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+store:
+  backend: redis
+  redis: {addrs: [%q], prefix: "e2e-block:"}
+  timeout: 2s
+  on_error: error
+admin: {token: %s}
+limits:
+  guarded:
+    algorithm: token_bucket
+    limit: 1
+    period: 1h
+    penalty: {block_for: 2h, factor: 2, forget_after: 24h}
+`, srv.Addr, token))
+	var in []*sluice
+	for i := range 3 {
+		in = append(in, startSluice(t, fmt.Sprintf("sluice %d", i+1), "--config", cfg))
+	}
+	if body := in[0].check(t, "guarded", "mallory"); !strings.HasPrefix(body, `{"allowed":true,`) {
+		t.Fatalf("instance 1, first check: %s, want allowed", body)
+	}
+	// The offence, on instance 2: a block of two hours, past the bucket's
+	// own hour.
+	retryOf := func(body string) int64 {
+		var ms int64
+		if i := strings.Index(body, `"retry_after_ms":`); i >= 0 {
+			fmt.Sscanf(body[i+len(`"retry_after_ms":`):], "%d", &ms)
+		}
+		return ms
+	}
+	body := in[1].check(t, "guarded", "mallory")
+	if !strings.HasPrefix(body, `{"allowed":false,`) || retryOf(body) < 7_100_000 || retryOf(body) > 7_200_000 {
+		t.Fatalf("instance 2, the offence: %s, want refused for the block of 2h", body)
+	}
+	for k := range 3 {
+		for range 5 {
+			body := in[k].check(t, "guarded", "mallory")
+			if r := retryOf(body); !strings.HasPrefix(body, `{"allowed":false,`) || r < 7_100_000 || r > 7_200_000 {
+				t.Fatalf("instance %d during the block: %s, want the same block of 2h (not a new one of 4h)", k+1, body)
+			}
+		}
+	}
+	req, err := http.NewRequest("POST", "http://"+in[2].http+"/v1/unblock/guarded/mallory", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, b, err := testkit.Fetch(http.DefaultClient, req)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"was_blocked":true`) {
+		t.Fatalf("unblock through instance 3: %v %v %s", resp, err, b)
+	}
+	// Instance 1 holds the block in its local refusals until it hears the
+	// unblock on the refund channel: poll with a deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		body := in[0].check(t, "guarded", "mallory")
+		if strings.HasPrefix(body, `{"allowed":true,`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("instance 1 still refuses mallory 10s after the unblock: %s", body)
 		}
 	}
 }
