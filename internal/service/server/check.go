@@ -538,6 +538,12 @@ func appendResult(b []byte, r *httplimit.LimitResult, it *item, now time.Time) [
 	if d.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	if d.Blocked {
+		b = append(b, `,"blocked":true`...)
+	}
+	if d.Offence {
+		b = append(b, `,"offence":true`...)
+	}
 	if it.override {
 		b = append(b, `,"override":true`...)
 	}

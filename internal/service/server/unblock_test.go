@@ -38,7 +38,7 @@ func TestUnblock(t *testing.T) {
 	f := &fixture{h: h, store: ms, clock: c, auth: "Bearer " + ovToken}
 	f.check(`{"limit":"guesses","key":"a"}`)
 	rec := f.check(`{"limit":"guesses","key":"a"}`)
-	if !strings.Contains(rec.Body.String(), `"retry_after_ms":3600000`) {
+	if !strings.Contains(rec.Body.String(), `"retry_after_ms":3600000,"reset_after_ms":3600000,"blocked":true,"offence":true}`) {
 		t.Fatalf("second check = %s, want refused (the log's hour beats the block's 10m)", rec.Body)
 	}
 	c.Advance(time.Hour)
