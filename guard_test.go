@@ -283,3 +283,35 @@ func TestControlPlaneOnlyInTheService(t *testing.T) {
 		}
 	}
 }
+
+// TestLibraryNeedsNoTracingSDK: a program that imports Sluice's library
+// (the root, the stores, the doors, plans) builds none of OpenTelemetry:
+// the SDK and its exporters are the service's (internal/service/tracing),
+// and the library takes no hook of OpenTelemetry's API either, so that
+// a library user who does not trace compiles none of it
+// (docs/architecture.md, "Tracing").
+func TestLibraryNeedsNoTracingSDK(t *testing.T) {
+	var lib []string
+	for _, p := range listPackages(t) {
+		if place(p.path) == "library" {
+			lib = append(lib, module+strings.TrimSuffix("/"+p.path, "/"))
+		}
+	}
+	if len(lib) == 0 {
+		t.Fatal("no library package found")
+	}
+	out, err := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, lib...)...).Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for dep := range strings.FieldsSeq(string(out)) {
+		if strings.HasPrefix(dep, "go.opentelemetry.io/") {
+			t.Errorf("the library depends on %s; OpenTelemetry belongs to the service (internal/service/tracing)", dep)
+		}
+	}
+	// And the service does use it, where this test says.
+	out, err = exec.Command("go", "list", "-deps", module+"/internal/service/tracing").Output()
+	if err != nil || !strings.Contains(string(out), "go.opentelemetry.io/otel/sdk/trace") {
+		t.Errorf("internal/service/tracing does not build the SDK (%v): the test above checks nothing", err)
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/internal/service/rls"
 	"github.com/sluicehq/sluice/internal/service/server"
 	"github.com/sluicehq/sluice/internal/service/tlsauth"
+	"github.com/sluicehq/sluice/internal/service/tracing"
 )
 
 const serveUsage = `Usage: sluice serve [--config FILE] [flags]
@@ -107,6 +108,8 @@ Flags:
                        the newest rotated file
   --decision-log-files N
                        rotated files kept (default 5)
+  --trace-keys         with tracing on, record keys in spans as they are
+                       (sluice.key) instead of a hash of each (sluice.key_hash)
   --ready-file FILE    once listening, write the bound addresses to FILE as
                        JSON, {"http":"127.0.0.1:8080","grpc":"","admin":"",
                        "pid":1234} ("" for a listener that is off); removed
@@ -152,6 +155,7 @@ type serveFlags struct {
 	dlogKeyFile     string
 	dlogMaxSize     int64
 	dlogFiles       int
+	traceKeys       bool
 	envoyEnv        bool
 	// logLevelSet and logFormatSet report flags given on the command
 	// line, which win over LOG_LEVEL and LOG_FORMAT with --envoy-env.
@@ -181,6 +185,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.dlogKeyFile, "decision-log-key-file", "", "secret for hashing keys")
 	fs.Int64Var(&f.dlogMaxSize, "decision-log-max-size", 100, "rotation size in MiB")
 	fs.IntVar(&f.dlogFiles, "decision-log-files", 5, "rotated files kept")
+	fs.BoolVar(&f.traceKeys, "trace-keys", false, "record keys in clear in trace spans")
 	fs.BoolVar(&f.envoyEnv, "envoy-env", false, "configure from envoyproxy/ratelimit's environment variables")
 	if err := parseFlags(fs, "serve", "serve", serveUsage, args); err != nil {
 		return nil, err
@@ -360,6 +365,7 @@ type service struct {
 	httpAddr, grpcAddr, adminAddr string // as configured or overridden
 	build                         buildinfo.Info
 	dlog                          *decisionlog.Log // nil without --decision-log
+	tracing                       *tracing.Tracing // nil without OTEL_EXPORTER_OTLP_*ENDPOINT
 	// running counts the HTTP handlers under way, so that a shutdown
 	// that cuts some waits for them to end, and give back what they hold
 	// (the proxy's concurrency leases), before the store closes.
@@ -426,6 +432,21 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		}
 		base = decisionlog.Store(base)
 	}
+	// OpenTelemetry traces, when the environment asks for them
+	// (OTEL_EXPORTER_OTLP_ENDPOINT): the store calls get child spans.
+	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version}); err != nil {
+		st.close()
+		return nil, err
+	}
+	if s.tracing != nil {
+		st.closers = append(st.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return s.tracing.Shutdown(ctx)
+		})
+		logger.Info("tracing: exporting OpenTelemetry traces over OTLP")
+	}
+	base = s.tracing.Store(base, string(cfg.Store().Backend))
 	s.measured = m.Store(base)
 	// Plans and overrides (dynamic.go), closed with the store.
 	dyn := openDynamic(cfg.Store(), logger)
@@ -447,6 +468,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		CheckReadTimeout: f.checkReadTime,
 		Build:            build,
 		DecisionLog:      s.dlog,
+		Tracing:          s.tracing,
 	}))
 	if err != nil {
 		st.close()
@@ -523,7 +545,7 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 	hls = []*httpListener{{name: "http", addr: s.httpAddr}}
 	hls[0].srv = s.newHTTPServer(s.handler)
 	if s.adminAddr != "" {
-		hls[0].srv.Handler = s.running.wrap(s.handler.Public())
+		hls[0].srv.Handler = s.running.wrap(s.tracing.HTTP(s.handler.Public()))
 		hls = append(hls, &httpListener{name: "admin", addr: s.adminAddr, srv: s.newHTTPServer(s.handler.Admin())})
 	}
 	if s.env != nil {
@@ -548,7 +570,7 @@ func (s *service) listen() (hls []*httpListener, grpcLn net.Listener, err error)
 
 func (s *service) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
-		Handler:           s.running.wrap(h),
+		Handler:           s.running.wrap(s.tracing.HTTP(h)),
 		BaseContext:       func(net.Listener) context.Context { return s.requests },
 		ReadHeaderTimeout: s.flags.readHeaderTime,
 		ReadTimeout:       s.flags.readTimeout,
@@ -583,7 +605,12 @@ func (s *service) run(ctx context.Context, src *source) error {
 	if grpcLn != nil {
 		opts := append(rls.ServerOptions(), s.tls.grpcOptions()...)
 		opts = append(opts, s.env.grpcOptions()...)
-		opts = append(opts, grpc.ChainUnaryInterceptor(tlsauth.TokenUnary(rls.ServiceName, s.tokens.Load), recoverUnary(s.logger)))
+		var chain []grpc.UnaryServerInterceptor
+		if s.tracing != nil {
+			chain = append(chain, s.tracing.Unary())
+		}
+		chain = append(chain, tlsauth.TokenUnary(rls.ServiceName, s.tokens.Load), recoverUnary(s.logger))
+		opts = append(opts, grpc.ChainUnaryInterceptor(chain...))
 		gs = grpc.NewServer(opts...)
 		s.rls.Register(gs)
 		healthpb.RegisterHealthServer(gs, s.health)

@@ -130,6 +130,18 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 			h.record(now, res.Policy.Name, res.Key, res.Decision, res.Shadow)
 		}
 	}
+	if h.tracing != nil {
+		deciding := ""
+		for i := range results {
+			if res := &results[i]; res.Err == nil {
+				h.tracing.Limit(ctx, res.Policy.Name, res.Key, res.Cost, metrics.Outcome(res.Decision, res.Shadow), res.Decision)
+				if deciding == "" && !res.Decision.Allowed && !res.Shadow {
+					deciding = res.Policy.Name
+				}
+			}
+		}
+		h.tracing.Decision(ctx, "", deciding, d)
+	}
 	if dl != nil {
 		rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Limits: make([]decisionlog.Entry, 0, len(results))}
 		for i := range results {

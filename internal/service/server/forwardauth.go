@@ -94,6 +94,7 @@ func (h *Handler) serveForwardAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.mw != nil {
 		orig = h.withDecision(orig, "forward_auth", ru)
+		h.tracing.Rule(orig.Context(), ru.cfg.Name)
 	}
 	if a.mw == nil || a.mw.Check(w, orig) {
 		w.Header().Set("Cache-Control", "no-store")

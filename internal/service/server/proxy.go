@@ -143,6 +143,7 @@ func (h *Handler) serveProxy(w http.ResponseWriter, r *http.Request) {
 			r = withSettling(r, ru.usageBody)
 		}
 		r = h.withDecision(r, "proxy", ru)
+		h.tracing.Rule(r.Context(), ru.cfg.Name)
 		a.proxied.ServeHTTP(w, r)
 		return
 	}

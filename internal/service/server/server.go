@@ -42,6 +42,7 @@ import (
 	"github.com/sluicehq/sluice/internal/service/decisionlog"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/overrides"
+	"github.com/sluicehq/sluice/internal/service/tracing"
 	"github.com/sluicehq/sluice/plans"
 )
 
@@ -131,6 +132,9 @@ type Options struct {
 	// decorated by decisionlog.Store (beneath any metrics decorator), so
 	// that each line carries the time the store decided at.
 	DecisionLog *decisionlog.Log
+	// Tracing, when set, records each decision on the span of its request
+	// (which the caller starts: tracing.HTTP). Nil traces nothing.
+	Tracing *tracing.Tracing
 }
 
 // Handler serves the Sluice HTTP API. Build one with New; it is safe for
@@ -176,6 +180,7 @@ type Handler struct {
 	checkReadTimeout time.Duration
 	buildInfo        buildinfo.Info
 	dlog             *decisionlog.Log
+	tracing          *tracing.Tracing
 }
 
 // state is everything a request needs from the configuration, built once
@@ -215,7 +220,7 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 		return nil, errors.New("server: store is nil")
 	}
 	h := &Handler{store: store, raw: metrics.Underlying(store), logger: opts.Logger, reg: opts.Registry, now: opts.Now, transport: newTransport(),
-		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout, buildInfo: opts.Build, dlog: opts.DecisionLog}
+		overrides: opts.Overrides, openTable: opts.OpenTable, readTimeout: opts.ReadTimeout, buildInfo: opts.Build, dlog: opts.DecisionLog, tracing: opts.Tracing}
 	if d := opts.CheckReadTimeout; d > 0 && (h.readTimeout == 0 || d < h.readTimeout) {
 		h.checkReadTimeout = d
 	}
@@ -425,6 +430,9 @@ func (h *Handler) countEvent(ev *httplimit.Event) {
 	if h.dlog != nil {
 		h.logEvent(ev, now)
 	}
+	if h.tracing != nil {
+		h.traceEvent(ev)
+	}
 	for i := range ev.Results {
 		r := &ev.Results[i]
 		if !r.Applied || (r.Err != nil && r.Decision == (sluice.Decision{})) {
@@ -602,4 +610,21 @@ func (h *Handler) withDecision(r *http.Request, door string, ru *rule) *http.Req
 		return r
 	}
 	return r.WithContext(decisionlog.With(r.Context(), &decisionlog.Decision{Door: door, Rule: ru.cfg.Name}))
+}
+
+// traceEvent records a rule's decision on its request's span.
+func (h *Handler) traceEvent(ev *httplimit.Event) {
+	ctx := ev.Request.Context()
+	deciding := ""
+	for i := range ev.Results {
+		r := &ev.Results[i]
+		if !r.Applied || r.Err != nil {
+			continue
+		}
+		h.tracing.Limit(ctx, r.Policy.Name, r.Key, r.Cost, metrics.Outcome(r.Decision, r.Shadow), r.Decision)
+		if deciding == "" && !r.Decision.Allowed && !r.Shadow {
+			deciding = r.Policy.Name
+		}
+	}
+	h.tracing.Decision(ctx, "", deciding, ev.Decision)
 }

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+// receiver is an OTLP trace receiver: the collector's gRPC TraceService
+// and its HTTP /v1/traces, keeping every span it is sent.
+type receiver struct {
+	collectorpb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (r *receiver) Export(_ context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
+	r.keep(req)
+	return &collectorpb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *receiver) keep(req *collectorpb.ExportTraceServiceRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			r.spans = append(r.spans, ss.GetSpans()...)
+		}
+	}
+}
+
+// startReceiver serves an OTLP receiver on loopback over protocol (grpc
+// or http/protobuf) and returns it and its endpoint URL.
+func startReceiver(t *testing.T, protocol string) (*receiver, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{}
+	if protocol == "grpc" {
+		gs := grpc.NewServer()
+		collectorpb.RegisterTraceServiceServer(gs, r)
+		go gs.Serve(ln)
+		t.Cleanup(gs.Stop)
+	} else {
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			b, _ := io.ReadAll(req.Body)
+			var er collectorpb.ExportTraceServiceRequest
+			if req.URL.Path != "/v1/traces" || proto.Unmarshal(b, &er) != nil {
+				http.Error(w, "bad request", http.StatusBadRequest)
+				return
+			}
+			r.keep(&er)
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			out, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+			w.Write(out)
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	return r, "http://" + ln.Addr().String()
+}
+
+// attrs returns a span's or an event's attributes as strings.
+func attrs(kvs []*commonpb.KeyValue) map[string]string {
+	out := map[string]string{}
+	for _, kv := range kvs {
+		v := kv.GetValue()
+		switch {
+		case v.GetStringValue() != "":
+			out[kv.GetKey()] = v.GetStringValue()
+		default:
+			out[kv.GetKey()] = strings.TrimSpace(fmt.Sprint(v.GetIntValue(), " ", v.GetBoolValue()))
+		}
+	}
+	return out
+}
+
+// TestTracing runs sluice serve with OTLP export to a receiver started
+// here, over each protocol, and checks the spans: the decision API's and
+// Envoy's rate limit service's continue the caller's trace, the store's
+// are their children, and the attributes say which limit refused, with a
+// key hash, the outcome and the retry-after.
+func TestTracing(t *testing.T) {
+	for _, protocol := range []string{"grpc", "http/protobuf"} {
+		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+			rec, endpoint := startReceiver(t, protocol)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+			t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+			cfg := envoyConfig("1") + `limits:
+  tiny: {algorithm: sliding_log, limit: 1, period: 1h}
+`
+			path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
+			in := startServe(t, "--config", path)
+
+			const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+			parents := []string{"00f067aa0ba902b7", "00f067aa0ba902b8", "00f067aa0ba902b9"}
+			for i, parent := range parents[:2] {
+				req, _ := http.NewRequest("POST", in.url("/v1/check"), strings.NewReader(`{"limit":"tiny","key":"alice"}`))
+				req.Header.Set("traceparent", "00-"+traceID+"-"+parent+"-01")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("check %d = %d", i, resp.StatusCode)
+				}
+			}
+			conn := dialGRPC(t, in.grpc)
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-"+parents[2]+"-01")
+			if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+				Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "k")}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := in.stop(t); err != nil { // flushes the spans
+				t.Fatal(err)
+			}
+
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			byParent := map[string][]*tracepb.Span{}
+			for _, s := range rec.spans {
+				if hex.EncodeToString(s.GetTraceId()) != traceID {
+					t.Errorf("span %s has trace %x, want the caller's %s", s.GetName(), s.GetTraceId(), traceID)
+				}
+				byParent[hex.EncodeToString(s.GetParentSpanId())] = append(byParent[hex.EncodeToString(s.GetParentSpanId())], s)
+			}
+			for i, parent := range parents {
+				doors := byParent[parent]
+				want := "sluice.check"
+				if i == 2 {
+					want = "sluice.rls"
+				}
+				if len(doors) != 1 || doors[0].GetName() != want {
+					t.Fatalf("spans under the caller's span %s: %v, want one %s (all: %v)", parent, names(doors), want, names(rec.spans))
+				}
+				door := doors[0]
+				a := attrs(door.GetAttributes())
+				children := byParent[hex.EncodeToString(door.GetSpanId())]
+				if len(children) == 0 || !strings.HasPrefix(children[0].GetName(), "sluice.store.") || attrs(children[0].GetAttributes())["sluice.store.backend"] != "memory" {
+					t.Errorf("%s has children %v, want a store span on the memory backend", want, names(children))
+				}
+				switch i {
+				case 0:
+					if a["sluice.allowed"] != "0 true" {
+						t.Errorf("first check: attributes %v, want allowed", a)
+					}
+				case 1:
+					if a["sluice.allowed"] != "0 false" || a["sluice.limit"] != "tiny" || a["sluice.retry_after_ms"] == "" {
+						t.Errorf("second check: attributes %v, want refused by tiny with a retry-after", a)
+					}
+					ev := door.GetEvents()
+					if len(ev) != 1 || ev[0].GetName() != "sluice.limit" {
+						t.Fatalf("second check: events %v, want one sluice.limit", ev)
+					}
+					ea := attrs(ev[0].GetAttributes())
+					if ea["sluice.outcome"] != "denied" || len(ea["sluice.key_hash"]) != 16 || ea["sluice.key"] != "" {
+						t.Errorf("the refusal's event: %v, want outcome denied and a key hash, no key", ea)
+					}
+				case 2:
+					if a["sluice.rls.domain"] != "edge" || a["sluice.rls.overall_code"] != "OK" {
+						t.Errorf("rls span: attributes %v", a)
+					}
+				}
+			}
+		})
+	}
+}
+
+func names(spans []*tracepb.Span) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.GetName())
+	}
+	return out
+}
