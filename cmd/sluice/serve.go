@@ -434,7 +434,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	}
 	// OpenTelemetry traces, when the environment asks for them
 	// (OTEL_EXPORTER_OTLP_ENDPOINT): the store calls get child spans.
-	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version}); err != nil {
+	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version, Section: cfg.Tracing()}); err != nil {
 		st.close()
 		return nil, err
 	}

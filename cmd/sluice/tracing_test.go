@@ -99,15 +99,24 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 // are their children, and the attributes say which limit refused, with a
 // key hash, the outcome and the retry-after.
 func TestTracing(t *testing.T) {
-	for _, protocol := range []string{"grpc", "http/protobuf"} {
-		t.Run(strings.ReplaceAll(protocol, "/", "-"), func(t *testing.T) {
+	for _, tc := range []struct {
+		name, protocol string
+		yaml           bool // configured by the tracing section, not the environment
+	}{{"grpc", "grpc", false}, {"http-protobuf", "http/protobuf", false}, {"yaml-grpc", "grpc", true}, {"yaml-http", "http/protobuf", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			protocol := tc.protocol
 			rec, endpoint := startReceiver(t, protocol)
-			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
-			t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 			cfg := envoyConfig("1") + `limits:
   tiny: {algorithm: sliding_log, limit: 1, period: 1h}
 `
+			if tc.yaml {
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+				cfg += fmt.Sprintf("tracing: {endpoint: %q, protocol: %s, sample_ratio: 1, keys: true}\n", endpoint, protocol)
+			} else {
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+				t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+			}
 			path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
 			in := startServe(t, "--config", path)
 
@@ -173,8 +182,13 @@ func TestTracing(t *testing.T) {
 						t.Fatalf("second check: events %v, want one sluice.limit", ev)
 					}
 					ea := attrs(ev[0].GetAttributes())
-					if ea["sluice.outcome"] != "denied" || len(ea["sluice.key_hash"]) != 16 || ea["sluice.key"] != "" {
-						t.Errorf("the refusal's event: %v, want outcome denied and a key hash, no key", ea)
+					switch {
+					case ea["sluice.outcome"] != "denied":
+						t.Errorf("the refusal's event: %v, want outcome denied", ea)
+					case tc.yaml && (ea["sluice.key"] != "alice" || ea["sluice.key_hash"] != ""):
+						t.Errorf("the refusal's event: %v, want the key in clear (tracing.keys)", ea)
+					case !tc.yaml && (len(ea["sluice.key_hash"]) != 16 || ea["sluice.key"] != ""):
+						t.Errorf("the refusal's event: %v, want a key hash and no key", ea)
 					}
 				case 2:
 					if a["sluice.rls.domain"] != "edge" || a["sluice.rls.overall_code"] != "OK" {

@@ -300,6 +300,8 @@ type Config struct {
 	proxy  *Proxy
 	envoy  *yaml.Node // the envoy section's value, as Formats.Envoy checked it
 	admin  Admin
+	// tracing is the tracing section; nil without one.
+	tracing *Tracing
 	// plans and planTables are the plans and plan_tables sections
 	// (plans.go).
 	plans      map[string]Plan
@@ -427,6 +429,7 @@ func RestartRequired(old, new *Config) []string {
 		{!same(o.Redis.TLS, n.Redis.TLS, tlsFiles), "store.redis.tls"},
 		{o.Timeout != n.Timeout, "store.timeout"},
 		{o.OnError != n.OnError, "store.on_error"},
+		{!same(old.tracing, new.tracing, func(t *Tracing) Tracing { return *t }), "tracing"},
 	}
 	var out []string
 	for _, s := range settings {

@@ -45,7 +45,7 @@ func (d *decoder) document(r io.Reader) *Config {
 		d.add(root, "", "the file is empty (see docs/configuration.md)")
 		return nil
 	}
-	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "plans", "plan_tables", "proxy", "envoy", "admin")
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "plans", "plan_tables", "proxy", "envoy", "admin", "tracing")
 	if !ok {
 		return nil
 	}
@@ -73,6 +73,9 @@ func (d *decoder) document(r io.Reader) *Config {
 	}
 	if n := top.get("admin"); n != nil {
 		c.admin = d.admin(top.fields["admin"].key, n)
+	}
+	if n := top.get("tracing"); n != nil {
+		c.tracing = d.tracingSection(top.fields["tracing"].key, n)
 	}
 	return c
 }

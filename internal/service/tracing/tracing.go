@@ -9,8 +9,9 @@
 // checks it), so a program that imports Sluice's library downloads no
 // tracing code.
 //
-// Tracing is off unless the environment turns it on, as OpenTelemetry's
-// SDKs read it: OTEL_EXPORTER_OTLP_ENDPOINT or
+// Tracing is off unless the configuration's tracing section or the
+// environment turns it on, as OpenTelemetry's SDKs read it:
+// the section, or OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set (and OTEL_SDK_DISABLED not
 // true). OTEL_EXPORTER_OTLP_PROTOCOL (or its _TRACES_ form) picks grpc or
 // http/protobuf (the default, as in the specification); the exporters read
@@ -18,7 +19,8 @@
 // insecure) themselves; OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG
 // choose the sampler (default parentbased_always_on; parentbased_traceidratio
 // with a ratio is the usual choice); OTEL_SERVICE_NAME and
-// OTEL_RESOURCE_ATTRIBUTES name the service.
+// OTEL_RESOURCE_ATTRIBUTES name the service. What the section sets
+// (endpoint, protocol, sample_ratio) wins over the environment.
 package tracing
 
 import (
@@ -36,6 +38,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicehq/sluice/internal/service/config"
 )
 
 // ScopeName is the instrumentation scope of Sluice's spans.
@@ -61,6 +65,10 @@ type Options struct {
 	Keys bool
 	// Version is the service.version resource attribute.
 	Version string
+	// Section is the configuration's tracing section, nil without one.
+	// Its presence turns tracing on; what it sets wins over the
+	// environment.
+	Section *config.Tracing
 }
 
 // Enabled reports whether the environment turns tracing on.
@@ -74,19 +82,34 @@ func Enabled(getenv func(string) string) bool {
 // Setup returns the service's Tracing, or nil when the environment does
 // not turn tracing on. Shut it down to flush the spans still buffered.
 func Setup(ctx context.Context, opts Options) (*Tracing, error) {
-	if !Enabled(opts.Getenv) {
+	sec := opts.Section
+	if sec == nil && !Enabled(opts.Getenv) {
 		return nil, nil
 	}
-	protocol := opts.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if sec == nil {
+		sec = &config.Tracing{}
+	}
+	protocol := sec.Protocol
+	if protocol == "" {
+		protocol = opts.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	}
 	if protocol == "" {
 		protocol = opts.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
 	var client otlptrace.Client
 	switch protocol {
 	case "grpc":
-		client = otlptracegrpc.NewClient()
+		var o []otlptracegrpc.Option
+		if sec.Endpoint != "" {
+			o = append(o, otlptracegrpc.WithEndpointURL(sec.Endpoint))
+		}
+		client = otlptracegrpc.NewClient(o...)
 	case "", "http/protobuf":
-		client = otlptracehttp.NewClient()
+		var o []otlptracehttp.Option
+		if sec.Endpoint != "" {
+			o = append(o, otlptracehttp.WithEndpointURL(strings.TrimSuffix(sec.Endpoint, "/")+"/v1/traces"))
+		}
+		client = otlptracehttp.NewClient(o...)
 	default:
 		return nil, fmt.Errorf("tracing: OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", protocol)
 	}
@@ -107,12 +130,16 @@ func Setup(ctx context.Context, opts Options) (*Tracing, error) {
 	}
 	// No sampler option: the SDK reads OTEL_TRACES_SAMPLER and its
 	// argument, and defaults to parent-based, always on.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(res)}
+	if sec.SampleSet {
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(sec.SampleRatio))))
+	}
+	tp := sdktrace.NewTracerProvider(tpOpts...)
 	return &Tracing{
 		provider: tp,
 		tracer:   tp.Tracer(ScopeName),
 		prop:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		keys:     opts.Keys,
+		keys:     opts.Keys || sec.Keys,
 	}, nil
 }
 
