@@ -229,7 +229,9 @@ func leaseExactInstances(t *testing.T, addrs []string) {
 // leaseExpiry checks holds expiring on Redis's clock: a hold not released
 // frees its unit after its lease and no sooner; a renewed one holds on.
 func leaseExpiry(t *testing.T, addrs []string) {
-	const lease = 300 * time.Millisecond
+	// Long enough that a loaded machine's pauses (a renewal every third
+	// of it) never let a renewed hold lapse.
+	const lease = 2 * time.Second
 	st := newTestStore(t, addrs, Options{Failure: FailError})
 	ctx := t.Context()
 	p := sluice.Concurrency(1, lease).Named("expiry")
@@ -256,13 +258,13 @@ func leaseExpiry(t *testing.T, addrs []string) {
 		t.Errorf("Renew after expiry: error %v, want ErrLeaseExpired", err)
 	}
 
-	// Renewed every 100 ms, a hold outlives its lease.
+	// Renewed every third of its lease, a hold outlives its lease.
 	d, err = st.Allow(ctx, time.Time{}, req)
 	if err != nil || !d.Allowed {
 		t.Fatalf("Allow = %+v, %v; want allowed", d, err)
 	}
 	held = d.Lease
-	for range 7 {
+	for range 4 {
 		time.Sleep(lease / 3)
 		if in, err := st.Renew(ctx, time.Time{}, held); err != nil || in != lease {
 			t.Fatalf("Renew = %v, %v; want %v", in, err, lease)
