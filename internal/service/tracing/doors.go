@@ -47,9 +47,14 @@ func (t *Tracing) HTTP(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		ctx, span := t.Start(r.Context(), name, propagation.HeaderCarrier(r.Header),
-			attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+		ctx, span := t.Start(r.Context(), name, propagation.HeaderCarrier(r.Header))
 		defer span.End()
+		if !span.IsRecording() {
+			// Not sampled: nothing to record, so nothing more to pay.
+			next.ServeHTTP(w, r)
+			return
+		}
+		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r.WithContext(ctx))
 		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
@@ -102,8 +107,13 @@ func (t *Tracing) Unary() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		ctx, span := t.Start(ctx, "sluice.rls", metadataCarrier(md), attribute.String("rpc.method", info.FullMethod))
+		sctx, span := t.Start(ctx, "sluice.rls", metadataCarrier(md))
 		defer span.End()
+		if !span.IsRecording() {
+			return handler(ctx, req) // not sampled: nothing to record
+		}
+		ctx = sctx
+		span.SetAttributes(attribute.String("rpc.method", info.FullMethod))
 		if r, ok := req.(*rlsv3.RateLimitRequest); ok {
 			span.SetAttributes(attribute.String("sluice.rls.domain", r.GetDomain()), attribute.Int("sluice.rls.descriptors", len(r.GetDescriptors())))
 		}
