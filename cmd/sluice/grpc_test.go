@@ -226,3 +226,39 @@ func TestGRPCTokens(t *testing.T) {
 		t.Errorf("the old token after the reload: ShouldRateLimit = %v, want Unauthenticated", got)
 	}
 }
+
+// TestGRPCPenaltyMetrics: Envoy's decisions under a limit with a penalty
+// feed sluice_penalty_blocks_total and sluice_penalty_blocked_total under
+// the limit's name, as the HTTP doors' do.
+func TestGRPCPenaltyMetrics(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+envoy:
+  - domain: login
+    descriptors:
+      - key: account
+        rate_limit:
+          unit: hour
+          requests_per_unit: 1
+          penalty: {block_for: 1h}
+`)
+	in := startServe(t, "--config", path)
+	client := rlsv3.NewRateLimitServiceClient(dialGRPC(t, in.grpc))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	req := &rlsv3.RateLimitRequest{Domain: "login", Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("account", "alice")}}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := client.ShouldRateLimit(ctx, req)
+		if err != nil || resp.GetOverallCode() != want {
+			t.Fatalf("ShouldRateLimit %d = %v, %v; want %v", i, resp.GetOverallCode(), err, want)
+		}
+	}
+	for series, want := range map[string]string{
+		`sluice_penalty_blocks_total{limit="envoy:login.account"}`:  "1",
+		`sluice_penalty_blocked_total{limit="envoy:login.account"}`: "2",
+	} {
+		if got := in.metric(t, series); got != want {
+			t.Errorf("%s = %q, want %q", series, got, want)
+		}
+	}
+}

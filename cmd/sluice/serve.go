@@ -480,7 +480,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	if s.grpcAddr != "" {
-		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision, Resolver: resolver})
+		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision, OnPenalty: s.metrics.Penalty, Resolver: resolver})
 		s.health = health.NewServer()
 	}
 	return s, nil

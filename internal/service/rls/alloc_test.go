@@ -8,6 +8,7 @@ import (
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -27,7 +28,7 @@ func TestShouldRateLimitAllocs(t *testing.T) {
     - key: user
       rate_limit: {unit: second, requests_per_unit: 1000000000}
 `)
-	svc := New(memstore.New(memstore.Options{}), cfg, Options{OnDecision: func(Event) {}})
+	svc := New(memstore.New(memstore.Options{}), cfg, Options{OnDecision: func(Event) {}, OnPenalty: func(string, sluice.Decision) {}})
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{desc("user", "u1")}}
 	ctx := context.Background()
 	call := func() {

@@ -106,6 +106,13 @@ type Options struct {
 	// limit, before the response is sent. It must be fast and safe for
 	// concurrent use.
 	OnDecision func(Event)
+	// OnPenalty, when set, is called once per limit of a matched
+	// descriptor that its penalty refused (d.Blocked), with the limit's
+	// name (its policy's: "envoy:" domain "." descriptor path) and its
+	// decision, whose Offence says that this request started the block.
+	// It is called before the response is sent, and must be fast and
+	// safe for concurrent use.
+	OnPenalty func(limit string, d sluice.Decision)
 	// Resolver gives each configured limit and descriptor its policy: an
 	// admin override in force for (Config.Limit's name, the descriptor's
 	// override key), else the configured one. Nil means no overrides.
@@ -122,6 +129,7 @@ type Service struct {
 	cfg        atomic.Pointer[Config]
 	now        func() time.Time
 	onDecision func(Event)
+	onPenalty  func(string, sluice.Decision)
 	resolver   *engine.Resolver
 }
 
@@ -130,7 +138,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // New returns a Service that decides with store under cfg. A nil cfg has
 // no domains: every request is answered OK.
 func New(store sluice.Store, cfg *Config, opts Options) *Service {
-	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision, resolver: opts.Resolver}
+	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision, onPenalty: opts.OnPenalty, resolver: opts.Resolver}
 	s.SetConfig(cfg)
 	return s
 }
@@ -595,6 +603,13 @@ func (s *Service) statusOf(domain string, it *item, ds []sluice.Decision, spare 
 		ev.Outcome = OutcomeUnlimited
 		s.emit(ev)
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+	}
+	if s.onPenalty != nil {
+		for j := range ds {
+			if ds[j].Blocked {
+				s.onPenalty(it.limits[j].policy.Name, ds[j])
+			}
+		}
 	}
 	// The deciding limit: a denying one with the longest wait, else the
 	// one with the fewest units left.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -936,4 +937,65 @@ descriptors:
 	h.clock.Set(t0.Add(10 * time.Minute))
 	checkStatus(t, "after the block", h.call(t, "login", d).Statuses[0], want{ok, 1, minute, 0, time.Minute})
 	checkStatus(t, "second offence", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 30 * time.Minute})
+}
+
+// TestOnPenalty: Options.OnPenalty hears of each limit that its penalty
+// refused, by the limit's name, once per request: the request that
+// started the block with Offence set, each one refused by the block in
+// force without; never of a limit without a penalty, nor of a request
+// that the limit merely allowed or refused without a block.
+func TestOnPenalty(t *testing.T) {
+	cfg := compile(t, `
+- domain: login
+  descriptors:
+    - key: account
+      rate_limits:
+        - {unit: hour, requests_per_unit: 100}
+        - unit: minute
+          requests_per_unit: 1
+          penalty: {block_for: 10m}
+    - key: ip
+      rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	clock := teststore.NewClock(t0)
+	type heard struct {
+		limit            string
+		blocked, offence bool
+	}
+	var got []heard
+	svc := New(memstore.New(memstore.Options{}), cfg, Options{Now: clock.Now, OnPenalty: func(limit string, d sluice.Decision) {
+		got = append(got, heard{limit, d.Blocked, d.Offence})
+	}})
+	call := func(d *rlscommon.RateLimitDescriptor) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "login", Descriptors: []*rlscommon.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	account, ip := desc("account", "alice"), desc("ip", "203.0.113.7")
+	for i, want := range []rlsv3.RateLimitResponse_Code{ok, over, over} {
+		if c := call(ip); c != want {
+			t.Fatalf("ip call %d = %v, want %v", i, c, want)
+		}
+	}
+	if len(got) != 0 {
+		t.Fatalf("OnPenalty heard %v of a limit without a penalty", got)
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{ok, over, over, over} {
+		if c := call(account); c != want {
+			t.Fatalf("account call %d = %v, want %v", i, c, want)
+		}
+	}
+	const name = "envoy:login.account#1"
+	want := []heard{{name, true, true}, {name, true, false}, {name, true, false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("OnPenalty heard %v, want %v", got, want)
+	}
+	clock.Set(t0.Add(10 * time.Minute))
+	got = got[:0]
+	if c := call(account); c != ok || len(got) != 0 {
+		t.Errorf("after the block: %v, OnPenalty heard %v; want OK and nothing", c, got)
+	}
 }
