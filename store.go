@@ -205,6 +205,10 @@ type Request struct {
 //     key) in one call offend once. Peek reports a block and starts none.
 //     Debit and Refund ignore blocks. The decisions of a blocked key are
 //     defined in Penalty's documentation and docs/algorithms.md.
+//   - An estimate to settle (SettleWithin, under a rate policy) and a
+//     policy with a penalty in one Allow or AllowAll, in one request or
+//     two, is an error wrapping ErrNotSupported, returned before anything
+//     is decided or charged. Peek ignores SettleWithin.
 //   - Unblock lifts Key's block under Policy and forgets its offences,
 //     leaving the policy's own state as it is; it reports whether the key
 //     was blocked at now (a zero now means the store's clock). Cost is
@@ -251,6 +255,7 @@ var (
 	ErrLeaseExpired = errors.New("lease expired or released")
 	// ErrNotSupported is wrapped by the error of a store asked to decide
 	// under a policy it cannot decide (a concurrency policy on a store
-	// without leases).
+	// without leases), or to take an estimate to settle under a penalty
+	// (see Store).
 	ErrNotSupported = errors.New("not supported by this store")
 )

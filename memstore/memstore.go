@@ -324,6 +324,12 @@ func (s *Store) check(r *sluice.Request) (*compiled, error) {
 	return c, nil
 }
 
+// errSettlePenalty is the error of an Allow or AllowAll with an estimate
+// to settle (SettleWithin, under a rate policy) and a policy with a
+// penalty, which the sluice.Store contract refuses (the Redis store's
+// error, the configuration's problem).
+var errSettlePenalty = fmt.Errorf("memstore: %w: an estimate to settle (SettleWithin) under a policy with a penalty", sluice.ErrNotSupported)
+
 func costError(cost int64) error {
 	return fmt.Errorf("memstore: %w, got %d", sluice.ErrInvalidCost, cost)
 }
@@ -399,6 +405,9 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 		return sluice.Decision{}, c.err
 	}
 	if req.Policy.Algorithm == sluice.ConcurrencyAlgorithm || req.SettleWithin > 0 {
+		if c.penalized && req.Policy.Algorithm != sluice.ConcurrencyAlgorithm {
+			return sluice.Decision{}, errSettlePenalty
+		}
 		return s.allowLeased(now, req, c)
 	}
 	t := s.micros(now)
@@ -476,12 +485,18 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	}
 	var cbuf [8]*compiled
 	cs := cbuf[:0]
+	settle, penalized := false, false
 	for i := range reqs {
 		c, err := s.check(&reqs[i])
 		if err != nil {
 			return sluice.Decision{}, err
 		}
 		cs = append(cs, c)
+		settle = settle || reqs[i].SettleWithin > 0 && reqs[i].Policy.Algorithm != sluice.ConcurrencyAlgorithm
+		penalized = penalized || c.penalized
+	}
+	if settle && penalized {
+		return sluice.Decision{}, errSettlePenalty
 	}
 	var hbuf [8]uint64
 	var ibuf [8]int

@@ -1,6 +1,7 @@
 package sluicetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -263,4 +264,49 @@ func (s *suite) penaltyOperations(t *testing.T) {
 		// Reset forgot the offences too: a first offence again.
 		{at: 2*time.Minute + 8*sec, cost: 1, blocked: true, offence: true, remaining: 0, retry: 2 * time.Minute, reset: 2 * time.Minute},
 	})
+}
+
+// penaltySettle checks that an estimate to settle (SettleWithin) and a
+// penalty in one call are refused with ErrNotSupported before anything is
+// decided: by Allow, and by AllowAll whether the estimate is the
+// penalized request's or another's; Peek ignores SettleWithin. Nothing is
+// charged: the penalized key and the other still admit their whole
+// capacity afterwards.
+func (s *suite) penaltySettle(t *testing.T) {
+	st := s.newStore(t)
+	ctx := t.Context()
+	p := sluice.TokenBucket(2, slow, 2).Named("penalized")
+	p.Penalty = sluice.Penalty{BlockFor: time.Minute}
+	q := sluice.TokenBucket(2, slow, 2).Named("plain")
+	settle := sluice.Request{Policy: &p, Key: "k", Cost: 2, SettleWithin: time.Minute}
+	if d, err := st.Allow(ctx, s.at(0), settle); !errors.Is(err, sluice.ErrNotSupported) {
+		t.Errorf("Allow with SettleWithin under a penalty = %s, %v; want ErrNotSupported", fmtDecision(d), err)
+	}
+	if d, err := st.Peek(ctx, s.at(0), settle); err != nil || !d.Allowed {
+		t.Errorf("Peek with SettleWithin under a penalty = %s, %v; want allowed (Peek ignores SettleWithin)", fmtDecision(d), err)
+	}
+	for _, reqs := range [][]sluice.Request{
+		{settle, {Policy: &q, Key: "k", Cost: 2}},
+		{{Policy: &p, Key: "k", Cost: 2}, {Policy: &q, Key: "k", Cost: 2, SettleWithin: time.Minute}},
+	} {
+		if d, err := st.AllowAll(ctx, s.at(0), reqs, nil); !errors.Is(err, sluice.ErrNotSupported) {
+			t.Errorf("AllowAll with SettleWithin on %s beside a penalty on %s = %s, %v; want ErrNotSupported",
+				policyWith(reqs), p.Name, fmtDecision(d), err)
+		}
+	}
+	for _, pol := range []*sluice.Policy{&p, &q} {
+		if d, err := st.Allow(ctx, s.at(0), sluice.Request{Policy: pol, Key: "k", Cost: 2}); err != nil || !d.Allowed {
+			t.Errorf("Allow of the whole capacity of %s after the refusals = %s, %v; want allowed (nothing charged)", pol.Name, fmtDecision(d), err)
+		}
+	}
+}
+
+// policyWith names the policy of the request of reqs that has SettleWithin.
+func policyWith(reqs []sluice.Request) string {
+	for _, r := range reqs {
+		if r.SettleWithin > 0 {
+			return r.Policy.Name
+		}
+	}
+	return ""
 }

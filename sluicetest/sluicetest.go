@@ -66,7 +66,8 @@ func Leases() Option {
 
 // Penalties tells Run that the store decides policies with a Penalty:
 // Run then also checks the penalty part of the sluice.Store contract
-// (blocks, their escalation and forgetting, Unblock).
+// (blocks, their escalation and forgetting, Unblock), and with Usage the
+// refusal of an estimate to settle under a penalty.
 func Penalties() Option {
 	return func(c *config) { c.penalties = true }
 }
@@ -126,6 +127,9 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 		t.Run("UsageEveryAlgorithm", s.usageEveryAlgorithm)
 		t.Run("UsageSettle", s.usageSettle)
 		t.Run("UsageExact", s.usageExact)
+	}
+	if cfg.penalties && cfg.usage {
+		t.Run("PenaltySettle", s.penaltySettle)
 	}
 }
 
