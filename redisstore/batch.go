@@ -77,9 +77,9 @@ type waiter struct {
 // sources of the batch scripts, the store's single-request and AllowAll
 // scripts and its count of the client's users.
 func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, single [len(algorithmFiles)]*rueidis.Lua, many *rueidis.Lua, u *users) *batcher {
-	b := &batcher{script: rueidis.NewLuaScript(batch), single: single, many: many, max: max, users: u}
+	b := &batcher{script: named(rueidis.NewLuaScript(batch), "batch"), single: single, many: many, max: max, users: u}
 	for a, src := range batchOne {
-		b.one[a] = rueidis.NewLuaScript(src)
+		b.one[a] = named(rueidis.NewLuaScript(src), "batch_one")
 	}
 	return b
 }

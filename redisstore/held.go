@@ -97,7 +97,7 @@ var heldScript = sync.OnceValues(func() (*rueidis.Lua, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rueidis.NewLuaScript(src), nil
+	return named(rueidis.NewLuaScript(src), "held"), nil
 })
 
 // ScanHeld writes to units[i] the units held under the concurrency policy

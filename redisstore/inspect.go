@@ -30,7 +30,7 @@ var inspectScripts = sync.OnceValues(func() ([len(algorithmFiles)]*rueidis.Lua, 
 		if err != nil {
 			return out, err
 		}
-		out[a] = rueidis.NewLuaScript(src)
+		out[a] = named(rueidis.NewLuaScript(src), "inspect")
 	}
 	return out, nil
 })

@@ -122,7 +122,7 @@ var leaseScript = sync.OnceValues(func() (*rueidis.Lua, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rueidis.NewLuaScript(src), nil
+	return named(rueidis.NewLuaScript(src), "lease"), nil
 })
 
 // Lease operations of lease.lua.

@@ -138,6 +138,30 @@ type Options struct {
 	// clocks must then agree, and every call records its time in the key it
 	// touches. Times must lie between 1970 and 2112.
 	CallerTime bool
+	// Observe, if set, is told of every script call to Redis when it
+	// returns, with the caller's context, for traces: which script, on
+	// Redis Cluster which slot and master, how long, and its error. It must
+	// be quick, safe for concurrent use, and must not call the store.
+	Observe func(ctx context.Context, c Call)
+}
+
+// Call is one script call to Redis, as Options.Observe sees it.
+type Call struct {
+	// Script names the script: "single" (one decision; "tat_single" for
+	// the token-bucket family's flat script), "many" (AllowAll),
+	// "allow_settle", "usage", "settle", "lease", "penalty", and so on.
+	Script string
+	// Slot is the hash slot of the call's first key on Redis Cluster, -1
+	// elsewhere; Master the address of the master that serves it, when
+	// the store knows it.
+	Slot   int
+	Master string
+	// Start is when the call began, Duration how long it took (waiting
+	// for a connection, or for a batch to go, included); Err its error,
+	// if any (ErrCircuitOpen when the breaker kept it from Redis).
+	Start    time.Time
+	Duration time.Duration
+	Err      error
 }
 
 // Store is a sluice.Store in Redis. It is safe for concurrent use. Close it
@@ -149,6 +173,7 @@ type Store struct {
 	local      sluice.Store
 	onError    func(error)
 	callerTime bool
+	observe    func(context.Context, Call)
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	general  [len(algorithmFiles)]*rueidis.Lua // single.lua for the flat algorithms, whose keys in debt it decides
@@ -242,17 +267,22 @@ func New(opts Options) (*Store, error) {
 		local:      opts.Local,
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
-		many:       rueidis.NewLuaScript(many),
-		settle:     rueidis.NewLuaScript(settle),
+		observe:    opts.Observe,
+		many:       named(rueidis.NewLuaScript(many), "many"),
+		settle:     named(rueidis.NewLuaScript(settle), "allow_settle"),
 		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange, opts.OnRecover),
 		users:      newUsers(),
 		refusals:   newRefusals(opts.LocalRefusals),
 	}
 	s.policies.seed = maphash.MakeSeed()
 	for a, src := range single {
-		s.single[a] = rueidis.NewLuaScript(src)
+		name := "single"
+		if flat(sluice.Algorithm(a)) {
+			name = "tat_single"
+		}
+		s.single[a] = named(rueidis.NewLuaScript(src), name)
 		if general[a] != "" {
-			s.general[a] = rueidis.NewLuaScript(general[a])
+			s.general[a] = named(rueidis.NewLuaScript(general[a]), "single")
 		}
 	}
 	if opts.MaxBatch > 1 {
@@ -1102,6 +1132,25 @@ func checkSlots(keys []string) error {
 // are the arguments in the form the batch scripts take them (see
 // batch.go); wire, when not nil, is what script itself takes instead.
 func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
+	if s.observe == nil {
+		return s.call(ctx, script, keys, args, wire)
+	}
+	start := time.Now()
+	vals, err := s.call(ctx, script, keys, args, wire)
+	c := Call{Slot: -1, Start: start, Duration: time.Since(start), Err: err}
+	if name, ok := scriptNames.Load(script); ok {
+		c.Script = name.(string)
+	}
+	if s.cluster() {
+		c.Slot = int(slot(keys[0]))
+		c.Master = s.breakers.forKey(keys[0]).addr
+	}
+	s.observe(ctx, c)
+	return vals, err
+}
+
+// call is eval without Options.Observe.
+func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
 	br := s.breakers.forKey(keys[0])
 	ok, probe := br.allow()
 	if !ok {

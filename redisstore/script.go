@@ -7,13 +7,26 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
 )
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
+
+// scriptNames names the scripts for Options.Observe: *rueidis.Lua -> the
+// name its Call reports.
+var scriptNames sync.Map
+
+// named records l's name for Options.Observe, and returns l.
+func named(l *rueidis.Lua, name string) *rueidis.Lua {
+	scriptNames.Store(l, name)
+	return l
+}
 
 // algorithmFiles lists, for each algorithm, the Lua files it needs after
 // muldivmod.lua and lib.lua, in order, and the functions the

@@ -42,7 +42,7 @@ func luaScript(parts []string) (*rueidis.Lua, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rueidis.NewLuaScript(src), nil
+	return named(rueidis.NewLuaScript(src), strings.TrimSuffix(parts[len(parts)-1], ".lua")), nil
 }
 
 // Operations of usage.lua.

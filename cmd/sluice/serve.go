@@ -407,8 +407,15 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	if err := m.Build(build); err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.Store(), f.maxKeys, logger, m)
+	// OpenTelemetry traces, when the environment or the configuration
+	// asks for them (OTEL_EXPORTER_OTLP_ENDPOINT, tracing:): set up before
+	// the store, whose Redis script calls it traces.
+	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version, Section: cfg.Tracing()}); err != nil {
+		return nil, err
+	}
+	st, err := openStore(cfg.Store(), f.maxKeys, logger, m, s.tracing.Redis())
 	if err != nil {
+		s.tracing.Shutdown(context.Background())
 		return nil, err
 	}
 	s.store = st
@@ -432,12 +439,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		}
 		base = decisionlog.Store(base)
 	}
-	// OpenTelemetry traces, when the environment asks for them
-	// (OTEL_EXPORTER_OTLP_ENDPOINT): the store calls get child spans.
-	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version, Section: cfg.Tracing()}); err != nil {
-		st.close()
-		return nil, err
-	}
+	// The store calls get child spans.
 	if s.tracing != nil {
 		st.closers = append(st.closers, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -76,7 +76,9 @@ func newMemStore(maxKeys int) *memstore.Store {
 
 // openStore builds the store that cfg describes. A Redis store does not
 // wait for Redis: until it answers, the failure policy decides.
-func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics) (*openedStore, error) {
+//
+// observe, when not nil, is told of each Redis script call (tracing).
+func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics, observe func(context.Context, redisstore.Call)) (*openedStore, error) {
 	if cfg.Backend != config.RedisBackend {
 		ms := newMemStore(maxKeys)
 		return &openedStore{store: ms, closers: []func() error{ms.Close}}, nil
@@ -108,6 +110,7 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Me
 				"from", from.String(), "to", to.String(), "on_error", failure.String())
 		},
 		OnRecover: func(r redisstore.Recovery) { logRecovery(logger, r) },
+		Observe:   observe,
 	}
 	var local *memstore.Store
 	if failure == redisstore.FailLocal {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // receiver is an OTLP trace receiver: the collector's gRPC TraceService
@@ -206,4 +209,50 @@ func names(spans []*tracepb.Span) []string {
 		out = append(out, s.GetName())
 	}
 	return out
+}
+
+// TestTracingRedis: on Redis, each store call's span has a child span per
+// script call to Redis, with the script and the call's error.
+func TestTracingRedis(t *testing.T) {
+	srv := testkit.StartRedis(t)
+	rec, endpoint := startReceiver(t, "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	cfg := redisConfig(srv.Addr, "deny") + fmt.Sprintf("tracing: {endpoint: %q, protocol: http/protobuf, sample_ratio: 1}\n", endpoint)
+	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
+	in := startServe(t, "--config", path)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, _ := http.NewRequest("POST", in.url("/v1/check"), strings.NewReader(`{"limit":"tiny","key":"alice"}`))
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("check = %d", resp.StatusCode)
+	}
+	if err := in.stop(t); err != nil { // flushes the spans
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var store, call *tracepb.Span
+	for _, s := range rec.spans {
+		switch {
+		case strings.HasPrefix(s.GetName(), "sluice.store."):
+			store = s
+		case strings.HasPrefix(s.GetName(), "sluice.redis "):
+			call = s
+		}
+	}
+	if store == nil || call == nil {
+		t.Fatalf("spans %v, want a store span and a Redis call's", names(rec.spans))
+	}
+	a := attrs(call.GetAttributes())
+	if !bytes.Equal(call.GetParentSpanId(), store.GetSpanId()) || call.GetName() != "sluice.redis single" || a["sluice.redis.script"] != "single" || a["db.system.name"] != "redis" {
+		t.Errorf("the Redis call's span %s (attributes %v) is not the store span's child for script single", call.GetName(), a)
+	}
+	if attrs(store.GetAttributes())["sluice.store.backend"] != "redis" {
+		t.Errorf("store span attributes %v, want backend redis", attrs(store.GetAttributes()))
+	}
 }
