@@ -48,8 +48,8 @@ func TestRedisSpans(t *testing.T) {
 	want := map[attribute.Key]string{"sluice.redis.script": "tat_single", "sluice.redis.master": "127.0.0.1:7000", "db.system.name": "redis", "sluice.redis.slot": "7177"}
 	for _, kv := range got.Attributes() {
 		if w, ok := want[kv.Key]; ok {
-			if kv.Value.Emit() != w {
-				t.Errorf("%s = %s, want %s", kv.Key, kv.Value.Emit(), w)
+			if kv.Value.String() != w {
+				t.Errorf("%s = %s, want %s", kv.Key, kv.Value.String(), w)
 			}
 			delete(want, kv.Key)
 		}
