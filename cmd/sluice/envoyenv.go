@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -158,13 +159,13 @@ var envoyVars = []envVar{
 	{"SHADOW_MODE", "false", used, ""},
 	{"RESPONSE_DYNAMIC_METADATA", "false", refused, "Sluice returns no dynamic metadata: the descriptors' metadata and quota_mode are not implemented (docs/envoy.md says why)"},
 	{"MERGE_DOMAIN_CONFIG", "false", used, ""},
-	{"TRACING_ENABLED", "false", warned, "Sluice exports no OTLP traces from these variables"},
-	{"TRACING_SERVICE_NAME", "RateLimit", warned, "Sluice exports no OTLP traces from these variables"},
-	{"TRACING_SERVICE_NAMESPACE", "", warned, "Sluice exports no OTLP traces from these variables"},
-	{"TRACING_SERVICE_INSTANCE_ID", "", warned, "Sluice exports no OTLP traces from these variables"},
-	{"TRACING_EXPORTER_PROTOCOL", "http", warned, "Sluice exports no OTLP traces from these variables"},
-	{"TRACING_SAMPLING_RATE", "1", warned, "Sluice exports no OTLP traces from these variables"},
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", warned, "Sluice exports no OTLP traces from these variables"},
+	{"TRACING_ENABLED", "false", used, "exports OpenTelemetry traces over OTLP (docs/operations.md, \"Traces\"); when false, OTEL_EXPORTER_OTLP_*ENDPOINT turns nothing on"},
+	{"TRACING_SERVICE_NAME", "RateLimit", used, "the traces' service.name (OTEL_SERVICE_NAME wins)"},
+	{"TRACING_SERVICE_NAMESPACE", "", warned, "not set on the traces; OTEL_RESOURCE_ATTRIBUTES=service.namespace=... sets it"},
+	{"TRACING_SERVICE_INSTANCE_ID", "", warned, "not set on the traces; OTEL_RESOURCE_ATTRIBUTES=service.instance.id=... sets it"},
+	{"TRACING_EXPORTER_PROTOCOL", "http", used, "http (OTLP over HTTP, protobuf) or grpc"},
+	{"TRACING_SAMPLING_RATE", "1", used, "the share of traces that start here to sample, 0 to 1; a caller's sampled trace is always continued"},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", "", used, "where traces go, with TRACING_ENABLED (ignored without it)"},
 }
 
 // envoyEnv is the service as envoyproxy/ratelimit's environment variables
@@ -203,6 +204,14 @@ type envoyEnv struct {
 
 	healthyWithConfig bool
 	redisHealth       bool
+
+	// tracing is TRACING_ENABLED: then traces go over tracingProtocol
+	// (grpc or http/protobuf), sampling tracingRatio of those that start
+	// here, as service tracingService.
+	tracing         bool
+	tracingProtocol string
+	tracingRatio    float64
+	tracingService  string
 }
 
 // grpcServerTLS is the gRPC listener's TLS (GRPC_SERVER_*).
@@ -430,6 +439,23 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 			r.fail([]string{"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}[i], "%q is not a header name", n)
 		}
 	}
+	e.tracing = r.boolean("TRACING_ENABLED")
+	if e.tracing {
+		switch p := r.get("TRACING_EXPORTER_PROTOCOL"); p {
+		case "http":
+			e.tracingProtocol = "http/protobuf"
+		case "grpc":
+			e.tracingProtocol = "grpc"
+		default:
+			r.fail("TRACING_EXPORTER_PROTOCOL", "%q is not http or grpc", p)
+		}
+		s := r.get("TRACING_SAMPLING_RATE")
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(x >= 0 && x <= 1) {
+			r.fail("TRACING_SAMPLING_RATE", "%q is not a rate from 0 to 1", s)
+		}
+		e.tracingRatio, e.tracingService = x, r.get("TRACING_SERVICE_NAME")
+	}
 	e.countRefused = !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	e.shadowAll = r.boolean("SHADOW_MODE")
 	e.mergeDomains = r.boolean("MERGE_DOMAIN_CONFIG")
@@ -582,7 +608,21 @@ func (e *envoyEnv) sluiceYAML() ([]byte, error) {
 		store = map[string]any{"backend": "redis", "redis": red, "timeout": e.redis.timeout.String(), "on_error": "error"}
 	}
 	doc := map[string]any{"listen": listen, "store": store, "envoy": []any{}}
+	if e.tracing {
+		// The endpoint comes from OTEL_EXPORTER_OTLP_*ENDPOINT, as the
+		// reference's exporter reads it.
+		doc["tracing"] = map[string]any{"protocol": e.tracingProtocol, "sample_ratio": e.tracingRatio}
+	}
 	return yaml.Marshal(doc)
+}
+
+// getenv is the environment as tracing reads it: without TRACING_ENABLED
+// no OTLP endpoint turns traces on, as with the reference.
+func (e *envoyEnv) getenv(name string) string {
+	if !e.tracing && strings.HasPrefix(name, "OTEL_EXPORTER_OTLP_") && strings.HasSuffix(name, "ENDPOINT") {
+		return ""
+	}
+	return os.Getenv(name)
 }
 
 // envoyVarNames returns the names of envoyVars, sorted.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice/internal/service/config"
+	"github.com/sluicehq/sluice/internal/service/tracing"
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
@@ -338,5 +340,47 @@ func TestCommandLineAsRatelimit(t *testing.T) {
 		if got := strings.Join(commandLine(c.argv0, c.args), " "); got != c.want {
 			t.Errorf("commandLine(%q, %q) = %q, want %q", c.argv0, c.args, got, c.want)
 		}
+	}
+}
+
+// TestEnvoyEnvTracing: TRACING_ENABLED turns traces on with the
+// reference's protocol, sampling rate and service name, the endpoint from
+// OTEL_EXPORTER_OTLP_ENDPOINT; without it, an endpoint in the environment
+// turns nothing on; bad values are problems naming the variable.
+func TestEnvoyEnvTracing(t *testing.T) {
+	base := []string{"BACKEND_TYPE=memory", "USE_STATSD=false"}
+	e, warnings, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc",
+		"TRACING_SAMPLING_RATE=0.25", "TRACING_SERVICE_NAME=edge-ratelimit", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317")...))
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("parseEnvoyEnv = %q, %v", warnings, err)
+	}
+	data, err := e.sluiceYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(envoyEnvSource, data, formats)
+	if err != nil {
+		t.Fatalf("config.Parse(%s) = %v", data, err)
+	}
+	if tr := cfg.Tracing(); tr == nil || tr.Protocol != "grpc" || !tr.SampleSet || tr.SampleRatio != 0.25 || e.tracingService != "edge-ratelimit" {
+		t.Errorf("tracing from the environment = %+v, service %q; want grpc, 0.25, edge-ratelimit", tr, e.tracingService)
+	}
+
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	off, _, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = off.sluiceYAML()
+	cfg, err = config.Parse(envoyEnvSource, data, formats)
+	if err != nil || cfg.Tracing() != nil || off.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || !tracing.Enabled(os.Getenv) || tracing.Enabled(off.getenv) {
+		t.Errorf("without TRACING_ENABLED: section %+v, endpoint %q; want no tracing, the endpoint hidden", cfg.Tracing(), off.getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	}
+
+	_, _, err = parseEnvoyEnv(lookupIn(append(slices.Clone(base), "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=zipkin", "TRACING_SAMPLING_RATE=2")...))
+	var ee *envError
+	if !errors.As(err, &ee) || !slices.ContainsFunc(ee.problems, func(p string) bool { return strings.HasPrefix(p, "TRACING_EXPORTER_PROTOCOL: ") }) ||
+		!slices.ContainsFunc(ee.problems, func(p string) bool { return strings.HasPrefix(p, "TRACING_SAMPLING_RATE: ") }) {
+		t.Errorf("bad tracing settings: %v; want problems naming TRACING_EXPORTER_PROTOCOL and TRACING_SAMPLING_RATE", err)
 	}
 }

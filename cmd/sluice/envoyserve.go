@@ -106,6 +106,7 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 		}
 		defer xdsConn.Close()
 	}
+	f.getenv, f.traceService = env.getenv, env.tracingService
 	svc, err := newService(cfg, f, logger)
 	if err != nil {
 		return fmt.Errorf("serve --envoy-env: %w", err)

@@ -156,7 +156,11 @@ type serveFlags struct {
 	dlogMaxSize     int64
 	dlogFiles       int
 	traceKeys       bool
-	envoyEnv        bool
+	// getenv, when set, is the environment tracing reads (--envoy-env's),
+	// and traceService the traces' service.name; else os.Getenv, sluice.
+	getenv       func(string) string
+	traceService string
+	envoyEnv     bool
 	// logLevelSet and logFormatSet report flags given on the command
 	// line, which win over LOG_LEVEL and LOG_FORMAT with --envoy-env.
 	logLevelSet, logFormatSet bool
@@ -410,7 +414,11 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	// OpenTelemetry traces, when the environment or the configuration
 	// asks for them (OTEL_EXPORTER_OTLP_ENDPOINT, tracing:): set up before
 	// the store, whose Redis script calls it traces.
-	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: os.Getenv, Keys: f.traceKeys, Version: s.build.Version, Section: cfg.Tracing()}); err != nil {
+	getenv := f.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: getenv, Keys: f.traceKeys, Version: s.build.Version, ServiceName: f.traceService, Section: cfg.Tracing()}); err != nil {
 		return nil, err
 	}
 	st, err := openStore(cfg.Store(), f.maxKeys, logger, m, s.tracing.Redis())

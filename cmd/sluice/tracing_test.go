@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -254,5 +256,36 @@ func TestTracingRedis(t *testing.T) {
 	}
 	if attrs(store.GetAttributes())["sluice.store.backend"] != "redis" {
 		t.Errorf("store span attributes %v, want backend redis", attrs(store.GetAttributes()))
+	}
+}
+
+// TestTracingEnvoyEnv: under --envoy-env, the reference's TRACING_*
+// settings trace the rate limit calls to OTEL_EXPORTER_OTLP_ENDPOINT.
+func TestTracingEnvoyEnv(t *testing.T) {
+	rec, endpoint := startReceiver(t, "http/protobuf")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WriteFile(t, filepath.Join(root, "rl", "config", "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=rl",
+		"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=http", "TRACING_SAMPLING_RATE=1", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint)
+	conn := dialGRPC(t, in.grpc)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-00f067aa0ba902b9-01")
+	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "a",
+		Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("k", "v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.stop(t); err != nil { // flushes the spans
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !slices.ContainsFunc(rec.spans, func(s *tracepb.Span) bool {
+		return s.GetName() == "sluice.rls" && hex.EncodeToString(s.GetTraceId()) == traceID
+	}) {
+		t.Errorf("spans %v, want sluice.rls in the caller's trace", names(rec.spans))
 	}
 }

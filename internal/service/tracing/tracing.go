@@ -24,6 +24,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,6 +66,9 @@ type Options struct {
 	Keys bool
 	// Version is the service.version resource attribute.
 	Version string
+	// ServiceName is the service.name resource attribute; default
+	// "sluice". OTEL_SERVICE_NAME wins.
+	ServiceName string
 	// Section is the configuration's tracing section, nil without one.
 	// Its presence turns tracing on; what it sets wins over the
 	// environment.
@@ -118,7 +122,7 @@ func Setup(ctx context.Context, opts Options) (*Tracing, error) {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", "sluice"), attribute.String("service.version", opts.Version)))
+		attribute.String("service.name", cmp.Or(opts.ServiceName, "sluice")), attribute.String("service.version", opts.Version)))
 	if err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
