@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -29,45 +27,18 @@ func (h *Handler) registerReset() {
 }
 
 func (h *Handler) serveReset(w http.ResponseWriter, r *http.Request) {
-	st := h.state.Load()
-	name, key := r.PathValue("limit"), r.PathValue("key")
-	if st.cfg.Admin().Token == "" {
-		writeProblemJSON(w, http.StatusNotFound, "Not Found", "resetting keys is off: it needs an admin token,"+
-			" so set admin.token_file (or admin.token), and preferably listen.admin to serve the admin endpoints on a listener of their own")
-		return
-	}
-	l, ok := st.cfg.Limit(name)
+	l, key, policies, ok := h.adminKey(w, r, "resetting", "reset", nil)
 	if !ok {
-		msg := fmt.Sprintf("no limit named %q in the limits section", name)
-		if _, envoy := h.limitNamed(st.cfg, name); envoy {
-			msg = fmt.Sprintf("limit %q is an Envoy descriptor's: its keys cannot be reset here (only the limits section's can)", name)
-		}
-		writeProblemJSON(w, http.StatusNotFound, "Not Found", msg)
-		return
-	}
-	if key == "" {
-		writeProblemJSON(w, http.StatusBadRequest, "Bad Request", "key is empty")
 		return
 	}
 	ctx := r.Context()
-	// The limit's own policy, and the override's in force for the key:
-	// each keeps its own state.
-	policies := []sluice.Policy{l.Policy}
-	if p, overridden := h.resolver.Policy(l.Policy, key); overridden && p != l.Policy {
-		policies = append(policies, p)
-	}
 	for i := range policies {
 		if err := h.store.Reset(ctx, sluice.Request{Policy: &policies[i], Key: key}); err != nil {
-			if errors.Is(err, sluice.ErrNotSupported) {
-				writeProblemJSON(w, http.StatusNotImplemented, "Not Implemented", "the store cannot reset keys: "+err.Error())
-				return
-			}
-			h.logger.LogAttrs(ctx, slog.LevelWarn, "reset: the store failed", slog.String("limit", name), slog.Any("error", err))
-			writeProblemJSON(w, http.StatusServiceUnavailable, "Service Unavailable", "the store failed to reset the key; see the server's log")
+			h.adminStoreFailed(ctx, w, "reset", l.Name(), err)
 			return
 		}
 	}
 	h.logger.LogAttrs(context.Background(), slog.LevelInfo, "key reset",
-		slog.String("who", h.who(r)), slog.String("limit", name), slog.String("key", key), slog.Int("policies", len(policies)))
-	writeJSON(w, http.StatusOK, map[string]any{"reset": map[string]string{"limit": name, "key": key}})
+		slog.String("who", h.who(r)), slog.String("limit", l.Name()), slog.String("key", key), slog.Int("policies", len(policies)))
+	writeJSON(w, http.StatusOK, map[string]any{"reset": map[string]string{"limit": l.Name(), "key": key}})
 }
