@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/internal/service/config"
 	"github.com/sluicehq/sluice/internal/service/metrics"
 	"github.com/sluicehq/sluice/internal/service/tracing"
-	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -53,25 +51,7 @@ func BenchmarkCheckTracing(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			door := tr.HTTP(h)
-			body := []byte(`{"limit":"per-ip","key":"203.0.113.7"}`)
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				rd := bytes.NewReader(body)
-				req := httptest.NewRequest("POST", "/v1/check", rd)
-				rec := testkit.NewWriter()
-				for pb.Next() {
-					rd.Reset(body)
-					req.Body = io.NopCloser(rd)
-					rec.Reset()
-					door.ServeHTTP(rec, req)
-					if rec.Code != http.StatusOK {
-						b.Errorf("status %d", rec.Code)
-						return
-					}
-				}
-			})
+			benchCheck(b, tr.HTTP(h), []byte(`{"limit":"per-ip","key":"203.0.113.7"}`))
 		})
 	}
 }
