@@ -310,7 +310,9 @@ func (w status) check(got *rlsv3.RateLimitResponse_DescriptorStatus, before, aft
 	// the two apart by the step, which the bounds allow for.
 	now := time.Now()
 	step := (now.Round(0).Sub(suiteStart.Round(0)) - now.Sub(suiteStart)).Abs()
-	lo, hi := end.Sub(after)-2*time.Millisecond-step, end.Sub(before)+2*time.Millisecond+step
+	// 5 ms below: a loaded machine's Redis has answered 2.9 ms after the
+	// call's end as this process read it.
+	lo, hi := end.Sub(after)-5*time.Millisecond-step, end.Sub(before)+2*time.Millisecond+step
 	if r := got.GetDurationUntilReset().AsDuration(); r < lo || r > hi {
 		bad = append(bad, fmt.Sprintf("duration_until_reset = %v, want within [%v, %v] (the end of the window at %v)", r, lo, hi, end.UTC()))
 	}
