@@ -29,6 +29,16 @@ const Never time.Duration = algo.Never
 type Decision struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool
+	// Degraded reports that the Store could not reach its backend and the
+	// decision was made by its failure policy (allow, deny or local).
+	Degraded bool
+	// Blocked reports a refusal by a block of the policy's Penalty: one in
+	// force, or one that this request's offence started (then Offence is
+	// set too). For several policies, any of them.
+	Blocked bool
+	// Offence reports that this refusal was an offence under the policy's
+	// Penalty: it started a block. For several policies, any of them.
+	Offence bool
 	// Limit is the policy's Limit (for several policies, that of the policy
 	// that decided: the one that denied, or the one with least remaining).
 	Limit int64
@@ -49,16 +59,6 @@ type Decision struct {
 	// denied decision a non-zero Delay means the request fitted the bucket
 	// but would have waited longer than Request.MaxDelay.
 	Delay time.Duration
-	// Degraded reports that the Store could not reach its backend and the
-	// decision was made by its failure policy (allow, deny or local).
-	Degraded bool
-	// Blocked reports a refusal by a block of the policy's Penalty: one in
-	// force, or one that this request's offence started (then Offence is
-	// set too). For several policies, any of them.
-	Blocked bool
-	// Offence reports that this refusal was an offence under the policy's
-	// Penalty: it started a block. For several policies, any of them.
-	Offence bool
 	// Lease, on a decision that admitted a request under one or more
 	// concurrency policies, names what the request holds: give it back to
 	// the store's Release when the request ends, or to Renew to hold on

@@ -8,14 +8,14 @@ import "time"
 // added to sluice.Decision and not here fails to compile.
 type decision = struct {
 	Allowed    bool
+	Degraded   bool
+	Blocked    bool
+	Offence    bool
 	Limit      int64
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
 	Delay      time.Duration
-	Degraded   bool
-	Blocked    bool
-	Offence    bool
 	Lease      string
 }
 
