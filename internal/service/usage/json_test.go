@@ -12,16 +12,22 @@ import (
 // once for 0), and returns it finished.
 func scanJSON(doc []byte, chunk int) *jsonScanner {
 	var s jsonScanner
-	if chunk <= 0 {
-		chunk = len(doc) + 1
-	}
-	for p := doc; len(p) > 0; {
-		n := min(chunk, len(p))
-		s.write(p[:n])
-		p = p[n:]
-	}
+	writeInChunks(doc, chunk, s.write)
 	s.finish()
 	return &s
+}
+
+// writeInChunks passes data to write in pieces of chunk bytes, the last
+// one shorter; all at once for a chunk of 0 or less.
+func writeInChunks(data []byte, chunk int, write func([]byte)) {
+	if chunk <= 0 {
+		chunk = len(data) + 1
+	}
+	for p := data; len(p) > 0; {
+		n := min(chunk, len(p))
+		write(p[:n])
+		p = p[n:]
+	}
 }
 
 // reference reads doc with encoding/json as the scanner should: whether

@@ -10,14 +10,7 @@ import (
 // at once for 0).
 func scanSSE(stream []byte, chunk int) *sseScanner {
 	var s sseScanner
-	if chunk <= 0 {
-		chunk = len(stream) + 1
-	}
-	for p := stream; len(p) > 0; {
-		n := min(chunk, len(p))
-		s.write(p[:n])
-		p = p[n:]
-	}
+	writeInChunks(stream, chunk, s.write)
 	return &s
 }
 
