@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/service/tlsauth"
@@ -736,7 +737,8 @@ func (d *decoder) match(at, n *yaml.Node, path string) (Match, bool) {
 	if v := o.get("methods"); v != nil {
 		mp := join(path, "methods")
 		methods, ok := d.strs(v, mp, "[GET, POST]", func(s string) string {
-			if !httpToken(s) {
+			// A method is an RFC 9110 token, the syntax of a field name.
+			if !httpguts.ValidHeaderFieldName(s) {
 				return fmt.Sprintf("%q is not an HTTP method", s)
 			}
 			return ""
@@ -768,21 +770,6 @@ func unmatchablePrefix(p string) string {
 		return "a path with a backslash or NUL is refused"
 	}
 	return ""
-}
-
-// httpToken reports whether s is an RFC 9110 token, the syntax of a
-// method.
-func httpToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 func (d *decoder) ruleLimit(n *yaml.Node, path string, limits map[string]Limit) (RuleLimit, bool) {

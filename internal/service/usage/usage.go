@@ -24,6 +24,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Spec says where a response reports its usage. The zero Spec is
@@ -51,7 +53,7 @@ const Specs = "header:NAME, openai (usage.total_tokens), openai:prompt (usage.pr
 //	openai:completion  usage.completion_tokens
 func Parse(s string) (Spec, error) {
 	if name, ok := strings.CutPrefix(s, "header:"); ok {
-		if !token(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return Spec{}, fmt.Errorf("usage %q: %q is not a header field name", s, name)
 		}
 		return Spec{header: textproto.CanonicalMIMEHeaderKey(name)}, nil
@@ -95,21 +97,6 @@ func (s Spec) Header() string { return s.header }
 // stream (a header spec reads the trailer, after the body, but not the
 // body itself).
 func (s Spec) ReadsBody() bool { return s.header == "" }
-
-// token reports whether s is an RFC 9110 token, the syntax of a field
-// name.
-func token(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
 
 // parseCount reads a field's values as a count: exactly one value, a
 // non-negative decimal integer that fits an int64, with optional
