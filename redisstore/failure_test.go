@@ -99,6 +99,36 @@ func TestFailure(t *testing.T) {
 	}
 }
 
+// takeRedisAway stops srv answering, as how says: "kill" kills it
+// (connections refused), "pause" stops it with SIGSTOP (connections open,
+// no answers) and resumes it, at the latest, when t ends.
+func takeRedisAway(t *testing.T, srv *testkit.RedisServer, how string) {
+	t.Helper()
+	if how == "kill" {
+		srv.Kill()
+		return
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Resume() })
+}
+
+// bringRedisBack undoes takeRedisAway: it restarts a killed srv, empty,
+// or resumes a paused one.
+func bringRedisBack(t *testing.T, srv *testkit.RedisServer, how string) {
+	t.Helper()
+	if how == "kill" {
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func failureRun(t *testing.T, fp FailurePolicy, how string) {
 	srv := testkit.StartRedis(t)
 	var errs atomic.Int64
@@ -136,14 +166,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 	}
 
 	away := time.Now()
-	if how == "kill" {
-		srv.Kill()
-	} else {
-		if err := srv.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Resume() })
-	}
+	takeRedisAway(t, srv, how)
 
 	// 4 goroutines × 10 calls while Redis is away.
 	type result struct {
@@ -212,13 +235,7 @@ func failureRun(t *testing.T, fp FailurePolicy, how string) {
 
 	// Bring Redis back; decisions must come from it again, without a
 	// restart of the store, within a few cooldowns.
-	if how == "kill" {
-		if err := srv.Restart(); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := srv.Resume(); err != nil {
-		t.Fatal(err)
-	}
+	bringRedisBack(t, srv, how)
 	back := time.Now()
 	d = allowByRedis(t, st, req, 3*time.Second)
 	t.Logf("Redis decided again %v after it came back", time.Since(back))
