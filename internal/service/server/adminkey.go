@@ -11,6 +11,17 @@ import (
 	"github.com/sluicehq/sluice/internal/service/config"
 )
 
+// handleAdminKey adds the admin route of an operation on one key, POST
+// /v1/{op}/{limit}/{key} served by serve, and answers 404 with that form
+// for any other path under /v1/{op}/; op also names the endpoint in the
+// metrics.
+func (h *Handler) handleAdminKey(op string, serve http.HandlerFunc) {
+	h.handleAdmin("/v1/"+op+"/{limit}/{key}", op, onlyMethod("POST", serve))
+	h.handleAdmin("/v1/"+op+"/", op, func(w http.ResponseWriter, r *http.Request) {
+		writeProblemJSON(w, http.StatusNotFound, "Not Found", "use POST /v1/"+op+"/{limit}/{key}, with a '/' in the key written %2F")
+	})
+}
+
 // adminKey is what the admin operations on one key (reset, unblock)
 // share: the admin token, the limit of the limits section named in the
 // path (and checked by allowed, which answers for itself when it refuses),

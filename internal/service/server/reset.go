@@ -18,14 +18,7 @@ import (
 // nothing). Like the overrides' PUT and DELETE, it needs an admin token
 // wherever it is served; a key with a '/' is written %2F.
 
-// registerReset adds the reset endpoint to the admin routes.
-func (h *Handler) registerReset() {
-	h.handleAdmin("/v1/reset/{limit}/{key}", "reset", onlyMethod("POST", h.serveReset))
-	h.handleAdmin("/v1/reset/", "reset", func(w http.ResponseWriter, r *http.Request) {
-		writeProblemJSON(w, http.StatusNotFound, "Not Found", "use POST /v1/reset/{limit}/{key}, with a '/' in the key written %2F")
-	})
-}
-
+// serveReset answers POST /v1/reset/{limit}/{key}.
 func (h *Handler) serveReset(w http.ResponseWriter, r *http.Request) {
 	l, key, policies, ok := h.adminKey(w, r, "resetting", "reset", nil)
 	if !ok {

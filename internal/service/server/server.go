@@ -284,8 +284,8 @@ func New(cfg *config.Config, store sluice.Store, opts Options) (*Handler, error)
 	h.handleAdmin("/v1/status", "status", onlyMethod("GET", h.serveStatus))
 	h.handleExplain(onlyMethod("GET", h.serveExplain))
 	h.registerOverrides()
-	h.registerReset()
-	h.registerUnblock()
+	h.handleAdminKey("reset", h.serveReset)
+	h.handleAdminKey("unblock", h.serveUnblock)
 	h.handleRoot()
 	return h, nil
 }

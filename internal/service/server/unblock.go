@@ -23,14 +23,7 @@ import (
 // blocked. Like reset, it needs an admin token wherever it is served; a
 // key with a '/' is written %2F.
 
-// registerUnblock adds the unblock endpoint to the admin routes.
-func (h *Handler) registerUnblock() {
-	h.handleAdmin("/v1/unblock/{limit}/{key}", "unblock", onlyMethod("POST", h.serveUnblock))
-	h.handleAdmin("/v1/unblock/", "unblock", func(w http.ResponseWriter, r *http.Request) {
-		writeProblemJSON(w, http.StatusNotFound, "Not Found", "use POST /v1/unblock/{limit}/{key}, with a '/' in the key written %2F")
-	})
-}
-
+// serveUnblock answers POST /v1/unblock/{limit}/{key}.
 func (h *Handler) serveUnblock(w http.ResponseWriter, r *http.Request) {
 	l, key, policies, ok := h.adminKey(w, r, "unblocking", "unblocked", func(l config.Limit) bool {
 		if l.Policy.Penalty.IsZero() {
