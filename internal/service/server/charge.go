@@ -58,12 +58,7 @@ func (h *Handler) serveUsage(w http.ResponseWriter, r *http.Request, op string, 
 		httplimit.WriteHeaders(w.Header(), httplimit.HeadersIETF, []httplimit.LimitResult{res}, now)
 	}
 	b := appendResult(make([]byte, 0, 256), &res, &it, now)
-	b = append(b, '\n')
-	hd := w.Header()
-	hd["Content-Type"] = jsonContentType
-	hd["Cache-Control"] = noStore
-	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	writeJSONBody(w, append(b, '\n'))
 }
 
 // usageBody is the body of POST /v1/charge and POST /v1/refund: the units

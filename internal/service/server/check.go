@@ -186,7 +186,12 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		b = append(b, '}')
 	}
 	b = append(b, '\n')
-	// net/http sets Content-Length for a body written at once.
+	writeJSONBody(w, b)
+}
+
+// writeJSONBody answers 200 with b, a JSON body, not to be cached. net/http
+// sets Content-Length for a body written at once.
+func writeJSONBody(w http.ResponseWriter, b []byte) {
 	hd := w.Header()
 	hd["Content-Type"] = jsonContentType
 	hd["Cache-Control"] = noStore
