@@ -73,6 +73,19 @@ func (f *llmFixture) chat(t *testing.T, path, key, body string, header ...string
 	return resp, string(b), err
 }
 
+// checkCutOff waits for stream, one cut off before its usage came, to be
+// counted as unsettled (cut_off) under prompt, and checks that key k's
+// estimate stays charged: 90 left of 100.
+func (f *llmFixture) checkCutOff(t *testing.T, stream string) {
+	t.Helper()
+	testkit.WaitFor(t, 10*time.Second, stream+" to be counted", func() bool {
+		return counter(t, f.reg, "sluice_usage_unsettled_total", "prompt", "cut_off") == 1
+	})
+	if got := f.remaining(t, "prompt", "k"); got != 90 {
+		t.Errorf("remaining %d, want 90: the estimate stays", got)
+	}
+}
+
 // remaining peeks the units key has left under a limit of llmYAML.
 func (f *llmFixture) remaining(t *testing.T, limit, key string) int64 {
 	t.Helper()
@@ -177,12 +190,7 @@ func TestProxyUsageCutOff(t *testing.T) {
 	if !strings.HasPrefix(body, "data: {") {
 		t.Errorf("the events before the cut did not reach the client: %q", body)
 	}
-	testkit.WaitFor(t, 10*time.Second, "the cut-off stream to be counted", func() bool {
-		return counter(t, f.reg, "sluice_usage_unsettled_total", "prompt", "cut_off") == 1
-	})
-	if got := f.remaining(t, "prompt", "k"); got != 90 {
-		t.Errorf("remaining %d, want 90: the estimate stays", got)
-	}
+	f.checkCutOff(t, "the cut-off stream")
 }
 
 // TestProxyUsageClientGone: a client that goes away in the middle of a
@@ -203,12 +211,7 @@ func TestProxyUsageClientGone(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	testkit.WaitFor(t, 10*time.Second, "the abandoned stream to be counted", func() bool {
-		return counter(t, f.reg, "sluice_usage_unsettled_total", "prompt", "cut_off") == 1
-	})
-	if got := f.remaining(t, "prompt", "k"); got != 90 {
-		t.Errorf("remaining %d, want 90: the estimate stays", got)
-	}
+	f.checkCutOff(t, "the abandoned stream")
 }
 
 // TestProxyUsageStreamsEventByEvent: each event reaches the client as the
