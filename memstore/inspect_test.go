@@ -211,33 +211,3 @@ func TestInspectErrors(t *testing.T) {
 		t.Error("Inspect(zero policy) error = nil, want one")
 	}
 }
-
-// TestInspectBlock checks that Inspect reports a key's block and
-// offences, and the decision of the block.
-func TestInspectBlock(t *testing.T) {
-	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	ctx := t.Context()
-	st := New(Options{})
-	p := sluice.FixedWindow(1, time.Hour)
-	p.Penalty = sluice.Penalty{BlockFor: 2 * time.Hour, Factor: 2, ForgetAfter: time.Hour}
-	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
-	st.Allow(ctx, t0, req)
-	st.Allow(ctx, t0, req)
-	s, err := st.Inspect(ctx, t0.Add(time.Minute), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := sluice.Decision{Limit: 1, RetryAfter: 2*time.Hour - time.Minute, ResetAfter: 2*time.Hour - time.Minute, Blocked: true}
-	if !s.BlockedUntil.Equal(t0.Add(2*time.Hour)) || s.Offences != 1 || !s.Forgotten.Equal(t0.Add(3*time.Hour)) || s.Decision != want {
-		t.Errorf("Inspect during the block = until %v, %d offences forgotten at %v, %+v; want until t0+2h, 1, t0+3h, %+v",
-			s.BlockedUntil, s.Offences, s.Forgotten, s.Decision, want)
-	}
-	s, _ = st.Inspect(ctx, t0.Add(150*time.Minute), req)
-	if !s.BlockedUntil.IsZero() || s.Offences != 1 || s.Decision.Blocked {
-		t.Errorf("Inspect after the block = until %v, %d offences, %+v; want not blocked, 1 offence remembered", s.BlockedUntil, s.Offences, s.Decision)
-	}
-	s, _ = st.Inspect(ctx, t0.Add(3*time.Hour), req)
-	if s.Offences != 0 || !s.Forgotten.IsZero() {
-		t.Errorf("Inspect when forgotten = %d offences, forgotten at %v; want none", s.Offences, s.Forgotten)
-	}
-}

@@ -120,35 +120,6 @@ func offend(t *testing.T, stores []*Store, req sluice.Request) sluice.Decision {
 	return sluice.Decision{}
 }
 
-// TestInspectBlock checks that Inspect reports a key's block, its
-// offences and the block's decision, as the memory store does.
-func TestInspectBlock(t *testing.T) {
-	srv := testkit.StartRedis(t)
-	st := newTestStore(t, []string{srv.Addr}, Options{CallerTime: true, Failure: FailError})
-	ctx := t.Context()
-	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	p := sluice.FixedWindow(1, time.Hour)
-	p.Penalty = sluice.Penalty{BlockFor: 2 * time.Hour, Factor: 2, ForgetAfter: time.Hour}
-	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
-	st.Allow(ctx, t0, req)
-	if d, _ := st.Allow(ctx, t0, req); !d.Offence || !d.Blocked {
-		t.Fatalf("second Allow = %+v, want an offence", d)
-	}
-	s, err := st.Inspect(ctx, t0.Add(time.Minute), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := sluice.Decision{Limit: 1, RetryAfter: 2*time.Hour - time.Minute, ResetAfter: 2*time.Hour - time.Minute, Blocked: true}
-	if !s.BlockedUntil.Equal(t0.Add(2*time.Hour)) || s.Offences != 1 || !s.Forgotten.Equal(t0.Add(3*time.Hour)) || s.Decision != want {
-		t.Errorf("Inspect during the block = until %v, %d offences forgotten at %v, %+v; want until t0+2h, 1, t0+3h, %+v",
-			s.BlockedUntil, s.Offences, s.Forgotten, s.Decision, want)
-	}
-	s, _ = st.Inspect(ctx, t0.Add(150*time.Minute), req)
-	if !s.BlockedUntil.IsZero() || s.Offences != 1 || s.Decision.Blocked {
-		t.Errorf("Inspect after the block = until %v, %d offences, %+v; want not blocked, 1 offence remembered", s.BlockedUntil, s.Offences, s.Decision)
-	}
-}
-
 // TestLocalRefusalOfBlocks checks that a store refuses a blocked key
 // locally, as Redis would, until the block ends; and that an Unblock
 // through another store on the same Redis reaches it (the refund channel),

@@ -266,6 +266,47 @@ func (s *suite) penaltyOperations(t *testing.T) {
 	})
 }
 
+// penaltyInspect checks, for a store that is a sluice.Inspector, what
+// Inspect reports of a block: its end, the offences and when they are
+// forgotten, and the block's refusal as the decision; then the offence
+// remembered once the block has ended, and forgotten after ForgetAfter.
+func (s *suite) penaltyInspect(t *testing.T) {
+	s.needCallerTime(t)
+	st := s.newStore(t)
+	in, ok := st.(sluice.Inspector)
+	if !ok {
+		t.Skipf("%T is not a sluice.Inspector", st)
+	}
+	ctx := t.Context()
+	p := sluice.FixedWindow(1, time.Hour)
+	p.Penalty = sluice.Penalty{BlockFor: 2 * time.Hour, Factor: 2, ForgetAfter: time.Hour}
+	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
+	if _, err := allow(t, st, t0, req); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := allow(t, st, t0, req); err != nil || !d.Offence || !d.Blocked {
+		t.Fatalf("second Allow = %s, %v; want an offence", fmtDecision(d), err)
+	}
+	got, err := in.Inspect(ctx, t0.Add(time.Minute), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sluice.Decision{Limit: 1, RetryAfter: 2*time.Hour - time.Minute, ResetAfter: 2*time.Hour - time.Minute, Blocked: true}
+	if !got.BlockedUntil.Equal(t0.Add(2*time.Hour)) || got.Offences != 1 || !got.Forgotten.Equal(t0.Add(3*time.Hour)) || got.Decision != want {
+		t.Errorf("Inspect during the block = until %v, %d offences forgotten at %v, %s; want until t0+2h, 1, t0+3h, %s",
+			got.BlockedUntil, got.Offences, got.Forgotten, fmtDecision(got.Decision), fmtDecision(want))
+	}
+	got, err = in.Inspect(ctx, t0.Add(150*time.Minute), req)
+	if err != nil || !got.BlockedUntil.IsZero() || got.Offences != 1 || got.Decision.Blocked {
+		t.Errorf("Inspect after the block = until %v, %d offences, %s, %v; want not blocked, 1 offence remembered",
+			got.BlockedUntil, got.Offences, fmtDecision(got.Decision), err)
+	}
+	got, err = in.Inspect(ctx, t0.Add(3*time.Hour), req)
+	if err != nil || got.Offences != 0 || !got.Forgotten.IsZero() {
+		t.Errorf("Inspect when forgotten = %d offences, forgotten at %v, %v; want none", got.Offences, got.Forgotten, err)
+	}
+}
+
 // penaltySettle checks that an estimate to settle (SettleWithin) and a
 // penalty in one call are refused with ErrNotSupported before anything is
 // decided: by Allow, and by AllowAll whether the estimate is the

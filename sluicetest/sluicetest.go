@@ -66,8 +66,9 @@ func Leases() Option {
 
 // Penalties tells Run that the store decides policies with a Penalty:
 // Run then also checks the penalty part of the sluice.Store contract
-// (blocks, their escalation and forgetting, Unblock), and with Usage the
-// refusal of an estimate to settle under a penalty.
+// (blocks, their escalation and forgetting, Unblock, and what Inspect
+// reports of a block when the store is a sluice.Inspector), and with
+// Usage the refusal of an estimate to settle under a penalty.
 func Penalties() Option {
 	return func(c *config) { c.penalties = true }
 }
@@ -115,6 +116,7 @@ func Run(t *testing.T, newStore func(t *testing.T) sluice.Store, opts ...Option)
 		t.Run("PenaltyHours", s.penaltyHours)
 		t.Run("PenaltyAllowAll", s.penaltyAllowAll)
 		t.Run("PenaltyOperations", s.penaltyOperations)
+		t.Run("PenaltyInspect", s.penaltyInspect)
 	}
 	if cfg.leases {
 		t.Run("LeaseTimeline", s.leaseTimeline)
