@@ -60,23 +60,23 @@ func (s *store) request(span trace.Span, req *sluice.Request) {
 }
 
 func (s *store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	ctx, span, ok := s.start(ctx, "allow")
-	if !ok {
-		return s.Store.Allow(ctx, now, req)
-	}
-	s.request(span, &req)
-	d, err := s.Store.Allow(ctx, now, req)
-	s.end(span, d, err)
-	return d, err
+	return s.decideOne(ctx, "allow", now, req, s.Store.Allow)
 }
 
 func (s *store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
-	ctx, span, ok := s.start(ctx, "peek")
+	return s.decideOne(ctx, "peek", now, req, s.Store.Peek)
+}
+
+// decideOne traces call, the store's Allow or Peek of one request, in a
+// span named for op.
+func (s *store) decideOne(ctx context.Context, op string, now time.Time, req sluice.Request,
+	call func(context.Context, time.Time, sluice.Request) (sluice.Decision, error)) (sluice.Decision, error) {
+	ctx, span, ok := s.start(ctx, op)
 	if !ok {
-		return s.Store.Peek(ctx, now, req)
+		return call(ctx, now, req)
 	}
 	s.request(span, &req)
-	d, err := s.Store.Peek(ctx, now, req)
+	d, err := call(ctx, now, req)
 	s.end(span, d, err)
 	return d, err
 }
