@@ -20,16 +20,22 @@ import (
 // proxyConfig forwards to upstream, limiting /api/ to 2 requests per hour
 // per client address.
 func proxyConfig(upstream string) string {
+	return proxyConfigPerIP(upstream, "{algorithm: sliding_log, limit: 2, period: 1h}")
+}
+
+// proxyConfigPerIP forwards to upstream, limiting /api/ per client
+// address with perIP, a limit as a YAML flow mapping.
+func proxyConfigPerIP(upstream, perIP string) string {
 	return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 limits:
-  per-ip: {algorithm: sliding_log, limit: 2, period: 1h}
+  per-ip: %s
 proxy:
   upstream: %s
   rules:
     - name: api
       match: {path_prefix: /api/}
       limits: [{limit: per-ip, key: ip}]
-`, upstream)
+`, perIP, upstream)
 }
 
 func TestProxyMode(t *testing.T) {
@@ -208,16 +214,7 @@ func TestShutdownDropsNoAcceptedRequest(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(up.Close)
-	cfg := fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-limits:
-  per-ip: {algorithm: sliding_window, limit: 1000000000, period: 1h}
-proxy:
-  upstream: %s
-  rules:
-    - name: api
-      match: {path_prefix: /api/}
-      limits: [{limit: per-ip, key: ip}]
-`, up.URL)
+	cfg := proxyConfigPerIP(up.URL, "{algorithm: sliding_window, limit: 1000000000, period: 1h}")
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
 	in := startServe(t, "--config", path, "--drain-delay", "300ms", "--shutdown-timeout", "10s")
 
