@@ -58,6 +58,17 @@ func startSluice(t *testing.T, name string, args ...string) *sluice {
 	return s
 }
 
+// startInstances runs n `sluice serve` processes with args, named
+// "sluice 1" to "sluice n", and waits until each listens.
+func startInstances(t *testing.T, n int, args ...string) []*sluice {
+	t.Helper()
+	instances := make([]*sluice, n)
+	for i := range instances {
+		instances[i] = startSluice(t, fmt.Sprintf("sluice %d", i+1), args...)
+	}
+	return instances
+}
+
 // check asks the service for one decision and returns the answer's body.
 func (s *sluice) check(t *testing.T, limit, key string) string {
 	t.Helper()

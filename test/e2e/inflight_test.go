@@ -55,10 +55,7 @@ proxy:
   rules:
     - limits: [{limit: inflight, key: "header:X-User"}]
 `, srv.Addr, limit, up.URL))
-	var instances []*sluice
-	for i := range 3 {
-		instances = append(instances, startSluice(t, fmt.Sprintf("sluice %d", i+1), "--config", cfg))
-	}
+	instances := startInstances(t, 3, "--config", cfg)
 	get := func(k int) (int, error) {
 		req, err := http.NewRequest("GET", "http://"+instances[k%len(instances)].http+"/work", nil)
 		if err != nil {

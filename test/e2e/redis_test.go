@@ -29,10 +29,7 @@ store:
 limits:
   shared: {algorithm: token_bucket, limit: %d, period: 1h}
 `, srv.Addr, limit))
-	var instances []*sluice
-	for i := range 3 {
-		instances = append(instances, startSluice(t, fmt.Sprintf("sluice %d", i+1), "--config", cfg))
-	}
+	instances := startInstances(t, 3, "--config", cfg)
 
 	var mu sync.Mutex
 	allowed := make([]int, len(instances))
@@ -105,10 +102,7 @@ limits:
     period: 1h
     penalty: {block_for: 2h, factor: 2, forget_after: 24h}
 `, srv.Addr, token))
-	var in []*sluice
-	for i := range 3 {
-		in = append(in, startSluice(t, fmt.Sprintf("sluice %d", i+1), "--config", cfg))
-	}
+	in := startInstances(t, 3, "--config", cfg)
 	if body := in[0].check(t, "guarded", "mallory"); !strings.HasPrefix(body, `{"allowed":true,`) {
 		t.Fatalf("instance 1, first check: %s, want allowed", body)
 	}

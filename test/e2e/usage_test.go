@@ -64,10 +64,7 @@ func TestOneInstanceTokenBudget(t *testing.T) {
 func testTokenBudget(t *testing.T, store string, n int) {
 	llm := testkit.StartLLM(t)
 	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(budgetYAML, store, llm.URL))
-	var instances []*sluice
-	for i := range n {
-		instances = append(instances, startSluice(t, fmt.Sprintf("sluice %d", i+1), "--config", cfg))
-	}
+	instances := startInstances(t, n, "--config", cfg)
 	chat := func(in *sluice, path, key string, stream bool, header ...string) (int, string, error) {
 		req, err := http.NewRequest("POST", "http://"+in.http+path, strings.NewReader(testkit.ChatBody("one two three four five six seven", 30, stream)))
 		if err != nil {
