@@ -12,11 +12,12 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
-// pathRulesConfig is a Sluice configuration with a login rule (POST
+// startPathRules runs `sluice serve`, named name, with a login rule (POST
 // /login) and an /api/ rule, three requests per client each, and the
 // proxy section's extra lines (upstream, trusted_proxies).
-func pathRulesConfig(proxy string) string {
-	return fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
+func startPathRules(t *testing.T, name, proxy string) *sluice {
+	t.Helper()
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
 limits:
   login: {algorithm: sliding_log, limit: 3, period: 1h}
   api: {algorithm: sliding_log, limit: 3, period: 1h}
@@ -29,7 +30,8 @@ proxy:
     - name: api
       match: {path_prefix: /api/}
       limits: [{limit: api, key: ip}]
-`, proxy)
+`, proxy))
+	return startSluice(t, name, "--config", cfg)
 }
 
 // The paths of the tests below: the login and /api/ rules' own paths,
@@ -102,8 +104,7 @@ func TestNginxPathTricks(t *testing.T) {
 		}
 	}
 
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  upstream: "+upstream))
-	s := startSluice(t, "sluice (proxy)", "--config", cfg)
+	s := startPathRules(t, "sluice (proxy)", "  upstream: "+upstream)
 	base := "http://" + s.http
 
 	for _, rule := range []struct {
@@ -171,8 +172,7 @@ func TestNginxAuthRequestPathTricks(t *testing.T) {
 	snippet := replace(t, "nginx snippet", docs.nginx, "?rule=api&deny_status=403", "?deny_status=403")
 	snippet = replace(t, "nginx snippet", snippet, docUpstreamAddr, strings.TrimPrefix(up.URL, "http://"))
 	gateway := func(name, trusted string) (string, *sluice) {
-		cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: ["+trusted+"]"))
-		s := startSluice(t, name, "--config", cfg)
+		s := startPathRules(t, name, "  trusted_proxies: ["+trusted+"]")
 		port := startNginx(t, bin, "nginx ("+name+")", replace(t, "nginx snippet", snippet, docSluiceAddr, s.http))
 		return fmt.Sprintf("http://127.0.0.1:%d", port), s
 	}
@@ -222,8 +222,7 @@ func TestCaddyForwardAuthPathTricks(t *testing.T) {
 	docs := loadGatewayDocs(t)
 	up, hits := startUpstream(t)
 	snippet := replace(t, "Caddyfile", docs.caddy, "uri /v1/forward-auth?rule=api", "uri /v1/forward-auth")
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), pathRulesConfig("  trusted_proxies: [127.0.0.1/32]"))
-	s := startSluice(t, "sluice", "--config", cfg)
+	s := startPathRules(t, "sluice", "  trusted_proxies: [127.0.0.1/32]")
 	base := fmt.Sprintf("http://127.0.0.1:%d", startCaddy(t, bin, snippet, s.http, up.URL))
 	alice := clientFrom("127.0.0.1")
 
