@@ -157,7 +157,7 @@ var envoyVars = []envVar{
 	{"MEMCACHE_TLS_CACERT", "", warned, "read only with BACKEND_TYPE=memcache"},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", warned, "read only with BACKEND_TYPE=memcache"},
 	{"SHADOW_MODE", "false", used, ""},
-	{"RESPONSE_DYNAMIC_METADATA", "false", refused, "Sluice returns no dynamic metadata: the descriptors' metadata and quota_mode are not implemented (docs/envoy.md says why)"},
+	{"RESPONSE_DYNAMIC_METADATA", "false", used, "each answer carries the reference's dynamic metadata: domain, descriptors, hitsAddend and the metadata of the descriptors under their limit"},
 	{"MERGE_DOMAIN_CONFIG", "false", used, ""},
 	{"TRACING_ENABLED", "false", used, "exports OpenTelemetry traces over OTLP (docs/operations.md, \"Traces\"); when false, OTEL_EXPORTER_OTLP_*ENDPOINT turns nothing on"},
 	{"TRACING_SERVICE_NAME", "RateLimit", used, "the traces' service.name (OTEL_SERVICE_NAME wins)"},
@@ -200,7 +200,9 @@ type envoyEnv struct {
 	// unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 	countRefused bool
 	shadowAll    bool // SHADOW_MODE
-	mergeDomains bool // MERGE_DOMAIN_CONFIG
+	// dynamicMetadata: RESPONSE_DYNAMIC_METADATA.
+	dynamicMetadata bool
+	mergeDomains    bool // MERGE_DOMAIN_CONFIG
 
 	healthyWithConfig bool
 	redisHealth       bool
@@ -458,6 +460,7 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 	}
 	e.countRefused = !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	e.shadowAll = r.boolean("SHADOW_MODE")
+	e.dynamicMetadata = r.boolean("RESPONSE_DYNAMIC_METADATA")
 	e.mergeDomains = r.boolean("MERGE_DOMAIN_CONFIG")
 	e.healthyWithConfig = r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	e.redisHealth = r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")

@@ -259,13 +259,13 @@ func TestEnvoyEnvStartRefused(t *testing.T) {
 	}
 	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
 	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "RESPONSE_DYNAMIC_METADATA=true"} {
+	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "LIMIT_REQUEST_HEADERS_ENABLED=true"} {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
 	r := runSluice(t, nil, "serve", "--envoy-env")
-	wantAll(t, "stderr", r.stderr, "RESPONSE_DYNAMIC_METADATA: set to \"true\"", "1 problem in the environment")
-	t.Setenv("RESPONSE_DYNAMIC_METADATA", "false")
+	wantAll(t, "stderr", r.stderr, "LIMIT_REQUEST_HEADERS_ENABLED: set to \"true\"", "1 problem in the environment")
+	t.Setenv("LIMIT_REQUEST_HEADERS_ENABLED", "false")
 	r = runSluice(t, nil, "serve", "--envoy-env")
 	wantAll(t, "stderr", r.stderr, filepath.Join(dir, "b.yaml")+":4: [0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\"",
 		"the service did not start")

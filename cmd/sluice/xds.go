@@ -33,9 +33,10 @@ func xdsDomains(resources []*rlsconfv3.RateLimitConfig) ([]namedDomains, error) 
 	for _, r := range resources {
 		name := fmt.Sprintf("RateLimitConfig %q", r.GetName())
 		if hasUnknownFields(r.ProtoReflect()) {
-			// Fields of a newer RateLimitConfig (quota_mode, metadata)
+			// Fields of a newer RateLimitConfig (quota_mode, metadata:
+			// go-control-plane's ratelimit module v0.1.0 has neither)
 			// would otherwise be dropped without a word.
-			problems = append(problems, config.Problem{File: name, Message: "has fields that Sluice does not know (such as quota_mode or metadata, which it does not implement: docs/envoy.md); refused rather than applied without them"})
+			problems = append(problems, config.Problem{File: name, Message: "has fields that Sluice's copy of the RateLimitConfig message does not know (such as quota_mode or metadata, which it reads from files but not yet over xDS: docs/envoy.md); refused rather than applied without them"})
 			continue
 		}
 		d := rls.Domain{Domain: r.GetDomain(), Descriptors: xdsDescriptors(r.GetDescriptors())}

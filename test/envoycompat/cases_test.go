@@ -5,6 +5,7 @@ const (
 	diffNotCounted    = "Refused requests are not counted** (except with `--envoy-env`"
 	diffAllOrNothing  = "All-or-nothing across descriptors"
 	diffShadowCharge  = "A shadow descriptor is charged only when the request is admitted."
+	diffQuotaCharge   = "A quota-mode descriptor is charged only when the request is admitted"
 	diffNoReset       = "A request that can never be admitted has no `duration_until_reset`"
 	diffErrorCode     = "A request without a domain or without descriptors fails with `InvalidArgument`"
 	diffLimitCounters = "Counters belong to a limit: changing a limit's numbers, or its place in the tree, starts its counters afresh."
@@ -130,6 +131,42 @@ var cases = []compatCase{
 			one(d("service", "u", "user", "user-b"), ok(2, minute, 0)),
 			req(OVER, ds(d("service", "u", "user", "user-b"), d("dry", "y")), over(2, minute), ok(1, minute, 0)),
 			one(d("dry", "y"), shadowOver(1, minute)),
+		}},
+
+	// --- quota mode -----------------------------------------------------
+	// The reference's quota mode (src/service/ratelimit.go
+	// shouldRateLimitWorker, pull requests 1045 and 1059; the answers of
+	// its QuotaPolicy runs in envoyproxy/ai-gateway issue 2460: quota
+	// descriptors OVER_LIMIT with an overall OK).
+	{name: "quota-one-left", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1045: a quota descriptor over its limit does not refuse the request)",
+		config: "quota", calls: []call{
+			req(OK, ds(d("backend", "a"), d("backend", "b")), ok(1, minute, 0), ok(2, minute, 1)),
+			req(OK, ds(d("backend", "a"), d("backend", "b")), over(1, minute), ok(2, minute, 0)),
+		}},
+	{name: "quota-all-over", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: OVER_LIMIT when every quota descriptor is over)",
+		config: "quota", calls: []call{
+			req(OK, ds(d("backend", "a"), d("backend", "b")), ok(1, minute, 0), ok(2, minute, 1)),
+			req(OK, ds(d("backend", "a"), d("backend", "b")), over(1, minute), ok(2, minute, 0)),
+			req(OVER, ds(d("backend", "a"), d("backend", "b")), over(1, minute), over(2, minute)),
+		}},
+	{name: "quota-alone", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: a request's only quota descriptor over is every one over)",
+		config: "quota", calls: countdown(d("backend", "a"), 1, minute)},
+	{name: "quota-and-enforced", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: a descriptor outside quota mode over refuses the request)", diff: diffQuotaCharge,
+		config: "quota", calls: []call{
+			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 1), ok(3, minute, 2)),
+			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 0), ok(3, minute, 1)),
+			// b, the only quota descriptor, is over: all of them are.
+			req(OVER, ds(d("backend", "b"), d("tenant", "t")), over(2, minute), ok(3, minute, 0)),
+			// Quota a is not over, tenant is: refused, and a is not charged.
+			req(OVER, ds(d("backend", "a"), d("tenant", "t")), ok(1, minute, 1), over(3, minute)),
+		},
+		// Counting as the reference: a is counted by the refused request.
+		counting: []call{
+			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 1), ok(3, minute, 2)),
+			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 0), ok(3, minute, 1)),
+			// b, the only quota descriptor, is over: all of them are.
+			req(OVER, ds(d("backend", "b"), d("tenant", "t")), over(2, minute), ok(3, minute, 0)),
+			req(OVER, ds(d("backend", "a"), d("tenant", "t")), ok(1, minute, 0), over(3, minute)),
 		}},
 
 	// --- replaces -----------------------------------------------------------

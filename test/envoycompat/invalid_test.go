@@ -76,7 +76,6 @@ func TestInvalidConfigurations(t *testing.T) {
 var stricter = []invalid{
 	{"missing-requests-per-unit", "config_impl.go YamlRateLimit (a missing requests_per_unit is read as 0)", []string{"5: envoy[0].descriptors[0].rate_limit.requests_per_unit: requests_per_unit is required"}},
 	{"replaces-unknown-name", "config_impl.go loadDescriptors (replaces names are not checked)", []string{"8: envoy[0].descriptors[0].rate_limit.replaces[0].name: no rate limit in this domain is named \"nobody\""}},
-	{"quota-mode", "src/config/config_impl.go (quota_mode on a descriptor, the reference's quota mode of 2026, which Sluice refuses)", []string{"5: envoy[0].descriptors[0].quota_mode: quota_mode is envoyproxy/ratelimit's quota mode, which Sluice does not implement"}},
-	{"metadata", "test/config/metadata.yaml (a descriptor's metadata, returned with RESPONSE_DYNAMIC_METADATA, which Sluice refuses)", []string{"5: envoy[0].descriptors[0].metadata: metadata (returned to Envoy as dynamic metadata with RESPONSE_DYNAMIC_METADATA) is not implemented by Sluice"}},
+	{"quota-mode-without-limit", "config_impl.go loadDescriptors (quota_mode on a descriptor without rate_limit is loaded and does nothing)", []string{"5: envoy[0].descriptors[0].quota_mode: quota_mode is set but the descriptor has no rate_limit that counts"}},
 	{"period-too-long", "src/utils UnitToDivider with unit_multiplier (any multiple of a unit)", []string{"5: envoy[0].descriptors[0].rate_limit.unit_multiplier: the period, unit_multiplier 11 × year, is longer than 10 years"}},
 }

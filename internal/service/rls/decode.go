@@ -64,6 +64,8 @@ func DecodeSection(node *yaml.Node, path string) (Section, []Problem) {
 					if !validHeaderStyle(s.ResponseHeaders) {
 						d.at(d.resolve(val), p, "unknown response_headers %q (want none, ietf or reference)", s.ResponseHeaders)
 					}
+				case "dynamic_metadata":
+					s.DynamicMetadata = d.boolean(val, p)
 				case "domains":
 					if val = d.resolve(val); !isNull(val) && val.Kind != yaml.SequenceNode {
 						d.at(val, p, "want a list of domains (each with domain and descriptors), got %s", kindName(val))
@@ -257,9 +259,6 @@ func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key s
 		case k.Kind != yaml.ScalarNode:
 			d.at(k, path, "a key must be a plain name, got %s", kindName(k))
 			continue
-		case !slices.Contains(known, k.Value) && notImplemented[k.Value] != "":
-			d.at(k, kp, "%s", notImplemented[k.Value])
-			continue
 		case !slices.Contains(known, k.Value):
 			d.at(k, kp, "unknown key %q (want one of %s)", k.Value, strings.Join(known, ", "))
 			continue
@@ -354,16 +353,9 @@ func (d *decoder) int64(n *yaml.Node, path string) int64 {
 }
 
 var (
-	// notImplemented are keys of envoyproxy/ratelimit's format that
-	// Sluice refuses, each with the reason (docs/envoy.md's list of
-	// differences).
-	notImplemented = map[string]string{
-		"quota_mode": "quota_mode is envoyproxy/ratelimit's quota mode, which Sluice does not implement: a quota descriptor over its limit does not refuse the request unless every quota descriptor is over, a rule the reference is still changing (docs/envoy.md); remove it, or use shadow_mode to count without refusing",
-		"metadata":   "metadata (returned to Envoy as dynamic metadata with RESPONSE_DYNAMIC_METADATA) is not implemented by Sluice (docs/envoy.md); remove it",
-	}
-	sectionKeys    = []string{"response_headers", "domains"}
+	sectionKeys    = []string{"response_headers", "dynamic_metadata", "domains"}
 	domainKeys     = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "usage", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "quota_mode", "metadata", "usage", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst", "penalty"}
 	penaltyKeys    = []string{"block_for", "factor", "max_block", "forget_after"}
 	replaceKeys    = []string{"name"}
@@ -419,6 +411,10 @@ func (d *decoder) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 			desc.Algorithm = d.str(val, p)
 		case "shadow_mode":
 			desc.ShadowMode = d.boolean(val, p)
+		case "quota_mode":
+			desc.QuotaMode = d.boolean(val, p)
+		case "metadata":
+			desc.Metadata = d.metadata(val, p)
 		case "usage":
 			desc.Usage = d.boolean(val, p)
 		case "detailed_metric":
@@ -432,6 +428,25 @@ func (d *decoder) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 		}
 	})
 	return desc
+}
+
+// metadata decodes a descriptor's metadata: a mapping of names to JSON's
+// values (text, numbers, true or false, null, lists and mappings).
+func (d *decoder) metadata(n *yaml.Node, path string) map[string]any {
+	n = d.resolve(n)
+	if n.Kind != yaml.MappingNode {
+		d.at(n, path, "want a mapping, got %s", kindName(n))
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil {
+		d.at(n, path, "metadata: %v", err)
+		return nil
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m
 }
 
 // rateLimit decodes a rate limit; it reports false for a null one, which

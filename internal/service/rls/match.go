@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -17,9 +19,9 @@ type Config struct {
 	domains map[string]*node
 	headers headerStyle
 	names   HeaderNames
-	// countRefused and shadowAll are Section.CountRefused and
-	// Section.ShadowAll.
-	countRefused, shadowAll bool
+	// countRefused, shadowAll and dynamicMetadata are Section's
+	// CountRefused, ShadowAll and DynamicMetadata.
+	countRefused, shadowAll, dynamicMetadata bool
 	// policies are the policies of the configured limits, by name: the
 	// limits that admin overrides may name (Limit).
 	policies map[string]sluice.Policy
@@ -36,6 +38,10 @@ type node struct {
 	unlimited bool
 	replaces  []string
 	shadow    bool
+	// quota is Descriptor.QuotaMode; metadata is Descriptor.Metadata, nil
+	// when it has none.
+	quota    bool
+	metadata *structpb.Struct
 	// usage makes the request descriptors that end here usage reports
 	// (Descriptor.Usage).
 	usage    bool
@@ -122,7 +128,7 @@ func CompileSection(s Section) (*Config, error) {
 		return nil, &ProblemsError{Problems: ps}
 	}
 	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style, policies: map[string]sluice.Policy{},
-		names: s.HeaderNames, countRefused: s.CountRefused, shadowAll: s.ShadowAll}
+		names: s.HeaderNames, countRefused: s.CountRefused, shadowAll: s.ShadowAll, dynamicMetadata: s.DynamicMetadata}
 	if c.names.Limit == "" {
 		c.names.Limit = "RateLimit-Limit"
 	}
@@ -196,7 +202,10 @@ func (c *Config) Domains() []string {
 func compileChildren(parent *node, domain, path string, ds []Descriptor) {
 	for i := range ds {
 		d := &ds[i]
-		n := &node{shadow: d.ShadowMode, usage: d.Usage, detailed: d.DetailedMetric}
+		n := &node{shadow: d.ShadowMode, quota: d.QuotaMode, usage: d.Usage, detailed: d.DetailedMetric}
+		if d.Metadata != nil {
+			n.metadata, _ = structpb.NewStruct(d.Metadata) // checked by Validate
+		}
 		seg := d.Key
 		if d.Value != "" {
 			seg += "_" + d.Value

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -44,6 +46,12 @@ type Section struct {
 	// descriptor is decided, counted and reported as usual, but the
 	// overall answer is OK even when a descriptor is OVER_LIMIT.
 	ShadowAll bool
+	// DynamicMetadata is envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA:
+	// each answer carries dynamic metadata that Envoy stores under
+	// envoy.filters.http.ratelimit: the request's domain, its descriptors
+	// (entries as "key=value"), its hits_addend when set, and under
+	// "metadata" the Metadata of its descriptors that are not over.
+	DynamicMetadata bool
 }
 
 // HeaderNames are the names of the reference style's headers.
@@ -78,6 +86,18 @@ type Descriptor struct {
 	// ShadowMode makes this node's limits a dry run: they are decided and
 	// counted, and reported, but never make the request OVER_LIMIT.
 	ShadowMode bool `yaml:"shadow_mode,omitempty"`
+	// QuotaMode is envoyproxy/ratelimit's quota mode: a descriptor that
+	// ends here and is over its limit is reported OVER_LIMIT, but makes
+	// the request OVER_LIMIT only when every quota-mode descriptor of the
+	// request is over (the others stay available to route to). The
+	// descriptors without it decide as usual.
+	QuotaMode bool `yaml:"quota_mode,omitempty"`
+	// Metadata is returned in the answer's dynamic metadata, merged with
+	// that of the request's other descriptors, when a request descriptor
+	// that ends here is not over its limit and the section's
+	// DynamicMetadata is on (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA). Its values are those of JSON.
+	Metadata map[string]any `yaml:"metadata,omitempty"`
 	// Usage (a Sluice extension) makes every hits_addend of a request
 	// descriptor that ends here a usage report: it is charged whether or
 	// not it fits (the key may go into debt), and a hits_addend of 0 is a
@@ -411,6 +431,18 @@ func (v *validator) descriptors(ds []Descriptor, path string, names map[string]b
 				v.add(p+".usage", "usage is set but the descriptor has no rate_limit to charge")
 			case d.RateLimit != nil && d.RateLimit.Unlimited, len(d.RateLimits) == 1 && d.RateLimits[0].Unlimited:
 				v.add(p+".usage", "usage needs a limit that counts; an unlimited limit counts nothing")
+			}
+		}
+		counts := (d.RateLimit != nil && !d.RateLimit.Unlimited) || (len(d.RateLimits) > 0 && !(len(d.RateLimits) == 1 && d.RateLimits[0].Unlimited))
+		if d.QuotaMode && !counts {
+			v.add(p+".quota_mode", "quota_mode is set but the descriptor has no rate_limit that counts")
+		}
+		if d.Metadata != nil {
+			if !counts {
+				v.add(p+".metadata", "metadata is returned with a descriptor's limit, and the descriptor has no rate_limit that counts")
+			}
+			if _, err := structpb.NewStruct(d.Metadata); err != nil {
+				v.add(p+".metadata", "metadata must hold only what JSON can: %v", err)
 			}
 		}
 		v.descriptors(d.Descriptors, p+".descriptors", names, depth+1)

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -195,6 +196,11 @@ type item struct {
 	metricKey   string
 	cost        int64 // 0: charges nothing (hits_addend 0, or negative hits)
 	shadow      bool
+	// quota is the node's quota mode: decided apart from the enforced
+	// descriptors, as a shadow descriptor is, but reported OVER_LIMIT
+	// when over (the request is refused when every quota descriptor is).
+	quota    bool
+	metadata *structpb.Struct // of the matched node, for dynamic metadata
 	// usage makes cost usage spent already, charged whether or not it
 	// fits, and a cost of 0 a check of the budget (Descriptor.Usage).
 	usage     bool
@@ -221,6 +227,12 @@ const MaxEntries = maxDepth
 // ShouldRateLimit decides a request: it matches each descriptor to its
 // limits in the request's domain, charges all of them at once or none, and
 // answers OVER_LIMIT when a limit that is not in shadow mode is over.
+//
+// Descriptors in quota mode are decided apart from the others, each on
+// its own as a shadow descriptor is, and reported OVER_LIMIT when over;
+// they make the answer OVER_LIMIT only when every one of the request's
+// quota descriptors is over. With the section's DynamicMetadata, the
+// answer carries dynamic metadata (dynamicMetadata).
 //
 // A descriptor that matches no limit, and every descriptor of an unknown
 // domain, is answered OK with no current_limit. A request without a domain
@@ -307,9 +319,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err != nil {
 		return nil, err
 	}
-	if denied && !cfg.shadowAll {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-	}
+	quotas, quotasOver := 0, 0
 	for i := range items {
 		it := &items[i]
 		var its []sluice.Decision
@@ -317,6 +327,21 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			its = ds[it.first : it.first+len(it.limits)]
 		}
 		resp.Statuses[i] = s.statusOf(domain, it, its, spare, denied, degraded)
+		if it.quota && it.matched && !it.unlimited {
+			quotas++
+			if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+				quotasOver++
+			}
+		}
+	}
+	// As envoyproxy/ratelimit: a descriptor that is not in quota mode and
+	// is over refuses the request, and so do its quota descriptors when
+	// every one of them is over.
+	if (denied || (quotas > 0 && quotasOver == quotas)) && !cfg.shadowAll {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if cfg.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, items, resp.Statuses)
 	}
 	resp.ResponseHeadersToAdd = cfg.responseHeaders(descs, items, resp)
 	return resp, nil
@@ -382,6 +407,8 @@ func (s *Service) matchDescriptor(it *item, root *node, domain string, d *rlscom
 	it.unlimited = n.unlimited
 	it.replaces = n.replaces
 	it.shadow = n.shadow
+	it.quota = n.quota
+	it.metadata = n.metadata
 	it.usage = n.usage
 	shared := false
 	for _, p := range patterns {
@@ -424,9 +451,9 @@ func dropReplaced(limits []limit, replaced map[string]bool) []limit {
 
 // enforced reports whether it is charged with the request's all-or-nothing
 // call, or decides it: it has limits, charges something (or checks a
-// budget) and is not in shadow mode.
+// budget) and is in neither shadow nor quota mode.
 func (it *item) enforced() bool {
-	return it.matched && !it.unlimited && !it.shadow && (it.cost > 0 || it.usage)
+	return it.matched && !it.unlimited && !it.shadow && !it.quota && (it.cost > 0 || it.usage)
 }
 
 // debits reports whether it reports usage: its cost is debited from its
@@ -469,7 +496,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 					return ds, false, false, storeError(err)
 				}
 				debits = append(debits, d)
-				if !it.shadow {
+				if !it.shadow && !it.quota {
 					denied = denied || !d.Allowed
 					degraded = degraded || d.Degraded
 				}
@@ -478,7 +505,9 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 		}
 		for j := range it.limits {
 			c := engine.Check{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost, Budget: it.usage}
-			if it.shadow {
+			if it.shadow || it.quota {
+				// A quota descriptor is decided as a shadow one is, on
+				// its own; ShouldRateLimit then counts it as over or not.
 				c.Mode, c.Group = engine.Shadow, i+1
 			}
 			checks = append(checks, c)
