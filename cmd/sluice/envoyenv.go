@@ -115,6 +115,9 @@ var envoyVars = []envVar{
 	{"LIMIT_REMAINING_HEADER", "RateLimit-Remaining", used, ""},
 	{"LIMIT_RESET_HEADER", "RateLimit-Reset", used, ""},
 	{"LIMIT_REQUEST_HEADERS_ENABLED", "false", refused, "Sluice does not add rate limit headers to the request sent upstream (request_headers_to_add)"},
+	{"LIMIT_REQUEST_LIMIT_HEADER", "RateLimit-Limit", warned, "read only with LIMIT_REQUEST_HEADERS_ENABLED"},
+	{"LIMIT_REQUEST_REMAINING_HEADER", "RateLimit-Remaining", warned, "read only with LIMIT_REQUEST_HEADERS_ENABLED"},
+	{"LIMIT_REQUEST_RESET_HEADER", "RateLimit-Reset", warned, "read only with LIMIT_REQUEST_HEADERS_ENABLED"},
 	{"LIMIT_PER_UNIT_HEADERS_ENABLED", "false", refused, "Sluice does not write a header per unit (RateLimit-Limit-Seconds and the like)"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", used, ""},
 	{"REDIS_SOCKET_TYPE", "unix", used, ""},
@@ -157,6 +160,7 @@ var envoyVars = []envVar{
 	{"MEMCACHE_TLS_CACERT", "", warned, "read only with BACKEND_TYPE=memcache"},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "false", warned, "read only with BACKEND_TYPE=memcache"},
 	{"SHADOW_MODE", "false", used, ""},
+	{"QUOTA_MODE", "false", used, "every descriptor in quota mode"},
 	{"RESPONSE_DYNAMIC_METADATA", "false", used, "each answer carries the reference's dynamic metadata: domain, descriptors, hitsAddend and the metadata of the descriptors under their limit"},
 	{"MERGE_DOMAIN_CONFIG", "false", used, ""},
 	{"TRACING_ENABLED", "false", used, "exports OpenTelemetry traces over OTLP (docs/operations.md, \"Traces\"); when false, OTEL_EXPORTER_OTLP_*ENDPOINT turns nothing on"},
@@ -200,6 +204,8 @@ type envoyEnv struct {
 	// unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 	countRefused bool
 	shadowAll    bool // SHADOW_MODE
+	// quotaAll: QUOTA_MODE.
+	quotaAll bool
 	// dynamicMetadata: RESPONSE_DYNAMIC_METADATA.
 	dynamicMetadata bool
 	mergeDomains    bool // MERGE_DOMAIN_CONFIG
@@ -461,6 +467,7 @@ func parseEnvoyEnv(lookup func(string) (string, bool)) (*envoyEnv, []string, err
 	e.countRefused = !r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	e.shadowAll = r.boolean("SHADOW_MODE")
 	e.dynamicMetadata = r.boolean("RESPONSE_DYNAMIC_METADATA")
+	e.quotaAll = r.boolean("QUOTA_MODE")
 	e.mergeDomains = r.boolean("MERGE_DOMAIN_CONFIG")
 	e.healthyWithConfig = r.boolean("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")
 	e.redisHealth = r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")

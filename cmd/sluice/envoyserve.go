@@ -81,7 +81,7 @@ func runEnvoyEnv(ctx context.Context, s streams, f *serveFlags) error {
 		return fmt.Errorf("serve --envoy-env: %w", err)
 	}
 	m := &envoyMode{env: env, first: make(chan struct{}), opts: envoyOptions{headers: env.headers, headerNames: env.headerNames,
-		countRefused: env.countRefused, shadowAll: env.shadowAll, dynamicMetadata: env.dynamicMetadata, merge: env.mergeDomains}}
+		countRefused: env.countRefused, shadowAll: env.shadowAll, quotaAll: env.quotaAll, dynamicMetadata: env.dynamicMetadata, merge: env.mergeDomains}}
 	var initial *rls.Config
 	if !env.xds {
 		// FILE mode: the reference does not start with a configuration

@@ -90,9 +90,9 @@ type envoyOptions struct {
 	// (LIMIT_RESPONSE_HEADERS_ENABLED), named headerNames.
 	headers     bool
 	headerNames [3]string
-	// countRefused, shadowAll, dynamicMetadata: rls.Section's
-	// CountRefused, ShadowAll and DynamicMetadata.
-	countRefused, shadowAll, dynamicMetadata bool
+	// countRefused, shadowAll, quotaAll, dynamicMetadata: rls.Section's
+	// CountRefused, ShadowAll, QuotaAll and DynamicMetadata.
+	countRefused, shadowAll, quotaAll, dynamicMetadata bool
 	// merge joins the descriptors of a domain given by several sources
 	// (MERGE_DOMAIN_CONFIG); without it, that is a problem.
 	merge bool
@@ -136,7 +136,7 @@ func compileDomains(sources []namedDomains, opts envoyOptions) (*rls.Config, err
 	if len(problems) > 0 {
 		return nil, &config.Error{Problems: problems}
 	}
-	sec := rls.Section{Domains: all, CountRefused: opts.countRefused, ShadowAll: opts.shadowAll, DynamicMetadata: opts.dynamicMetadata,
+	sec := rls.Section{Domains: all, CountRefused: opts.countRefused, ShadowAll: opts.shadowAll, QuotaAll: opts.quotaAll, DynamicMetadata: opts.dynamicMetadata,
 		HeaderNames: rls.HeaderNames{Limit: opts.headerNames[0], Remaining: opts.headerNames[1], Reset: opts.headerNames[2]}}
 	if opts.headers {
 		sec.ResponseHeaders = rls.ResponseHeadersReference

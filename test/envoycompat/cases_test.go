@@ -135,23 +135,22 @@ var cases = []compatCase{
 
 	// --- quota mode -----------------------------------------------------
 	// The reference's quota mode (src/service/ratelimit.go
-	// shouldRateLimitWorker, pull requests 1045 and 1059; the answers of
-	// its QuotaPolicy runs in envoyproxy/ai-gateway issue 2460: quota
-	// descriptors OVER_LIMIT with an overall OK).
-	{name: "quota-one-left", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1045: a quota descriptor over its limit does not refuse the request)",
+	// shouldRateLimitWorker, pull requests 1045 and 1059), from its
+	// test/service/ratelimit_test.go of 2026.
+	{name: "quota-one-left", ref: "test/service/ratelimit_test.go TestServiceQuotaModeOnlySomeOverTheLimit (one quota descriptor over: OK, its status OVER_LIMIT)",
 		config: "quota", calls: []call{
 			req(OK, ds(d("backend", "a"), d("backend", "b")), ok(1, minute, 0), ok(2, minute, 1)),
 			req(OK, ds(d("backend", "a"), d("backend", "b")), over(1, minute), ok(2, minute, 0)),
 		}},
-	{name: "quota-all-over", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: OVER_LIMIT when every quota descriptor is over)",
+	{name: "quota-all-over", ref: "test/service/ratelimit_test.go TestServiceQuotaModeOnlyAllOverTheLimit (every quota descriptor over: OVER_LIMIT)",
 		config: "quota", calls: []call{
 			req(OK, ds(d("backend", "a"), d("backend", "b")), ok(1, minute, 0), ok(2, minute, 1)),
 			req(OK, ds(d("backend", "a"), d("backend", "b")), over(1, minute), ok(2, minute, 0)),
 			req(OVER, ds(d("backend", "a"), d("backend", "b")), over(1, minute), over(2, minute)),
 		}},
-	{name: "quota-alone", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: a request's only quota descriptor over is every one over)",
+	{name: "quota-alone", ref: "test/service/ratelimit_test.go TestServiceMixedPerDescriptorModes (the only quota descriptor over: OVER_LIMIT); TestServiceMixedPerDescriptorModesUnderLimit",
 		config: "quota", calls: countdown(d("backend", "a"), 1, minute)},
-	{name: "quota-and-enforced", ref: "src/service/ratelimit.go shouldRateLimitWorker (pull request 1059: a descriptor outside quota mode over refuses the request)", diff: diffQuotaCharge,
+	{name: "quota-and-enforced", ref: "test/service/ratelimit_test.go TestServicePerDescriptorQuotaMode (a descriptor outside quota mode over: OVER_LIMIT whatever the quota says)", diff: diffQuotaCharge,
 		config: "quota", calls: []call{
 			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 1), ok(3, minute, 2)),
 			req(OK, ds(d("backend", "b"), d("tenant", "t")), ok(2, minute, 0), ok(3, minute, 1)),

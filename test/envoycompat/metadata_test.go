@@ -30,8 +30,11 @@ type metadataCall struct {
 // the limits of its test/config/metadata.yaml (a nested default with
 // metadata, a specific value without, a top-level key with nested
 // metadata): src/service/ratelimit_test.go TestRatelimitToMetadata for
-// domain, descriptors and hitsAddend, pull request 1112 for the
-// metadata of the descriptors under their limit, merged.
+// domain, descriptors and hitsAddend; test/service/ratelimit_test.go
+// TestMetadataReturnedForPassedDescriptors,
+// TestMetadataReturnedForAllPassedDescriptors and
+// TestOverlappingMetadataReturnsTheFirstValue for the metadata of the
+// descriptors under their limit, merged, the first value winning.
 var metadataCalls = []metadataCall{
 	{descs: ds(d("app", "web", "route", "x")),
 		want: `{"domain": "DOMAIN", "descriptors": [{"entries": ["app=web", "route=x"]}], "metadata": {"name": "service_1"}}`},
@@ -97,6 +100,31 @@ func TestCompatibilityDynamicMetadata(t *testing.T) {
 			s := startEnvServer(t, "sluice serve --envoy-env", append(env, storeEnv...))
 			runMetadata(t, s, "md")
 		})
+	})
+}
+
+// TestEnvoyEnvQuotaMode: QUOTA_MODE=true puts every descriptor in quota
+// mode (test/service/ratelimit_test.go TestServiceGlobalQuotaMode: all
+// over is OVER_LIMIT; TestMetadataReturnedForPassedDescriptors: one of
+// two over is OK).
+func TestEnvoyEnvQuotaMode(t *testing.T) {
+	envStores(t, func(t *testing.T, storeEnv []string) {
+		root := t.TempDir()
+		configMapDir(t, filepath.Join(root, "ratelimit", "config"), map[string]string{"q.yaml": "domain: q\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: hello\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"})
+		s := startEnvServer(t, "sluice serve --envoy-env", append(append(referenceEnv(root), "QUOTA_MODE=true"), storeEnv...))
+		for i, c := range []call{
+			req(OK, ds(d("foo", "bar"), d("hello", "world")), ok(1, minute, 0), ok(2, minute, 1)),
+			req(OK, ds(d("foo", "bar"), d("hello", "world")), over(1, minute), ok(2, minute, 0)),
+			req(OVER, ds(d("foo", "bar"), d("hello", "world")), over(1, minute), over(2, minute)),
+		} {
+			resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: "q", Descriptors: c.descs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range c.check(resp, before, after) {
+				t.Errorf("call %d: %s", i, p)
+			}
+		}
 	})
 }
 

@@ -19,9 +19,9 @@ type Config struct {
 	domains map[string]*node
 	headers headerStyle
 	names   HeaderNames
-	// countRefused, shadowAll and dynamicMetadata are Section's
-	// CountRefused, ShadowAll and DynamicMetadata.
-	countRefused, shadowAll, dynamicMetadata bool
+	// countRefused, shadowAll, quotaAll and dynamicMetadata are
+	// Section's CountRefused, ShadowAll, QuotaAll and DynamicMetadata.
+	countRefused, shadowAll, quotaAll, dynamicMetadata bool
 	// policies are the policies of the configured limits, by name: the
 	// limits that admin overrides may name (Limit).
 	policies map[string]sluice.Policy
@@ -128,7 +128,7 @@ func CompileSection(s Section) (*Config, error) {
 		return nil, &ProblemsError{Problems: ps}
 	}
 	c := &Config{domains: make(map[string]*node, len(s.Domains)), headers: style, policies: map[string]sluice.Policy{},
-		names: s.HeaderNames, countRefused: s.CountRefused, shadowAll: s.ShadowAll, dynamicMetadata: s.DynamicMetadata}
+		names: s.HeaderNames, countRefused: s.CountRefused, shadowAll: s.ShadowAll, quotaAll: s.QuotaAll, dynamicMetadata: s.DynamicMetadata}
 	if c.names.Limit == "" {
 		c.names.Limit = "RateLimit-Limit"
 	}

@@ -46,6 +46,11 @@ type Section struct {
 	// descriptor is decided, counted and reported as usual, but the
 	// overall answer is OK even when a descriptor is OVER_LIMIT.
 	ShadowAll bool
+	// QuotaAll is envoyproxy/ratelimit's global QUOTA_MODE: every
+	// descriptor of a request is in quota mode (Descriptor.QuotaMode),
+	// and one that matches no limit counts as a quota descriptor that is
+	// not over.
+	QuotaAll bool
 	// DynamicMetadata is envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA:
 	// each answer carries dynamic metadata that Envoy stores under
 	// envoy.filters.http.ratelimit: the request's domain, its descriptors

@@ -190,3 +190,55 @@ descriptors:
 		}
 	}
 }
+
+// TestQuotaAll replays the reference's global QUOTA_MODE
+// (test/service/ratelimit_test.go TestServiceGlobalQuotaMode: every
+// descriptor over is OVER_LIMIT; TestMetadataReturnedForPassedDescriptors:
+// one of two over is OK, with the metadata of the one not over) and its
+// global SHADOW_MODE over quota descriptors (TestServiceQuotaModeWithShadowMode,
+// TestServiceMixedModeWithShadowMode: OK, statuses OVER_LIMIT).
+func TestQuotaAll(t *testing.T) {
+	const src = `
+domain: g
+descriptors:
+  - key: regular
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {name: service_1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata: {name: service_2}
+`
+	eachUsageStore(t, func(t *testing.T, store sluice.Store) {
+		h := startWith(t, store, compileSection(t, src, Section{QuotaAll: true, DynamicMetadata: true, CountRefused: true}))
+		h.clock.Set(t0)
+		h.call(t, "g", desc("quota", "x"))
+		resp := h.call(t, "g", desc("regular", "x"), desc("quota", "x"))
+		if resp.OverallCode != ok {
+			t.Errorf("one of two over: overall_code = %v, want OK", resp.OverallCode)
+		}
+		checkQuotaStatus(t, "regular", resp.Statuses[0], want{ok, 1, minute, 0, -2})
+		checkQuotaStatus(t, "quota", resp.Statuses[1], want{over, 1, minute, 0, -2})
+		if got := resp.GetDynamicMetadata().GetFields()["metadata"].GetStructValue().GetFields()["name"].GetStringValue(); got != "service_1" {
+			t.Errorf("metadata name = %q, want service_1 (the descriptor not over)", got)
+		}
+		resp = h.call(t, "g", desc("regular", "x"), desc("quota", "x"))
+		if resp.OverallCode != over {
+			t.Errorf("both over: overall_code = %v, want OVER_LIMIT", resp.OverallCode)
+		}
+		// A descriptor without a limit is a quota descriptor not over.
+		resp = h.call(t, "g", desc("regular", "x"), desc("nothing", "x"))
+		if resp.OverallCode != ok {
+			t.Errorf("over and no limit: overall_code = %v, want OK", resp.OverallCode)
+		}
+	})
+	t.Run("shadow-all", func(t *testing.T) {
+		h := startWith(t, memstore.New(memstore.Options{}), compileSection(t, src, Section{ShadowAll: true, CountRefused: true}))
+		h.clock.Set(t0)
+		h.call(t, "g", desc("regular", "x"), desc("quota", "x"))
+		resp := h.call(t, "g", desc("regular", "x"), desc("quota", "x"))
+		if resp.OverallCode != ok || resp.Statuses[0].Code != over || resp.Statuses[1].Code != over {
+			t.Errorf("global shadow mode over quota descriptors: %v, want OK with both OVER_LIMIT", resp)
+		}
+	})
+}

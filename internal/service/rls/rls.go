@@ -282,6 +282,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			return nil, err
 		}
 		it := &items[i]
+		it.quota = it.quota || cfg.quotaAll
 		// The reference's counting: every hit is counted, as a usage
 		// report is; a hits_addend of 0 stays a look at the state, which
 		// is what the reference's increment of 0 is.
@@ -327,7 +328,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			its = ds[it.first : it.first+len(it.limits)]
 		}
 		resp.Statuses[i] = s.statusOf(domain, it, its, spare, denied, degraded)
-		if it.quota && it.matched && !it.unlimited {
+		// With the global quota mode, a descriptor without a limit is a
+		// quota descriptor that is not over, as in the reference.
+		if it.quota && !it.unlimited && (it.matched || cfg.quotaAll) {
 			quotas++
 			if resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 				quotasOver++
