@@ -69,3 +69,11 @@ func TestStopWhenDone(t *testing.T) {
 		t.Error("the process outlived its test")
 	}
 }
+
+func TestRedisStoreYAML(t *testing.T) {
+	got := RedisStoreYAML("ready:", time.Second, "127.0.0.1:7000", "127.0.0.1:7001")
+	want := "store:\n  backend: redis\n  redis: {addrs: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"], prefix: \"ready:\"}\n  timeout: 1s\n  on_error: error\n"
+	if got != want {
+		t.Errorf("RedisStoreYAML = %q, want %q", got, want)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +122,20 @@ func WriteFile(t testing.TB, path, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// RedisStoreYAML is the store section of a sluice serve configuration,
+// in block style and ending in a newline: the Redis at addrs (one
+// server, or a cluster's seeds), keys under prefix, each call bounded by
+// timeout, and on_error: error, so that a failed call is an error rather
+// than a failure policy's decision.
+func RedisStoreYAML(prefix string, timeout time.Duration, addrs ...string) string {
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = strconv.Quote(a)
+	}
+	return fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%s], prefix: %q}\n  timeout: %v\n  on_error: error\n",
+		strings.Join(quoted, ", "), prefix, timeout)
 }
 
 // WriteFileAt writes content to path, sets the file's modification time

@@ -42,19 +42,14 @@ func TestThreeInstancesInFlight(t *testing.T) {
 		w.Write([]byte("done"))
 	}))
 	t.Cleanup(up.Close)
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "inflight:"}
-  timeout: 2s
-  on_error: error
-limits:
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+`+testkit.RedisStoreYAML("inflight:", 2*time.Second, srv.Addr)+fmt.Sprintf(`limits:
   inflight: {algorithm: concurrency, limit: %d, lease: 1m}
 proxy:
   upstream: %s
   rules:
     - limits: [{limit: inflight, key: "header:X-User"}]
-`, srv.Addr, limit, up.URL))
+`, limit, up.URL))
 	instances := startInstances(t, 3, "--config", cfg)
 	get := func(k int) (int, error) {
 		req, err := http.NewRequest("GET", "http://"+instances[k%len(instances)].http+"/work", nil)

@@ -20,15 +20,10 @@ func TestThreeInstancesOneRedis(t *testing.T) {
 	t.Parallel()
 	srv := testkit.StartRedis(t)
 	const limit, requests, workers = 20, 90, 9
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "e2e:"}
-  timeout: 2s
-  on_error: error
-limits:
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+`+testkit.RedisStoreYAML("e2e:", 2*time.Second, srv.Addr)+fmt.Sprintf(`limits:
   shared: {algorithm: token_bucket, limit: %d, period: 1h}
-`, srv.Addr, limit))
+`, limit))
 	instances := startInstances(t, 3, "--config", cfg)
 
 	var mu sync.Mutex
@@ -88,20 +83,15 @@ func TestThreeInstancesShareABlock(t *testing.T) {
 	t.Parallel()
 	srv := testkit.StartRedis(t)
 	const token = "e2e-admin-token-0123456789abcdef"
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "e2e-block:"}
-  timeout: 2s
-  on_error: error
-admin: {token: %s}
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+`+testkit.RedisStoreYAML("e2e-block:", 2*time.Second, srv.Addr)+fmt.Sprintf(`admin: {token: %s}
 limits:
   guarded:
     algorithm: token_bucket
     limit: 1
     period: 1h
     penalty: {block_for: 2h, factor: 2, forget_after: 24h}
-`, srv.Addr, token))
+`, token))
 	in := startInstances(t, 3, "--config", cfg)
 	if body := in[0].check(t, "guarded", "mallory"); !strings.HasPrefix(body, `{"allowed":true,`) {
 		t.Fatalf("instance 1, first check: %s, want allowed", body)

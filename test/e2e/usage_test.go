@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
@@ -46,12 +47,7 @@ proxy:
 func TestThreeInstancesTokenBudget(t *testing.T) {
 	t.Parallel()
 	srv := testkit.StartRedis(t)
-	store := fmt.Sprintf(`store:
-  backend: redis
-  redis: {addrs: [%q], prefix: "budget:"}
-  timeout: 2s
-  on_error: error`, srv.Addr)
-	testTokenBudget(t, store, 3)
+	testTokenBudget(t, testkit.RedisStoreYAML("budget:", 2*time.Second, srv.Addr), 3)
 }
 
 // TestOneInstanceTokenBudget is TestThreeInstancesTokenBudget with the

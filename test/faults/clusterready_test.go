@@ -48,27 +48,15 @@ func getReadyz(c *http.Client, addr string) (readyz, error) {
 // 200 "ready" to the next 100 polls in a row, although dead nodes are
 // still listed in the addresses.
 func clusterReadiness(t *testing.T, c *testkit.RedisCluster) {
-	var addrs string
-	for i, a := range c.Addrs {
-		if i > 0 {
-			addrs += ", "
-		}
-		addrs += fmt.Sprintf("%q", a)
-	}
-	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), fmt.Sprintf(`listen: {http: "127.0.0.1:0"}
-store:
-  backend: redis
-  redis: {addrs: [%s], prefix: "ready:"}
-  timeout: 1s
-  on_error: error
-limits:
+	cfg := testkit.WriteFile(t, filepath.Join(t.TempDir(), "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+`+testkit.RedisStoreYAML("ready:", time.Second, c.Addrs...)+`limits:
   api: {algorithm: token_bucket, limit: 100, period: 1m}
   hourly: {algorithm: fixed_window, limit: 1000, period: 1h}
 proxy:
   rules:
     - name: split
       limits: [{limit: api, key: ip}, {limit: hourly, key: "header:X-User"}]
-`, addrs))
+`)
 	svc := startService(t, "sluice", "--config", cfg)
 	client := newClient(t, 1)
 	poll := func() readyz {

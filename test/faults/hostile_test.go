@@ -75,7 +75,7 @@ func TestHostileKeysService(t *testing.T) {
 			var srv *testkit.RedisServer
 			if backend == "redis" {
 				srv = testkit.StartRedis(t)
-				store = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q], prefix: \"h:\"}\n  timeout: 5s\n  on_error: error", srv.Addr)
+				store = testkit.RedisStoreYAML("h:", 5*time.Second, srv.Addr)
 			}
 			svc := startOneLimit(t, `listen: {http: "127.0.0.1:0"}`+"\n"+store)
 			c := newClient(t, 2)
