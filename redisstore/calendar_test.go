@@ -44,7 +44,7 @@ func TestCalendarWindowByRedisTime(t *testing.T) {
 		if err != nil {
 			t.Fatalf("skew %v: %v", skew, err)
 		}
-		v, _, err := st.oneReply(vals)
+		v, _, _, err := st.oneReply(vals)
 		if err != nil {
 			t.Fatal(err)
 		}

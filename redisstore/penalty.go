@@ -139,7 +139,10 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 	local := rf != nil && us < 0 && len(reqs) == 1
 	var sent int64
 	if local {
-		if d, ok := s.refuseBlocked(cs[0], &reqs[0]); ok {
+		if d, at, ok := s.refuseBlocked(cs[0], &reqs[0]); ok {
+			if s.onDecided != nil {
+				s.decided(ctx, reqs, at)
+			}
 			return d, nil
 		}
 		rf.remote.add()
@@ -161,6 +164,9 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 			out = make([]sluice.Decision, len(reqs))
 		}
 		d, done, err = s.parseMany(vals[1+2*len(reqs):], cs, reqs, out)
+		if done && us < 0 {
+			s.sawMany(ctx, reqs, vals[1+2*len(reqs):])
+		}
 		if done && err == nil {
 			for i := range reqs {
 				switch flags[2*i] {
@@ -250,19 +256,20 @@ func (s *Store) Unblock(ctx context.Context, now time.Time, req sluice.Request) 
 // RetryAfter and ResetAfter that Redis's refusal gave, counted down. The
 // block is dropped when another instance lifts it or resets the key (the
 // refund channel), and refuses for at most LocalRefusals.MaxAge after
-// Redis answered, as every local refusal.
-func (s *Store) refuseBlocked(c *compiled, req *sluice.Request) (sluice.Decision, bool) {
+// Redis answered, as every local refusal. It returns the time the refusal
+// is dated at (refusals.decidedAt).
+func (s *Store) refuseBlocked(c *compiled, req *sluice.Request) (sluice.Decision, int64, bool) {
 	rf := s.refusals
 	e := rf.hotGet(c, req.Key)
 	if e == nil {
 		e = rf.getFor(c, s.prefix, req.Key)
 	}
 	if e == nil || e.blockEnd == 0 || e.cost != req.Cost {
-		return sluice.Decision{}, false
+		return sluice.Decision{}, 0, false
 	}
 	t, ok := e.redisClock(rf.mono(), rf.maxAge)
 	if !ok || t >= e.blockEnd {
-		return sluice.Decision{}, false
+		return sluice.Decision{}, 0, false
 	}
 	e.count.add()
 	return sluice.Decision{
@@ -270,7 +277,7 @@ func (s *Store) refuseBlocked(c *compiled, req *sluice.Request) (sluice.Decision
 		RetryAfter: retryMillis(e.retryAt - t),
 		ResetAfter: ceilMillis(max(e.resetAt-t, 0)),
 		Blocked:    true,
-	}, true
+	}, rf.decidedAt(e.redisAt, t), true
 }
 
 // learnBlock keeps the block that refused req at Redis's time redisNow,

@@ -143,6 +143,16 @@ type Options struct {
 	// Redis Cluster which slot and master, how long, and its error. It must
 	// be quick, safe for concurrent use, and must not call the store.
 	Observe func(ctx context.Context, c Call)
+	// OnDecided, if set, is told the time at which each request of a
+	// decision on Redis's clock was decided, with the caller's context:
+	// the TIME of the script that decided it (returned with every
+	// decision), or for a refusal made locally (LocalRefusals) a time at
+	// which Redis refuses too, no earlier than the store's latest reply
+	// from Redis. It is told nothing of decisions at the caller's time
+	// (CallerTime), of degraded ones and of failed calls. A decision log
+	// writes it, so that a replay decides at the same instants. It must
+	// be quick, safe for concurrent use, and must not call the store.
+	OnDecided func(ctx context.Context, req sluice.Request, at time.Time)
 }
 
 // Call is one script call to Redis, as Options.Observe sees it.
@@ -174,6 +184,7 @@ type Store struct {
 	onError    func(error)
 	callerTime bool
 	observe    func(context.Context, Call)
+	onDecided  func(context.Context, sluice.Request, time.Time)
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	general  [len(algorithmFiles)]*rueidis.Lua // single.lua for the flat algorithms, whose keys in debt it decides
@@ -268,6 +279,7 @@ func New(opts Options) (*Store, error) {
 		onError:    opts.OnError,
 		callerTime: opts.CallerTime,
 		observe:    opts.Observe,
+		onDecided:  opts.OnDecided,
 		many:       named(rueidis.NewLuaScript(many), "many"),
 		settle:     named(rueidis.NewLuaScript(settle), "allow_settle"),
 		breakers:   newBreakers(opts.BreakerThreshold, opts.BreakerCooldown, opts.OnBreakerChange, opts.OnRecover),
@@ -473,9 +485,14 @@ func (s *Store) one(ctx context.Context, now time.Time, req *sluice.Request, op 
 			e = rf.getFor(c, s.prefix, req.Key)
 		}
 		var r algo.Verdict
-		if e != nil && s.refuseOne(e, us, req, &r) {
-			d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = req.Policy.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay
-			return d, nil
+		if e != nil {
+			if t, ok := s.refuseOne(e, us, req, &r); ok {
+				d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = req.Policy.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay
+				if us < 0 && s.onDecided != nil {
+					s.onDecided(ctx, *req, time.UnixMicro(rf.decidedAt(e.redisAt, t)))
+				}
+				return d, nil
+			}
 		}
 	}
 	return s.oneRemote(ctx, now, req, op, c, e, us)
@@ -526,10 +543,19 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 	if err == nil {
 		var v [replyWidth]int64
 		var st []int64
-		v, st, err = s.oneReply(vals)
+		var at int64
+		v, at, st, err = s.oneReply(vals)
 		if err == nil {
 			s.concDropped(c, v[:])
 			d, err = parseDecision(req.Policy, v[:])
+			if err == nil && nowArg == "" {
+				if s.refusals != nil {
+					s.refusals.latest.saw(at)
+				}
+				if s.onDecided != nil {
+					s.onDecided(ctx, *req, time.UnixMicro(at))
+				}
+			}
 		}
 		if err != nil {
 			s.report(err)
@@ -554,38 +580,42 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 }
 
 // oneReply reads the reply of a single-request script (see reply in
-// lib.lua): the decision's five numbers, and after a refusal the time and
-// state that follow them, if any.
-func (s *Store) oneReply(vals []int64) (v [replyWidth]int64, st []int64, err error) {
+// lib.lua): the decision's five numbers, the script's time (µs), and
+// after a refusal the time and state that follow the five, if any.
+func (s *Store) oneReply(vals []int64) (v [replyWidth]int64, at int64, st []int64, err error) {
 	switch {
-	case len(vals) == 3 && vals[0] == 1:
-		v = [replyWidth]int64{1, vals[1], 0, vals[2], 0}
 	case len(vals) == 4 && vals[0] == 1:
-		v = [replyWidth]int64{1, vals[1], 0, vals[2], vals[3]}
-	case len(vals) == replyWidth && vals[0] == 0,
+		v, at = [replyWidth]int64{1, vals[1], 0, vals[2], 0}, vals[3]
+	case len(vals) == 5 && vals[0] == 1:
+		v, at = [replyWidth]int64{1, vals[1], 0, vals[2], vals[4]}, vals[3]
+	case len(vals) == replyWidth+1 && vals[0] == 0,
 		len(vals) >= replyWidth+2 && vals[0] == 0 && s.refusals != nil:
 		copy(v[:], vals)
-		st = vals[replyWidth:]
+		at = vals[replyWidth]
+		if len(vals) > replyWidth+1 {
+			st = vals[replyWidth:]
+		}
 	default:
-		return v, nil, s.malformed(vals)
+		return v, 0, nil, s.malformed(vals)
 	}
-	return v, st, nil
+	return v, at, st, nil
 }
 
 // refuseOne decides req on its cached state e into r, and reports whether
-// that refuses it. us is the caller's time in µs, or -1 for Redis's clock.
-func (s *Store) refuseOne(e *entry, us int64, req *sluice.Request, r *algo.Verdict) bool {
-	t, ok := s.refusals.at(e, us, us >= 0)
+// that refuses it, and at which time t (µs). us is the caller's time in
+// µs, or -1 for Redis's clock.
+func (s *Store) refuseOne(e *entry, us int64, req *sluice.Request, r *algo.Verdict) (t int64, ok bool) {
+	t, ok = s.refusals.at(e, us, us >= 0)
 	if !ok {
-		return false
+		return 0, false
 	}
 	e.decide(r, t, req.Cost, req.MaxDelay)
 	if r.Allowed || r.RetryAfter == algo.Never {
-		return false
+		return 0, false
 	}
 	e.seen(t)
 	e.count.add()
-	return true
+	return t, true
 }
 
 // callerMicros returns the caller's time of a time argument, or 0 for
@@ -696,8 +726,12 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		}
 		var d sluice.Decision
 		var done bool
-		es, d, done = s.refuseMany(cs, reqs, out, us, es)
+		var at int64
+		es, d, at, done = s.refuseMany(cs, reqs, out, us, es)
 		if done {
+			if us < 0 && s.onDecided != nil {
+				s.decided(ctx, reqs, at)
+			}
 			return d, nil
 		}
 		rf.remote.add()
@@ -743,6 +777,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		var d sluice.Decision
 		var done bool
 		d, done, err = s.parseMany(vals, cs, reqs, out)
+		if done && nowArg == "" {
+			s.sawMany(ctx, reqs, vals)
+		}
 		if done {
 			if err == nil && es != nil {
 				// es is nil when the call skipped the local refusals: no
@@ -782,10 +819,11 @@ func oneKey(reqs []sluice.Request) bool {
 // refuseMany decides an AllowAll on the cached states of its requests, at
 // us (the caller's time in µs, or -1 for Redis's clock): when every request
 // has one and at least one of them refuses, the whole is refused (done),
-// with the decisions the script would make on those states. It appends to
+// with the decisions the script would make on those states, made on
+// Redis's clock at at (see refusals.decidedAt). It appends to
 // es the entries found (nil where none), found as Allow finds them: in
 // their hot slots, else by their Redis keys built on the stack.
-func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.Decision, us int64, es []*entry) (_ []*entry, d sluice.Decision, done bool) {
+func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.Decision, us int64, es []*entry) (_ []*entry, d sluice.Decision, at int64, done bool) {
 	rf := s.refusals
 	complete := true
 	for i := range reqs {
@@ -797,12 +835,13 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		complete = complete && e != nil
 	}
 	if !complete {
-		return es, d, false
+		return es, d, 0, false
 	}
 	// One time for every request, as the script has: with a caller's time
-	// the latest any of the keys has seen; on Redis's clock each entry's
-	// own bound of Redis's clock (the keys share one slot, so one Redis),
-	// all at one reading of the local clock.
+	// the latest any of the keys has seen; on Redis's clock the least of
+	// the entries' upper bounds of Redis's clock (the keys share one slot,
+	// so one Redis), all at one reading of the local clock, which is an
+	// upper bound too.
 	caller, callerNow := us >= 0, max(us, 0)
 	var mono int64
 	if !caller {
@@ -822,9 +861,13 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 			t, ok = e.redisClock(mono, rf.maxAge)
 		}
 		if !ok {
-			return es, d, false
+			return es, d, 0, false
 		}
 		ts, callerNow = append(ts, t), max(callerNow, t)
+	}
+	t := callerNow
+	if !caller {
+		t = slices.Min(ts)
 	}
 	var buf [maxLocalAll]algo.Verdict
 	res := buf[:0]
@@ -835,25 +878,24 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 	// The same Redis key: one request of their summed cost.
 	var sbuf [maxLocalAll]int64
 	sums, _ := summedCosts(es, reqs, sbuf[:0])
-	refused := false
-	for i := range reqs {
-		if caller {
-			ts[i] = callerNow
-		}
-		es[i].decide(&res[i], ts[i], sums[i], reqs[i].MaxDelay)
-		if reqs[i].Cost == 0 {
-			// A check, as many.lua decides it: is a unit left.
-			var one algo.Verdict
-			es[i].decide(&one, ts[i], sums[i]+1, reqs[i].MaxDelay)
-			res[i] = algo.Check(res[i], one)
-		}
-		if res[i].RetryAfter == algo.Never {
-			return es, d, false // the script reports it, with its error
-		}
-		refused = refused || !res[i].Allowed
+	refused, never := verdicts(es, reqs, sums, t, res)
+	if never || !refused {
+		return es, d, 0, false // a cost that can never pass: the script reports it, with its error
 	}
-	if !refused {
-		return es, d, false
+	if !caller {
+		// Reported at the time that dates the refusal among Redis's
+		// decisions (refusals.decidedAt): no later than t, it refuses
+		// too, and every request's decision is the one made then.
+		for _, e := range es {
+			at = max(at, e.redisAt)
+		}
+		if at = rf.decidedAt(at, t); at < t {
+			if refused, _ := verdicts(es, reqs, sums, at, res); !refused {
+				at = t
+				verdicts(es, reqs, sums, t, res)
+			}
+		}
+		t = at
 	}
 	var dbuf [maxLocalAll]sluice.Decision
 	ds := dbuf[:0]
@@ -867,17 +909,38 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 		r := &res[i]
 		if r.Allowed {
 			// Not charged: the state as it stays.
-			es[i].decide(r, ts[i], 0, 0)
+			es[i].decide(r, t, 0, 0)
 			r.Delay = 0
 		} else if !counted {
 			// One decision, counted under the first policy that refused.
 			es[i].count.add()
 			counted = true
 		}
-		es[i].seen(ts[i])
+		es[i].seen(t)
 		ds = append(ds, decisionOf(reqs[i].Policy, r))
 	}
-	return es, algo.Combine(ds), true
+	return es, algo.Combine(ds), at, true
+}
+
+// verdicts decides each request of reqs, of summed costs sums (see
+// summedCosts), on its entry of es at t into res, as AllowAll's script
+// would before charging anything, and reports whether one refuses and
+// whether one can never pass.
+func verdicts(es []*entry, reqs []sluice.Request, sums []int64, t int64, res []algo.Verdict) (refused, never bool) {
+	for i := range reqs {
+		es[i].decide(&res[i], t, sums[i], reqs[i].MaxDelay)
+		if reqs[i].Cost == 0 {
+			// A check, as many.lua decides it: is a unit left.
+			var one algo.Verdict
+			es[i].decide(&one, t, sums[i]+1, reqs[i].MaxDelay)
+			res[i] = algo.Check(res[i], one)
+		}
+		if res[i].RetryAfter == algo.Never {
+			return refused, true
+		}
+		refused = refused || !res[i].Allowed
+	}
+	return refused, false
 }
 
 // summedCosts appends to sums, for each request of reqs, its cost plus
@@ -927,7 +990,7 @@ func (s *Store) learnMany(cs []*compiled, keys []string, reqs []sluice.Request, 
 		}
 		return
 	}
-	redisAt, st := st[0], st[1:]
+	redisAt := vals[2]
 	for i := range n {
 		if len(st) == 0 || st[0] < 0 || st[0] > int64(len(st)-1) {
 			s.report(s.malformed(vals))
@@ -1055,6 +1118,28 @@ func (s *Store) parseMany(vals []int64, cs []*compiled, reqs []sluice.Request, o
 		ds = append(ds, d)
 	}
 	return algo.Combine(ds), true, nil
+}
+
+// sawMany takes the time of a decided AllowAll reply on Redis's clock
+// (see many.lua): the latest time the store has seen (refusals.latest),
+// and Options.OnDecided's.
+func (s *Store) sawMany(ctx context.Context, reqs []sluice.Request, vals []int64) {
+	at := vals[2]
+	if s.refusals != nil {
+		s.refusals.latest.saw(at)
+	}
+	if s.onDecided != nil {
+		s.decided(ctx, reqs, at)
+	}
+}
+
+// decided tells Options.OnDecided that each request of reqs was decided
+// at at (µs).
+func (s *Store) decided(ctx context.Context, reqs []sluice.Request, at int64) {
+	t := time.UnixMicro(at)
+	for i := range reqs {
+		s.onDecided(ctx, reqs[i], t)
+	}
 }
 
 func (s *Store) malformed(vals []int64) error {

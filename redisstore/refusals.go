@@ -121,8 +121,44 @@ type refusals struct {
 	// refusal reads.
 	remote *counter
 
+	// latest is the latest Redis TIME of a reply on Redis's clock, which
+	// dates a local refusal in its place among the decisions of Redis
+	// (see decidedAt). Allocated on its own, as remote: every reply
+	// writes it.
+	latest *latestTime
+
 	namesMu sync.Mutex
 	byName  map[string]*counter
+}
+
+// latestTime is a time in µs that only moves forwards, alone in its 128
+// bytes.
+type latestTime struct {
+	t atomic.Int64
+	_ [120]byte
+}
+
+// saw moves the latest time to t, if t is later.
+func (l *latestTime) saw(t int64) {
+	for {
+		old := l.t.Load()
+		if t <= old || l.t.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// decidedAt returns the time (µs) a local refusal on Redis's clock
+// reports to Options.OnDecided: of the states it decided on, the latest
+// time one was read at (from), or the latest TIME of any reply since, if
+// later, but never past the refusal's own time t, an upper bound of
+// Redis's clock. Any time from from to t refuses as t does (a later time
+// admits at least as much), and a time no earlier than the replies
+// received before puts the refusal in its place among Redis's decisions,
+// for a replay of the decision log; t itself may come after Redis's next
+// decisions, by as much as a round trip.
+func (rf *refusals) decidedAt(from, t int64) int64 {
+	return min(max(from, rf.latest.t.Load()), t)
 }
 
 // counterStripes is the number of stripes a counter is spread over: one
@@ -242,6 +278,7 @@ func newRefusals(o LocalRefusals) *refusals {
 		maxBytes:   int(min(o.MaxBytes/refusalShards+1, math.MaxInt32)),
 		base:       time.Now(),
 		remote:     new(counter),
+		latest:     new(latestTime),
 		byName:     make(map[string]*counter),
 	}
 	for i := range rf.shards {

@@ -209,7 +209,7 @@ const (
 // replies; replyHeader is the number that precede them in AllowAll's.
 const (
 	replyWidth  = 5
-	replyHeader = 2
+	replyHeader = 3
 )
 
 // parseDecision turns five integers of the script's reply into a Decision,

@@ -20,7 +20,7 @@ if out[1] ~= 0 then
   return out
 end
 for i = 1, n do
-  if out[3 + 5 * (i - 1)] ~= 1 then
+  if out[4 + 5 * (i - 1)] ~= 1 then
     return out
   end
 end

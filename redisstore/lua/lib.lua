@@ -58,18 +58,18 @@ local MALFORMED = 'ERR sluice: malformed state at key '
 -- cost) pairs.
 
 -- reply returns one decision as single.lua replies it: after an
--- admission 1, remaining, reset and, when not 0, delay; after a refusal 0,
--- remaining, retry, reset and delay, and with a state st, NOW and st.
+-- admission 1, remaining, reset, NOW and, when not 0, delay; after a
+-- refusal 0, remaining, retry, reset, delay and NOW, and with a state st,
+-- st.
 local function reply(ok, rem, retry, reset, delay, st)
   if ok then
     if delay > 0 then
-      return {1, rem, reset, delay}
+      return {1, rem, reset, NOW, delay}
     end
-    return {1, rem, reset}
+    return {1, rem, reset, NOW}
   end
-  local r = {0, rem, retry, reset, delay}
+  local r = {0, rem, retry, reset, delay, NOW}
   if st then
-    r[6] = NOW
     for i = 1, #st do
       r[6 + i] = st[i]
     end

@@ -7,12 +7,13 @@
 -- B is the lease id; see concurrency.lua). The AllowAll script calls it on
 -- every key, with ARGV[1] the time (see lib.lua); batch.lua calls it on a
 -- part of its keys.
--- Reply: status, index, then allowed, remaining, retry, reset and delay per
---   request. Status 1 means that request index costs more than its capacity
---   (retry -1): nothing was charged, and only that request's decision
---   follows, then the delay field of each request before it. With STATE
---   (see lib.lua), a denied whole adds the time and, per request, the
---   length of its state and the state (length 0 when it has none to send).
+-- Reply: status, index, the time (NOW, µs; see lib.lua), then allowed,
+--   remaining, retry, reset and delay per request. Status 1 means that
+--   request index costs more than its capacity (retry -1): nothing was
+--   charged, and only that request's decision follows, then the delay
+--   field of each request before it. With STATE (see lib.lua), a denied
+--   whole adds, per request, the length of its state and the state
+--   (length 0 when it has none to send).
 --   A concurrency request's delay field is the number of expired holds
 --   dropped at its key (see conc_decide), which the store counts even when
 --   nothing is charged.
@@ -120,7 +121,7 @@ local function allow_all(kb, ab, n)
     end
     sts[i] = st
     if retry == -1 then
-      local r = {1, i, 0, rem, -1, reset, delay}
+      local r = {1, i, NOW, 0, rem, -1, reset, delay}
       for j = 1, i - 1 do
         r[#r + 1] = res[j][5]
       end
@@ -143,7 +144,7 @@ local function allow_all(kb, ab, n)
       end
     end
   end
-  local out = {0, 0}
+  local out = {0, 0, NOW}
   for i = 1, n do
     local r = res[i]
     if all then
@@ -174,7 +175,6 @@ local function allow_all(kb, ab, n)
     out[#out + 1] = r[5]
   end
   if STATE and not all then
-    out[#out + 1] = NOW
     for i = 1, n do
       local st = sts[i] or {}
       out[#out + 1] = #st

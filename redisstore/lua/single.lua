@@ -12,8 +12,8 @@
 --   lib.lua. The batch scripts take the same fields as text. For a
 --   concurrency policy B is the lease id (empty for a Peek; see
 --   concurrency.lua).
--- Reply: after an admission 1, remaining, reset (µs) and, when not 0,
---   delay (µs); after a refusal 0, remaining, retry (µs, -1 for never),
---   reset and delay, and with STATE the time and the key's state (see
---   reply in lib.lua).
+-- Reply: after an admission 1, remaining, reset (µs), the time (NOW, µs;
+--   see lib.lua) and, when not 0, delay (µs); after a refusal 0,
+--   remaining, retry (µs, -1 for never), reset, delay and the time, and
+--   with STATE the key's state (see reply in lib.lua).
 return reply(decide(KEYS[1], algorithm, L, P, B, NOW, COST, not PEEK, MAXD))

@@ -165,9 +165,9 @@ end
 
 if ok then
   if delay > 0 then
-    return {1, rem, reset, delay}
+    return {1, rem, reset, NOW, delay}
   end
-  return {1, rem, reset}
+  return {1, rem, reset, NOW}
 end
 if STATE then
   -- With TRACK, now is what the key's w is after this call.
@@ -176,4 +176,4 @@ if STATE then
   end
   return {0, rem, retry, reset, delay, NOW, 0, at, frac}
 end
-return {0, rem, retry, reset, delay}
+return {0, rem, retry, reset, delay, NOW}
