@@ -121,6 +121,7 @@ func runReplay(ctx context.Context, s streams, args []string) error {
 	if err != nil {
 		return err
 	}
+	simulate.SortRecords(records)
 	run := func(chartOf string) (*simulate.Replay, *simulate.ReplayReport, error) {
 		r := simulate.NewReplay(limits, chartOf)
 		for _, rec := range records {

@@ -11,16 +11,21 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
-// replayLimits are the limits of the decision log tests: a token bucket
-// of period FAST (on the memory store 10ms: it refills a token every
-// 2 ms while the decisions come, a few hundred µs apart, so their
-// outcomes hang on their exact times), an hourly sliding window and an
-// hourly dry run (which refuse some whatever the timing), and a rule for
-// forward-auth over two of them.
+// replayLimits are the limits of the decision log tests. The token
+// bucket refills a token every 20 ms, the fixed windows (one a dry run)
+// turn every 50 ms and the sliding window's weights change with every
+// µs of its 200 ms: with the decisions a few hundred µs apart, many
+// outcomes hang on the exact time of their decision, and window edges
+// fall between a decision's call and its dry run's. An hourly sliding
+// window and an hourly dry run refuse some whatever the timing. A rule
+// for forward-auth takes two of them.
 const replayLimits = `limits:
-  fast: {algorithm: token_bucket, limit: 5, period: FAST}
+  fast: {algorithm: token_bucket, limit: 5, period: 100ms}
+  window: {algorithm: fixed_window, limit: 3, period: 50ms}
+  slide: {algorithm: sliding_window, limit: 4, period: 200ms}
   hourly: {algorithm: sliding_window, limit: 8, period: 1h}
   dry: {algorithm: sliding_log, limit: 3, period: 1h, shadow: true}
+  dryfast: {algorithm: fixed_window, limit: 2, period: 50ms, shadow: true}
 proxy:
   rules:
     - name: login
@@ -28,13 +33,16 @@ proxy:
       limits: [{limit: fast, key: ip}, {limit: hourly, key: "header:X-User"}]
 `
 
+// replayDecisions is how many decisions driveDecisions sends.
+const replayDecisions = 600
+
 // driveDecisions sends a mix of decisions: single and multiple checks,
 // dry runs, and forward-auth, over a few keys, some refused.
 func driveDecisions(t *testing.T, in *instance) {
 	t.Helper()
-	for i := range 40 {
+	for i := range replayDecisions {
 		user := fmt.Sprintf("u%d", i%3)
-		switch i % 4 {
+		switch i % 6 {
 		case 0:
 			in.check(t, "fast", user)
 		case 1:
@@ -47,6 +55,10 @@ func driveDecisions(t *testing.T, in *instance) {
 			}
 		case 3:
 			in.check(t, "hourly", user)
+		case 4:
+			in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"checks":[{"limit":"window","key":%q},{"limit":"slide","key":%q},{"limit":"dryfast","key":%q}]}`, user, user, user))
+		case 5:
+			in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"checks":[{"limit":"slide","key":%q},{"limit":"dryfast","key":%q}]}`, user, user))
 		}
 	}
 }
@@ -69,13 +81,10 @@ func TestReplayReproducesDecisions(t *testing.T) {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			// Redis decides at its own TIME, read after the time the log
-			// records by the call's latency: a limit whose outcome hangs on
-			// microseconds could replay otherwise (docs/operations.md,
-			// "Decision log"), so on Redis the token bucket is slow.
-			storeYAML, limits := "", strings.Replace(replayLimits, "FAST", "10ms", 1)
+			// On Redis the log has the TIME of each script call, the
+			// time each limit was decided at.
+			storeYAML, limits := "", replayLimits
 			if store == "redis" {
-				limits = strings.Replace(replayLimits, "FAST", "1h", 1)
 				srv := testkit.StartRedis(t)
 				storeYAML = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q]}\n  timeout: 2s\n", srv.Addr)
 			}
@@ -95,16 +104,23 @@ func TestReplayReproducesDecisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := strings.Count(string(b), "\n")
-			if lines != 40 || !strings.Contains(string(b), `"door":"forward_auth","rule":"login"`) || !strings.Contains(string(b), `"outcome":"denied"`) ||
+			if lines != replayDecisions || !strings.Contains(string(b), `"door":"forward_auth","rule":"login"`) || !strings.Contains(string(b), `"outcome":"denied"`) ||
 				!strings.Contains(string(b), `"outcome":"shadow_denied"`) {
-				t.Fatalf("the log has %d lines, want 40 with forward-auth, denials and dry-run denials:\n%s", lines, b)
+				t.Fatalf("the log has %d lines, want %d with forward-auth, denials and dry-run denials:\n%s", lines, replayDecisions, b)
+			}
+			// On Redis a dry run decided by a call of its own has that
+			// call's time; on the memory store every call of a decision
+			// has the decision's.
+			if got := strings.Contains(string(b), `"at":`); got != (store == "redis") {
+				t.Errorf("the log has limits with times of their own: %t, want %t", got, store == "redis")
 			}
 
 			out := replayOut(t, log, cfg)
-			if !strings.Contains(out, "replayed 40 of 40 decisions") || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") {
+			if !strings.Contains(out, fmt.Sprintf("replayed %d of %[1]d decisions", replayDecisions)) || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") {
 				t.Errorf("replay against the same configuration:\n%s", out)
 			}
-			for line := range strings.SplitSeq(out, "\n") {
+			table, _, _ := strings.Cut(out, "keys most affected")
+			for line := range strings.SplitSeq(table, "\n") {
 				f := strings.Fields(line)
 				if len(f) == 8 && f[0] != "door" && (f[4] != f[5] || f[6] != "0" || f[7] != "0") {
 					t.Errorf("replay changed a limit's refusals: %s", line)

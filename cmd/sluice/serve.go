@@ -421,7 +421,13 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: getenv, Keys: f.traceKeys, Version: s.build.Version, ServiceName: f.traceService, Section: cfg.Tracing()}); err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg.Store(), f.maxKeys, logger, m, s.tracing.Redis())
+	// With a decision log, Redis tells the time of each decision, which
+	// the log writes.
+	var decided func(context.Context, sluice.Request, time.Time)
+	if f.decisionLog != "" {
+		decided = decisionlog.Saw
+	}
+	st, err := openStore(cfg.Store(), f.maxKeys, logger, m, s.tracing.Redis(), decided)
 	if err != nil {
 		s.tracing.Shutdown(context.Background())
 		return nil, err

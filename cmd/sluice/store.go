@@ -77,8 +77,9 @@ func newMemStore(maxKeys int) *memstore.Store {
 // openStore builds the store that cfg describes. A Redis store does not
 // wait for Redis: until it answers, the failure policy decides.
 //
-// observe, when not nil, is told of each Redis script call (tracing).
-func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics, observe func(context.Context, redisstore.Call)) (*openedStore, error) {
+// observe, when not nil, is told of each Redis script call (tracing);
+// decided, of the time of each decision on Redis (the decision log).
+func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics, observe func(context.Context, redisstore.Call), decided func(context.Context, sluice.Request, time.Time)) (*openedStore, error) {
 	if cfg.Backend != config.RedisBackend {
 		ms := newMemStore(maxKeys)
 		return &openedStore{store: ms, closers: []func() error{ms.Close}}, nil
@@ -111,6 +112,7 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Me
 		},
 		OnRecover: func(r redisstore.Recovery) { logRecovery(logger, r) },
 		Observe:   observe,
+		OnDecided: decided,
 	}
 	var local *memstore.Store
 	if failure == redisstore.FailLocal {

@@ -24,10 +24,12 @@ type ReplayLimit struct {
 // Replay plays the decisions of a decision log through a candidate
 // configuration's limits, at the logged times, on a memory store of its
 // own, and compares what the candidate decides with what was decided.
-// Give it the log's records in order (Add), then read Report.
+// Give it the log's records in order of time (Add; see SortRecords), then
+// read Report.
 type Replay struct {
 	limits map[string]ReplayLimit
 	store  *memstore.Store
+	timed  *timedStore
 	now    time.Time
 	rep    ReplayReport
 	groups map[groupKey]*LimitChange
@@ -87,6 +89,7 @@ type keyID struct{ limit, key string }
 func NewReplay(limits map[string]ReplayLimit, chartLimit string) *Replay {
 	r := &Replay{limits: limits, groups: map[groupKey]*LimitChange{}, keys: map[keyID]*KeyChange{}}
 	r.store = memstore.New(memstore.Options{Now: func() time.Time { return r.now }})
+	r.timed = &timedStore{Store: r.store, at: map[*sluice.Policy]time.Time{}}
 	if l, ok := limits[chartLimit]; ok {
 		r.chart = &replayChart{limit: chartLimit, chart: NewChart([]sluice.Policy{l.Policy, l.Policy})}
 		r.chart.chart.RowLabels = []string{"as decided", "candidate"}
@@ -145,6 +148,9 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		if l.Shadow {
 			c.Mode = engine.Shadow
 		}
+		if !e.At.IsZero() {
+			r.timed.at[c.Policy] = e.At
+		}
 		checks = append(checks, c)
 		idx = append(idx, i)
 	}
@@ -153,7 +159,8 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 	res := make([]engine.CheckResult, len(checks))
 	var o engine.Outcome
 	if len(checks) > 0 {
-		engine.Decide(ctx, r.store, rec.Time, checks, res, &o)
+		engine.Decide(ctx, r.timed, rec.Time, checks, res, &o)
+		clear(r.timed.at)
 		if o.Err != nil {
 			return fmt.Errorf("replay at %v: %w", rec.Time, o.Err)
 		}
@@ -217,6 +224,46 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		}
 	}
 	return nil
+}
+
+// timedStore gives each store call of a replayed decision the time its
+// limit was decided at, when the log has one for it (Entry.At: a dry
+// run's own script call on Redis), and the record's time otherwise. at
+// maps the Policy of each such check to its time; a call of several
+// requests (AllowAll) takes its first one's.
+type timedStore struct {
+	*memstore.Store
+	at map[*sluice.Policy]time.Time
+}
+
+func (s *timedStore) time(p *sluice.Policy, now time.Time) time.Time {
+	if t, ok := s.at[p]; ok {
+		return t
+	}
+	return now
+}
+
+func (s *timedStore) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Store.Allow(ctx, s.time(req.Policy, now), req)
+}
+
+func (s *timedStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	if len(reqs) > 0 {
+		now = s.time(reqs[0].Policy, now)
+	}
+	return s.Store.AllowAll(ctx, now, reqs, out)
+}
+
+func (s *timedStore) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Store.Peek(ctx, s.time(req.Policy, now), req)
+}
+
+// SortRecords orders records by time, keeping the log's order between
+// equal times. A log is written in the order the doors finished their
+// decisions, which under concurrent requests need not be the order in
+// which the store decided them.
+func SortRecords(records []*decisionlog.Record) {
+	slices.SortStableFunc(records, func(a, b *decisionlog.Record) int { return a.Time.Compare(b.Time) })
 }
 
 // Report returns what the replay found so far.

@@ -3,8 +3,8 @@
 // configuration, and reads them back.
 //
 // A line is one decision of a front door: when it was decided (the time
-// the store decided at, as far as the service can know it: see Store),
-// the door, the rule, and each limit with its key, cost and outcome.
+// the store decided at: see Store and Record.Stamp), the door, the rule,
+// and each limit with its key, cost and outcome.
 // Lines are sampled by key, not by request: a key is in the log when a
 // hash of it falls below the ratio, so a sampled key's whole sequence of
 // decisions is kept and replays exactly. Keys may be replaced by a keyed
@@ -38,7 +38,9 @@ import (
 
 // Record is one line of the log: one decision of a front door.
 type Record struct {
-	// Time is when the store decided (see Store).
+	// Time is when the store decided: on the memory store the time it was
+	// given for every call of the decision (see Store), on Redis the TIME
+	// of the decision's first script call (see Stamp).
 	Time time.Time `json:"time"`
 	// Door is "check" (POST /v1/check), "forward_auth" or "proxy".
 	Door string `json:"door"`
@@ -63,6 +65,33 @@ type Entry struct {
 	// decision kept for another limit's key: its sequence in the log is
 	// partial.
 	Unsampled bool `json:"unsampled,omitempty"`
+	// At is the time this limit was decided at when it differs from the
+	// record's: on Redis, a limit decided by a script call of its own (a
+	// dry run's, after the enforced limits').
+	At time.Time `json:"at,omitzero"`
+}
+
+// Stamp sets the record's time and its entries' from the times the
+// store reported (Entry.At, from Decision.AtOf): a record with no Time
+// takes the earliest of them, or now when there is
+// none (a decision that made no store call, or one the store's failure
+// policy made); an entry's At that equals the record's Time is cleared.
+func (rec *Record) Stamp(now time.Time) {
+	if rec.Time.IsZero() {
+		for i := range rec.Limits {
+			if at := rec.Limits[i].At; !at.IsZero() && (rec.Time.IsZero() || at.Before(rec.Time)) {
+				rec.Time = at
+			}
+		}
+		if rec.Time.IsZero() {
+			rec.Time = now
+		}
+	}
+	for i := range rec.Limits {
+		if e := &rec.Limits[i]; e.At.Equal(rec.Time) {
+			e.At = time.Time{}
+		}
+	}
 }
 
 // Options configure a Log.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,5 +231,85 @@ func TestStoreTime(t *testing.T) {
 	}
 	if u, ok := s.(interface{ Unwrap() sluice.Store }); !ok || u.Unwrap() != ms {
 		t.Errorf("Store does not unwrap to the store beneath")
+	}
+}
+
+// TestStoreWithoutClock returns a store without a Now method as it is:
+// such a store reports its decisions' times itself.
+func TestStoreWithoutClock(t *testing.T) {
+	var next struct{ sluice.Store }
+	if s := Store(next); s != sluice.Store(next) {
+		t.Errorf("Store of a store without a clock = %T, want the store itself", s)
+	}
+}
+
+// TestStamp dates records from the times the store reported.
+func TestStamp(t *testing.T) {
+	now := time.Unix(1800000000, 0).UTC()
+	at := func(us int64) time.Time { return now.Add(time.Duration(us) * time.Microsecond) }
+	const none = math.MinInt64 // an entry without a time
+	entries := func(ats ...int64) []Entry {
+		var es []Entry
+		for _, a := range ats {
+			e := Entry{Limit: "l", Key: "k", Cost: 1, Outcome: "allowed"}
+			if a != none {
+				e.At = at(a)
+			}
+			es = append(es, e)
+		}
+		return es
+	}
+	for _, tc := range []struct {
+		name     string
+		rec      Record
+		wantTime time.Time
+		wantAts  []time.Time
+	}{
+		// The store's time, before now, wins over it.
+		{"store's time", Record{Limits: entries(-50, 7)}, at(-50), []time.Time{{}, at(7)}},
+		{"one call", Record{Limits: entries(5, 5)}, at(5), []time.Time{{}, {}}},
+		{"earliest", Record{Limits: entries(9, 5, none)}, at(5), []time.Time{at(9), {}, {}}},
+		{"no store time", Record{Limits: entries(none)}, now, []time.Time{{}}},
+		{"memory store", Record{Time: at(3), Limits: entries(none, none)}, at(3), []time.Time{{}, {}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := tc.rec
+			rec.Stamp(now)
+			if !rec.Time.Equal(tc.wantTime) {
+				t.Errorf("Time = %v, want %v", rec.Time, tc.wantTime)
+			}
+			for i, e := range rec.Limits {
+				if !e.At.Equal(tc.wantAts[i]) {
+					t.Errorf("Limits[%d].At = %v, want %v", i, e.At, tc.wantAts[i])
+				}
+			}
+		})
+	}
+}
+
+// TestSaw records the times a store reports in the Decision of the
+// context, and AtOf finds a limit's last one.
+func TestSaw(t *testing.T) {
+	p := &sluice.Policy{Name: "p"}
+	q := &sluice.Policy{Name: "q"}
+	at := time.Unix(1800000000, 0)
+	Saw(context.Background(), sluice.Request{Policy: p, Key: "k"}, at) // no Decision: nothing
+	d := &Decision{Door: "check"}
+	ctx := With(context.Background(), d)
+	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at)
+	Saw(ctx, sluice.Request{Policy: q, Key: "k"}, at.Add(time.Microsecond))
+	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at.Add(2*time.Microsecond))
+	for _, tc := range []struct {
+		limit, key string
+		want       time.Time
+	}{
+		{"p", "k", at.Add(2 * time.Microsecond)},
+		{"q", "k", at.Add(time.Microsecond)},
+		{"p", "other", time.Time{}},
+		{"r", "k", time.Time{}},
+	} {
+		if got := d.AtOf(tc.limit, tc.key); !got.Equal(tc.want) {
+			t.Errorf("AtOf(%q, %q) = %v, want %v", tc.limit, tc.key, got, tc.want)
+		}
 	}
 }

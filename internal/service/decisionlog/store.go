@@ -9,11 +9,43 @@ import (
 
 // Decision is what a door learns of one decision for the log: where it
 // came from and the time the store decided at. Attach one to the
-// request's context (With) before deciding through a Store.
+// request's context (With) before deciding through a Store. It is not
+// safe for concurrent use: one decision's store calls come one after the
+// other.
 type Decision struct {
 	Door, Rule string
-	// At is the time of the decision's first store call, set by Store.
+	// At is the time of the decision's first store call, set by Store on
+	// a store with a clock of its own that it can be given (memstore). It
+	// stays zero on a store that reports the time it decided at (Redis:
+	// see Saw).
 	At time.Time
+	// times are the times Saw was told, in order.
+	times []limitTime
+}
+
+type limitTime struct {
+	limit, key string
+	at         time.Time
+}
+
+// Saw records in the Decision of ctx, if any, that the store decided req
+// at at: the hook of a store that reports its times
+// (redisstore.Options.OnDecided).
+func Saw(ctx context.Context, req sluice.Request, at time.Time) {
+	if d := From(ctx); d != nil {
+		d.times = append(d.times, limitTime{req.Policy.Name, req.Key, at.UTC()})
+	}
+}
+
+// AtOf returns the time the store reported (Saw) for the last decision
+// of limit on key, or the zero time when it reported none: for Entry.At.
+func (d *Decision) AtOf(limit, key string) time.Time {
+	for i := len(d.times) - 1; i >= 0; i-- {
+		if t := &d.times[i]; t.limit == limit && t.key == key {
+			return t.at
+		}
+	}
+	return time.Time{}
 }
 
 type decisionKey struct{}
@@ -33,22 +65,21 @@ func From(ctx context.Context) *Decision {
 type clock interface{ Now() time.Time }
 
 // Store decorates next so that the decisions made under a context with a
-// Decision record their time in it: the first store call of a decision
-// reads the time and every call of the same decision uses it.
+// Decision are made at one time, recorded in it: the first store call of
+// a decision reads next's clock and every call of the same decision is
+// given that time, so the time is exactly the decision's, on the store's
+// own clock.
 //
-// With a store that decides at the caller's time (memstore: next has a
-// Now method), that time is passed to next, so it is exactly the time of
-// the decision, on the store's own clock. A store that keeps its own time
-// (Redis, which decides at its TIME) gets a zero time as before; At is
-// then the service's clock read just before the call, earlier than
-// Redis's by the call's latency (see docs/operations.md, "Decision log").
-// Calls under a context without a Decision pass through unchanged.
+// Store returns next itself when next has no Now method: such a store
+// (Redis, which decides at its TIME) reports the time of each decision to
+// Saw, which the doors log (see Record.Stamp). Calls under a context
+// without a Decision pass through unchanged.
 func Store(next sluice.Store) sluice.Store {
-	s := &store{Store: next}
-	if c, ok := next.(clock); ok {
-		s.clock = c
+	c, ok := next.(clock)
+	if !ok {
+		return next
 	}
-	return s
+	return &store{Store: next, clock: c}
 }
 
 type store struct {
@@ -68,16 +99,9 @@ func (s *store) at(ctx context.Context, now time.Time) time.Time {
 		return now
 	}
 	if d.At.IsZero() {
-		if s.clock != nil {
-			d.At = s.clock.Now()
-		} else {
-			d.At = time.Now()
-		}
+		d.At = s.clock.Now()
 	}
-	if s.clock != nil {
-		return d.At
-	}
-	return now
+	return d.At
 }
 
 func (s *store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {

@@ -585,21 +585,19 @@ func (h *Handler) logEvent(ev *httplimit.Event, now time.Time) {
 		if !r.Applied || r.Err != nil {
 			continue
 		}
-		rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: r.Policy.Name, Key: r.Key, Cost: r.Cost, Outcome: metrics.Outcome(r.Decision, r.Shadow)})
+		rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: r.Policy.Name, Key: r.Key, Cost: r.Cost, Outcome: metrics.Outcome(r.Decision, r.Shadow), At: dl.AtOf(r.Policy.Name, r.Key)})
 	}
 	h.writeDecision(&rec, now)
 }
 
-// writeDecision writes rec to the decision log, at now when no store call
-// set its time (every limit refused before the store: a cost above the
-// capacity).
+// writeDecision writes rec to the decision log, at the time the store
+// decided at (Record.Stamp), or now when no store call set it (every
+// limit refused before the store: a cost above the capacity).
 func (h *Handler) writeDecision(rec *decisionlog.Record, now time.Time) {
 	if len(rec.Limits) == 0 {
 		return
 	}
-	if rec.Time.IsZero() {
-		rec.Time = now
-	}
+	rec.Stamp(now)
 	h.dlog.Write(rec)
 }
 
