@@ -14,8 +14,6 @@ import (
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
@@ -92,18 +90,8 @@ func startEnvServer(t *testing.T, name string, env []string) *server {
 	ready := filepath.Join(t.TempDir(), "ready.json")
 	cmd := exec.Command(testkit.Sluice(t), "serve", "--envoy-env", "--ready-file", ready, "--watch", "50ms")
 	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = s.log, s.log
 	s.counting = !slices.Contains(env, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
-	s.Proc = testkit.StartProc(t, name, cmd)
-	s.StopWhenDone(t, stopTimeout, s.log)
-	r := testkit.WaitReady(t, name, ready, waitTimeout, s.Ended, s.log)
-	s.http, s.grpc = r.HTTP, r.GRPC
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	s.client = rlsv3.NewRateLimitServiceClient(conn)
+	s.start(t, name, cmd, ready)
 	return s
 }
 

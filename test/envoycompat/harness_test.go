@@ -66,6 +66,16 @@ func startServer(t *testing.T, name, cfg string) *server {
 	testkit.WriteFile(t, s.config, cfg)
 	ready := filepath.Join(dir, "ready.json")
 	cmd := exec.Command(testkit.Sluice(t), "serve", "--config", s.config, "--ready-file", ready, "--watch", "0")
+	s.start(t, name, cmd, ready)
+	return s
+}
+
+// start runs cmd, a `sluice serve` that writes its addresses to the
+// ready file, with its output in s.log; it waits until the service is
+// ready and connects s.client to its gRPC address. The process is
+// stopped when the test ends.
+func (s *server) start(t *testing.T, name string, cmd *exec.Cmd, ready string) {
+	t.Helper()
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	s.Proc = testkit.StartProc(t, name, cmd)
 	s.StopWhenDone(t, stopTimeout, s.log)
@@ -77,7 +87,6 @@ func startServer(t *testing.T, name, cfg string) *server {
 	}
 	t.Cleanup(func() { conn.Close() })
 	s.client = rlsv3.NewRateLimitServiceClient(conn)
-	return s
 }
 
 // reload writes cfg over the configuration file and sends SIGHUP.
