@@ -105,6 +105,15 @@ func runReplay(ctx context.Context, s streams, args []string) error {
 	for _, l := range cfg.Limits() {
 		limits[l.Policy.Name] = simulate.ReplayLimit{Policy: l.Policy, Shadow: l.Shadow}
 	}
+	// The limits of Envoy's descriptors, by the names the log gives them
+	// ("envoy:" domain "." descriptor path).
+	envoy, err := buildEnvoy(cfg)
+	if err != nil {
+		return fmt.Errorf("simulate: %w", err)
+	}
+	for _, p := range envoy.Policies() {
+		limits[p.Name] = simulate.ReplayLimit{Policy: p}
+	}
 
 	var in io.Reader = s.stdin
 	if *logName != "-" {

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
@@ -18,7 +21,8 @@ import (
 // outcomes hang on the exact time of their decision, and window edges
 // fall between a decision's call and its dry run's. An hourly sliding
 // window and an hourly dry run refuse some whatever the timing. A rule
-// for forward-auth takes two of them.
+// for forward-auth takes two of them. Envoy's descriptors have limits of
+// a second and an hour, and one is in shadow mode.
 const replayLimits = `limits:
   fast: {algorithm: token_bucket, limit: 5, period: 100ms}
   window: {algorithm: fixed_window, limit: 3, period: 50ms}
@@ -31,18 +35,32 @@ proxy:
     - name: login
       match: {path_prefix: /login}
       limits: [{limit: fast, key: ip}, {limit: hourly, key: "header:X-User"}]
+envoy:
+  - domain: edge
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 4}
+      - key: path
+        algorithm: sliding_window
+        rate_limits:
+          - {unit: second, requests_per_unit: 6}
+          - {unit: hour, requests_per_unit: 40}
+      - key: dry
+        shadow_mode: true
+        rate_limit: {unit: second, requests_per_unit: 1}
 `
 
 // replayDecisions is how many decisions driveDecisions sends.
 const replayDecisions = 600
 
 // driveDecisions sends a mix of decisions: single and multiple checks,
-// dry runs, and forward-auth, over a few keys, some refused.
+// dry runs, forward-auth and Envoy's, over a few keys, some refused.
 func driveDecisions(t *testing.T, in *instance) {
 	t.Helper()
+	client := rlsv3.NewRateLimitServiceClient(dialGRPC(t, in.grpc))
 	for i := range replayDecisions {
 		user := fmt.Sprintf("u%d", i%3)
-		switch i % 6 {
+		switch i % 7 {
 		case 0:
 			in.check(t, "fast", user)
 		case 1:
@@ -59,6 +77,12 @@ func driveDecisions(t *testing.T, in *instance) {
 			in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"checks":[{"limit":"window","key":%q},{"limit":"slide","key":%q},{"limit":"dryfast","key":%q}]}`, user, user, user))
 		case 5:
 			in.do(t, "POST", "/v1/check", fmt.Sprintf(`{"checks":[{"limit":"slide","key":%q},{"limit":"dryfast","key":%q}]}`, user, user))
+		case 6:
+			if _, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlscommon.RateLimitDescriptor{
+				descriptor("user", user), descriptor("path", "/a"), descriptor("dry", user),
+			}}); err != nil {
+				t.Fatalf("ShouldRateLimit: %v", err)
+			}
 		}
 	}
 }
@@ -88,7 +112,7 @@ func TestReplayReproducesDecisions(t *testing.T) {
 				srv := testkit.StartRedis(t)
 				storeYAML = fmt.Sprintf("store:\n  backend: redis\n  redis: {addrs: [%q]}\n  timeout: 2s\n", srv.Addr)
 			}
-			cfg := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+			cfg := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0", grpc: "127.0.0.1:0"}
 `+storeYAML+limits)
 			log := filepath.Join(dir, "decisions.jsonl")
 			in := startServe(t, "--config", cfg, "--decision-log", log)
@@ -105,8 +129,9 @@ func TestReplayReproducesDecisions(t *testing.T) {
 			}
 			lines := strings.Count(string(b), "\n")
 			if lines != replayDecisions || !strings.Contains(string(b), `"door":"forward_auth","rule":"login"`) || !strings.Contains(string(b), `"outcome":"denied"`) ||
-				!strings.Contains(string(b), `"outcome":"shadow_denied"`) {
-				t.Fatalf("the log has %d lines, want %d with forward-auth, denials and dry-run denials:\n%s", lines, replayDecisions, b)
+				!strings.Contains(string(b), `"outcome":"shadow_denied"`) || !strings.Contains(string(b), `"door":"rls","rule":"edge"`) ||
+				!strings.Contains(string(b), `{"limit":"envoy:edge.path#1","key":`) || !strings.Contains(string(b), `"mode":"shadow"`) {
+				t.Fatalf("the log has %d lines, want %d with forward-auth, Envoy's, denials and dry-run denials:\n%s", lines, replayDecisions, b)
 			}
 			// On Redis a dry run decided by a call of its own has that
 			// call's time; on the memory store every call of a decision
@@ -116,7 +141,8 @@ func TestReplayReproducesDecisions(t *testing.T) {
 			}
 
 			out := replayOut(t, log, cfg)
-			if !strings.Contains(out, fmt.Sprintf("replayed %d of %[1]d decisions", replayDecisions)) || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") {
+			if !strings.Contains(out, fmt.Sprintf("replayed %d of %[1]d decisions", replayDecisions)) || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") ||
+				!strings.Contains(out, "limit envoy:edge.dry (shadow): 85 not replayed, taken as logged (Envoy shadow mode)") || !strings.Contains(out, "rls            edge           envoy:edge.path#1") {
 				t.Errorf("replay against the same configuration:\n%s", out)
 			}
 			table, _, _ := strings.Cut(out, "keys most affected")
@@ -127,11 +153,20 @@ func TestReplayReproducesDecisions(t *testing.T) {
 				}
 			}
 
-			tighter := writeConfig(t, filepath.Join(dir, "tighter.yaml"), `listen: {http: "127.0.0.1:0"}
-`+strings.Replace(limits, "limit: 8, period: 1h", "limit: 4, period: 1h", 1))
+			tighter := writeConfig(t, filepath.Join(dir, "tighter.yaml"), `listen: {http: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+`+strings.NewReplacer("limit: 8, period: 1h", "limit: 4, period: 1h", "{unit: hour, requests_per_unit: 40}", "{unit: hour, requests_per_unit: 3}").Replace(limits))
 			out = replayOut(t, log, tighter, "--chart", filepath.Join(dir, "replay.svg"))
 			if strings.Contains(out, "changed: 0 ") || !strings.Contains(out, "keys most affected") {
 				t.Errorf("replay against a tighter hourly limit changes nothing:\n%s", out)
+			}
+			envoyChanged := false
+			for line := range strings.SplitSeq(out, "\n") {
+				if f := strings.Fields(line); len(f) == 8 && f[2] == "envoy:edge.path#1" && f[6] != "0" {
+					envoyChanged = true
+				}
+			}
+			if !envoyChanged {
+				t.Errorf("replay against a tighter hourly Envoy limit refuses nothing more:\n%s", out)
 			}
 			if svg, err := os.ReadFile(filepath.Join(dir, "replay.svg")); err != nil || !strings.Contains(string(svg), "candidate") {
 				t.Errorf("the chart was not drawn with the candidate's row (%v)", err)

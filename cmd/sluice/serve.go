@@ -496,7 +496,7 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 		return nil, err
 	}
 	if s.grpcAddr != "" {
-		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision, OnPenalty: s.metrics.Penalty, Resolver: resolver})
+		s.rls = rls.New(s.measured, envoy, rls.Options{OnDecision: s.rlsDecision, OnPenalty: s.metrics.Penalty, Resolver: resolver, DecisionLog: s.dlog})
 		s.health = health.NewServer()
 	}
 	return s, nil

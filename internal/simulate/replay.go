@@ -27,14 +27,15 @@ type ReplayLimit struct {
 // Give it the log's records in order of time (Add; see SortRecords), then
 // read Report.
 type Replay struct {
-	limits map[string]ReplayLimit
-	store  *memstore.Store
-	timed  *timedStore
-	now    time.Time
-	rep    ReplayReport
-	groups map[groupKey]*LimitChange
-	keys   map[keyID]*KeyChange
-	chart  *replayChart
+	limits  map[string]ReplayLimit
+	store   *memstore.Store
+	timed   *timedStore
+	now     time.Time
+	rep     ReplayReport
+	groups  map[groupKey]*LimitChange
+	keys    map[keyID]*KeyChange
+	skipped map[[2]string]int
+	chart   *replayChart
 }
 
 // ReplayReport is what a replay found.
@@ -56,8 +57,20 @@ type ReplayReport struct {
 	// Concurrency those that are concurrency limits (a log has no
 	// release times to replay them with).
 	Missing, Concurrency []string
+	// Skipped counts the logged limits of Envoy's rate limit service that
+	// are not replayed, by limit and mode (decisionlog.Entry.Mode): their
+	// outcome is taken as logged, and one that refused the request keeps
+	// the decision's other limits from being charged, as it did.
+	Skipped []SkippedLimit
 	// From and To are the first and last logged times.
 	From, To time.Time
+}
+
+// SkippedLimit counts the entries of one limit, in one mode, that a
+// replay did not decide.
+type SkippedLimit struct {
+	Limit, Mode string
+	Entries     int
 }
 
 // LimitChange compares one limit of one rule: its logged and replayed
@@ -87,7 +100,7 @@ type keyID struct{ limit, key string }
 // NewReplay returns a replay against limits, by name. chartLimit, when
 // not empty, names the limit whose requests Chart draws.
 func NewReplay(limits map[string]ReplayLimit, chartLimit string) *Replay {
-	r := &Replay{limits: limits, groups: map[groupKey]*LimitChange{}, keys: map[keyID]*KeyChange{}}
+	r := &Replay{limits: limits, groups: map[groupKey]*LimitChange{}, keys: map[keyID]*KeyChange{}, skipped: map[[2]string]int{}}
 	r.store = memstore.New(memstore.Options{Now: func() time.Time { return r.now }})
 	r.timed = &timedStore{Store: r.store, at: map[*sluice.Policy]time.Time{}}
 	if l, ok := limits[chartLimit]; ok {
@@ -99,6 +112,24 @@ func NewReplay(limits map[string]ReplayLimit, chartLimit string) *Replay {
 
 // Close releases the replay's store.
 func (r *Replay) Close() error { return r.store.Close() }
+
+// modeQuota is the mode of a logged descriptor in quota mode, whose
+// refusal is decided apart from the rest of the request.
+const modeQuota = "quota"
+
+// skipReasons says why a replay does not decide a logged limit of each
+// mode.
+var skipReasons = map[string]string{
+	"shadow":   "Envoy shadow mode",
+	"quota":    "Envoy quota mode",
+	"usage":    "usage debited whatever it fits",
+	"override": "the request's own limit",
+	"zero":     "requests_per_unit 0",
+}
+
+// refusesAll is the policy that stands, in a replayed decision, for a
+// skipped limit that refused the request: it admits nothing.
+var refusesAll = sluice.Policy{Name: "(skipped)", Algorithm: sluice.FixedWindowAlgorithm, Limit: 0, Period: time.Second}
 
 // refused reports whether outcome refuses (or would have refused, for a
 // dry run).
@@ -130,9 +161,20 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 	}
 	checks := make([]engine.Check, 0, len(rec.Limits))
 	idx := make([]int, 0, len(rec.Limits)) // the entry of each check
+	cand := make([]string, len(rec.Limits))
 	for i, e := range rec.Limits {
 		l, ok := r.limits[e.Limit]
 		switch {
+		case e.Mode != "":
+			r.skipped[[2]string{e.Limit, e.Mode}]++
+			cand[i] = e.Outcome
+			if e.Outcome == "denied" && e.Mode != modeQuota {
+				// It refused the request before anything was charged:
+				// so does a limit that admits nothing.
+				checks = append(checks, engine.Check{Policy: &refusesAll, Key: e.Key, Cost: 1})
+				idx = append(idx, -1)
+			}
+			continue
 		case !ok:
 			if !slices.Contains(r.rep.Missing, e.Limit) {
 				r.rep.Missing = append(r.rep.Missing, e.Limit)
@@ -144,7 +186,9 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			}
 			continue
 		}
-		c := engine.Check{Policy: &l.Policy, Key: e.Key, Cost: e.Cost, Budget: true}
+		// A cost of 0 checks a budget, except on Envoy's door, where it
+		// looks at the state (hits_addend 0).
+		c := engine.Check{Policy: &l.Policy, Key: e.Key, Cost: e.Cost, Budget: rec.Door != "rls"}
 		if l.Shadow {
 			c.Mode = engine.Shadow
 		}
@@ -165,9 +209,10 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			return fmt.Errorf("replay at %v: %w", rec.Time, o.Err)
 		}
 	}
-	cand := make([]string, len(rec.Limits))
 	for j, i := range idx {
-		cand[i] = outcome(res[j].Decision, checks[j].Mode == engine.Shadow)
+		if i >= 0 {
+			cand[i] = outcome(res[j].Decision, checks[j].Mode == engine.Shadow)
+		}
 	}
 	var was, now bool // the request refused, then and under the candidate
 	for i, e := range rec.Limits {
@@ -183,7 +228,7 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		}
 	}
 	for i, e := range rec.Limits {
-		if cand[i] == "" || e.Unsampled {
+		if cand[i] == "" || e.Unsampled || e.Mode != "" {
 			continue
 		}
 		g := r.groups[groupKey{rec.Door, rec.Rule, e.Limit}]
@@ -287,6 +332,13 @@ func (r *Replay) Report() *ReplayReport {
 	})
 	slices.Sort(rep.Missing)
 	slices.Sort(rep.Concurrency)
+	rep.Skipped = nil
+	for k, n := range r.skipped {
+		rep.Skipped = append(rep.Skipped, SkippedLimit{Limit: k[0], Mode: k[1], Entries: n})
+	}
+	slices.SortFunc(rep.Skipped, func(a, b SkippedLimit) int {
+		return cmp.Or(cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Mode, b.Mode))
+	})
 	return &rep
 }
 
@@ -303,6 +355,9 @@ func WriteReplayReport(w io.Writer, rep *ReplayReport, top int) error {
 	}
 	for _, m := range rep.Concurrency {
 		ew.printf("limit %s is a concurrency limit: not replayed (the log has no release times)\n", m)
+	}
+	for _, sk := range rep.Skipped {
+		ew.printf("limit %s (%s): %d not replayed, taken as logged (%s)\n", sk.Limit, sk.Mode, sk.Entries, skipReasons[sk.Mode])
 	}
 	ew.printf("\n%-14s %-14s %-14s %10s %10s %10s %10s %10s\n", "door", "rule", "limit", "decisions", "refused", "candidate", "+refused", "+admitted")
 	for _, g := range rep.Limits {

@@ -1,6 +1,8 @@
 package simulate
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +66,48 @@ func TestReplayEntryTimes(t *testing.T) {
 				t.Errorf("replayed %d, changed %d; want %d and 0", rep.Replayed, rep.Changed, len(tc.records))
 			}
 		})
+	}
+}
+
+// TestReplaySkipsModes replays Envoy's decisions with limits that a
+// replay does not decide (Entry.Mode): they are counted as skipped, their
+// outcome stands, and one that refused the request keeps the others from
+// being charged, as they were not; a quota descriptor's refusal does
+// not.
+func TestReplaySkipsModes(t *testing.T) {
+	limits := map[string]ReplayLimit{"envoy:edge.user": {Policy: sluice.FixedWindow(2, time.Hour).Named("envoy:edge.user")}}
+	at := time.Unix(1800000000, 0).UTC()
+	rec := func(mode, skipped, user string) *decisionlog.Record {
+		at = at.Add(time.Millisecond)
+		return &decisionlog.Record{Time: at, Door: "rls", Rule: "edge", Limits: []decisionlog.Entry{
+			{Limit: "envoy:edge.tokens", Key: "t", Cost: 5, Outcome: skipped, Mode: mode},
+			{Limit: "envoy:edge.user", Key: "u", Cost: 1, Outcome: user},
+		}}
+	}
+	r := NewReplay(limits, "")
+	defer r.Close()
+	for _, rec := range []*decisionlog.Record{
+		rec("usage", "denied", "allowed"), // not charged
+		rec("usage", "allowed", "allowed"),
+		rec("quota", "denied", "allowed"), // charged
+		rec("shadow", "shadow_denied", "denied"),
+		rec("zero", "denied", "denied"),
+	} {
+		if err := r.Add(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := r.Report()
+	if rep.Changed != 0 || len(rep.Limits) != 1 || rep.Limits[0].NewlyRefused != 0 || rep.Limits[0].NewlyAdmitted != 0 {
+		t.Errorf("replay changed decisions: %+v, %+v", rep, rep.Limits)
+	}
+	want := []SkippedLimit{{"envoy:edge.tokens", "quota", 1}, {"envoy:edge.tokens", "shadow", 1}, {"envoy:edge.tokens", "usage", 2}, {"envoy:edge.tokens", "zero", 1}}
+	if !slices.Equal(rep.Skipped, want) {
+		t.Errorf("Skipped = %v, want %v", rep.Skipped, want)
+	}
+	var out strings.Builder
+	if err := WriteReplayReport(&out, rep, 5); err != nil || !strings.Contains(out.String(), "limit envoy:edge.tokens (usage): 2 not replayed, taken as logged (usage debited whatever it fits)") {
+		t.Errorf("the report does not name the limits not replayed (%v):\n%s", err, out.String())
 	}
 }
 

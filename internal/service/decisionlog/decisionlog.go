@@ -42,10 +42,13 @@ type Record struct {
 	// given for every call of the decision (see Store), on Redis the TIME
 	// of the decision's first script call (see Stamp).
 	Time time.Time `json:"time"`
-	// Door is "check" (POST /v1/check), "forward_auth" or "proxy".
+	// Door is "check" (POST /v1/check), "forward_auth", "proxy" or "rls"
+	// (Envoy's rate limit service).
 	Door string `json:"door"`
 	// Rule names the proxy rule that matched, for forward-auth and the
-	// proxy ("" for an unnamed rule and for /v1/check).
+	// proxy ("" for an unnamed rule and for /v1/check), and the domain
+	// for Envoy's rate limit service, whose limits are named after their
+	// descriptors ("envoy:" domain "." descriptor path).
 	Rule string `json:"rule,omitempty"`
 	// Limits holds each limit of the decision, in the door's order.
 	Limits []Entry `json:"limits"`
@@ -65,6 +68,11 @@ type Entry struct {
 	// decision kept for another limit's key: its sequence in the log is
 	// partial.
 	Unsampled bool `json:"unsampled,omitempty"`
+	// Mode, for a limit of Envoy's rate limit service that a replay does
+	// not decide, says why: "shadow" (shadow mode), "quota" (quota mode),
+	// "usage" (usage debited whether or not it fits), "override" (the
+	// request's own limit) or "zero" (requests_per_unit 0).
+	Mode string `json:"mode,omitempty"`
 	// At is the time this limit was decided at when it differs from the
 	// record's: on Redis, a limit decided by a script call of its own (a
 	// dry run's, after the enforced limits').

@@ -64,8 +64,9 @@ func From(ctx context.Context) *Decision {
 // clock is a store with a clock of its own (memstore).
 type clock interface{ Now() time.Time }
 
-// Store decorates next so that the decisions made under a context with a
-// Decision are made at one time, recorded in it: the first store call of
+// Store decorates next so that the decisions (Allow, AllowAll, Peek and
+// Debit) made under a context with a Decision are made at one time,
+// recorded in it: the first store call of
 // a decision reads next's clock and every call of the same decision is
 // given that time, so the time is exactly the decision's, on the store's
 // own clock.
@@ -114,4 +115,8 @@ func (s *store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 
 func (s *store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	return s.Store.Peek(ctx, s.at(ctx, now), req)
+}
+
+func (s *store) Debit(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	return s.Store.Debit(ctx, s.at(ctx, now), req)
 }

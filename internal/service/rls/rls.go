@@ -39,6 +39,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/engine"
+	"github.com/sluicehq/sluice/internal/service/decisionlog"
 )
 
 // Outcome is what happened to one descriptor of a request.
@@ -118,6 +119,10 @@ type Options struct {
 	// admin override in force for (Config.Limit's name, the descriptor's
 	// override key), else the configured one. Nil means no overrides.
 	Resolver *engine.Resolver
+	// DecisionLog, when set, receives each decided request that matched a
+	// limit (see writeLog). The store given to New must then be decorated
+	// by decisionlog.Store, as the HTTP doors' is.
+	DecisionLog *decisionlog.Log
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitServiceServer. It
@@ -132,6 +137,7 @@ type Service struct {
 	onDecision func(Event)
 	onPenalty  func(string, sluice.Decision)
 	resolver   *engine.Resolver
+	dlog       *decisionlog.Log
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -139,7 +145,7 @@ var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 // New returns a Service that decides with store under cfg. A nil cfg has
 // no domains: every request is answered OK.
 func New(store sluice.Store, cfg *Config, opts Options) *Service {
-	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision, onPenalty: opts.OnPenalty, resolver: opts.Resolver}
+	s := &Service{store: store, now: opts.Now, onDecision: opts.OnDecision, onPenalty: opts.OnPenalty, resolver: opts.Resolver, dlog: opts.DecisionLog}
 	s.SetConfig(cfg)
 	return s
 }
@@ -314,6 +320,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if s.now != nil {
 		now = s.now()
 	}
+	ctx, dl := s.startLog(ctx, domain)
 	// The decisions of a few limits stay on the stack too.
 	var dsBuf [4]sluice.Decision
 	ds, denied, degraded, err := s.decide(ctx, now, items, dsBuf[:0])
@@ -342,6 +349,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	// every one of them is over.
 	if (denied || (quotas > 0 && quotasOver == quotas)) && !cfg.shadowAll {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if dl != nil {
+		if now.IsZero() {
+			now = time.Now()
+		}
+		s.writeLog(dl, domain, items, ds, quotas > 0 && quotasOver == quotas, cfg.shadowAll, now)
 	}
 	if cfg.dynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, items, resp.Statuses)
