@@ -41,14 +41,11 @@ func Decode(node *yaml.Node, path string) ([]Domain, []Problem) {
 // domains are path[i] in the first form and path.domains[i] in the
 // second.
 func DecodeSection(node *yaml.Node, path string) (Section, []Problem) {
-	d := &decoder{v: validator{lines: map[string]pos{}}}
+	d := newDecoder()
 	var s Section
 	domainsPath := path
 	if node != nil {
-		node = d.resolve(node)
-		if node.Kind == yaml.DocumentNode && len(node.Content) == 1 {
-			node = d.resolve(node.Content[0])
-		}
+		node = d.content(node)
 		switch {
 		case isNull(node):
 		case node.Kind == yaml.SequenceNode:
@@ -109,7 +106,7 @@ func (d *decoder) domainList(n *yaml.Node, path string) []Domain {
 // hold (several such documents may follow each other, separated by
 // "---"). Paths start with path; problems are as Decode's.
 func Parse(data []byte, path string) ([]Domain, []Problem) {
-	d := &decoder{v: validator{lines: map[string]pos{}}}
+	d := newDecoder()
 	var domains []Domain
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
@@ -121,10 +118,7 @@ func Parse(data []byte, path string) ([]Domain, []Problem) {
 		if err != nil {
 			return nil, []Problem{syntaxProblem(err, path)}
 		}
-		n := d.resolve(&doc)
-		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-			n = d.resolve(n.Content[0])
-		}
+		n := d.content(&doc)
 		switch {
 		case isNull(n):
 		case n.Kind == yaml.SequenceNode:
@@ -161,6 +155,11 @@ type decoder struct {
 	v      validator
 	visits int
 	over   bool
+}
+
+// newDecoder returns a decoder with nothing decoded yet.
+func newDecoder() *decoder {
+	return &decoder{v: validator{lines: map[string]pos{}}}
 }
 
 // finish validates domains and returns every problem, sorted by place. A
@@ -209,6 +208,16 @@ func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 		n = n.Alias
 	}
 	d.visits++
+	return n
+}
+
+// content resolves n and, when n is a document of one node, that node:
+// what a section or a file holds.
+func (d *decoder) content(n *yaml.Node) *yaml.Node {
+	n = d.resolve(n)
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = d.resolve(n.Content[0])
+	}
 	return n
 }
 
