@@ -13,22 +13,6 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// compileSection decodes the domains of src and compiles them with the
-// section's options of s.
-func compileSection(t testing.TB, src string, s Section) *Config {
-	t.Helper()
-	domains, ps := Parse([]byte(src), "envoy")
-	if len(ps) > 0 {
-		t.Fatalf("Parse = problems\n%s", problemLines(ps))
-	}
-	s.Domains = domains
-	cfg, err := CompileSection(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // refYAML has the limits of the reference's
 // TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig
 // (test/redis/fixed_cache_impl_test.go): 15 and 14 an hour.

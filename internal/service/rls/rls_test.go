@@ -66,11 +66,19 @@ type harness struct {
 // compile decodes and compiles an envoy section given as YAML.
 func compile(t testing.TB, src string) *Config {
 	t.Helper()
+	return compileSection(t, src, Section{})
+}
+
+// compileSection decodes the domains of src and compiles them with the
+// section's options of s.
+func compileSection(t testing.TB, src string, s Section) *Config {
+	t.Helper()
 	domains, ps := Parse([]byte(src), "envoy")
 	if len(ps) > 0 {
 		t.Fatalf("Parse = problems\n%s", problemLines(ps))
 	}
-	cfg, err := Compile(domains)
+	s.Domains = domains
+	cfg, err := CompileSection(s)
 	if err != nil {
 		t.Fatal(err)
 	}
