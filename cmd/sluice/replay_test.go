@@ -276,3 +276,65 @@ func TestReplayErrors(t *testing.T) {
 		t.Errorf("serve with a short secret = %d %q, want 1 saying the secret is too short", r.code, r.stderr)
 	}
 }
+
+// TestDecisionLogSection configures the decision log in the file: its
+// path is relative to the file's folder, its keys hashed under the secret
+// of its key_file, and a --decision-log flag wins over the key it sets. A
+// bad value stops the service with the file, line and key.
+func TestDecisionLogSection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	testkit.WriteFile(t, filepath.Join(dir, "log.key"), "0123456789abcdef0123456789\n")
+	cfg := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0"}
+limits:
+  api: {algorithm: fixed_window, limit: 1, period: 1h}
+decision_log:
+  path: decisions.jsonl
+  key_file: log.key
+  sample: 1
+  max_size_mib: 1
+  files: 2
+`)
+	in := startServe(t, "--config", cfg)
+	in.check(t, "api", "alice")
+	in.check(t, "api", "alice")
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "decisions.jsonl"))
+	if err != nil {
+		t.Fatalf("the section's log was not written: %v", err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 2 || strings.Contains(string(b), "alice") || !strings.Contains(string(b), `"key":"h:`) ||
+		!strings.Contains(string(b), `"outcome":"denied"`) {
+		t.Errorf("the log has %d lines, want 2 with the key hashed, the second denied:\n%s", n, b)
+	}
+
+	// The flag wins over the section's path; the rest of the section
+	// stays (the key is hashed alike).
+	other := filepath.Join(dir, "other.jsonl")
+	in = startServe(t, "--config", cfg, "--decision-log", other)
+	in.check(t, "api", "alice")
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := os.ReadFile(other)
+	if err != nil || strings.Count(string(b2), "\n") != 1 || !strings.Contains(string(b2), `"key":"h:`) {
+		t.Errorf("--decision-log %s: %q, %v; want one line with the key hashed", other, b2, err)
+	}
+	if b3, _ := os.ReadFile(filepath.Join(dir, "decisions.jsonl")); len(b3) != len(b) {
+		t.Errorf("the section's file was written to with --decision-log given")
+	}
+
+	bad := writeConfig(t, filepath.Join(dir, "bad.yaml"), `listen: {http: "127.0.0.1:0"}
+limits:
+  api: {algorithm: fixed_window, limit: 1, period: 1h}
+decision_log:
+  path: decisions.jsonl
+  sample: 2
+`)
+	r := runSluice(t, nil, "serve", "--config", bad)
+	if want := bad + ":6: decision_log.sample: must be a number greater than 0 and at most 1"; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("serve with a bad decision_log = %d %q, want 1 with %q", r.code, r.stderr, want)
+	}
+}

@@ -92,10 +92,12 @@ Flags:
                        (default 2m)
   --max-keys N         memory store (and on_error: local): the most
                        (limit, key) pairs kept (default 1000000; 0: no cap)
-  --decision-log FILE  write each decision of /v1/check, forward-auth and
-                       the proxy to FILE as a JSON line, for sluice
-                       simulate --replay (docs/operations.md, "Decision
-                       log"); off by default
+  --decision-log FILE  write each decision of /v1/check, forward-auth, the
+                       proxy and Envoy's rate limit service to FILE as a
+                       JSON line, for sluice simulate --replay
+                       (docs/operations.md, "Decision log"); off by
+                       default. The file's decision_log section sets the
+                       same; each of these flags wins over its key
   --decision-log-sample R
                        the share of keys whose decisions are written, in
                        (0, 1] (default 1): by key, so a key's whole
@@ -164,6 +166,9 @@ type serveFlags struct {
 	// logLevelSet and logFormatSet report flags given on the command
 	// line, which win over LOG_LEVEL and LOG_FORMAT with --envoy-env.
 	logLevelSet, logFormatSet bool
+	// dlogSet names the --decision-log flags given on the command line,
+	// which win over the decision_log section.
+	dlogSet map[string]bool
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -194,9 +199,13 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	if err := parseFlags(fs, "serve", "serve", serveUsage, args); err != nil {
 		return nil, err
 	}
+	f.dlogSet = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) {
 		f.logLevelSet = f.logLevelSet || fl.Name == "log-level"
 		f.logFormatSet = f.logFormatSet || fl.Name == "log-format"
+		if strings.HasPrefix(fl.Name, "decision-log") {
+			f.dlogSet[fl.Name] = true
+		}
 	})
 	if f.envoyEnv && f.config != "" {
 		return nil, usageErrorf("serve", "serve: --envoy-env and --config exclude each other: the environment describes the whole service")
@@ -235,9 +244,6 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	if f.dlogMaxSize < 1 || f.dlogFiles < 1 {
 		return nil, usageErrorf("serve", "serve: --decision-log-max-size and --decision-log-files must be at least 1")
-	}
-	if f.decisionLog == "" && f.dlogKeyFile != "" {
-		return nil, usageErrorf("serve", "serve: --decision-log-key-file needs --decision-log FILE")
 	}
 	if f.maxKeys < 0 {
 		return nil, usageErrorf("serve", "serve: --max-keys must not be negative, got %d", f.maxKeys)
@@ -423,8 +429,13 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	}
 	// With a decision log, Redis tells the time of each decision, which
 	// the log writes.
+	dopts, dlogOn, err := decisionLogOptions(f, cfg)
+	if err != nil {
+		s.tracing.Shutdown(context.Background())
+		return nil, err
+	}
 	var decided func(context.Context, sluice.Request, time.Time)
-	if f.decisionLog != "" {
+	if dlogOn {
 		decided = decisionlog.Saw
 	}
 	st, err := openStore(cfg.Store(), f.maxKeys, logger, m, s.tracing.Redis(), decided)
@@ -441,8 +452,8 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	// count Envoy's decisions with the HTTP API's. With a decision log,
 	// the store beneath records the time of each logged decision.
 	base := st.store
-	if f.decisionLog != "" {
-		if s.dlog, err = openDecisionLog(f); err != nil {
+	if dlogOn {
+		if s.dlog, err = decisionlog.Open(dopts); err != nil {
 			st.close()
 			return nil, err
 		}
@@ -873,17 +884,41 @@ func (c *handlers) wait(ctx context.Context) bool {
 	}
 }
 
-// openDecisionLog opens the --decision-log file as the flags configure it.
-func openDecisionLog(f *serveFlags) (*decisionlog.Log, error) {
-	opts := decisionlog.Options{Path: f.decisionLog, Sample: f.dlogSample, MaxSize: f.dlogMaxSize << 20, MaxFiles: f.dlogFiles}
+// decisionLogOptions returns the options of the decision log: cfg's
+// decision_log section, with each --decision-log flag given on the
+// command line in place of its key. on is false when neither names a
+// file: the log is off.
+func decisionLogOptions(f *serveFlags, cfg *config.Config) (opts decisionlog.Options, on bool, err error) {
+	if l := cfg.DecisionLog(); l != nil {
+		opts = decisionlog.Options{Path: l.Path, Sample: l.Sample, Secret: l.Key, MaxSize: l.MaxSizeMiB << 20, MaxFiles: l.Files}
+	}
+	set := f.dlogSet
+	if set["decision-log"] {
+		opts.Path = f.decisionLog
+	}
+	if set["decision-log-sample"] {
+		opts.Sample = f.dlogSample
+	}
+	if set["decision-log-max-size"] {
+		opts.MaxSize = f.dlogMaxSize << 20
+	}
+	if set["decision-log-files"] {
+		opts.MaxFiles = f.dlogFiles
+	}
+	if opts.Path == "" {
+		if f.dlogKeyFile != "" {
+			return opts, false, usageErrorf("serve", "serve: --decision-log-key-file needs --decision-log FILE (or decision_log.path in the configuration)")
+		}
+		return opts, false, nil
+	}
 	if f.dlogKeyFile != "" {
 		b, err := os.ReadFile(f.dlogKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("--decision-log-key-file: %w", err)
+			return opts, false, fmt.Errorf("--decision-log-key-file: %w", err)
 		}
 		if opts.Secret = []byte(strings.TrimSpace(string(b))); len(opts.Secret) < 16 {
-			return nil, fmt.Errorf("--decision-log-key-file %s: the secret is %d bytes, want at least 16", f.dlogKeyFile, len(opts.Secret))
+			return opts, false, fmt.Errorf("--decision-log-key-file %s: the secret is %d bytes, want at least 16", f.dlogKeyFile, len(opts.Secret))
 		}
 	}
-	return decisionlog.Open(opts)
+	return opts, true, nil
 }

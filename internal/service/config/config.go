@@ -302,6 +302,8 @@ type Config struct {
 	admin  Admin
 	// tracing is the tracing section; nil without one.
 	tracing *Tracing
+	// decisionLog is the decision_log section; nil without one.
+	decisionLog *DecisionLog
 	// plans and planTables are the plans and plan_tables sections
 	// (plans.go).
 	plans      map[string]Plan
@@ -430,6 +432,7 @@ func RestartRequired(old, new *Config) []string {
 		{o.Timeout != n.Timeout, "store.timeout"},
 		{o.OnError != n.OnError, "store.on_error"},
 		{!same(old.tracing, new.tracing, func(t *Tracing) Tracing { return *t }), "tracing"},
+		{!same(old.decisionLog, new.decisionLog, decisionLogKey), "decision_log"},
 	}
 	var out []string
 	for _, s := range settings {

@@ -46,7 +46,7 @@ func (d *decoder) document(r io.Reader) *Config {
 		d.add(root, "", "the file is empty (see docs/configuration.md)")
 		return nil
 	}
-	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "plans", "plan_tables", "proxy", "envoy", "admin", "tracing")
+	top, ok := d.mapping(root, root, "", "listen", "store", "limits", "plans", "plan_tables", "proxy", "envoy", "admin", "tracing", "decision_log")
 	if !ok {
 		return nil
 	}
@@ -77,6 +77,9 @@ func (d *decoder) document(r io.Reader) *Config {
 	}
 	if n := top.get("tracing"); n != nil {
 		c.tracing = d.tracingSection(top.fields["tracing"].key, n)
+	}
+	if n := top.get("decision_log"); n != nil {
+		c.decisionLog = d.decisionLogSection(top.fields["decision_log"].key, n)
 	}
 	return c
 }
