@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/internal/service/config"
@@ -26,22 +25,19 @@ import (
 
 // xdsDomains converts RateLimitConfig resources to domain documents and
 // checks each as a file of the runtime directory is checked; problems
-// name the resource.
+// name the resource and the path in it.
 func xdsDomains(resources []*rlsconfv3.RateLimitConfig) ([]namedDomains, error) {
 	var out []namedDomains
 	var problems []config.Problem
 	for _, r := range resources {
 		name := fmt.Sprintf("RateLimitConfig %q", r.GetName())
-		if hasUnknownFields(r.ProtoReflect()) {
-			// Fields of a newer RateLimitConfig (quota_mode, metadata:
-			// go-control-plane's ratelimit module v0.1.0 has neither)
-			// would otherwise be dropped without a word.
-			problems = append(problems, config.Problem{File: name, Message: "has fields that Sluice's copy of the RateLimitConfig message does not know (such as quota_mode or metadata, which it reads from files but not yet over xDS: docs/envoy.md); refused rather than applied without them"})
-			continue
+		add := func(path, format string, args ...any) {
+			problems = append(problems, config.Problem{File: name, Path: path, Message: fmt.Sprintf(format, args...)})
 		}
-		d := rls.Domain{Domain: r.GetDomain(), Descriptors: xdsDescriptors(r.GetDescriptors())}
+		unknownFields(r.ProtoReflect(), "", "RateLimitConfig", add)
+		d := rls.Domain{Domain: r.GetDomain(), Descriptors: xdsDescriptors(r.GetDescriptors(), "descriptors", add)}
 		for _, p := range rls.Validate([]rls.Domain{d}, "") {
-			problems = append(problems, config.Problem{File: name, Path: strings.TrimPrefix(p.Path, "[0]."), Message: p.Message})
+			add(strings.TrimPrefix(p.Path, "[0]."), "%s", p.Message)
 		}
 		out = append(out, namedDomains{name: name, domains: []rls.Domain{d}})
 	}
@@ -51,40 +47,24 @@ func xdsDomains(resources []*rlsconfv3.RateLimitConfig) ([]namedDomains, error) 
 	return out, nil
 }
 
-// hasUnknownFields reports whether m, or a message below it, holds
-// fields that its Go type does not know.
-func hasUnknownFields(m protoreflect.Message) bool {
-	if len(m.GetUnknown()) > 0 {
-		return true
-	}
-	found := false
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.Message() == nil:
-		case fd.IsList():
-			l := v.List()
-			for i := 0; i < l.Len() && !found; i++ {
-				found = hasUnknownFields(l.Get(i).Message())
-			}
-		case !fd.IsMap():
-			found = hasUnknownFields(v.Message())
-		}
-		return !found
-	})
-	return found
-}
-
-func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor) []rls.Descriptor {
+// xdsDescriptors converts the descriptors at path (descriptors, or
+// descriptors[i].descriptors), with the fields that their Go type does
+// not know (descriptorFields).
+func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor, path string, add problemFunc) []rls.Descriptor {
 	var out []rls.Descriptor
-	for _, d := range ds {
+	for i, d := range ds {
+		p := fmt.Sprintf("%s[%d]", path, i)
 		nd := rls.Descriptor{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(),
-			DetailedMetric: d.GetDetailedMetric(), Descriptors: xdsDescriptors(d.GetDescriptors())}
-		if p := d.GetRateLimit(); p != nil {
-			rl := &rls.RateLimit{RequestsPerUnit: p.GetRequestsPerUnit(), Unlimited: p.GetUnlimited(), Name: p.GetName()}
-			if p.GetUnit() != rlsconfv3.RateLimitUnit_UNKNOWN {
-				rl.Unit = strings.ToLower(p.GetUnit().String())
+			DetailedMetric: d.GetDetailedMetric(), Descriptors: xdsDescriptors(d.GetDescriptors(), p+".descriptors", add)}
+		descriptorFields(d.ProtoReflect().GetUnknown(), &nd, p, add)
+		if pol := d.GetRateLimit(); pol != nil {
+			unknownFields(pol.ProtoReflect(), p+".rate_limit", "RateLimitPolicy", add)
+			rl := &rls.RateLimit{RequestsPerUnit: pol.GetRequestsPerUnit(), Unlimited: pol.GetUnlimited(), Name: pol.GetName()}
+			if pol.GetUnit() != rlsconfv3.RateLimitUnit_UNKNOWN {
+				rl.Unit = strings.ToLower(pol.GetUnit().String())
 			}
-			for _, r := range p.GetReplaces() {
+			for j, r := range pol.GetReplaces() {
+				unknownFields(r.ProtoReflect(), fmt.Sprintf("%s.rate_limit.replaces[%d]", p, j), "RateLimitReplace", add)
 				rl.Replaces = append(rl.Replaces, rls.Replace{Name: r.GetName()})
 			}
 			nd.RateLimit = rl

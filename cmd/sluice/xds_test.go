@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/internal/service/rls"
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
@@ -203,27 +206,166 @@ func TestEnvoyEnvXDSTLS(t *testing.T) {
 	}
 }
 
-// TestXDSUnknownFields: a RateLimitConfig with a field that Sluice's
-// copy of the message does not know (quota_mode, added to the reference's
-// descriptors in 2026, is field 7) is refused, not applied without it.
-func TestXDSUnknownFields(t *testing.T) {
-	c := xdsConfig("edge", "edge", 2, false)
-	c.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1))
-	b, err := proto.Marshal(c)
+// withUnknown appends b to the unknown fields of m, as a newer control
+// plane's fields arrive in Sluice's copy of the message; it returns m.
+func withUnknown[M proto.Message](m M, b []byte) M {
+	r := m.ProtoReflect()
+	r.SetUnknown(append(r.GetUnknown(), b...))
+	return m
+}
+
+// quotaModeBytes and metadataBytes are the descriptor's fields 7 and 8
+// as envoyproxy/ratelimit's rls_conf.proto encodes them.
+func quotaModeBytes(on bool) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), protowire.EncodeBool(on))
+}
+
+func metadataBytes(t testing.TB, m map[string]any) []byte {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got rlsconfv3.RateLimitConfig
-	if err := proto.Unmarshal(b, &got); err != nil {
+	b, err := proto.Marshal(s)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = xdsDomains([]*rlsconfv3.RateLimitConfig{&got})
-	if err == nil || !strings.Contains(err.Error(), "quota_mode") {
-		t.Errorf("xdsDomains(a resource with an unknown field) = %v, want a refusal naming quota_mode", err)
+	return protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), b)
+}
+
+// TestXDSNewerFields: quota_mode (7) and metadata (8) of a newer
+// RateLimitDescriptor, which Sluice's copy of the message keeps as
+// unknown fields, are read at every depth and checked as the same keys
+// of a file; any other unknown field, a wrong wire type or a value that
+// does not parse refuses the resource with the place named.
+func TestXDSNewerFields(t *testing.T) {
+	limit := func() *rlsconfv3.RateLimitPolicy {
+		return &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 3}
 	}
-	if _, err := xdsDomains([]*rlsconfv3.RateLimitConfig{xdsConfig("edge", "edge", 2, false)}); err != nil {
-		t.Errorf("xdsDomains(a plain resource) = %v", err)
+	desc := func(key string, withLimit bool, extra []byte) *rlsconfv3.RateLimitDescriptor {
+		d := &rlsconfv3.RateLimitDescriptor{Key: key}
+		if withLimit {
+			d.RateLimit = limit()
+		}
+		return withUnknown(d, extra)
 	}
+	cfg := func(ds ...*rlsconfv3.RateLimitDescriptor) *rlsconfv3.RateLimitConfig {
+		return &rlsconfv3.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: ds}
+	}
+	route := map[string]any{"route": map[string]any{"backend": "a", "weight": 2.0, "tags": []any{"x", true}}}
+	for _, c := range []struct {
+		name string
+		cfg  *rlsconfv3.RateLimitConfig
+		// wire: send the resource through its encoding, as the client
+		// receives it.
+		wire bool
+		// want is the descriptor read (descriptors[0], or its first child
+		// when nested), or the problem expected.
+		want    rls.Descriptor
+		nested  bool
+		problem string
+	}{
+		{name: "quota_mode", wire: true, cfg: cfg(desc("backend", true, quotaModeBytes(true))),
+			want: rls.Descriptor{Key: "backend", QuotaMode: true}},
+		{name: "quota_mode false", wire: true, cfg: cfg(desc("backend", true, quotaModeBytes(false))),
+			want: rls.Descriptor{Key: "backend"}},
+		{name: "metadata", wire: true, cfg: cfg(desc("backend", true, append(quotaModeBytes(true), metadataBytes(t, route)...))),
+			want: rls.Descriptor{Key: "backend", QuotaMode: true, Metadata: route}},
+		{name: "metadata in two parts, merged", wire: true,
+			cfg:  cfg(desc("backend", true, append(metadataBytes(t, map[string]any{"a": "1"}), metadataBytes(t, map[string]any{"b": "2"})...))),
+			want: rls.Descriptor{Key: "backend", Metadata: map[string]any{"a": "1", "b": "2"}}},
+		{name: "nested", wire: true, nested: true,
+			cfg:  cfg(&rlsconfv3.RateLimitDescriptor{Key: "app", Descriptors: []*rlsconfv3.RateLimitDescriptor{desc("route", true, append(quotaModeBytes(true), metadataBytes(t, route)...))}}),
+			want: rls.Descriptor{Key: "route", QuotaMode: true, Metadata: route}},
+		{name: "quota_mode without a limit", wire: true, cfg: cfg(desc("backend", false, quotaModeBytes(true))),
+			problem: `RateLimitConfig "edge": descriptors[0].quota_mode: quota_mode is set but the descriptor has no rate_limit that counts`},
+		{name: "metadata without a limit", wire: true,
+			cfg:     cfg(&rlsconfv3.RateLimitDescriptor{Key: "app", Descriptors: []*rlsconfv3.RateLimitDescriptor{desc("route", false, metadataBytes(t, route))}}),
+			problem: `RateLimitConfig "edge": descriptors[0].descriptors[0].metadata: metadata is returned with a descriptor's limit`},
+		{name: "quota_mode of the wrong wire type", wire: true,
+			cfg:     cfg(desc("backend", true, protowire.AppendBytes(protowire.AppendTag(nil, 7, protowire.BytesType), []byte{1}))),
+			problem: `RateLimitConfig "edge": descriptors[0].quota_mode: field 7 (quota_mode, a bool) has wire type 2`},
+		{name: "metadata of the wrong wire type", wire: true,
+			cfg:     cfg(desc("backend", true, protowire.AppendVarint(protowire.AppendTag(nil, 8, protowire.VarintType), 1))),
+			problem: `RateLimitConfig "edge": descriptors[0].metadata: field 8 (metadata, a google.protobuf.Struct) has wire type 0`},
+		{name: "metadata not a Struct", wire: true,
+			cfg:     cfg(desc("backend", true, protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), []byte{0x0a, 0x05, 0x0a}))),
+			problem: `RateLimitConfig "edge": descriptors[0].metadata: field 8 (metadata) is not a google.protobuf.Struct`},
+		{name: "malformed", cfg: cfg(desc("backend", true, []byte{0x42, 0x09, 0x01})),
+			problem: `RateLimitConfig "edge": descriptors[0]: malformed field 8`},
+		{name: "unknown descriptor field", wire: true,
+			cfg:     cfg(desc("backend", true, append(quotaModeBytes(true), protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1)...))),
+			problem: `RateLimitConfig "edge": descriptors[0]: field 9 of RateLimitDescriptor is not one Sluice knows`},
+		{name: "unknown config field", wire: true,
+			cfg:     withUnknown(cfg(desc("backend", true, nil)), protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), "x")),
+			problem: `RateLimitConfig "edge": field 4 of RateLimitConfig is not one Sluice knows`},
+		{name: "unknown policy field", wire: true,
+			cfg: cfg(&rlsconfv3.RateLimitDescriptor{Key: "backend",
+				RateLimit: withUnknown(limit(), protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1))}),
+			problem: `RateLimitConfig "edge": descriptors[0].rate_limit: field 6 of RateLimitPolicy is not one Sluice knows`},
+		{name: "unknown replace field", wire: true,
+			cfg: cfg(&rlsconfv3.RateLimitDescriptor{Key: "backend", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 3,
+				Replaces: []*rlsconfv3.RateLimitReplace{withUnknown(&rlsconfv3.RateLimitReplace{Name: "x"}, protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1))}}}),
+			problem: `RateLimitConfig "edge": descriptors[0].rate_limit.replaces[0]: field 2 of RateLimitReplace is not one Sluice knows`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.cfg
+			if c.wire {
+				b, err := proto.Marshal(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r = &rlsconfv3.RateLimitConfig{}
+				if err := proto.Unmarshal(b, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := xdsDomains([]*rlsconfv3.RateLimitConfig{r})
+			if c.problem != "" {
+				if err == nil || !strings.Contains(problemsText(err), c.problem) {
+					t.Errorf("xdsDomains = %v, want the problem %q", err, c.problem)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("xdsDomains = %v", err)
+			}
+			d := got[0].domains[0].Descriptors[0]
+			if c.nested {
+				d = d.Descriptors[0]
+			}
+			d.RateLimit = nil
+			if !reflect.DeepEqual(d, c.want) {
+				t.Errorf("descriptor = %+v, want %+v", d, c.want)
+			}
+		})
+	}
+}
+
+// FuzzXDSDescriptorFields: any bytes as a descriptor's unknown fields
+// are read or refused, never a panic; what is accepted holds only
+// fields 7 and 8.
+func FuzzXDSDescriptorFields(f *testing.F) {
+	f.Add(quotaModeBytes(true))
+	f.Add(metadataBytes(f, map[string]any{"a": map[string]any{"b": 1.0}}))
+	f.Add([]byte{0x42, 0x09, 0x01})
+	f.Add(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var d rls.Descriptor
+		refused := false
+		descriptorFields(raw, &d, "descriptors[0]", func(string, string, ...any) { refused = true })
+		if refused {
+			return
+		}
+		for b := raw; len(b) > 0; {
+			num, typ, n := protowire.ConsumeTag(b)
+			if n < 0 || (num != 7 && num != 8) {
+				t.Fatalf("accepted %x, which holds field %d (or is malformed)", raw, num)
+			}
+			b = b[n:]
+			b = b[protowire.ConsumeFieldValue(num, typ, b):]
+		}
+	})
 }
 
 // grepLines returns the lines of s that start with prefix.

@@ -73,8 +73,10 @@ func runMetadata(t *testing.T, s *server, domain string) {
 }
 
 // TestCompatibilityDynamicMetadata runs the dynamic metadata sequence on
-// each store, configured in sluice.yaml (dynamic_metadata: true) and with
-// the reference's environment in FILE mode (RESPONSE_DYNAMIC_METADATA).
+// each store, configured in sluice.yaml (dynamic_metadata: true), and
+// with the reference's environment (RESPONSE_DYNAMIC_METADATA) in FILE
+// mode and over xDS, the descriptors' metadata in field 8 of a newer
+// RateLimitDescriptor.
 func TestCompatibilityDynamicMetadata(t *testing.T) {
 	doc := fixture(t, "domains", "metadata")
 	t.Run("sluice.yaml", func(t *testing.T) {
@@ -98,6 +100,20 @@ func TestCompatibilityDynamicMetadata(t *testing.T) {
 			configMapDir(t, filepath.Join(root, "ratelimit", "config"), map[string]string{"md.yaml": strings.ReplaceAll(doc, "DOMAIN", "md")})
 			env := append(referenceEnv(root), "RESPONSE_DYNAMIC_METADATA=true")
 			s := startEnvServer(t, "sluice serve --envoy-env", append(env, storeEnv...))
+			runMetadata(t, s, "md")
+		})
+	})
+	t.Run("xDS", func(t *testing.T) {
+		const node = "envoy-ratelimit"
+		x := testkit.StartXDS(t)
+		r, ok := xdsResource("md", strings.ReplaceAll(doc, "DOMAIN", "md"))
+		if !ok {
+			t.Fatal("the metadata fixture does not fit a RateLimitConfig")
+		}
+		x.Set(t, node, "1", r)
+		envStores(t, func(t *testing.T, storeEnv []string) {
+			env := append(xdsReferenceEnv(x.Addr, node), "RESPONSE_DYNAMIC_METADATA=true")
+			s := startEnvServer(t, "sluice serve --envoy-env (xDS)", append(env, storeEnv...))
 			runMetadata(t, s, "md")
 		})
 	})
@@ -133,9 +149,11 @@ func TestEnvoyEnvQuotaMode(t *testing.T) {
 // with rateLimiter.env; the deployments written for it set the variables
 // below, Redis behind Sentinel and xDS from the controller's port 18002
 // to node envoy-ai-gateway-ratelimit), with loopback addresses for its
-// hosts and ports. It serves a RateLimitConfig with dynamic metadata, and
-// refuses (NACK) one carrying quota_mode, field 7 of the descriptor in
-// go-control-plane's source, which its released module lacks.
+// hosts and ports. It serves a RateLimitConfig with dynamic metadata,
+// then one whose descriptors carry quota_mode and metadata (fields 7 and
+// 8 of a newer RateLimitDescriptor, which go-control-plane's released
+// module lacks) with the quota answers of the reference, and refuses
+// (NACK) one carrying a field that no version of the message has.
 func TestAIGatewayEnv(t *testing.T) {
 	testkit.RequirePrograms(t, "redis-server")
 	const node = "envoy-ai-gateway-ratelimit"
@@ -155,14 +173,15 @@ func TestAIGatewayEnv(t *testing.T) {
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 	}
 	s := startEnvServer(t, "sluice serve --envoy-env (AI Gateway)", env)
-	ask := func() *rlsv3.RateLimitResponse {
-		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "ai-gateway-quota", Descriptors: ds(d("backend_name", "gpt-a"))})
+	ask := func(descs []*rlscommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: "ai-gateway-quota", Descriptors: descs})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp
 	}
-	resp := ask()
+	resp := ask(ds(d("backend_name", "gpt-a")))
 	if st := resp.Statuses[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 2 || st.GetLimitRemaining() != 1 {
 		t.Errorf("status = %v, want 1 left of 2 a minute", st)
 	}
@@ -173,14 +192,67 @@ func TestAIGatewayEnv(t *testing.T) {
 		t.Errorf("the environment was refused:\n%s", warn)
 	}
 
-	quota := proto.Clone(plain).(*rlsconfv3.RateLimitConfig)
-	quota.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1))
+	// Version 2: two backends in quota mode, each with the metadata that
+	// routes to it, as the gateway's translator builds them (quota_mode
+	// on every leaf with a limit).
+	quota := &rlsconfv3.RateLimitConfig{Name: "quota", Domain: "ai-gateway-quota"}
+	for _, b := range []struct {
+		name string
+		rpu  uint32
+	}{{"gpt-b", 1}, {"gpt-c", 2}} {
+		desc := &rlsconfv3.RateLimitDescriptor{Key: "backend_name", Value: b.name,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: b.rpu}}
+		md, err := proto.Marshal(&structpb.Struct{Fields: map[string]*structpb.Value{"route": structpb.NewStringValue(b.name)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1)
+		raw = protowire.AppendBytes(protowire.AppendTag(raw, 8, protowire.BytesType), md)
+		desc.ProtoReflect().SetUnknown(raw)
+		quota.Descriptors = append(quota.Descriptors, desc)
+	}
 	x.Set(t, node, "2", quota)
-	testkit.WaitFor(t, waitTimeout, "the NACK of version 2", func() bool {
-		return slices.ContainsFunc(x.Nacked(), func(s string) bool { return strings.Contains(s, "quota_mode") })
+	testkit.WaitFor(t, waitTimeout, "version 2 acknowledged", func() bool { return slices.Contains(x.Acked(), "2") })
+	if n := x.Nacked(); len(n) > 0 {
+		t.Fatalf("NACKs: %q", n)
+	}
+	both := ds(d("backend_name", "gpt-b"), d("backend_name", "gpt-c"))
+	for i, c := range []struct {
+		call call
+		// route is the metadata's route: that of the first backend with
+		// quota left.
+		route string
+	}{
+		{req(OK, both, ok(1, minute, 0), ok(2, minute, 1)), "gpt-b"},
+		// gpt-b is over, gpt-c still has quota: OK, routed to gpt-c.
+		{req(OK, both, over(1, minute), ok(2, minute, 0)), "gpt-c"},
+		// Every quota descriptor is over.
+		{req(OVER, both, over(1, minute), over(2, minute)), ""},
+	} {
+		resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: "ai-gateway-quota", Descriptors: c.call.descs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range c.call.check(resp, before, after) {
+			t.Errorf("call %d: %s", i, p)
+		}
+		md := resp.GetDynamicMetadata().GetFields()["metadata"]
+		if got := md.GetStructValue().GetFields()["route"].GetStringValue(); got != c.route {
+			t.Errorf("call %d: dynamic_metadata.metadata = %v, want the route %q", i, md, c.route)
+		}
+	}
+
+	// Version 3 carries field 9, which no RateLimitDescriptor has:
+	// refused with its number, and version 2 keeps serving.
+	unknown := proto.Clone(quota).(*rlsconfv3.RateLimitConfig)
+	d0 := unknown.Descriptors[0].ProtoReflect()
+	d0.SetUnknown(protowire.AppendVarint(protowire.AppendTag(d0.GetUnknown(), 9, protowire.VarintType), 1))
+	x.Set(t, node, "3", unknown)
+	testkit.WaitFor(t, waitTimeout, "the NACK of version 3", func() bool {
+		return slices.ContainsFunc(x.Nacked(), func(s string) bool { return strings.Contains(s, "descriptors[0]: field 9 of RateLimitDescriptor") })
 	})
-	if st := ask().Statuses[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
-		t.Errorf("after the refused update: %v, want version 1's limit", st)
+	if st := ask(ds(d("backend_name", "gpt-c"))).Statuses[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Errorf("after the refused update: %v, want version 2's limit", st)
 	}
 	t.Logf("NACKs: %q", x.Nacked())
 }

@@ -8,12 +8,17 @@ import (
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // fixtureDoc is a domain document as far as RateLimitConfig can carry
-// it: the fields of go-control-plane's ratelimit.config.ratelimit.v3.
+// it: the fields of envoyproxy/ratelimit's ratelimit.config.ratelimit.v3
+// (go-control-plane's module v0.1.0 and, as a newer control plane sends
+// them, a descriptor's quota_mode and metadata).
 type fixtureDoc struct {
 	Domain      string              `yaml:"domain"`
 	Descriptors []fixtureDescriptor `yaml:"descriptors"`
@@ -26,6 +31,8 @@ type fixtureDescriptor struct {
 	Descriptors    []fixtureDescriptor `yaml:"descriptors"`
 	ShadowMode     bool                `yaml:"shadow_mode"`
 	DetailedMetric bool                `yaml:"detailed_metric"`
+	QuotaMode      bool                `yaml:"quota_mode"`
+	Metadata       map[string]any      `yaml:"metadata"`
 }
 
 type fixtureLimit struct {
@@ -71,6 +78,26 @@ func xdsDescs(ds []fixtureDescriptor) ([]*rlsconfv3.RateLimitDescriptor, bool) {
 			}
 			nd.RateLimit = p
 		}
+		// The fields that go-control-plane's ratelimit module v0.1.0
+		// lacks are appended to the unknown fields, in the encoding of a
+		// newer control plane's message: they reach the service as they
+		// would from one.
+		var extra []byte
+		if d.QuotaMode {
+			extra = protowire.AppendVarint(protowire.AppendTag(extra, 7, protowire.VarintType), 1)
+		}
+		if d.Metadata != nil {
+			s, err := structpb.NewStruct(d.Metadata)
+			if err != nil {
+				return nil, false
+			}
+			b, err := proto.Marshal(s)
+			if err != nil {
+				return nil, false
+			}
+			extra = protowire.AppendBytes(protowire.AppendTag(extra, 8, protowire.BytesType), b)
+		}
+		nd.ProtoReflect().SetUnknown(extra)
 		sub, ok := xdsDescs(d.Descriptors)
 		if !ok {
 			return nil, false
@@ -118,15 +145,21 @@ func TestCompatibilityXDS(t *testing.T) {
 	}
 	x.Set(t, node, "1", res...)
 	envStores(t, func(t *testing.T, storeEnv []string) {
-		env := []string{
-			"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-			"LOG_LEVEL=info", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.Addr,
-			"CONFIG_GRPC_XDS_NODE_ID=" + node, "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
-			"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		}
-		s := startEnvServer(t, "sluice serve --envoy-env (xDS)", append(env, storeEnv...))
+		s := startEnvServer(t, "sluice serve --envoy-env (xDS)", append(xdsReferenceEnv(x.Addr, node), storeEnv...))
 		for _, c := range run {
 			t.Run(c.name, func(t *testing.T) { runCase(t, s, c) })
 		}
 	})
+}
+
+// xdsReferenceEnv is the environment of a service configured over xDS
+// (CONFIG_TYPE=GRPC_XDS_SOTW, as Envoy Gateway runs it) from the
+// management server at addr, as node.
+func xdsReferenceEnv(addr, node string) []string {
+	return []string{
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"LOG_LEVEL=info", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + addr,
+		"CONFIG_GRPC_XDS_NODE_ID=" + node, "RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+	}
 }
