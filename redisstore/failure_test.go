@@ -462,8 +462,16 @@ func TestSlowRedis(t *testing.T) {
 	if d, took := call(); !d.Degraded || took > failTimeout+failMargin+lag() {
 		t.Errorf("Allow with its reply cut = %+v after %v, want degraded within %v (+ %v of scheduling lag)", d, took, failTimeout+failMargin, lag())
 	}
+	// The next call reconnects. On a machine so loaded that goroutines
+	// wake late by more than half the timeout, the reconnection itself can
+	// run out of time, so there Redis has a few calls to come back (three
+	// failures would open the breaker, and allowByRedis waits it out).
 	if d, _ := call(); d.Degraded {
-		t.Errorf("Allow after a cut reply = %+v, want a decision from Redis", d)
+		if lag() < failTimeout/2 {
+			t.Errorf("Allow after a cut reply = %+v, want a decision from Redis", d)
+		} else {
+			allowByRedis(t, st, req, 3*time.Second)
+		}
 	}
 }
 
