@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/internal/service/rls"
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -214,30 +213,18 @@ func withUnknown[M proto.Message](m M, b []byte) M {
 	return m
 }
 
-// quotaModeBytes and metadataBytes are the descriptor's fields 7 and 8
-// as envoyproxy/ratelimit's rls_conf.proto encodes them.
+// quotaModeBytes is the descriptor's field 7 as envoyproxy/ratelimit's
+// rls_conf.proto encodes it.
 func quotaModeBytes(on bool) []byte {
 	return protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), protowire.EncodeBool(on))
 }
 
-func metadataBytes(t testing.TB, m map[string]any) []byte {
-	t.Helper()
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proto.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), b)
-}
-
-// TestXDSNewerFields: quota_mode (7) and metadata (8) of a newer
-// RateLimitDescriptor, which Sluice's copy of the message keeps as
-// unknown fields, are read at every depth and checked as the same keys
-// of a file; any other unknown field, a wrong wire type or a value that
-// does not parse refuses the resource with the place named.
+// TestXDSNewerFields: quota_mode (7) of a newer RateLimitDescriptor,
+// which Sluice's copy of the message keeps as an unknown field, is read
+// at every depth and checked as the same key of a file; any other
+// unknown field (8 included: the published message has no metadata), a
+// wrong wire type or a value that does not parse refuses the resource
+// with the place named.
 func TestXDSNewerFields(t *testing.T) {
 	limit := func() *rlsconfv3.RateLimitPolicy {
 		return &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 3}
@@ -252,7 +239,6 @@ func TestXDSNewerFields(t *testing.T) {
 	cfg := func(ds ...*rlsconfv3.RateLimitDescriptor) *rlsconfv3.RateLimitConfig {
 		return &rlsconfv3.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: ds}
 	}
-	route := map[string]any{"route": map[string]any{"backend": "a", "weight": 2.0, "tags": []any{"x", true}}}
 	for _, c := range []struct {
 		name string
 		cfg  *rlsconfv3.RateLimitConfig
@@ -269,30 +255,19 @@ func TestXDSNewerFields(t *testing.T) {
 			want: rls.Descriptor{Key: "backend", QuotaMode: true}},
 		{name: "quota_mode false", wire: true, cfg: cfg(desc("backend", true, quotaModeBytes(false))),
 			want: rls.Descriptor{Key: "backend"}},
-		{name: "metadata", wire: true, cfg: cfg(desc("backend", true, append(quotaModeBytes(true), metadataBytes(t, route)...))),
-			want: rls.Descriptor{Key: "backend", QuotaMode: true, Metadata: route}},
-		{name: "metadata in two parts, merged", wire: true,
-			cfg:  cfg(desc("backend", true, append(metadataBytes(t, map[string]any{"a": "1"}), metadataBytes(t, map[string]any{"b": "2"})...))),
-			want: rls.Descriptor{Key: "backend", Metadata: map[string]any{"a": "1", "b": "2"}}},
 		{name: "nested", wire: true, nested: true,
-			cfg:  cfg(&rlsconfv3.RateLimitDescriptor{Key: "app", Descriptors: []*rlsconfv3.RateLimitDescriptor{desc("route", true, append(quotaModeBytes(true), metadataBytes(t, route)...))}}),
-			want: rls.Descriptor{Key: "route", QuotaMode: true, Metadata: route}},
+			cfg:  cfg(&rlsconfv3.RateLimitDescriptor{Key: "app", Descriptors: []*rlsconfv3.RateLimitDescriptor{desc("route", true, quotaModeBytes(true))}}),
+			want: rls.Descriptor{Key: "route", QuotaMode: true}},
 		{name: "quota_mode without a limit", wire: true, cfg: cfg(desc("backend", false, quotaModeBytes(true))),
 			problem: `RateLimitConfig "edge": descriptors[0].quota_mode: quota_mode is set but the descriptor has no rate_limit that counts`},
-		{name: "metadata without a limit", wire: true,
-			cfg:     cfg(&rlsconfv3.RateLimitDescriptor{Key: "app", Descriptors: []*rlsconfv3.RateLimitDescriptor{desc("route", false, metadataBytes(t, route))}}),
-			problem: `RateLimitConfig "edge": descriptors[0].descriptors[0].metadata: metadata is returned with a descriptor's limit`},
 		{name: "quota_mode of the wrong wire type", wire: true,
 			cfg:     cfg(desc("backend", true, protowire.AppendBytes(protowire.AppendTag(nil, 7, protowire.BytesType), []byte{1}))),
 			problem: `RateLimitConfig "edge": descriptors[0].quota_mode: field 7 (quota_mode, a bool) has wire type 2`},
-		{name: "metadata of the wrong wire type", wire: true,
-			cfg:     cfg(desc("backend", true, protowire.AppendVarint(protowire.AppendTag(nil, 8, protowire.VarintType), 1))),
-			problem: `RateLimitConfig "edge": descriptors[0].metadata: field 8 (metadata, a google.protobuf.Struct) has wire type 0`},
-		{name: "metadata not a Struct", wire: true,
-			cfg:     cfg(desc("backend", true, protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), []byte{0x0a, 0x05, 0x0a}))),
-			problem: `RateLimitConfig "edge": descriptors[0].metadata: field 8 (metadata) is not a google.protobuf.Struct`},
 		{name: "malformed", cfg: cfg(desc("backend", true, []byte{0x42, 0x09, 0x01})),
 			problem: `RateLimitConfig "edge": descriptors[0]: malformed field 8`},
+		{name: "a field 8", wire: true,
+			cfg:     cfg(desc("backend", true, protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), []byte{0x0a, 0x00}))),
+			problem: `RateLimitConfig "edge": descriptors[0]: field 8 of RateLimitDescriptor is not one Sluice knows`},
 		{name: "unknown descriptor field", wire: true,
 			cfg:     cfg(desc("backend", true, append(quotaModeBytes(true), protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1)...))),
 			problem: `RateLimitConfig "edge": descriptors[0]: field 9 of RateLimitDescriptor is not one Sluice knows`},
@@ -344,10 +319,10 @@ func TestXDSNewerFields(t *testing.T) {
 
 // FuzzXDSDescriptorFields: any bytes as a descriptor's unknown fields
 // are read or refused, never a panic; what is accepted holds only
-// fields 7 and 8.
+// field 7.
 func FuzzXDSDescriptorFields(f *testing.F) {
 	f.Add(quotaModeBytes(true))
-	f.Add(metadataBytes(f, map[string]any{"a": map[string]any{"b": 1.0}}))
+	f.Add(protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), []byte{0x0a, 0x00}))
 	f.Add([]byte{0x42, 0x09, 0x01})
 	f.Add(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
 	f.Fuzz(func(t *testing.T, raw []byte) {
@@ -359,7 +334,7 @@ func FuzzXDSDescriptorFields(f *testing.F) {
 		}
 		for b := raw; len(b) > 0; {
 			num, typ, n := protowire.ConsumeTag(b)
-			if n < 0 || (num != 7 && num != 8) {
+			if n < 0 || num != 7 {
 				t.Fatalf("accepted %x, which holds field %d (or is malformed)", raw, num)
 			}
 			b = b[n:]

@@ -75,8 +75,8 @@ func runMetadata(t *testing.T, s *server, domain string) {
 // TestCompatibilityDynamicMetadata runs the dynamic metadata sequence on
 // each store, configured in sluice.yaml (dynamic_metadata: true), and
 // with the reference's environment (RESPONSE_DYNAMIC_METADATA) in FILE
-// mode and over xDS, the descriptors' metadata in field 8 of a newer
-// RateLimitDescriptor.
+// mode. Over xDS a descriptor cannot carry metadata: the published
+// RateLimitDescriptor has no field for it (TestXDSNewerFields).
 func TestCompatibilityDynamicMetadata(t *testing.T) {
 	doc := fixture(t, "domains", "metadata")
 	t.Run("sluice.yaml", func(t *testing.T) {
@@ -100,20 +100,6 @@ func TestCompatibilityDynamicMetadata(t *testing.T) {
 			configMapDir(t, filepath.Join(root, "ratelimit", "config"), map[string]string{"md.yaml": strings.ReplaceAll(doc, "DOMAIN", "md")})
 			env := append(referenceEnv(root), "RESPONSE_DYNAMIC_METADATA=true")
 			s := startEnvServer(t, "sluice serve --envoy-env", append(env, storeEnv...))
-			runMetadata(t, s, "md")
-		})
-	})
-	t.Run("xDS", func(t *testing.T) {
-		const node = "envoy-ratelimit"
-		x := testkit.StartXDS(t)
-		r, ok := xdsResource("md", strings.ReplaceAll(doc, "DOMAIN", "md"))
-		if !ok {
-			t.Fatal("the metadata fixture does not fit a RateLimitConfig")
-		}
-		x.Set(t, node, "1", r)
-		envStores(t, func(t *testing.T, storeEnv []string) {
-			env := append(xdsReferenceEnv(x.Addr, node), "RESPONSE_DYNAMIC_METADATA=true")
-			s := startEnvServer(t, "sluice serve --envoy-env (xDS)", append(env, storeEnv...))
 			runMetadata(t, s, "md")
 		})
 	})
@@ -150,10 +136,10 @@ func TestEnvoyEnvQuotaMode(t *testing.T) {
 // below, Redis behind Sentinel and xDS from the controller's port 18002
 // to node envoy-ai-gateway-ratelimit), with loopback addresses for its
 // hosts and ports. It serves a RateLimitConfig with dynamic metadata,
-// then one whose descriptors carry quota_mode and metadata (fields 7 and
-// 8 of a newer RateLimitDescriptor, which go-control-plane's released
-// module lacks) with the quota answers of the reference, and refuses
-// (NACK) one carrying a field that no version of the message has.
+// then one whose descriptors carry quota_mode (field 7 of a newer
+// RateLimitDescriptor, which go-control-plane's released module lacks)
+// with the quota answers of the reference, and refuses (NACK) one
+// carrying a field that the message does not have.
 func TestAIGatewayEnv(t *testing.T) {
 	testkit.RequirePrograms(t, "redis-server")
 	const node = "envoy-ai-gateway-ratelimit"
@@ -192,9 +178,8 @@ func TestAIGatewayEnv(t *testing.T) {
 		t.Errorf("the environment was refused:\n%s", warn)
 	}
 
-	// Version 2: two backends in quota mode, each with the metadata that
-	// routes to it, as the gateway's translator builds them (quota_mode
-	// on every leaf with a limit).
+	// Version 2: two backends in quota mode, as the gateway's translator
+	// builds them (quota_mode on every leaf with a limit).
 	quota := &rlsconfv3.RateLimitConfig{Name: "quota", Domain: "ai-gateway-quota"}
 	for _, b := range []struct {
 		name string
@@ -202,13 +187,7 @@ func TestAIGatewayEnv(t *testing.T) {
 	}{{"gpt-b", 1}, {"gpt-c", 2}} {
 		desc := &rlsconfv3.RateLimitDescriptor{Key: "backend_name", Value: b.name,
 			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: b.rpu}}
-		md, err := proto.Marshal(&structpb.Struct{Fields: map[string]*structpb.Value{"route": structpb.NewStringValue(b.name)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw := protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1)
-		raw = protowire.AppendBytes(protowire.AppendTag(raw, 8, protowire.BytesType), md)
-		desc.ProtoReflect().SetUnknown(raw)
+		desc.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1))
 		quota.Descriptors = append(quota.Descriptors, desc)
 	}
 	x.Set(t, node, "2", quota)
@@ -217,28 +196,19 @@ func TestAIGatewayEnv(t *testing.T) {
 		t.Fatalf("NACKs: %q", n)
 	}
 	both := ds(d("backend_name", "gpt-b"), d("backend_name", "gpt-c"))
-	for i, c := range []struct {
-		call call
-		// route is the metadata's route: that of the first backend with
-		// quota left.
-		route string
-	}{
-		{req(OK, both, ok(1, minute, 0), ok(2, minute, 1)), "gpt-b"},
-		// gpt-b is over, gpt-c still has quota: OK, routed to gpt-c.
-		{req(OK, both, over(1, minute), ok(2, minute, 0)), "gpt-c"},
+	for i, c := range []call{
+		req(OK, both, ok(1, minute, 0), ok(2, minute, 1)),
+		// gpt-b is over, gpt-c still has quota: OK.
+		req(OK, both, over(1, minute), ok(2, minute, 0)),
 		// Every quota descriptor is over.
-		{req(OVER, both, over(1, minute), over(2, minute)), ""},
+		req(OVER, both, over(1, minute), over(2, minute)),
 	} {
-		resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: "ai-gateway-quota", Descriptors: c.call.descs})
+		resp, before, after, err := s.ask(&rlsv3.RateLimitRequest{Domain: "ai-gateway-quota", Descriptors: c.descs})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range c.call.check(resp, before, after) {
+		for _, p := range c.check(resp, before, after) {
 			t.Errorf("call %d: %s", i, p)
-		}
-		md := resp.GetDynamicMetadata().GetFields()["metadata"]
-		if got := md.GetStructValue().GetFields()["route"].GetStringValue(); got != c.route {
-			t.Errorf("call %d: dynamic_metadata.metadata = %v, want the route %q", i, md, c.route)
 		}
 	}
 

@@ -9,8 +9,6 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 )
@@ -18,7 +16,8 @@ import (
 // fixtureDoc is a domain document as far as RateLimitConfig can carry
 // it: the fields of envoyproxy/ratelimit's ratelimit.config.ratelimit.v3
 // (go-control-plane's module v0.1.0 and, as a newer control plane sends
-// them, a descriptor's quota_mode and metadata).
+// it, a descriptor's quota_mode). A descriptor's metadata does not fit:
+// the published message has no field for it.
 type fixtureDoc struct {
 	Domain      string              `yaml:"domain"`
 	Descriptors []fixtureDescriptor `yaml:"descriptors"`
@@ -32,7 +31,7 @@ type fixtureDescriptor struct {
 	ShadowMode     bool                `yaml:"shadow_mode"`
 	DetailedMetric bool                `yaml:"detailed_metric"`
 	QuotaMode      bool                `yaml:"quota_mode"`
-	Metadata       map[string]any      `yaml:"metadata"`
+	Metadata       map[string]any      `yaml:"metadata"` // does not fit
 }
 
 type fixtureLimit struct {
@@ -78,24 +77,16 @@ func xdsDescs(ds []fixtureDescriptor) ([]*rlsconfv3.RateLimitDescriptor, bool) {
 			}
 			nd.RateLimit = p
 		}
-		// The fields that go-control-plane's ratelimit module v0.1.0
-		// lacks are appended to the unknown fields, in the encoding of a
-		// newer control plane's message: they reach the service as they
+		// The field that go-control-plane's ratelimit module v0.1.0
+		// lacks is appended to the unknown fields, in the encoding of a
+		// newer control plane's message: it reaches the service as it
 		// would from one.
+		if d.Metadata != nil {
+			return nil, false
+		}
 		var extra []byte
 		if d.QuotaMode {
 			extra = protowire.AppendVarint(protowire.AppendTag(extra, 7, protowire.VarintType), 1)
-		}
-		if d.Metadata != nil {
-			s, err := structpb.NewStruct(d.Metadata)
-			if err != nil {
-				return nil, false
-			}
-			b, err := proto.Marshal(s)
-			if err != nil {
-				return nil, false
-			}
-			extra = protowire.AppendBytes(protowire.AppendTag(extra, 8, protowire.BytesType), b)
 		}
 		nd.ProtoReflect().SetUnknown(extra)
 		sub, ok := xdsDescs(d.Descriptors)
