@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -54,9 +55,11 @@ var metadataCalls = []metadataCall{
 }
 
 // runMetadata asks metadataCalls of s in domain and reports where the
-// dynamic metadata differs.
+// dynamic metadata differs. The calls start early in a minute, so that
+// the per-minute windows they count in do not end among them.
 func runMetadata(t *testing.T, s *server, domain string) {
 	t.Helper()
+	waitEarlyInWindow(time.Minute)
 	for i, c := range metadataCalls {
 		resp, _, _, err := s.ask(&rlsv3.RateLimitRequest{Domain: domain, HitsAddend: c.hits, Descriptors: c.descs})
 		if err != nil {
@@ -114,6 +117,7 @@ func TestEnvoyEnvQuotaMode(t *testing.T) {
 		root := t.TempDir()
 		configMapDir(t, filepath.Join(root, "ratelimit", "config"), map[string]string{"q.yaml": "domain: q\ndescriptors:\n  - key: foo\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: hello\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"})
 		s := startEnvServer(t, "sluice serve --envoy-env", append(append(referenceEnv(root), "QUOTA_MODE=true"), storeEnv...))
+		waitEarlyInWindow(time.Minute) // the calls count in one window of each limit
 		for i, c := range []call{
 			req(OK, ds(d("foo", "bar"), d("hello", "world")), ok(1, minute, 0), ok(2, minute, 1)),
 			req(OK, ds(d("foo", "bar"), d("hello", "world")), over(1, minute), ok(2, minute, 0)),
@@ -196,6 +200,7 @@ func TestAIGatewayEnv(t *testing.T) {
 		t.Fatalf("NACKs: %q", n)
 	}
 	both := ds(d("backend_name", "gpt-b"), d("backend_name", "gpt-c"))
+	waitEarlyInWindow(time.Minute) // the calls count in one window of each limit
 	for i, c := range []call{
 		req(OK, both, ok(1, minute, 0), ok(2, minute, 1)),
 		// gpt-b is over, gpt-c still has quota: OK.
