@@ -135,8 +135,8 @@ var cases = []compatCase{
 
 	// --- quota mode -----------------------------------------------------
 	// The reference's quota mode (src/service/ratelimit.go
-	// shouldRateLimitWorker, pull requests 1045 and 1059), from its
-	// test/service/ratelimit_test.go of 2026.
+	// shouldRateLimitWorker), from its test/service/ratelimit_test.go of
+	// 2026.
 	{name: "quota-one-left", ref: "test/service/ratelimit_test.go TestServiceQuotaModeOnlySomeOverTheLimit (one quota descriptor over: OK, its status OVER_LIMIT)",
 		config: "quota", calls: []call{
 			req(OK, ds(d("backend", "a"), d("backend", "b")), ok(1, minute, 0), ok(2, minute, 1)),

@@ -39,7 +39,7 @@ descriptors:
 `
 
 // TestQuotaMode replays envoyproxy/ratelimit's quota mode
-// (src/service/ratelimit.go, pull requests 1045 and 1059): a quota
+// (src/service/ratelimit.go shouldRateLimitWorker): a quota
 // descriptor over its limit is OVER_LIMIT and the request is OK while
 // another quota descriptor is not over; when every one is over, or a
 // descriptor outside quota mode is, the request is OVER_LIMIT. Both
@@ -105,8 +105,8 @@ func checkQuotaStatus(t *testing.T, what string, got *rlsv3.RateLimitResponse_De
 // TestDynamicMetadata replays envoyproxy/ratelimit's
 // RESPONSE_DYNAMIC_METADATA (src/service/ratelimit_test.go
 // TestRatelimitToMetadata for the domain, descriptors and hitsAddend;
-// pull request 1112 for the metadata of the descriptors under their
-// limit, merged).
+// test/service/ratelimit_test.go TestMetadataReturnedForAllPassedDescriptors
+// for the metadata of the descriptors under their limit, merged).
 func TestDynamicMetadata(t *testing.T) {
 	eachUsageStore(t, func(t *testing.T, store sluice.Store) {
 		h := startWith(t, store, compileSection(t, quotaYAML, Section{DynamicMetadata: true}))
