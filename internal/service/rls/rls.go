@@ -120,8 +120,10 @@ type Options struct {
 	// override key), else the configured one. Nil means no overrides.
 	Resolver *engine.Resolver
 	// DecisionLog, when set, receives each decided request that matched a
-	// limit (see writeLog). The store given to New must then be decorated
-	// by decisionlog.Store, as the HTTP doors' is.
+	// limit (see writeLog). The store given to New must then date each
+	// decision, as the HTTP doors' does: decorated by decisionlog.Store
+	// (a store with a clock, memstore), or telling decisionlog.Saw the
+	// time it decided at (redisstore's Options.OnDecided).
 	DecisionLog *decisionlog.Log
 }
 

@@ -128,9 +128,11 @@ type Options struct {
 	// value reports nothing of it.
 	Build buildinfo.Info
 	// DecisionLog, when set, receives the decisions of /v1/check,
-	// forward-auth and the proxy. The store given to New must then be
-	// decorated by decisionlog.Store (beneath any metrics decorator), so
-	// that each line carries the time the store decided at.
+	// forward-auth and the proxy. The store given to New must then date
+	// each decision, so that each line carries the time the store decided
+	// at: decorated by decisionlog.Store beneath any metrics decorator (a
+	// store with a clock, memstore), or telling decisionlog.Saw the time
+	// it decided at (redisstore's Options.OnDecided).
 	DecisionLog *decisionlog.Log
 	// Tracing, when set, records each decision on the span of its request
 	// (which the caller starts: tracing.HTTP). Nil traces nothing.
