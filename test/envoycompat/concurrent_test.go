@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -41,11 +42,13 @@ func burst(t *testing.T, s *server, domain string, n int, descs ...*rlscommon.Ra
 // against 20 per unit are 20 OK and 5 OVER_LIMIT; 15 requests of two
 // descriptors against 20 and 10 are 10 and 5), on each store, with
 // Sluice's counting (sluice.yaml) and the reference's (--envoy-env).
-// The limits are per hour where the reference's are per minute, so that
-// no window ends during the test.
+// The limits are per hour where the reference's are per minute, and the
+// bursts start at least 5 s before the hour ends, so that no window ends
+// during them.
 func TestCompatibilityConcurrent(t *testing.T) {
 	doc := strings.ReplaceAll(fixture(t, "domains", "concurrent"), "DOMAIN", "another")
 	check := func(t *testing.T, s *server) {
+		waitEarlyInWindow(time.Hour)
 		if ok, over := burst(t, s, "another", 25, d("key2", "r1")); ok != 20 || over != 5 {
 			t.Errorf("25 at once against 20: %d OK, %d OVER_LIMIT; want 20 and 5", ok, over)
 		}
