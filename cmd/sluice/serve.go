@@ -106,10 +106,10 @@ Flags:
                        write keys as HMAC-SHA-256 hashes under the secret
                        in FILE (at least 16 bytes) instead of as they are
   --decision-log-max-size MiB
-                       rotate the log at this size (default 100); FILE.1 is
-                       the newest rotated file
+                       rotate the log at this size, 1 to 1048576 (default
+                       100); FILE.1 is the newest rotated file
   --decision-log-files N
-                       rotated files kept (default 5)
+                       rotated files kept, 1 to 1000 (default 5)
   --trace-keys         with tracing on, record keys in spans as they are
                        (sluice.key) instead of a hash of each (sluice.key_hash)
   --ready-file FILE    once listening, write the bound addresses to FILE as
@@ -242,8 +242,12 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	if !(f.dlogSample > 0 && f.dlogSample <= 1) {
 		return nil, usageErrorf("serve", "serve: --decision-log-sample must be in (0, 1], got %v", f.dlogSample)
 	}
-	if f.dlogMaxSize < 1 || f.dlogFiles < 1 {
-		return nil, usageErrorf("serve", "serve: --decision-log-max-size and --decision-log-files must be at least 1")
+	// The bounds of decision_log's max_size_mib and files.
+	if f.dlogMaxSize < 1 || f.dlogMaxSize > 1<<20 {
+		return nil, usageErrorf("serve", "serve: --decision-log-max-size must be 1 to 1048576 (MiB), got %d", f.dlogMaxSize)
+	}
+	if f.dlogFiles < 1 || f.dlogFiles > 1000 {
+		return nil, usageErrorf("serve", "serve: --decision-log-files must be 1 to 1000, got %d", f.dlogFiles)
 	}
 	if f.maxKeys < 0 {
 		return nil, usageErrorf("serve", "serve: --max-keys must not be negative, got %d", f.maxKeys)
