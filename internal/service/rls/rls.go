@@ -233,13 +233,14 @@ const MaxDescriptors = 128
 const MaxEntries = maxDepth
 
 // ShouldRateLimit decides a request: it matches each descriptor to its
-// limits in the request's domain, charges all of them at once or none, and
-// answers OVER_LIMIT when a limit that is not in shadow mode is over.
+// limits in the request's domain, charges the limits of the descriptors
+// in neither shadow nor quota mode all at once or none, and answers
+// OVER_LIMIT when one of those is over.
 //
 // Descriptors in quota mode are decided apart from the others, each on
 // its own as a shadow descriptor is, and reported OVER_LIMIT when over;
 // they make the answer OVER_LIMIT only when every one of the request's
-// quota descriptors is over. With the section's DynamicMetadata, the
+// quota descriptors is over, and the other descriptors stay charged. With the section's DynamicMetadata, the
 // answer carries dynamic metadata (dynamicMetadata).
 //
 // A descriptor that matches no limit, and every descriptor of an unknown
