@@ -63,7 +63,7 @@ func (d *decoder) decisionLogSection(at, n *yaml.Node) *DecisionLog {
 		v = deref(v)
 		r, err := strconv.ParseFloat(v.Value, 64)
 		if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!float" && v.ShortTag() != "!!int") || err != nil || !(r > 0 && r <= 1) {
-			d.add(v, "decision_log.sample", "must be a number greater than 0 and at most 1 (0.1 writes the decisions of a tenth of the keys), got %s", v.Value)
+			d.add(v, "decision_log.sample", "must be a number greater than 0 and at most 1 (0.1 writes the decisions of a tenth of the keys), got %s", describe(v))
 		} else {
 			l.Sample = r
 		}
