@@ -74,5 +74,5 @@ func unknownFields(m protoreflect.Message, path, typeName string, add problemFun
 
 // unknownField says that field num of typeName is not one Sluice reads.
 func unknownField(num protowire.Number, typeName string) string {
-	return fmt.Sprintf("field %d of %s is not one Sluice knows (beyond go-control-plane's ratelimit module v0.1.0 it reads only a descriptor's quota_mode, 7, and metadata, 8); refused rather than applied without it", num, typeName)
+	return fmt.Sprintf("field %d of %s is not one Sluice knows (beyond go-control-plane's ratelimit module v0.1.0 it reads only a descriptor's quota_mode, 7); refused rather than applied without it", num, typeName)
 }
