@@ -213,9 +213,8 @@ func (s *Store) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // clock reads the store's clock in µs since the Unix epoch. The default
-// clock reads only the monotonic clock (time.Since costs about half of
-// time.Now, which also reads the wall clock), counted from a wall-clock
-// start, so it never steps backwards.
+// clock is the monotonic clock counted from a wall-clock start, so it
+// never steps backwards; it costs one reading of the monotonic clock.
 func (s *Store) clock() int64 {
 	if s.now != nil {
 		return s.now().UnixMicro()
@@ -260,18 +259,17 @@ func policySlot(p *sluice.Policy) uint64 {
 	return (x * 0xff51afd7ed558ccd) >> 56
 }
 
-// is reports whether c was compiled from p. It compares field by field,
-// the numbers first, which is cheaper than comparing the structs.
+// is reports whether c was compiled from p, field by field, the numbers
+// first.
 func (c *compiled) is(p *sluice.Policy) bool {
 	q := &c.policy
 	return q.Limit == p.Limit && q.Period == p.Period && q.Burst == p.Burst &&
 		q.Algorithm == p.Algorithm && sameString(q.Name, p.Name) && q.Calendar == p.Calendar && q.Penalty == p.Penalty
 }
 
-// sameString is a == b without a call to compare the bytes in the common
-// cases: both empty, or the same bytes in memory (a policy's Name is
-// usually the very string the cached copy was made from). A call in the
-// middle of Allow would make it save every live register around it.
+// sameString is a == b, without comparing the bytes when both are empty
+// or are the same bytes in memory (a policy's Name is usually the very
+// string the cached copy was made from).
 func sameString(a, b string) bool {
 	return len(a) == len(b) && (len(a) == 0 || unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }

@@ -60,9 +60,6 @@ func Prepare(p Params) Prepared {
 //
 // With T = P/L the time one cost unit takes to drain, a request of cost c
 // is admitted iff backlog + c·T ≤ B·T, and then backlog += c·T.
-//
-// The verdict goes through r (docs/BENCHMARKS.md, "Why the hot path is
-// shaped as it is").
 func (pp *Prepared) tatStep(s TAT, now, cost int64, r *Verdict) (TAT, time.Duration) {
 	p := &pp.Params
 	bq, br := s.backlog(now)
