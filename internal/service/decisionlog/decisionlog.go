@@ -81,9 +81,9 @@ type Entry struct {
 
 // Stamp sets the record's time and its entries' from the times the
 // store reported (Entry.At, from Decision.AtOf): a record with no Time
-// takes the earliest of them, or now when there is
-// none (a decision that made no store call, or one the store's failure
-// policy made); an entry's At that equals the record's Time is cleared.
+// takes the earliest of them, or now when there is none (a decision that
+// made no store call, or one the store's failure policy made); an
+// entry's At that equals the record's Time is cleared.
 func (rec *Record) Stamp(now time.Time) {
 	if rec.Time.IsZero() {
 		for i := range rec.Limits {

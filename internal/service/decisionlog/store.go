@@ -66,10 +66,9 @@ type clock interface{ Now() time.Time }
 
 // Store decorates next so that the decisions (Allow, AllowAll, Peek and
 // Debit) made under a context with a Decision are made at one time,
-// recorded in it: the first store call of
-// a decision reads next's clock and every call of the same decision is
-// given that time, so the time is exactly the decision's, on the store's
-// own clock.
+// recorded in it: the first store call of a decision reads next's clock
+// and every call of the same decision is given that time, so the time is
+// exactly the decision's, on the store's own clock.
 //
 // Store returns next itself when next has no Now method: such a store
 // (Redis, which decides at its TIME) reports the time of each decision to
