@@ -222,7 +222,7 @@ func quotaModeBytes(on bool) []byte {
 // TestXDSNewerFields: quota_mode (7) of a newer RateLimitDescriptor,
 // which Sluice's copy of the message keeps as an unknown field, is read
 // at every depth and checked as the same key of a file; any other
-// unknown field (8 included: the published message has no metadata), a
+// unknown field (8 included: metadata's number is not guessed), a
 // wrong wire type or a value that does not parse refuses the resource
 // with the place named.
 func TestXDSNewerFields(t *testing.T) {

@@ -14,7 +14,9 @@ import (
 // bool quota_mode = 7) that go-control-plane's ratelimit module v0.1.0,
 // Sluice's copy of the message, does not have. protobuf-go keeps it as an
 // unknown field, and descriptorFields reads it from there. A descriptor's
-// metadata has no field in the published message: it comes from files.
+// metadata was added to the message later still, under a number that no
+// copy Sluice could read gives, so it is not guessed: over xDS it is an
+// unknown field like any other, and metadata comes from files.
 const quotaModeField protowire.Number = 7
 
 // problemFunc records a problem at a path of a resource.

@@ -78,8 +78,8 @@ func runMetadata(t *testing.T, s *server, domain string) {
 // TestCompatibilityDynamicMetadata runs the dynamic metadata sequence on
 // each store, configured in sluice.yaml (dynamic_metadata: true), and
 // with the reference's environment (RESPONSE_DYNAMIC_METADATA) in FILE
-// mode. Over xDS a descriptor cannot carry metadata: the published
-// RateLimitDescriptor has no field for it (TestXDSNewerFields).
+// mode. Over xDS Sluice does not read a descriptor's metadata: its field
+// number is not in the message Sluice is built with (TestXDSNewerFields).
 func TestCompatibilityDynamicMetadata(t *testing.T) {
 	doc := fixture(t, "domains", "metadata")
 	t.Run("sluice.yaml", func(t *testing.T) {

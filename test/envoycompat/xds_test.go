@@ -17,7 +17,7 @@ import (
 // it: the fields of envoyproxy/ratelimit's ratelimit.config.ratelimit.v3
 // (go-control-plane's module v0.1.0 and, as a newer control plane sends
 // it, a descriptor's quota_mode). A descriptor's metadata does not fit:
-// the published message has no field for it.
+// Sluice does not read it over xDS.
 type fixtureDoc struct {
 	Domain      string              `yaml:"domain"`
 	Descriptors []fixtureDescriptor `yaml:"descriptors"`
