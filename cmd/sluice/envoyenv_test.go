@@ -136,6 +136,16 @@ func TestEnvoyEnvProblems(t *testing.T) {
 			t.Errorf("%s=%s: error %v, want one naming it", v.name, val, err)
 		}
 	}
+	// Every warned variable, set, is named in a warning and stops nothing.
+	for _, v := range envoyVars {
+		if v.how != warned || v.name == "USE_STATSD" {
+			continue
+		}
+		_, warnings, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), v.name+"=7")...))
+		if err != nil || !slices.ContainsFunc(warnings, func(s string) bool { return strings.HasPrefix(s, v.name+" ") }) {
+			t.Errorf("%s=7: warnings %q, error %v; want a warning naming it and no error", v.name, warnings, err)
+		}
+	}
 	// A statsd setting left at the reference's default (true) is warned
 	// about: no statsd is sent.
 	_, warnings, err := parseEnvoyEnv(lookupIn("REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379"))
