@@ -162,14 +162,7 @@ func TestEnvoyEnvYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := e.sluiceYAML()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(envoyEnvSource, data, formats)
-	if err != nil {
-		t.Fatalf("config.Parse(%s) = %v", data, err)
-	}
+	cfg := envoyEnvConfig(t, e)
 	r := cfg.Store().Redis
 	if r.Sentinel == nil || r.Sentinel.MasterSet != "mymaster" || r.Sentinel.Password != "sentinel-secret" ||
 		strings.Join(r.Addrs, ",") != "10.0.0.1:26379,10.0.0.2:26379" || r.Username != "app" || r.Password != "secret" ||
@@ -357,13 +350,10 @@ func TestCommandLineAsRatelimit(t *testing.T) {
 // reference's protocol, sampling rate and service name, the endpoint from
 // OTEL_EXPORTER_OTLP_ENDPOINT; without it, an endpoint in the environment
 // turns nothing on; bad values are problems naming the variable.
-func TestEnvoyEnvTracing(t *testing.T) {
-	base := []string{"BACKEND_TYPE=memory", "USE_STATSD=false"}
-	e, warnings, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc",
-		"TRACING_SAMPLING_RATE=0.25", "TRACING_SERVICE_NAME=edge-ratelimit", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317")...))
-	if err != nil || len(warnings) != 0 {
-		t.Fatalf("parseEnvoyEnv = %q, %v", warnings, err)
-	}
+// envoyEnvConfig returns the configuration that e's sluice.yaml parses
+// to, as serve --envoy-env loads it.
+func envoyEnvConfig(t *testing.T, e *envoyEnv) *config.Config {
+	t.Helper()
 	data, err := e.sluiceYAML()
 	if err != nil {
 		t.Fatal(err)
@@ -372,6 +362,17 @@ func TestEnvoyEnvTracing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.Parse(%s) = %v", data, err)
 	}
+	return cfg
+}
+
+func TestEnvoyEnvTracing(t *testing.T) {
+	base := []string{"BACKEND_TYPE=memory", "USE_STATSD=false"}
+	e, warnings, err := parseEnvoyEnv(lookupIn(append(slices.Clone(base), "TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=grpc",
+		"TRACING_SAMPLING_RATE=0.25", "TRACING_SERVICE_NAME=edge-ratelimit", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317")...))
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("parseEnvoyEnv = %q, %v", warnings, err)
+	}
+	cfg := envoyEnvConfig(t, e)
 	if tr := cfg.Tracing(); tr == nil || tr.Protocol != "grpc" || !tr.SampleSet || tr.SampleRatio != 0.25 || e.tracingService != "edge-ratelimit" {
 		t.Errorf("tracing from the environment = %+v, service %q; want grpc, 0.25, edge-ratelimit", tr, e.tracingService)
 	}
@@ -381,9 +382,8 @@ func TestEnvoyEnvTracing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ = off.sluiceYAML()
-	cfg, err = config.Parse(envoyEnvSource, data, formats)
-	if err != nil || cfg.Tracing() != nil || off.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || !tracing.Enabled(os.Getenv) || tracing.Enabled(off.getenv) {
+	cfg = envoyEnvConfig(t, off)
+	if cfg.Tracing() != nil || off.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || !tracing.Enabled(os.Getenv) || tracing.Enabled(off.getenv) {
 		t.Errorf("without TRACING_ENABLED: section %+v, endpoint %q; want no tracing, the endpoint hidden", cfg.Tracing(), off.getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
 
