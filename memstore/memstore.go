@@ -65,6 +65,20 @@ type Options struct {
 	// that interval, on the store's clock, until Close. A store that is
 	// passed explicit times should call Prune itself, with those times.
 	SweepInterval time.Duration
+	// OnDecided, if set, is told of each request that Allow, AllowAll and
+	// Peek decided, once the shard is unlocked, with the caller's context:
+	// the time it was decided at, which is the time the call was given
+	// (or the store's clock) unless a shard had seen a later one (a
+	// shard's time never steps backwards), and its order, a number taken
+	// under the shard's lock from one counter of the store: of two
+	// decisions on one key, the later one has a time no earlier and the
+	// greater order, so that sorting by time, then order, puts every
+	// key's decisions in the order they were made. The
+	// requests of one AllowAll share a time and an order. A decision log
+	// writes both, so that a replay decides in the same order at the same
+	// instants. It must be quick, safe for concurrent use, and must not
+	// call the store. When it is nil the store counts nothing.
+	OnDecided func(ctx context.Context, req sluice.Request, at time.Time, order uint64)
 }
 
 // Store is an in-memory sluice.Store. It is safe for concurrent use.
@@ -79,6 +93,9 @@ type Store struct {
 	base     time.Time
 	baseUS   int64
 	policies [policyCacheSize]atomic.Pointer[compiled]
+	// decided is Options.OnDecided; order counts its decisions.
+	decided func(ctx context.Context, req sluice.Request, at time.Time, order uint64)
+	order   atomic.Uint64
 
 	// expired counts, per concurrency policy's fingerprint, the holds
 	// that ran out without a release (*atomic.Int64 values).
@@ -142,7 +159,7 @@ func New(opts Options) *Store {
 			}
 		}
 	}
-	s.sleep = opts.Sleep
+	s.sleep, s.decided = opts.Sleep, opts.OnDecided
 	if s.sleep == nil {
 		s.sleep = ctxsleep.Sleep
 	}
@@ -230,7 +247,8 @@ type compiled struct {
 	err    error
 	fp     uint64
 	// tokenBucket is set for TokenBucketAlgorithm and GCRAAlgorithm, which
-	// decide alike and take Allow's shortest path, without a penalty.
+	// decide alike and take Allow's shortest path, without a penalty, on
+	// a store without Options.OnDecided (the path tells it nothing).
 	tokenBucket bool
 	pp          algo.Prepared
 	// penalized is set for a policy with a penalty, pen.
@@ -289,7 +307,7 @@ func (s *Store) compileSlow(p *sluice.Policy, slot *atomic.Pointer[compiled]) *c
 		}
 		c.fp = splitmix.Mix(f)
 		c.pen, c.penalized = engine.PenaltyParams(p)
-		c.tokenBucket = (p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm) && !c.penalized
+		c.tokenBucket = (p.Algorithm == sluice.TokenBucketAlgorithm || p.Algorithm == sluice.GCRAAlgorithm) && !c.penalized && s.decided == nil
 		c.pp = algo.Prepare(engine.Params(p))
 	}
 	slot.Store(c)
@@ -340,11 +358,11 @@ func capacityError(r *sluice.Request) error {
 // Allow decides req and charges it when admitted. A zero now means the
 // store's clock. It costs one lookup of the compiled policy, one hash and
 // one lock.
-func (s *Store) Allow(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	p := req.Policy
 	c := s.policies[policySlot(p)].Load()
 	if c == nil || !c.is(p) || req.Cost < 1 || !c.tokenBucket || req.SettleWithin > 0 {
-		return s.allow(now, &req, s.compile(p))
+		return s.allow(ctx, now, &req)
 	}
 	var t int64
 	switch {
@@ -393,9 +411,10 @@ func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, 
 	return r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, err
 }
 
-// allow is Allow for every request that is not a valid token-bucket or
-// GCRA request.
-func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
+// allow is Allow for every request that does not take its shortest path
+// (compiled.tokenBucket).
+func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (sluice.Decision, error) {
+	c := s.compile(req.Policy)
 	if req.Cost < 0 {
 		return sluice.Decision{}, costError(req.Cost)
 	}
@@ -406,7 +425,7 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 		if c.penalized && req.Policy.Algorithm != sluice.ConcurrencyAlgorithm {
 			return sluice.Decision{}, errSettlePenalty
 		}
-		return s.allowLeased(now, req, c)
+		return s.allowLeased(ctx, now, req, c)
 	}
 	t := s.micros(now)
 	h := s.hash(c, req.Key)
@@ -414,16 +433,35 @@ func (s *Store) allow(now time.Time, req *sluice.Request, c *compiled) (sluice.D
 	sh.mu.Lock()
 	t = sh.advance(t)
 	d := sh.decide(s, c, req, h, t, req.Cost, true, nil)
+	order := s.nextOrder()
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
+	s.report(ctx, req, t, order)
 	return d, nil
+}
+
+// nextOrder returns the order of a decision, when Options.OnDecided is set:
+// called with the decision's shards locked.
+func (s *Store) nextOrder() uint64 {
+	if s.decided == nil {
+		return 0
+	}
+	return s.order.Add(1)
+}
+
+// report tells Options.OnDecided, if set, that req was decided at t (µs)
+// with order.
+func (s *Store) report(ctx context.Context, req *sluice.Request, t int64, order uint64) {
+	if s.decided != nil {
+		s.decided(ctx, *req, time.UnixMicro(t), order)
+	}
 }
 
 // allowLeased is allow for a request that takes a lease: under a
 // concurrency policy, or with an estimate to settle.
-func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
+func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
 	var hb [1]uint64
 	lt := newLeaseTaker(hb[:])
 	t := s.micros(now)
@@ -435,26 +473,30 @@ func (s *Store) allowLeased(now time.Time, req *sluice.Request, c *compiled) (sl
 	if r.Allowed {
 		lt.estimate(0, c, req, h, t)
 	}
+	order := s.nextOrder()
 	sh.mu.Unlock()
 	if r.RetryAfter == sluice.Never {
 		return decision(r, req.Policy.Limit), capacityError(req)
 	}
+	s.report(ctx, req, t, order)
 	d := decision(r, req.Policy.Limit)
 	d.Lease = s.lease(&lt)
 	return d, nil
 }
 
 // Peek decides req without charging it.
-func (s *Store) Peek(_ context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
 	c, err := s.check(&req)
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	sh, _, _, d := s.lockPeek(c, &req, now)
+	sh, _, t, d := s.lockPeek(c, &req, now)
+	order := s.nextOrder()
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(&req)
 	}
+	s.report(ctx, &req, t, order)
 	return d, nil
 }
 
@@ -474,7 +516,7 @@ func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *s
 // denied. All the shards involved are locked together, in index order.
 // Requests for the same policy and key decide as one request of their summed
 // cost.
-func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
 	if len(reqs) == 0 {
 		return sluice.Decision{}, errors.New("memstore: no requests")
 	}
@@ -516,7 +558,19 @@ func (s *Store) AllowAll(_ context.Context, now time.Time, reqs []sluice.Request
 	sums, _ := summedCosts(hs, reqs, sbuf[:0])
 	var lbuf [8]int
 	locked, t := s.lockAll(now, idx, lbuf[:0])
-	defer s.unlockAll(locked)
+	d, err := s.allowAll(reqs, cs, hs, idx, sums, ds, t)
+	order := s.nextOrder()
+	s.unlockAll(locked)
+	if err == nil && s.decided != nil {
+		for i := range reqs {
+			s.report(ctx, &reqs[i], t, order)
+		}
+	}
+	return d, err
+}
+
+// allowAll is AllowAll's decision at t, with the shards of idx locked.
+func (s *Store) allowAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, sums []int64, ds []sluice.Decision, t int64) (sluice.Decision, error) {
 	// Decide without charging.
 	allowed, blocked := true, false
 	for i := range reqs {
