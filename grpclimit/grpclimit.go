@@ -332,7 +332,7 @@ func (l *Limiter) check(ctx context.Context, fullMethod string) (string, metadat
 			continue
 		}
 		res[i].Key, res[i].Cost, res[i].Applied = key, cost, true
-		c := engine.Check{Policy: &lm.Policy, Key: key, Cost: cost}
+		c := engine.Check{Request: sluice.Request{Policy: &lm.Policy, Key: key, Cost: cost}}
 		if lm.Shadow {
 			c.Mode = engine.Shadow
 		}

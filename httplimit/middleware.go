@@ -733,7 +733,7 @@ func (m *Middleware) prepare(r *http.Request, sc *scratch) (static bool) {
 		if n < len(prev) && prev[n] == i && l.policyFunc == nil {
 			c.Key, c.Cost = key, cost
 		} else {
-			*c = engine.Check{Policy: &rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}
+			*c = engine.Check{Request: sluice.Request{Policy: &rs.Policy, Key: key, Cost: cost, MaxDelay: m.maxDelay}}
 			if l.usage != nil {
 				c.Budget, c.SettleWithin = true, l.settle
 			}

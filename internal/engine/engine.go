@@ -65,19 +65,19 @@ const (
 	Deferred
 )
 
-// Check is one limit applied to a request.
+// Check is one limit applied to a request: the store request that
+// charges it, and how it takes part in the verdict.
 type Check struct {
-	// Policy and Key name the counter; Cost is what the request charges to
-	// it. A Cost below 1 charges nothing: the check is reported with
+	// Request names the counter (Policy and Key) and what the request
+	// charges to it (Cost; MaxDelay bounds a leaky bucket's Delay, and a
+	// positive SettleWithin makes Cost an estimate that the door settles
+	// through the lease of Outcome.Decision). It is sent to the store as
+	// it is. A Cost below 1 charges nothing: the check is reported with
 	// State and takes no part in the verdict. Policy must not be nil; it
 	// is only read, and points best at a policy that outlives the request
 	// (a door's configuration), since the store call makes it escape.
-	Policy *sluice.Policy
-	Key    string
-	Cost   int64
-	Mode   Mode
-	// MaxDelay bounds a leaky bucket's Delay (sluice.Request.MaxDelay).
-	MaxDelay time.Duration
+	sluice.Request
+	Mode Mode
 	// Group, when not zero, decides the shadow checks that share it
 	// together, all or nothing (an Envoy descriptor's limits). Shadow
 	// checks of group 0 are decided one by one.
@@ -86,10 +86,6 @@ type Check struct {
 	// is known only afterwards, admitted while a unit is left and charged
 	// nothing (see sluice.Store).
 	Budget bool
-	// SettleWithin, when positive, makes Cost an estimate that the door
-	// settles with the actual cost (Settle) through the lease of
-	// Outcome.Decision, within that time (sluice.Request.SettleWithin).
-	SettleWithin time.Duration
 }
 
 // counted reports whether c takes part in a decision: it charges, or it
@@ -465,7 +461,7 @@ func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 // allowOne charges c alone with the store's Allow and writes the store's
 // decision to *d, where it stays: the Decision is not copied again.
 func allowOne(ctx context.Context, store sluice.Store, now time.Time, c *Check, d *sluice.Decision) (err error) {
-	*d, err = store.Allow(ctx, now, sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay, SettleWithin: c.SettleWithin})
+	*d, err = store.Allow(ctx, now, c.Request)
 	return err
 }
 
@@ -642,7 +638,7 @@ func FromPeek(d sluice.Decision, cost, ask int64) sluice.Decision {
 // request returns the store request of check c. A shadow check's
 // estimate is not settled: it is a dry run.
 func request(c *Check) sluice.Request {
-	r := sluice.Request{Policy: c.Policy, Key: c.Key, Cost: c.Cost, MaxDelay: c.MaxDelay, SettleWithin: c.SettleWithin}
+	r := c.Request
 	if c.Mode == Shadow {
 		r.SettleWithin = 0
 	}

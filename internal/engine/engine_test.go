@@ -26,7 +26,7 @@ func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outco
 
 func remaining(t *testing.T, st sluice.Store, p sluice.Policy, key string) int64 {
 	t.Helper()
-	d, err := engine.State(context.Background(), st, t0, engine.Check{Policy: &p, Key: key})
+	d, err := engine.State(context.Background(), st, t0, engine.Check{Request: sluice.Request{Policy: &p, Key: key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +41,12 @@ func TestNever(t *testing.T) {
 		checks []engine.Check
 		denied []bool
 	}{
-		{"single", []engine.Check{{Policy: &p, Key: "a", Cost: 21}}, []bool{true}},
-		{"summed", []engine.Check{{Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 15}}, []bool{true, true}},
-		{"summed beside another", []engine.Check{{Policy: &other, Key: "a", Cost: 1}, {Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 6}}, []bool{false, true, true}},
-		{"summed with a deferred check", []engine.Check{{Policy: &p, Key: "a", Cost: 15}, {Policy: &p, Key: "a", Cost: 15, Mode: engine.Deferred}}, []bool{true, true}},
-		{"overflowing sum", []engine.Check{{Policy: &p, Key: "a", Cost: 1 << 62}, {Policy: &p, Key: "a", Cost: 1 << 62}, {Policy: &p, Key: "a", Cost: 1 << 62}}, []bool{true, true, true}},
-		{"zero limit", []engine.Check{{Policy: &sluice.Policy{}, Key: "a", Cost: 1}}, []bool{true}},
+		{"single", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 21}}}, []bool{true}},
+		{"summed", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}}, []bool{true, true}},
+		{"summed beside another", []engine.Check{{Request: sluice.Request{Policy: &other, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 6}}}, []bool{false, true, true}},
+		{"summed with a deferred check", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}, Mode: engine.Deferred}}, []bool{true, true}},
+		{"overflowing sum", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}}, []bool{true, true, true}},
+		{"zero limit", []engine.Check{{Request: sluice.Request{Policy: &sluice.Policy{}, Key: "a", Cost: 1}}}, []bool{true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -78,8 +78,8 @@ func TestNever(t *testing.T) {
 func TestDifferentCountersNotSummed(t *testing.T) {
 	p := sluice.TokenBucket(20, time.Minute, 0).Named("small")
 	st := memstore.New(memstore.Options{})
-	o, _ := decide(t, st, engine.Check{Policy: &p, Key: "a", Cost: 15}, engine.Check{Policy: &p, Key: "b", Cost: 15},
-		engine.Check{Policy: new(p.Named("other")), Key: "a", Cost: 15})
+	o, _ := decide(t, st, engine.Check{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, engine.Check{Request: sluice.Request{Policy: &p, Key: "b", Cost: 15}},
+		engine.Check{Request: sluice.Request{Policy: new(p.Named("other")), Key: "a", Cost: 15}})
 	if !o.Allowed {
 		t.Fatalf("Decide = %+v, want allowed", o)
 	}
@@ -92,7 +92,7 @@ func TestShadow(t *testing.T) {
 	enforced := sluice.FixedWindow(1, time.Minute).Named("enforced")
 	trial := sluice.FixedWindow(1, time.Minute).Named("trial")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Policy: &enforced, Key: "a", Cost: 1}, {Policy: &trial, Key: "a", Cost: 1, Mode: engine.Shadow}}
+	checks := []engine.Check{{Request: sluice.Request{Policy: &enforced, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &trial, Key: "a", Cost: 1}, Mode: engine.Shadow}}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || o.DryRunDenied || !res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, the trial charged", o, res)
@@ -102,7 +102,7 @@ func TestShadow(t *testing.T) {
 		t.Errorf("second = %+v %+v, want refused, the trial would refuse", o, res)
 	}
 	// A shadow check never refuses, even when it can never pass.
-	o, res = decide(t, st, engine.Check{Policy: &trial, Key: "b", Cost: 2, Mode: engine.Shadow})
+	o, res = decide(t, st, engine.Check{Request: sluice.Request{Policy: &trial, Key: "b", Cost: 2}, Mode: engine.Shadow})
 	if !o.Allowed || !o.DryRunDenied || res[0].Decision.RetryAfter != sluice.Never {
 		t.Errorf("impossible shadow = %+v %+v, want allowed, dry-run denied with Never", o, res)
 	}
@@ -114,7 +114,7 @@ func TestShadowGroup(t *testing.T) {
 	wide := sluice.FixedWindow(10, time.Minute).Named("wide")
 	narrow := sluice.FixedWindow(1, time.Minute).Named("narrow")
 	st := memstore.New(memstore.Options{})
-	group := []engine.Check{{Policy: &wide, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}, {Policy: &narrow, Key: "a", Cost: 1, Mode: engine.Shadow, Group: 1}}
+	group := []engine.Check{{Request: sluice.Request{Policy: &wide, Key: "a", Cost: 1}, Mode: engine.Shadow, Group: 1}, {Request: sluice.Request{Policy: &narrow, Key: "a", Cost: 1}, Mode: engine.Shadow, Group: 1}}
 	decide(t, st, group...)
 	o, res := decide(t, st, group...)
 	if !o.Allowed || !o.DryRunDenied || res[0].Charged || res[0].Denied || !res[1].Denied {
@@ -129,7 +129,7 @@ func TestDeferred(t *testing.T) {
 	login := sluice.FixedWindow(1, time.Minute).Named("login")
 	api := sluice.FixedWindow(10, time.Minute).Named("api")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Policy: &api, Key: "a", Cost: 1}, {Policy: &login, Key: "a", Cost: 1, Mode: engine.Deferred}}
+	checks := []engine.Check{{Request: sluice.Request{Policy: &api, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &login, Key: "a", Cost: 1}, Mode: engine.Deferred}}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || !res[0].Charged || res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, api charged, login only peeked", o, res)
@@ -148,13 +148,13 @@ func TestDeferred(t *testing.T) {
 
 func TestStoreError(t *testing.T) {
 	boom := errors.New("boom")
-	o, res := decide(t, teststore.Failing{Err: boom}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1},
-		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
+	o, res := decide(t, teststore.Failing{Err: boom}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1}},
+		engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1}})
 	if o.Allowed || !errors.Is(o.Err, boom) || !errors.Is(res[0].Err, boom) || o.Never() {
 		t.Errorf("Decide = %+v %+v, want the store's error", o, res)
 	}
 	// A store that reports a cost it can never admit refuses: no error.
-	o, _ = decide(t, teststore.Failing{Err: sluice.ErrCostExceedsCapacity}, engine.Check{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1})
+	o, _ = decide(t, teststore.Failing{Err: sluice.ErrCostExceedsCapacity}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1}})
 	if o.Allowed || o.Err != nil || !o.Never() {
 		t.Errorf("Decide over ErrCostExceedsCapacity = %+v, want a refusal with RetryAfter Never", o)
 	}
@@ -162,8 +162,8 @@ func TestStoreError(t *testing.T) {
 
 func TestDegraded(t *testing.T) {
 	d := sluice.Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}
-	o, res := decide(t, teststore.Failing{Degraded: &d}, engine.Check{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1},
-		engine.Check{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1})
+	o, res := decide(t, teststore.Failing{Degraded: &d}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1}},
+		engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1}})
 	if o.Allowed || !o.Decision.Degraded || o.Err != nil {
 		t.Errorf("Decide = %+v, want refused and degraded", o)
 	}
@@ -203,7 +203,7 @@ func TestOneCheckWithShadow(t *testing.T) {
 	for i := range 3000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
-		c := engine.Check{Policy: &p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}
+		c := engine.Check{Request: sluice.Request{Policy: &p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}}
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 		}
@@ -211,7 +211,7 @@ func TestOneCheckWithShadow(t *testing.T) {
 		var got, want engine.Outcome
 		engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one, &got)
 		two := make([]engine.CheckResult, 2)
-		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Policy: &roomy, Key: "other", Cost: 1, Mode: engine.Shadow}}, two, &want)
+		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Request: sluice.Request{Policy: &roomy, Key: "other", Cost: 1}, Mode: engine.Shadow}}, two, &want)
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
 		}
@@ -237,7 +237,7 @@ func TestEnforcedWithShadow(t *testing.T) {
 		var total int64
 		for j := range checks {
 			p := policies[next(uint64(len(policies)))]
-			c := engine.Check{Policy: &p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}
+			c := engine.Check{Request: sluice.Request{Policy: &p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}}
 			if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 				c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 			}
@@ -254,7 +254,7 @@ func TestEnforcedWithShadow(t *testing.T) {
 		var o, w engine.Outcome
 		buf.Decide(ctx, alone, time.Time{}, checks, got, &o)
 		want := make([]engine.CheckResult, len(checks)+1)
-		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Policy: &roomy, Key: "other", Cost: 1, Mode: engine.Shadow}), want, &w)
+		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Request: sluice.Request{Policy: &roomy, Key: "other", Cost: 1}, Mode: engine.Shadow}), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)
 		}
@@ -275,9 +275,9 @@ func TestBudgetAndSettle(t *testing.T) {
 	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	checks := []engine.Check{
-		{Policy: &calls, Key: "k", Cost: 1},
-		{Policy: &calls, Key: "free", Cost: 0}, // reported, not decided
-		{Policy: &tokens, Key: "k", Cost: 0, Budget: true, SettleWithin: time.Minute},
+		{Request: sluice.Request{Policy: &calls, Key: "k", Cost: 1}},
+		{Request: sluice.Request{Policy: &calls, Key: "free", Cost: 0}}, // reported, not decided
+		{Request: sluice.Request{Policy: &tokens, Key: "k", Cost: 0, SettleWithin: time.Minute}, Budget: true},
 	}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || o.Decision.Lease == "" || !res[2].Charged || res[1].Charged {
@@ -297,7 +297,7 @@ func TestBudgetAndSettle(t *testing.T) {
 		t.Errorf("calls remaining after the refusal = %d, want 9", got)
 	}
 	// A check of cost 0 without Budget reports and never refuses.
-	o, _ = decide(t, st, engine.Check{Policy: &tokens, Key: "k", Cost: 0})
+	o, _ = decide(t, st, engine.Check{Request: sluice.Request{Policy: &tokens, Key: "k", Cost: 0}})
 	if !o.Allowed {
 		t.Errorf("a cost-0 check that is not a budget = %+v, want allowed (reported only)", o)
 	}

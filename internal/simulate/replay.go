@@ -171,7 +171,7 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			if e.Outcome == "denied" && e.Mode != modeQuota {
 				// It refused the request before anything was charged:
 				// so does a limit that admits nothing.
-				checks = append(checks, engine.Check{Policy: &refusesAll, Key: e.Key, Cost: 1})
+				checks = append(checks, engine.Check{Request: sluice.Request{Policy: &refusesAll, Key: e.Key, Cost: 1}})
 				idx = append(idx, -1)
 			}
 			continue
@@ -188,7 +188,7 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		}
 		// A cost of 0 checks a budget, except on Envoy's door, where it
 		// looks at the state (hits_addend 0).
-		c := engine.Check{Policy: &l.Policy, Key: e.Key, Cost: e.Cost, Budget: rec.Door != "rls"}
+		c := engine.Check{Request: sluice.Request{Policy: &l.Policy, Key: e.Key, Cost: e.Cost}, Budget: rec.Door != "rls"}
 		if l.Shadow {
 			c.Mode = engine.Shadow
 		}

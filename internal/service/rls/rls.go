@@ -523,7 +523,7 @@ func (s *Service) decide(ctx context.Context, now time.Time, items []item, ds []
 			continue
 		}
 		for j := range it.limits {
-			c := engine.Check{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost, Budget: it.usage}
+			c := engine.Check{Request: sluice.Request{Policy: &it.limits[j].policy, Key: it.key, Cost: it.cost}, Budget: it.usage}
 			if it.shadow || it.quota {
 				// A quota descriptor is decided as a shadow one is, on
 				// its own; ShouldRateLimit then counts it as over or not.

@@ -678,7 +678,7 @@ func appendLease(b []byte, lease string, items []item, asked bool) []byte {
 // the limit's settle_within.
 func checkOf(it *item, lease bool) engine.Check {
 	rate := it.limit.Policy.Algorithm != sluice.ConcurrencyAlgorithm
-	c := engine.Check{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost, Budget: rate}
+	c := engine.Check{Request: sluice.Request{Policy: &it.limit.Policy, Key: it.key, Cost: it.cost}, Budget: rate}
 	switch {
 	case it.limit.Shadow:
 		c.Mode = engine.Shadow
