@@ -92,6 +92,30 @@ func validateAll(t *testing.T, m proto.Message) {
 	walk(m.ProtoReflect())
 }
 
+// loadLists loads each item of each of blocks, YAML lists of Envoy
+// configuration, into a message of newMsg's and validates it; kind names
+// the items ("route") and typ the message ("a Route") in messages.
+func loadLists(t *testing.T, blocks []string, kind, typ string, newMsg func() proto.Message) {
+	t.Helper()
+	for i, block := range blocks {
+		var items []any
+		if err := yaml.Unmarshal([]byte(block), &items); err != nil {
+			t.Fatal(err)
+		}
+		for j, item := range items {
+			js, err := json.Marshal(item)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := newMsg()
+			if err := protojson.Unmarshal(js, m); err != nil {
+				t.Fatalf("%s %d of Envoy %s block %d does not load as %s: %v", kind, j+1, kind, i+1, typ, err)
+			}
+			validateAll(t, m)
+		}
+	}
+}
+
 // TestEnvoyBootstrapInDocs loads each Envoy block of docs/envoy.md (the
 // bootstrap, and the cluster over mutual TLS) into
 // go-control-plane's Bootstrap, each list of HTTP filters (the rate
@@ -116,23 +140,7 @@ func TestEnvoyBootstrapInDocs(t *testing.T) {
 	if len(envoyYAMLs) < 2 || len(filterYAMLs) < 1 || len(routeYAMLs) < 1 || len(sluiceYAMLs) < 3 {
 		t.Fatal("docs/envoy.md has no envoy.yaml, no TLS cluster, no filter with a token, no usage route or not the sluice.yaml blocks")
 	}
-	for i, routeYAML := range routeYAMLs {
-		var routes []any
-		if err := yaml.Unmarshal([]byte(routeYAML), &routes); err != nil {
-			t.Fatal(err)
-		}
-		for j, r := range routes {
-			js, err := json.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rt routev3.Route
-			if err := protojson.Unmarshal(js, &rt); err != nil {
-				t.Fatalf("route %d of Envoy route block %d does not load as a Route: %v", j+1, i+1, err)
-			}
-			validateAll(t, &rt)
-		}
-	}
+	loadLists(t, routeYAMLs, "route", "a Route", func() proto.Message { return new(routev3.Route) })
 	for i, envoyYAML := range envoyYAMLs {
 		var boot bootstrapv3.Bootstrap
 		if err := protojson.Unmarshal(yamlJSON(t, envoyYAML), &boot); err != nil {
@@ -140,23 +148,7 @@ func TestEnvoyBootstrapInDocs(t *testing.T) {
 		}
 		validateAll(t, &boot)
 	}
-	for i, filterYAML := range filterYAMLs {
-		var filters []any
-		if err := yaml.Unmarshal([]byte(filterYAML), &filters); err != nil {
-			t.Fatal(err)
-		}
-		for j, f := range filters {
-			js, err := json.Marshal(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var hf hcmv3.HttpFilter
-			if err := protojson.Unmarshal(js, &hf); err != nil {
-				t.Fatalf("filter %d of Envoy filter block %d does not load as an HttpFilter: %v", j+1, i+1, err)
-			}
-			validateAll(t, &hf)
-		}
-	}
+	loadLists(t, filterYAMLs, "filter", "an HttpFilter", func() proto.Message { return new(hcmv3.HttpFilter) })
 
 	for i, sluiceYAML := range sluiceYAMLs {
 		if _, ps := DecodeSection(envoyNode(t, []byte(sluiceYAML)), "envoy"); len(ps) > 0 {
