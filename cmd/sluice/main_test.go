@@ -33,6 +33,27 @@ func runSluice(t *testing.T, stdin io.Reader, args ...string) result {
 	return result{err: err, code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
 
+// runOK runs sluice as runSluice does and fails t unless it exits 0.
+func runOK(t *testing.T, stdin io.Reader, args ...string) result {
+	t.Helper()
+	r := runSluice(t, stdin, args...)
+	if r.code != 0 {
+		t.Fatalf("sluice %s: exit %d, error %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.err, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// runQuiet runs sluice as runOK does and fails t unless it also writes
+// nothing to standard error.
+func runQuiet(t *testing.T, stdin io.Reader, args ...string) result {
+	t.Helper()
+	r := runOK(t, stdin, args...)
+	if r.stderr != "" {
+		t.Fatalf("sluice %s: stderr %q, want nothing", strings.Join(args, " "), r.stderr)
+	}
+	return r
+}
+
 // wantAll fails t for each of wants that text lacks; what names text in
 // the message.
 func wantAll(t *testing.T, what, text string, wants ...string) {

@@ -90,10 +90,7 @@ func driveDecisions(t *testing.T, in *instance) {
 // replayOut runs sluice simulate --replay and returns its report.
 func replayOut(t *testing.T, log, cfg string, more ...string) string {
 	t.Helper()
-	r := runSluice(t, nil, append([]string{"simulate", "--replay", log, "--config", cfg}, more...)...)
-	if r.code != 0 {
-		t.Fatalf("simulate --replay = %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
+	r := runOK(t, nil, append([]string{"simulate", "--replay", log, "--config", cfg}, more...)...)
 	return r.stdout
 }
 
@@ -234,10 +231,7 @@ func TestDocsReplayExample(t *testing.T) {
 				args[i] = filepath.Join(dir, a)
 			}
 		}
-		r := runSluice(t, nil, args[1:]...)
-		if r.code != 0 {
-			t.Fatalf("%s = %d\n%s", line, r.code, r.stderr)
-		}
+		r := runOK(t, nil, args[1:]...)
 		if strings.Contains(c, "--replay") && r.stdout != want {
 			t.Errorf("%s printed\n%s\nthe page says\n%s", line, r.stdout, want)
 		}

@@ -15,10 +15,7 @@ const concurrencyTrace = "../../internal/simulate/testdata/concurrency.csv"
 // docs/simulate.md through a concurrency limit of 2: the third of three
 // overlapping requests is refused, and one after the first ends admitted.
 func TestSimulateConcurrencyJSONL(t *testing.T) {
-	r := runSluice(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2", "--trace", concurrencyTrace, "--format", "jsonl")
-	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	r := runQuiet(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2", "--trace", concurrencyTrace, "--format", "jsonl")
 	const t0 = 1767268800000
 	want := []jsonlLine{
 		{T: t0, Key: "client-1", Cost: 1, Allowed: true, Remaining: 1, ResetAfterMS: 30000},
@@ -52,10 +49,7 @@ func TestSimulateConcurrencyJSONL(t *testing.T) {
 
 func TestSimulateConcurrencyTable(t *testing.T) {
 	trace := "t_ms,key,cost,duration_ms\n0,a,1,100\n0,a,1,100\n0,b,2\n50,a,1,0\n100,a,1\n100,b,3\n"
-	r := runSluice(t, strings.NewReader(trace), "simulate", "--algorithm", "concurrency", "--limit", "2", "--lease", "1s")
-	if r.code != 0 {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	r := runOK(t, strings.NewReader(trace), "simulate", "--algorithm", "concurrency", "--limit", "2", "--lease", "1s")
 	wantAll(t, "stdout", r.stdout,
 		"Trace: 6 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.1Z (100ms), 2 keys\nPolicy: concurrency, limit 2 held at once, lease 1s\n",
 		"\nKEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX HELD\n",
@@ -68,11 +62,8 @@ func TestSimulateConcurrencyTable(t *testing.T) {
 func TestSimulateConcurrencyPattern(t *testing.T) {
 	// Two requests a second, each running 1.5 s: three at a time at most
 	// wanted, two admitted.
-	r := runSluice(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2",
+	r := runOK(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2",
 		"--pattern", "steady", "--rate", "2", "--duration", "10s", "--hold", "1500ms")
-	if r.code != 0 {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
 	// At 0, 0.5, 1, ... s: the one at 1 s finds two running (0 and 0.5)
 	// and is refused; the one at 1.5 s finds the one at 0 ended. So every
 	// third request is refused: 0 1 _ 3 4 _ ... of 20.
@@ -122,10 +113,7 @@ func TestSimulateConcurrencyTraceErrors(t *testing.T) {
 
 func TestSimulateConcurrencyChart(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "concurrency.svg")
-	r := runSluice(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2", "--trace", concurrencyTrace, "--chart", svg)
-	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	runQuiet(t, nil, "simulate", "--algorithm", "concurrency", "--limit", "2", "--trace", concurrencyTrace, "--chart", svg)
 	b, err := os.ReadFile(svg)
 	if err != nil {
 		t.Fatal(err)

@@ -24,10 +24,7 @@ const boundaryTrace = "../../examples/traces/boundary.csv"
 // the numbers the README promises, then the whole output against a golden
 // file (go test ./cmd/sluice -run Golden -update rewrites it).
 func TestSimulateBoundaryGolden(t *testing.T) {
-	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m", "--trace", boundaryTrace)
-	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	r := runQuiet(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m", "--trace", boundaryTrace)
 	rows := make(map[string][]string)
 	for _, line := range strings.Split(r.stdout, "\n") {
 		if f := strings.Fields(line); len(f) == 6 {
@@ -101,10 +98,7 @@ func TestSimulateJSONL(t *testing.T) {
 			} else {
 				in = stdin()
 			}
-			r := runSluice(t, in, args...)
-			if r.code != 0 || r.stderr != "" {
-				t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-			}
+			r := runQuiet(t, in, args...)
 			lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 			if len(lines) != 200 {
 				t.Fatalf("%d lines, want 200", len(lines))
@@ -141,10 +135,7 @@ func TestSimulateJSONL(t *testing.T) {
 
 func TestSimulateTable(t *testing.T) {
 	trace := "t_ms,key,cost\n0,a\n0,a\n0,b,3\n500,a\n"
-	r := runSluice(t, strings.NewReader(trace), "simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1s", "--trace", "-")
-	if r.code != 0 {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	r := runOK(t, strings.NewReader(trace), "simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1s", "--trace", "-")
 	wantAll(t, "stdout", r.stdout,
 		"Trace: 4 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.5Z (500ms), 2 keys\nPolicy: fixed_window, limit 2 per 1s\n",
 		"\na      3         2         1       3     2              0s\n",
@@ -406,11 +397,8 @@ func TestSimulateUsageNamesEveryFlag(t *testing.T) {
 }
 
 func TestSimulatePattern(t *testing.T) {
-	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
+	r := runQuiet(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
 		"--pattern", "boundary", "--rate", "100/1m", "--duration", "4m")
-	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
 	if want := "Pattern: boundary, 100/1m per key, 4m, 1 key\n" +
 		"Trace: 400 requests, 2026-01-01T00:00:59.999Z to 2026-01-01T00:03:00Z (2m0.001s), 1 key\n"; !strings.HasPrefix(r.stdout, want) {
 		t.Errorf("stdout starts\n%s\nwant\n%s", r.stdout, want)
@@ -436,11 +424,8 @@ func TestSimulatePattern(t *testing.T) {
 func TestSimulatePatternReproducible(t *testing.T) {
 	jsonl := func(pattern, seed string) string {
 		t.Helper()
-		r := runSluice(t, nil, "simulate", "--algorithm", "sliding_window", "--limit", "10", "--period", "1s", "--format", "jsonl",
+		r := runQuiet(t, nil, "simulate", "--algorithm", "sliding_window", "--limit", "10", "--period", "1s", "--format", "jsonl",
 			"--pattern", pattern, "--rate", "12.5", "--duration", "3s", "--keys", "3", "--seed", seed)
-		if r.code != 0 || r.stderr != "" {
-			t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-		}
 		return r.stdout
 	}
 	for _, pattern := range []string{"steady", "burst", "boundary", "poisson", "ramp", "onoff"} {
@@ -518,11 +503,8 @@ func TestSimulateChart(t *testing.T) {
 	svg := filepath.Join(dir, "boundary.svg")
 	pngFile := filepath.Join(dir, "boundary.PNG")
 	for name, alg := range map[string]string{svg: "all", pngFile: "fixed_window"} { // one row: pixels are slow under -race
-		r := runSluice(t, nil, "simulate", "--algorithm", alg, "--limit", "100", "--period", "1m",
+		r := runQuiet(t, nil, "simulate", "--algorithm", alg, "--limit", "100", "--period", "1m",
 			"--trace", boundaryTrace, "--chart", name)
-		if r.code != 0 || r.stderr != "" {
-			t.Fatalf("--chart %s: exit %d, error %v, stderr %q", name, r.code, r.err, r.stderr)
-		}
 		if !strings.Contains(r.stdout, "200") {
 			t.Errorf("--chart %s: the table is missing from stdout:\n%s", name, r.stdout)
 		}
@@ -568,11 +550,8 @@ func TestSimulateChart(t *testing.T) {
 // its admissions) each says which it counts.
 func TestSimulateChartAndTableAgree(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "keys.svg")
-	r := runSluice(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
+	r := runOK(t, nil, "simulate", "--algorithm", "all", "--limit", "100", "--period", "1m",
 		"--pattern", "boundary", "--rate", "100/1m", "--duration", "2m", "--keys", "2", "--chart", svg)
-	if r.code != 0 {
-		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
-	}
 	b, err := os.ReadFile(svg)
 	if err != nil {
 		t.Fatal(err)
@@ -666,10 +645,7 @@ func TestSimulatePenalty(t *testing.T) {
 	trace := "t_ms,key\n0,alice\n0,alice\n0,alice\n1000,alice\n60000,alice\n60000,alice\n60000,alice\n200000,alice\n200000,alice\n200000,alice\n"
 	args := []string{"simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1m",
 		"--block-for", "1m", "--factor", "2", "--forget-after", "1h", "--trace", "-"}
-	r := runSluice(t, strings.NewReader(trace), args...)
-	if r.code != 0 {
-		t.Fatalf("exit %d, error %v, stderr %q", r.code, r.err, r.stderr)
-	}
+	r := runOK(t, strings.NewReader(trace), args...)
 	wantAll(t, "stdout", r.stdout,
 		"Policy: fixed_window, limit 2 per 1m0s, block 1m0s ×2, forgotten after 1h0m0s\n",
 		"KEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX DELAY  BLOCKS  BLOCKED  LONGEST BLOCK\n",
@@ -683,10 +659,7 @@ func TestSimulatePenalty(t *testing.T) {
 		`{"t":200000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":240000,"delay_ms":0,"reset_after_ms":240000,"blocked":true,"offence":true}`,
 	)
 	chart := filepath.Join(t.TempDir(), "blocks.svg")
-	r = runSluice(t, strings.NewReader(trace), append(args, "--chart", chart)...)
-	if r.code != 0 {
-		t.Fatalf("--chart: exit %d, stderr %q", r.code, r.stderr)
-	}
+	r = runOK(t, strings.NewReader(trace), append(args, "--chart", chart)...)
 	svg, err := os.ReadFile(chart)
 	if err != nil || !strings.Contains(string(svg), "3 blocks (shaded), the longest 4m0s") {
 		t.Errorf("the chart does not name the blocks (%v)", err)
