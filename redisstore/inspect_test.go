@@ -42,23 +42,19 @@ func TestInspectDifferential(t *testing.T) {
 				at = at.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 				key := fmt.Sprint("k", rng.IntN(3))
 				req := sluice.Request{Policy: &p, Key: key, Cost: rng.Int64N(min(p.Capacity(), 3)) + 1}
-				switch rng.IntN(8) {
-				case 0:
+				switch op := rng.IntN(8); op {
+				case 0, 1:
 					// Debits past the capacity and refunds, at every size
 					// (short of internal/algo's overflow: cost·T < 2^62).
-					req.Cost = 1 + rng.Int64N(1<<rng.IntN(22))
-					want, _ := ms.Debit(ctx, at, req)
-					got, err := rs.Debit(ctx, at, req)
-					if err != nil || got != want {
-						t.Fatalf("step %d: Debit(%d) = %+v, %v; the memory store says %+v", step, req.Cost, got, err, want)
+					name, mem, red, bits := "Debit", ms.Debit, rs.Debit, 22
+					if op == 1 {
+						name, mem, red, bits = "Refund", ms.Refund, rs.Refund, 40
 					}
-					continue
-				case 1:
-					req.Cost = 1 + rng.Int64N(1<<rng.IntN(40))
-					want, _ := ms.Refund(ctx, at, req)
-					got, err := rs.Refund(ctx, at, req)
+					req.Cost = 1 + rng.Int64N(1<<rng.IntN(bits))
+					want, _ := mem(ctx, at, req)
+					got, err := red(ctx, at, req)
 					if err != nil || got != want {
-						t.Fatalf("step %d: Refund(%d) = %+v, %v; the memory store says %+v", step, req.Cost, got, err, want)
+						t.Fatalf("step %d: %s(%d) = %+v, %v; the memory store says %+v", step, name, req.Cost, got, err, want)
 					}
 					continue
 				case 2:

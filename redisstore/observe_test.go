@@ -43,32 +43,26 @@ func TestObserve(t *testing.T) {
 		type ctxKey struct{}
 		ctx := context.WithValue(t.Context(), ctxKey{}, "caller")
 		gcra, window := sluice.GCRA(1, time.Hour, 1).Named("g"), sluice.FixedWindow(1, time.Hour).Named("w")
+		allow := func(p *sluice.Policy) func() error {
+			return func() error {
+				_, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: "k", Cost: 1})
+				return err
+			}
+		}
 		steps := []struct {
 			script string
 			do     func() error
 		}{
-			{"tat_single", func() error {
-				_, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &gcra, Key: "k", Cost: 1})
-				return err
-			}},
-			{"single", func() error {
-				_, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &window, Key: "k", Cost: 1})
-				return err
-			}},
+			{"tat_single", allow(&gcra)},
+			{"single", allow(&window)},
 			{"usage", func() error {
 				_, err := st.Debit(ctx, time.Time{}, sluice.Request{Policy: &window, Key: "k", Cost: 3})
 				return err
 			}},
 			// In debt: refused by Redis, then locally, with no call to
 			// Redis, so nothing observed.
-			{"single", func() error {
-				_, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &window, Key: "k", Cost: 1})
-				return err
-			}},
-			{"", func() error {
-				_, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &window, Key: "k", Cost: 1})
-				return err
-			}},
+			{"single", allow(&window)},
+			{"", allow(&window)},
 		}
 		for i, s := range steps {
 			mu.Lock()
