@@ -189,25 +189,52 @@ func TestEnvoyEnvDocs(t *testing.T) {
 // variables of env set (t.Setenv: the test cannot run in parallel).
 func startEnvoyEnv(t *testing.T, env ...string) *instance {
 	t.Helper()
+	setEnv(t, env...)
+	return startServe(t, "--envoy-env", "--watch", "20ms")
+}
+
+// setEnv sets the variables of env, each NAME=VALUE, for t (t.Setenv).
+func setEnv(t *testing.T, env ...string) {
+	t.Helper()
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
-	return startServe(t, "--envoy-env", "--watch", "20ms")
+}
+
+// runtimeRoot makes a RUNTIME_ROOT holding files, by their names below
+// its domain directory RUNTIME_ROOT/sub/config (RUNTIME_ROOT/config for
+// an empty sub), and returns the root and that directory.
+func runtimeRoot(t *testing.T, sub string, files map[string]string) (root, dir string) {
+	t.Helper()
+	root = t.TempDir()
+	dir = filepath.Join(root, sub, "config")
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testkit.WriteFile(t, path, content)
+	}
+	return root, dir
+}
+
+// fileEnv is the environment of sluice serve --envoy-env in FILE mode
+// on a memory store, with its domains under RUNTIME_ROOT root, on
+// loopback ports that the system picks, and extra.
+func fileEnv(root string, extra ...string) []string {
+	return append([]string{"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
+		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root}, extra...)
 }
 
 func TestEnvoyEnvEndpoints(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "rl", "config")
-	if err := os.MkdirAll(filepath.Join(dir, "nested"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	testkit.WriteFile(t, filepath.Join(dir, "nested", "b.yml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
-	testkit.WriteFile(t, filepath.Join(dir, ".hidden.yaml"), "this is not a domain")
-	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_IGNOREDOTFILES=true",
-		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_PATH=/prom")
+	root, _ := runtimeRoot(t, "rl", map[string]string{
+		"a.yaml":       "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		"nested/b.yml": "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+		".hidden.yaml": "this is not a domain",
+	})
+	in := startEnvoyEnv(t, fileEnv(root, "RUNTIME_SUBDIRECTORY=rl", "RUNTIME_IGNOREDOTFILES=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_PATH=/prom")...)
 	if code, _, body := in.do(t, "GET", "/healthcheck", ""); code != 200 || body != "OK" {
 		t.Errorf("GET /healthcheck = %d %q, want 200 OK", code, body)
 	}
@@ -255,17 +282,11 @@ func TestEnvoyEnvEndpoints(t *testing.T) {
 }
 
 func TestEnvoyEnvStartRefused(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	for _, kv := range []string{"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT=" + root, "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "LIMIT_REQUEST_HEADERS_ENABLED=true"} {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	root, dir := runtimeRoot(t, "", map[string]string{
+		"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		"b.yaml": "domain: a\ndescriptors:\n  - key: j\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+	})
+	setEnv(t, fileEnv(root, "LIMIT_REQUEST_HEADERS_ENABLED=true")...)
 	r := runSluice(t, nil, "serve", "--envoy-env")
 	wantAll(t, "stderr", r.stderr, "LIMIT_REQUEST_HEADERS_ENABLED: set to \"true\"", "1 problem in the environment")
 	t.Setenv("LIMIT_REQUEST_HEADERS_ENABLED", "false")
@@ -281,16 +302,12 @@ func TestEnvoyEnvStartRefused(t *testing.T) {
 // config_test.go TestMergeDomainConfig, ratelimit_test.go
 // TestServiceGlobalShadowMode and TestServiceWithCustomRatelimitHeaders).
 func TestEnvoyEnvReferenceSettings(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WriteFile(t, filepath.Join(dir, "a.yaml"), "domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	testkit.WriteFile(t, filepath.Join(dir, "b.yaml"), "domain: m\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n")
-	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "MERGE_DOMAIN_CONFIG=true", "SHADOW_MODE=true",
-		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Left", "LIMIT_RESET_HEADER=X-Reset")
+	root, _ := runtimeRoot(t, "", map[string]string{
+		"a.yaml": "domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		"b.yaml": "domain: m\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+	})
+	in := startEnvoyEnv(t, fileEnv(root, "MERGE_DOMAIN_CONFIG=true", "SHADOW_MODE=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_LIMIT_HEADER=X-Limit", "LIMIT_REMAINING_HEADER=X-Left", "LIMIT_RESET_HEADER=X-Reset")...)
 	ask := func(key string, hits ...int) (int, *rlsv3.RateLimitResponse) {
 		h := 1
 		if len(hits) > 0 {

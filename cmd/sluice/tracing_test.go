@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -83,6 +82,49 @@ func startReceiver(t *testing.T, protocol string) (*receiver, string) {
 	return r, "http://" + ln.Addr().String()
 }
 
+// stopSpans stops in, which flushes its spans, and returns every span r
+// has received.
+func (r *receiver) stopSpans(t *testing.T, in *instance) []*tracepb.Span {
+	t.Helper()
+	if err := in.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.spans)
+}
+
+// traceparent is the traceparent header of a sampled call in the trace
+// traceID, from the caller's span parent.
+func traceparent(traceID, parent string) string { return "00-" + traceID + "-" + parent + "-01" }
+
+// checkTraced posts body to in's /v1/check with the traceparent tp and
+// fails t unless the answer is 200.
+func checkTraced(t *testing.T, in *instance, tp, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", in.url("/v1/check"), strings.NewReader(body))
+	req.Header.Set("traceparent", tp)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("check %s under %s = %d", body, tp, resp.StatusCode)
+	}
+}
+
+// rlsTraced asks in's rate limit service about the descriptor (key,
+// value) of domain with the traceparent tp.
+func rlsTraced(t *testing.T, in *instance, tp, domain, key, value string) {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", tp)
+	if _, err := rlsv3.NewRateLimitServiceClient(dialGRPC(t, in.grpc)).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain,
+		Descriptors: []*rlscommon.RateLimitDescriptor{descriptor(key, value)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // attrs returns a span's or an event's attributes as strings.
 func attrs(kvs []*commonpb.KeyValue) map[string]string {
 	out := map[string]string{}
@@ -127,32 +169,13 @@ func TestTracing(t *testing.T) {
 
 			const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 			parents := []string{"00f067aa0ba902b7", "00f067aa0ba902b8", "00f067aa0ba902b9"}
-			for i, parent := range parents[:2] {
-				req, _ := http.NewRequest("POST", in.url("/v1/check"), strings.NewReader(`{"limit":"tiny","key":"alice"}`))
-				req.Header.Set("traceparent", "00-"+traceID+"-"+parent+"-01")
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					t.Fatalf("check %d = %d", i, resp.StatusCode)
-				}
+			for _, parent := range parents[:2] {
+				checkTraced(t, in, traceparent(traceID, parent), `{"limit":"tiny","key":"alice"}`)
 			}
-			conn := dialGRPC(t, in.grpc)
-			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-"+parents[2]+"-01")
-			if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
-				Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("api_key", "k")}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := in.stop(t); err != nil { // flushes the spans
-				t.Fatal(err)
-			}
-
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
+			rlsTraced(t, in, traceparent(traceID, parents[2]), "edge", "api_key", "k")
+			spans := rec.stopSpans(t, in)
 			byParent := map[string][]*tracepb.Span{}
-			for _, s := range rec.spans {
+			for _, s := range spans {
 				if hex.EncodeToString(s.GetTraceId()) != traceID {
 					t.Errorf("span %s has trace %x, want the caller's %s", s.GetName(), s.GetTraceId(), traceID)
 				}
@@ -165,7 +188,7 @@ func TestTracing(t *testing.T) {
 					want = "sluice.rls"
 				}
 				if len(doors) != 1 || doors[0].GetName() != want {
-					t.Fatalf("spans under the caller's span %s: %v, want one %s (all: %v)", parent, names(doors), want, names(rec.spans))
+					t.Fatalf("spans under the caller's span %s: %v, want one %s (all: %v)", parent, names(doors), want, names(spans))
 				}
 				door := doors[0]
 				a := attrs(door.GetAttributes())
@@ -223,23 +246,10 @@ func TestTracingRedis(t *testing.T) {
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
 	in := startServe(t, "--config", path)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	req, _ := http.NewRequest("POST", in.url("/v1/check"), strings.NewReader(`{"limit":"tiny","key":"alice"}`))
-	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("check = %d", resp.StatusCode)
-	}
-	if err := in.stop(t); err != nil { // flushes the spans
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
+	checkTraced(t, in, traceparent(traceID, "00f067aa0ba902b7"), `{"limit":"tiny","key":"alice"}`)
+	spans := rec.stopSpans(t, in)
 	var store, call *tracepb.Span
-	for _, s := range rec.spans {
+	for _, s := range spans {
 		switch {
 		case strings.HasPrefix(s.GetName(), "sluice.store."):
 			store = s
@@ -248,7 +258,7 @@ func TestTracingRedis(t *testing.T) {
 		}
 	}
 	if store == nil || call == nil {
-		t.Fatalf("spans %v, want a store span and a Redis call's", names(rec.spans))
+		t.Fatalf("spans %v, want a store span and a Redis call's", names(spans))
 	}
 	a := attrs(call.GetAttributes())
 	if !bytes.Equal(call.GetParentSpanId(), store.GetSpanId()) || call.GetName() != "sluice.redis single" || a["sluice.redis.script"] != "single" || a["db.system.name"] != "redis" {
@@ -263,29 +273,15 @@ func TestTracingRedis(t *testing.T) {
 // settings trace the rate limit calls to OTEL_EXPORTER_OTLP_ENDPOINT.
 func TestTracingEnvoyEnv(t *testing.T) {
 	rec, endpoint := startReceiver(t, "http/protobuf")
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WriteFile(t, filepath.Join(root, "rl", "config", "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
-	in := startEnvoyEnv(t, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
-		"BACKEND_TYPE=memory", "USE_STATSD=false", "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=rl",
-		"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=http", "TRACING_SAMPLING_RATE=1", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint)
-	conn := dialGRPC(t, in.grpc)
+	root, _ := runtimeRoot(t, "rl", map[string]string{"a.yaml": "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"})
+	in := startEnvoyEnv(t, fileEnv(root, "RUNTIME_SUBDIRECTORY=rl",
+		"TRACING_ENABLED=true", "TRACING_EXPORTER_PROTOCOL=http", "TRACING_SAMPLING_RATE=1", "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint)...)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+traceID+"-00f067aa0ba902b9-01")
-	if _, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "a",
-		Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("k", "v")}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := in.stop(t); err != nil { // flushes the spans
-		t.Fatal(err)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if !slices.ContainsFunc(rec.spans, func(s *tracepb.Span) bool {
+	rlsTraced(t, in, traceparent(traceID, "00f067aa0ba902b9"), "a", "k", "v")
+	spans := rec.stopSpans(t, in)
+	if !slices.ContainsFunc(spans, func(s *tracepb.Span) bool {
 		return s.GetName() == "sluice.rls" && hex.EncodeToString(s.GetTraceId()) == traceID
 	}) {
-		t.Errorf("spans %v, want sluice.rls in the caller's trace", names(rec.spans))
+		t.Errorf("spans %v, want sluice.rls in the caller's trace", names(spans))
 	}
 }
