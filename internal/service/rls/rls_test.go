@@ -191,6 +191,17 @@ func checkStatus(t *testing.T, what string, got *rlsv3.RateLimitResponse_Descrip
 	}
 }
 
+// check calls domain with the one descriptor d and checks the answer's
+// overall code and the descriptor's status against w.
+func (h *harness) check(t *testing.T, what, domain string, d *rlscommon.RateLimitDescriptor, w want) {
+	t.Helper()
+	resp := h.call(t, domain, d)
+	if resp.OverallCode != w.code {
+		t.Errorf("%s: overall_code = %v, want %v", what, resp.OverallCode, w.code)
+	}
+	checkStatus(t, what, resp.Statuses[0], w)
+}
+
 func TestOKThenOverLimit(t *testing.T) {
 	h := start(t, `
 domain: edge
@@ -201,26 +212,20 @@ descriptors:
 	steps := []struct {
 		at   time.Duration
 		want want
-		all  rlsv3.RateLimitResponse_Code
 	}{
-		{0, want{ok, 3, minute, 2, time.Minute}, ok},
-		{10 * time.Second, want{ok, 3, minute, 1, 50 * time.Second}, ok},
-		{20 * time.Second, want{ok, 3, minute, 0, 40 * time.Second}, ok},
-		{30 * time.Second, want{over, 3, minute, 0, 30 * time.Second}, over},
-		{59*time.Second + 999*time.Millisecond, want{over, 3, minute, 0, time.Millisecond}, over},
-		{time.Minute, want{ok, 3, minute, 2, time.Minute}, ok},
+		{0, want{ok, 3, minute, 2, time.Minute}},
+		{10 * time.Second, want{ok, 3, minute, 1, 50 * time.Second}},
+		{20 * time.Second, want{ok, 3, minute, 0, 40 * time.Second}},
+		{30 * time.Second, want{over, 3, minute, 0, 30 * time.Second}},
+		{59*time.Second + 999*time.Millisecond, want{over, 3, minute, 0, time.Millisecond}},
+		{time.Minute, want{ok, 3, minute, 2, time.Minute}},
 	}
 	for _, s := range steps {
 		h.clock.Set(t0.Add(s.at))
-		resp := h.call(t, "edge", desc("remote_address", "10.0.0.1"))
-		if resp.OverallCode != s.all {
-			t.Errorf("at %v: overall_code = %v, want %v", s.at, resp.OverallCode, s.all)
-		}
-		checkStatus(t, "at "+s.at.String(), resp.Statuses[0], s.want)
+		h.check(t, "at "+s.at.String(), "edge", desc("remote_address", "10.0.0.1"), s.want)
 	}
 	// Another address has its own window.
-	checkStatus(t, "other address", h.call(t, "edge", desc("remote_address", "10.0.0.2")).Statuses[0],
-		want{ok, 3, minute, 2, time.Minute})
+	h.check(t, "other address", "edge", desc("remote_address", "10.0.0.2"), want{ok, 3, minute, 2, time.Minute})
 }
 
 // TestTwoLimitsOnOneDescriptor: 2 per second AND 5 per day, all-or-nothing.
@@ -249,11 +254,7 @@ descriptors:
 	}
 	for i, s := range steps {
 		h.clock.Set(t0.Add(s.at))
-		resp := h.call(t, "edge", desc("api_key", "k1"))
-		if resp.OverallCode != s.want.code {
-			t.Errorf("step %d: overall_code = %v, want %v", i, resp.OverallCode, s.want.code)
-		}
-		checkStatus(t, fmt.Sprintf("step %d", i), resp.Statuses[0], s.want)
+		h.check(t, fmt.Sprintf("step %d", i), "edge", desc("api_key", "k1"), s.want)
 	}
 }
 
@@ -324,13 +325,7 @@ descriptors:
 		{"empty descriptor", desc(), want{ok, 0, 0, 0, -1}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp := h.call(t, "m", tt.d)
-			if resp.OverallCode != tt.want.code {
-				t.Errorf("overall_code = %v, want %v", resp.OverallCode, tt.want.code)
-			}
-			checkStatus(t, tt.name, resp.Statuses[0], tt.want)
-		})
+		t.Run(tt.name, func(t *testing.T) { h.check(t, tt.name, "m", tt.d, tt.want) })
 	}
 	t.Run("unit multiplier is reported", func(t *testing.T) {
 		cl := h.call(t, "m", desc("case", "y")).Statuses[0].GetCurrentLimit()
@@ -339,11 +334,7 @@ descriptors:
 		}
 	})
 	t.Run("unknown domain", func(t *testing.T) {
-		resp := h.call(t, "nowhere", desc("remote_address", "1.2.3.4"))
-		if resp.OverallCode != ok {
-			t.Errorf("overall_code = %v, want OK", resp.OverallCode)
-		}
-		checkStatus(t, "unknown domain", resp.Statuses[0], want{ok, 0, 0, 0, -1})
+		h.check(t, "unknown domain", "nowhere", desc("remote_address", "1.2.3.4"), want{ok, 0, 0, 0, -1})
 	})
 }
 
@@ -399,9 +390,7 @@ descriptors:
 		{"nested wildcard misses", desc("tail", "abc", "op", "yz"), want{ok, 0, 0, 0, -1}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			checkStatus(t, tt.name, h.call(t, "w", tt.d).Statuses[0], tt.want)
-		})
+		t.Run(tt.name, func(t *testing.T) { h.check(t, tt.name, "w", tt.d, tt.want) })
 	}
 }
 
@@ -498,7 +487,7 @@ descriptors:
 		checkStatus(t, "denied user (not charged)", resp.Statuses[0], want{ok, 10, minute, 9, time.Minute})
 		checkStatus(t, "denied path", resp.Statuses[1], want{over, 1, minute, 0, time.Minute})
 	}
-	checkStatus(t, "user alone", h.call(t, "d", desc("user", "u")).Statuses[0], want{ok, 10, minute, 8, time.Minute})
+	h.check(t, "user alone", "d", desc("user", "u"), want{ok, 10, minute, 8, time.Minute})
 	evs := h.events.take()
 	var denied, charged int
 	for _, ev := range evs {
@@ -531,12 +520,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1}
 `)
 	a := desc("service", "auth", "user", "user-a")
-	for i, w := range []want{{ok, 1, second, 0, time.Second}, {ok, 1, second, 0, time.Second}} {
-		resp := h.call(t, "s", a)
-		if resp.OverallCode != ok {
-			t.Errorf("shadow call %d: overall_code = %v, want OK", i, resp.OverallCode)
-		}
-		checkStatus(t, "shadow", resp.Statuses[0], w)
+	for i := range 2 {
+		h.check(t, fmt.Sprintf("shadow call %d", i), "s", a, want{ok, 1, second, 0, time.Second})
 	}
 	evs := h.events.take()
 	if len(evs) != 2 || evs[0].Outcome != OutcomeAllowed || !evs[0].Charged || evs[1].Outcome != OutcomeShadowDenied || evs[1].Charged {
@@ -559,7 +544,7 @@ descriptors:
 		t.Fatalf("gate again: overall_code = %v, want OVER_LIMIT", resp.OverallCode)
 	}
 	checkStatus(t, "shadow beside a denial", resp.Statuses[1], want{ok, 1, second, 1, time.Second})
-	checkStatus(t, "shadow after", h.call(t, "s", a).Statuses[0], want{ok, 1, second, 0, time.Second})
+	h.check(t, "shadow after", "s", a, want{ok, 1, second, 0, time.Second})
 }
 
 func TestReplaces(t *testing.T) {
@@ -593,7 +578,7 @@ descriptors:
 		checkStatus(t, "replacing", resp.Statuses[1], want{ok, 2, second, uint32(1 - i), time.Second})
 	}
 	// Alone, the replaced limit applies, and was not charged above.
-	checkStatus(t, "specific alone", h.call(t, "r", d1).Statuses[0], want{ok, 1, second, 0, time.Second})
+	h.check(t, "specific alone", "r", d1, want{ok, 1, second, 0, time.Second})
 	if got := h.call(t, "r", d1).Statuses[0].GetCurrentLimit().GetName(); got != "specific_limit" {
 		t.Errorf("current_limit.name = %q, want specific_limit", got)
 	}
@@ -646,10 +631,9 @@ descriptors:
 `)
 	d := desc("tenant", "t1")
 	d.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
-	checkStatus(t, "override first", h.call(t, "o", d).Statuses[0], want{ok, 1, second, 0, time.Second})
-	checkStatus(t, "override second", h.call(t, "o", d).Statuses[0], want{over, 1, second, 0, time.Second})
-	checkStatus(t, "configured limit", h.call(t, "o", desc("tenant", "t1")).Statuses[0],
-		want{ok, 100, minute, 99, time.Minute})
+	h.check(t, "override first", "o", d, want{ok, 1, second, 0, time.Second})
+	h.check(t, "override second", "o", d, want{over, 1, second, 0, time.Second})
+	h.check(t, "configured limit", "o", desc("tenant", "t1"), want{ok, 100, minute, 99, time.Minute})
 	bad := desc("tenant", "t1")
 	bad.Limit = &rlscommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "o", Descriptors: []*rlscommon.RateLimitDescriptor{bad}})
@@ -710,9 +694,9 @@ func TestSetConfig(t *testing.T) {
 	h := start(t, v1)
 	h.call(t, "c", desc("k", "v"))
 	h.svc.SetConfig(compile(t, v1+"  - key: other\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"))
-	checkStatus(t, "after reload", h.call(t, "c", desc("k", "v")).Statuses[0], want{ok, 2, minute, 0, time.Minute})
+	h.check(t, "after reload", "c", desc("k", "v"), want{ok, 2, minute, 0, time.Minute})
 	h.svc.SetConfig(nil)
-	checkStatus(t, "no config", h.call(t, "c", desc("k", "v")).Statuses[0], want{ok, 0, 0, 0, -1})
+	h.check(t, "no config", "c", desc("k", "v"), want{ok, 0, 0, 0, -1})
 }
 
 // TestStoreKeyUnambiguous: values cannot be chosen to share a counter.
@@ -935,16 +919,16 @@ descriptors:
 `)
 	h.clock.Set(t0)
 	d := desc("account", "alice")
-	checkStatus(t, "first", h.call(t, "login", d).Statuses[0], want{ok, 1, minute, 0, time.Minute})
-	checkStatus(t, "second: an offence", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 10 * time.Minute})
+	h.check(t, "first", "login", d, want{ok, 1, minute, 0, time.Minute})
+	h.check(t, "second: an offence", "login", d, want{over, 1, minute, 0, 10 * time.Minute})
 	h.clock.Set(t0.Add(5 * time.Minute))
 	for range 3 {
-		checkStatus(t, "during the block", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 5 * time.Minute})
+		h.check(t, "during the block", "login", d, want{over, 1, minute, 0, 5 * time.Minute})
 	}
-	checkStatus(t, "another account", h.call(t, "login", desc("account", "bob")).Statuses[0], want{ok, 1, minute, 0, time.Minute})
+	h.check(t, "another account", "login", desc("account", "bob"), want{ok, 1, minute, 0, time.Minute})
 	h.clock.Set(t0.Add(10 * time.Minute))
-	checkStatus(t, "after the block", h.call(t, "login", d).Statuses[0], want{ok, 1, minute, 0, time.Minute})
-	checkStatus(t, "second offence", h.call(t, "login", d).Statuses[0], want{over, 1, minute, 0, 30 * time.Minute})
+	h.check(t, "after the block", "login", d, want{ok, 1, minute, 0, time.Minute})
+	h.check(t, "second offence", "login", d, want{over, 1, minute, 0, 30 * time.Minute})
 }
 
 // TestOnPenalty: Options.OnPenalty hears of each limit that its penalty
