@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -300,5 +301,66 @@ func TestBudgetAndSettle(t *testing.T) {
 	o, _ = decide(t, st, engine.Check{Request: sluice.Request{Policy: &tokens, Key: "k", Cost: 0}})
 	if !o.Allowed {
 		t.Errorf("a cost-0 check that is not a budget = %+v, want allowed (reported only)", o)
+	}
+}
+
+// dirty sets every field of *v (a struct), and of the structs it holds,
+// to a value that is not its zero value.
+func dirty(v reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(7)
+		case reflect.String:
+			f.SetString("stale")
+		case reflect.Interface:
+			f.Set(reflect.ValueOf(errors.New("stale")))
+		case reflect.Struct:
+			dirty(f)
+		default:
+			panic("dirty: a field of kind " + f.Kind().String())
+		}
+	}
+}
+
+// TestDecideOverwrites checks that Decide's results do not depend on what
+// res and the Outcome held before: doors reuse them from request to
+// request, and Decide resets them field by field.
+func TestDecideOverwrites(t *testing.T) {
+	p := sluice.FixedWindow(3, time.Minute).Named("p")
+	q := sluice.FixedWindow(1, time.Minute).Named("q")
+	for _, tc := range []struct {
+		name   string
+		checks []engine.Check
+	}{
+		{"one", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1}}}},
+		{"refused", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 4}}}},
+		{"free", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a"}}}},
+		{"shadow", []engine.Check{{Request: sluice.Request{Policy: &q, Key: "a", Cost: 1}, Mode: engine.Shadow}}},
+		{"two", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &q, Key: "a", Cost: 1}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 3 {
+				clean, dirtyStore := memstore.New(memstore.Options{}), memstore.New(memstore.Options{})
+				for range round { // the same history on both
+					decide(t, clean, tc.checks...)
+					decide(t, dirtyStore, tc.checks...)
+				}
+				want, wantRes := decide(t, clean, tc.checks...)
+				res := make([]engine.CheckResult, len(tc.checks))
+				var o engine.Outcome
+				dirty(reflect.ValueOf(&o).Elem())
+				for i := range res {
+					dirty(reflect.ValueOf(&res[i]).Elem())
+				}
+				engine.Decide(context.Background(), dirtyStore, t0, tc.checks, res, &o)
+				if !reflect.DeepEqual(o, want) || !reflect.DeepEqual(res, wantRes) {
+					t.Errorf("round %d: from stale buffers\n%+v %+v\nwant\n%+v %+v", round, o, res, want, wantRes)
+				}
+			}
+		})
 	}
 }
