@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -60,15 +61,6 @@ func serveGated(t *testing.T, l *Limiter, g *gated) healthpb.HealthClient {
 	return healthpb.NewHealthClient(serveHealth(t, l, g))
 }
 
-func waitFor(t *testing.T, c <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 // eventually polls call until it succeeds, failing the test after a while.
 func eventually(t *testing.T, what string, call func() error) {
 	t.Helper()
@@ -103,7 +95,7 @@ func TestUnaryHoldsLease(t *testing.T) {
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "block"})
 		errc <- err
 	}()
-	waitFor(t, g.entered, "the first call to enter")
+	testkit.Receive(t, 10*time.Second, "the first call to enter", g.entered)
 	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("while the first runs: %v, want ResourceExhausted", err)
@@ -129,12 +121,12 @@ func TestUnaryReleasesWhenClientGoes(t *testing.T) {
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "block"})
 		errc <- err
 	}()
-	waitFor(t, g.entered, "the call to enter")
+	testkit.Receive(t, 10*time.Second, "the call to enter", g.entered)
 	cancel()
 	if err := <-errc; status.Code(err) != codes.Canceled {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	waitFor(t, g.left, "the handler to return")
+	testkit.Receive(t, 10*time.Second, "the handler to return", g.left)
 	eventually(t, "after the client went away", func() error {
 		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err

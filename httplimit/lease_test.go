@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -67,16 +68,6 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// wait receives from c or fails the test after a while.
-func wait(t *testing.T, c <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 func TestHandlerHoldsLease(t *testing.T) {
 	store := newStrictStore()
 	m := mustNew(t, store, []Limit{{Policy: sluice.Concurrency(1, time.Hour).Named("conc")}}, nil)
@@ -84,7 +75,7 @@ func TestHandlerHoldsLease(t *testing.T) {
 	h := m.Handler(g)
 	done := make(chan *http.Response)
 	go func() { done <- serve(h, httptest.NewRequest("GET", "/block", nil)) }()
-	wait(t, g.entered, "the first request to enter")
+	testkit.Receive(t, 10*time.Second, "the first request to enter", g.entered)
 
 	resp := serve(h, httptest.NewRequest("GET", "/", nil))
 	if resp.StatusCode != http.StatusTooManyRequests {
@@ -162,7 +153,7 @@ func TestHandlerReleasesWhenClientGoes(t *testing.T) {
 		}
 		errc <- err
 	}()
-	wait(t, g.entered, "the request to enter")
+	testkit.Receive(t, 10*time.Second, "the request to enter", g.entered)
 	if got := get(t, srv, "/"); got != http.StatusTooManyRequests {
 		t.Fatalf("while the request runs: status %d, want 429", got)
 	}
@@ -170,7 +161,7 @@ func TestHandlerReleasesWhenClientGoes(t *testing.T) {
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled request succeeded")
 	}
-	wait(t, g.left, "the handler to return after the client went")
+	testkit.Receive(t, 10*time.Second, "the handler to return after the client went", g.left)
 	// The release follows the handler's return: poll until it is seen.
 	deadline := time.Now().Add(10 * time.Second)
 	for get(t, srv, "/") != http.StatusOK {
@@ -317,7 +308,7 @@ func TestPolicyFuncConcurrency(t *testing.T) {
 		serve(h, httptest.NewRequest("GET", "/block", nil))
 		close(done)
 	}()
-	wait(t, g.entered, "the first request to enter")
+	testkit.Receive(t, 10*time.Second, "the first request to enter", g.entered)
 	if shadowApplied.Load() {
 		t.Error("a dry-run limit decided a concurrency policy from its PolicyFunc")
 	}

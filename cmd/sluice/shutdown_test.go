@@ -131,17 +131,6 @@ func (in *instance) inflight(path string) <-chan string {
 	return out
 }
 
-func receive[T any](t *testing.T, what string, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("waited %v for %s", waitTimeout, what)
-		panic("unreachable")
-	}
-}
-
 // TestGracefulShutdown stops the service while a proxied request is in
 // flight: /readyz turns 503 during the drain delay, the request finishes,
 // and then the service ends without error.
@@ -152,7 +141,7 @@ func TestGracefulShutdown(t *testing.T) {
 	in := startServe(t, "--config", path, "--drain-delay", "200ms", "--shutdown-timeout", "10s")
 
 	res := in.inflight("/api/slow")
-	receive(t, "the request to reach the upstream", up.arrived)
+	testkit.Receive(t, waitTimeout, "the request to reach the upstream", up.arrived)
 	stopped := make(chan error, 1)
 	go func() { stopped <- in.stop(t) }()
 
@@ -166,10 +155,10 @@ func TestGracefulShutdown(t *testing.T) {
 	default:
 	}
 	close(up.release)
-	if got := receive(t, "the request in flight", res); got != "200 finished" {
+	if got := testkit.Receive(t, waitTimeout, "the request in flight", res); got != "200 finished" {
 		t.Errorf("the request in flight got %q, want 200 finished", got)
 	}
-	if err := receive(t, "the service to stop", stopped); err != nil {
+	if err := testkit.Receive(t, waitTimeout, "the service to stop", stopped); err != nil {
 		t.Errorf("serve returned %v, want nil", err)
 	}
 	if _, err := net.DialTimeout("tcp", in.http, time.Second); err == nil {
@@ -185,7 +174,7 @@ func TestShutdownDeadline(t *testing.T) {
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), proxyConfig(up.URL))
 	in := startServe(t, "--config", path, "--shutdown-timeout", "300ms")
 	res := in.inflight("/api/hang")
-	receive(t, "the request to reach the upstream", up.arrived)
+	testkit.Receive(t, waitTimeout, "the request to reach the upstream", up.arrived)
 	start := time.Now()
 	err := in.stop(t)
 	took := time.Since(start)
@@ -196,7 +185,7 @@ func TestShutdownDeadline(t *testing.T) {
 	if took < 300*time.Millisecond || took > 5*time.Second {
 		t.Errorf("shutdown took %v, want about the 300ms deadline", took)
 	}
-	if got := receive(t, "the cut request", res); !strings.HasPrefix(got, "error: ") {
+	if got := testkit.Receive(t, waitTimeout, "the cut request", res); !strings.HasPrefix(got, "error: ") {
 		t.Errorf("the cut request got %q, want a broken connection", got)
 	}
 }
@@ -265,7 +254,7 @@ func TestShutdownDropsNoAcceptedRequest(t *testing.T) {
 		return code == 503
 	})
 	drainingNow.Store(true)
-	if err := receive(t, "the service to stop", stopped); err != nil {
+	if err := testkit.Receive(t, waitTimeout, "the service to stop", stopped); err != nil {
 		t.Errorf("serve returned %v, want nil", err)
 	}
 	wg.Wait()
@@ -312,7 +301,7 @@ proxy:
 	path := writeConfig(t, filepath.Join(t.TempDir(), "sluice.yaml"), cfg)
 	first := startServe(t, "--config", path, "--shutdown-timeout", "200ms")
 	res := first.inflight("/api/hang")
-	receive(t, "the request to reach the upstream", up.arrived)
+	testkit.Receive(t, waitTimeout, "the request to reach the upstream", up.arrived)
 	second := startServe(t, "--config", path)
 	if code, _, _ := second.do(t, "GET", "/api/busy", ""); code != 429 {
 		t.Fatalf("a second request while the first holds the unit = %d, want 429", code)
@@ -321,7 +310,7 @@ proxy:
 	if err := first.stop(t); !errors.As(err, &ee) || ee.code != 1 {
 		t.Errorf("serve returned %v, want exit status 1 for the cut request", err)
 	}
-	if got := receive(t, "the cut request", res); !strings.HasPrefix(got, "error: ") {
+	if got := testkit.Receive(t, waitTimeout, "the cut request", res); !strings.HasPrefix(got, "error: ") {
 		t.Errorf("the cut request got %q, want a broken connection", got)
 	}
 	close(up.release)

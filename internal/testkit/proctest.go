@@ -115,6 +115,19 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// Receive returns what c sends, failing t when nothing comes within
+// timeout; what says what is awaited.
+func Receive[T any](t testing.TB, timeout time.Duration, what string, c <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("waited %v for %s", timeout, what)
+		panic("unreachable")
+	}
+}
+
 // WriteFile writes content to path and returns path.
 func WriteFile(t testing.TB, path, content string) string {
 	t.Helper()
