@@ -69,6 +69,7 @@ type waiter struct {
 	deadline time.Time
 
 	vals []int64
+	pos  uint64 // the call's place in its batch, from 1, or 0 alone
 	err  error
 	done chan struct{}
 }
@@ -85,11 +86,13 @@ func newBatcher(max int, batch string, batchOne [len(algorithmFiles)]string, sin
 }
 
 // exec runs script on keys and args (wire, when not nil, in place of args
-// when script runs alone; see Store.eval), at once or in a batch. ctx and
+// when script runs alone; see Store.eval), at once or in a batch, and
+// returns its reply and its place in the batch (from 1; 0 alone: see
+// Options.OnDecided). ctx and
 // deadline, the end of the call's timeout, bound the wait (at deadline,
 // with context.DeadlineExceeded); a call already sent when they end may
 // still be decided by Redis, as any call whose answer comes too late.
-func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
+func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client, script *rueidis.Lua, keys, args, wire []string) ([]int64, uint64, error) {
 	b.mu.Lock()
 	if b.inflight < batchInflight {
 		b.inflight++
@@ -99,7 +102,7 @@ func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client
 		vals, err := script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
 		cancel()
 		b.release(c)
-		return vals, err
+		return vals, 0, err
 	}
 	w := &waiter{script: script, keys: keys, args: args, wire: wire, deadline: deadline, done: make(chan struct{})}
 	ctxDeadline, ok := ctx.Deadline()
@@ -130,7 +133,7 @@ func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client
 	var err error
 	select {
 	case <-w.done:
-		return w.vals, w.err
+		return w.vals, w.pos, w.err
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timeout:
@@ -143,7 +146,7 @@ func (b *batcher) exec(ctx context.Context, deadline time.Time, c rueidis.Client
 		b.queued -= len(w.keys)
 	}
 	b.mu.Unlock()
-	return nil, err
+	return nil, 0, err
 }
 
 // release ends a call in flight: when calls are queued, a new goroutine
@@ -270,6 +273,7 @@ func (b *batcher) send(c rueidis.Client, batch []*waiter) {
 			w.err = err
 		} else {
 			w.vals, w.err = msgs[i].AsIntSlice()
+			w.pos = uint64(i + 1)
 		}
 		close(w.done)
 	}

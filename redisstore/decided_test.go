@@ -19,12 +19,13 @@ type decidedTimes struct {
 type decidedAt struct {
 	limit, key string
 	at         int64
+	order      uint64
 }
 
-func (d *decidedTimes) record(ctx context.Context, req sluice.Request, at time.Time) {
+func (d *decidedTimes) record(ctx context.Context, req sluice.Request, at time.Time, order uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.times[ctx] = append(d.times[ctx], decidedAt{req.Policy.Name, req.Key, at.UnixMicro()})
+	d.times[ctx] = append(d.times[ctx], decidedAt{req.Policy.Name, req.Key, at.UnixMicro(), order})
 }
 
 func (d *decidedTimes) of(ctx context.Context) []decidedAt {
@@ -129,8 +130,12 @@ func TestOnDecided(t *testing.T) {
 		}
 	}
 
-	// Calls that wait for Redis go in batches (batch_one.lua, batch.lua).
+	// Calls that wait for Redis go in batches (batch_one.lua, batch.lua),
+	// which decide at one TIME: each call has its own order there.
 	rec := &decidedTimes{times: map[context.Context][]decidedAt{}}
+	var mu sync.Mutex
+	seen := map[[2]int64]bool{}
+	batched := 0
 	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailError, LocalRefusals: LocalRefusals{Off: true}, OnDecided: rec.record})
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -153,12 +158,25 @@ func TestOnDecided(t *testing.T) {
 				after := time.Now().UnixMicro()
 				got := rec.of(ctx)
 				cancel()
-				if err != nil || len(got) != want || got[0].at < before || got[0].at > after {
-					t.Errorf("batched call: told %v, %v; want %d times within [%d, %d]", got, err, want, before, after)
+				if err != nil || len(got) != want || got[0].at < before || got[0].at > after || want == 2 && got[1] != (decidedAt{"fw", "batch", got[0].at, got[0].order}) {
+					t.Errorf("batched call: told %v, %v; want %d times within [%d, %d], one time and order", got, err, want, before, after)
 					return
 				}
+				mu.Lock()
+				if k := [2]int64{got[0].at, int64(got[0].order)}; seen[k] {
+					t.Errorf("two calls were told time %d and order %d", k[0], k[1])
+				} else {
+					seen[k] = true
+				}
+				if got[0].order > 0 {
+					batched++
+				}
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
+	if batched == 0 {
+		t.Errorf("no call was told an order in a batch")
+	}
 }

@@ -141,14 +141,14 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 	if local {
 		if d, at, ok := s.refuseBlocked(cs[0], &reqs[0]); ok {
 			if s.onDecided != nil {
-				s.decided(ctx, reqs, at)
+				s.decided(ctx, reqs, at, localOrder)
 			}
 			return d, nil
 		}
 		rf.remote.add()
 		sent = rf.mono()
 	}
-	vals, err := s.eval(ctx, script, keys, args, nil)
+	vals, order, err := s.evalOrder(ctx, script, keys, args, nil)
 	if err == nil && len(vals) < 1+2*len(reqs) {
 		err = s.malformed(vals)
 	}
@@ -165,7 +165,7 @@ func (s *Store) allowPenalized(ctx context.Context, now time.Time, us int64, cs 
 		}
 		d, done, err = s.parseMany(vals[1+2*len(reqs):], cs, reqs, out)
 		if done && us < 0 {
-			s.sawMany(ctx, reqs, vals[1+2*len(reqs):])
+			s.sawMany(ctx, reqs, vals[1+2*len(reqs):], order)
 		}
 		if done && err == nil {
 			for i := range reqs {

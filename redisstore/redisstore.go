@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,10 +150,15 @@ type Options struct {
 	// decision), or for a refusal made locally (LocalRefusals) a time at
 	// which Redis refuses too, no earlier than the store's latest reply
 	// from Redis. It is told nothing of decisions at the caller's time
-	// (CallerTime), of degraded ones and of failed calls. A decision log
-	// writes it, so that a replay decides at the same instants. It must
-	// be quick, safe for concurrent use, and must not call the store.
-	OnDecided func(ctx context.Context, req sluice.Request, at time.Time)
+	// (CallerTime), of degraded ones and of failed calls. order puts the
+	// decisions of one TIME in the order Redis made them: the calls
+	// batched into one script (MaxBatch) share its TIME and are decided
+	// in their order in the batch, which is order, from 1; a call that
+	// ran alone has order 0, and a local refusal order 2³²−1, after the
+	// replies of its time. A decision log writes both, so that a replay
+	// decides at the same instants in the same order. It must be quick,
+	// safe for concurrent use, and must not call the store.
+	OnDecided func(ctx context.Context, req sluice.Request, at time.Time, order uint64)
 }
 
 // Call is one script call to Redis, as Options.Observe sees it.
@@ -184,7 +190,7 @@ type Store struct {
 	onError    func(error)
 	callerTime bool
 	observe    func(context.Context, Call)
-	onDecided  func(context.Context, sluice.Request, time.Time)
+	onDecided  func(context.Context, sluice.Request, time.Time, uint64)
 
 	single   [len(algorithmFiles)]*rueidis.Lua
 	general  [len(algorithmFiles)]*rueidis.Lua // single.lua for the flat algorithms, whose keys in debt it decides
@@ -489,7 +495,7 @@ func (s *Store) one(ctx context.Context, now time.Time, req *sluice.Request, op 
 			if t, ok := s.refuseOne(e, us, req, &r); ok {
 				d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = req.Policy.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay
 				if us < 0 && s.onDecided != nil {
-					s.onDecided(ctx, *req, time.UnixMicro(rf.decidedAt(e.redisAt, t)))
+					s.onDecided(ctx, *req, time.UnixMicro(rf.decidedAt(e.redisAt, t)), localOrder)
 				}
 				return d, nil
 			}
@@ -533,11 +539,11 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := s.eval(ctx, s.single[req.Policy.Algorithm], keys, args, wire)
+	vals, order, err := s.evalOrder(ctx, s.single[req.Policy.Algorithm], keys, args, wire)
 	if err == nil && len(vals) == 1 && vals[0] == 2 {
 		// The key is in debt: tat_single.lua leaves it to single.lua over
 		// tat.lua, which takes the same argument.
-		vals, err = s.eval(ctx, s.general[req.Policy.Algorithm], keys, args, wire)
+		vals, order, err = s.evalOrder(ctx, s.general[req.Policy.Algorithm], keys, args, wire)
 	}
 	var d sluice.Decision
 	if err == nil {
@@ -553,7 +559,7 @@ func (s *Store) oneRemote(ctx context.Context, now time.Time, req *sluice.Reques
 					s.refusals.latest.saw(at)
 				}
 				if s.onDecided != nil {
-					s.onDecided(ctx, *req, time.UnixMicro(at))
+					s.onDecided(ctx, *req, time.UnixMicro(at), order)
 				}
 			}
 		}
@@ -730,7 +736,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		es, d, at, done = s.refuseMany(cs, reqs, out, us, es)
 		if done {
 			if us < 0 && s.onDecided != nil {
-				s.decided(ctx, reqs, at)
+				s.decided(ctx, reqs, at, localOrder)
 			}
 			return d, nil
 		}
@@ -772,13 +778,13 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 			args = append(args, strconv.FormatInt(settleMicros(cs[i], &reqs[i]), 10))
 		}
 	}
-	vals, err := s.eval(ctx, script, callKeys, args, nil)
+	vals, order, err := s.evalOrder(ctx, script, callKeys, args, nil)
 	if err == nil {
 		var d sluice.Decision
 		var done bool
 		d, done, err = s.parseMany(vals, cs, reqs, out)
 		if done && nowArg == "" {
-			s.sawMany(ctx, reqs, vals)
+			s.sawMany(ctx, reqs, vals, order)
 		}
 		if done {
 			if err == nil && es != nil {
@@ -1122,23 +1128,27 @@ func (s *Store) parseMany(vals []int64, cs []*compiled, reqs []sluice.Request, o
 
 // sawMany takes the time of a decided AllowAll reply on Redis's clock
 // (see many.lua): the latest time the store has seen (refusals.latest),
-// and Options.OnDecided's.
-func (s *Store) sawMany(ctx context.Context, reqs []sluice.Request, vals []int64) {
+// and Options.OnDecided's, with the call's order.
+func (s *Store) sawMany(ctx context.Context, reqs []sluice.Request, vals []int64, order uint64) {
 	at := vals[2]
 	if s.refusals != nil {
 		s.refusals.latest.saw(at)
 	}
 	if s.onDecided != nil {
-		s.decided(ctx, reqs, at)
+		s.decided(ctx, reqs, at, order)
 	}
 }
 
+// localOrder is the order Options.OnDecided is told of a local refusal:
+// after every call of its time, whose replies it may have learnt from.
+const localOrder = math.MaxUint32
+
 // decided tells Options.OnDecided that each request of reqs was decided
-// at at (µs).
-func (s *Store) decided(ctx context.Context, reqs []sluice.Request, at int64) {
+// at at (µs) with order.
+func (s *Store) decided(ctx context.Context, reqs []sluice.Request, at int64, order uint64) {
 	t := time.UnixMicro(at)
 	for i := range reqs {
-		s.onDecided(ctx, reqs[i], t)
+		s.onDecided(ctx, reqs[i], t, order)
 	}
 }
 
@@ -1217,11 +1227,19 @@ func checkSlots(keys []string) error {
 // are the arguments in the form the batch scripts take them (see
 // batch.go); wire, when not nil, is what script itself takes instead.
 func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
+	vals, _, err := s.evalOrder(ctx, script, keys, args, wire)
+	return vals, err
+}
+
+// evalOrder is eval that also returns the call's place in the batch that
+// ran it (from 1), or 0 for a call that ran alone: the order of its
+// decisions among those of the same TIME (Options.OnDecided).
+func (s *Store) evalOrder(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, uint64, error) {
 	if s.observe == nil {
 		return s.call(ctx, script, keys, args, wire)
 	}
 	start := time.Now()
-	vals, err := s.call(ctx, script, keys, args, wire)
+	vals, order, err := s.call(ctx, script, keys, args, wire)
 	c := Call{Slot: -1, Start: start, Duration: time.Since(start), Err: err}
 	if name, ok := scriptNames.Load(script); ok {
 		c.Script = name.(string)
@@ -1231,19 +1249,19 @@ func (s *Store) eval(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 		c.Master = s.breakers.forKey(keys[0]).addr
 	}
 	s.observe(ctx, c)
-	return vals, err
+	return vals, order, err
 }
 
-// call is eval without Options.Observe.
-func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, error) {
+// call is evalOrder without Options.Observe.
+func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire []string) ([]int64, uint64, error) {
 	br := s.breakers.forKey(keys[0])
 	ok, probe := br.allow()
 	if !ok {
-		return nil, ErrCircuitOpen
+		return nil, 0, ErrCircuitOpen
 	}
 	if !s.users.enter() {
 		br.abandon(probe)
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	defer s.users.exit()
 	// The end of the call's timeout (ctx may end it sooner). A call that
@@ -1258,14 +1276,15 @@ func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 		// check; a command over several slots must never reach the client.
 		if err := checkSlots(keys); err != nil {
 			br.abandon(probe)
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	var vals []int64
+	var order uint64
 	switch {
 	case err != nil:
 	case s.batch != nil && !probe && args[0] == "" && c.Mode() != rueidis.ClientModeCluster && s.batch.takes(script):
-		vals, err = s.batch.exec(ctx, deadline, c, script, keys, args, wire)
+		vals, order, err = s.batch.exec(ctx, deadline, c, script, keys, args, wire)
 	default:
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		vals, err = script.Exec(cctx, c, keys, orArgs(wire, args)).AsIntSlice()
@@ -1280,11 +1299,11 @@ func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 	switch {
 	case err == nil:
 		br.success()
-		return vals, nil
+		return vals, order, nil
 	case ctx.Err() != nil:
 		// The caller gave up: that says nothing about Redis.
 		br.abandon(probe)
-		return nil, err
+		return nil, 0, err
 	case isDataError(err):
 		// Redis answered, but a key holds something the script refuses.
 		br.success()
@@ -1295,7 +1314,7 @@ func (s *Store) call(ctx context.Context, script *rueidis.Lua, keys, args, wire 
 		br.failure(probe)
 	}
 	s.report(err)
-	return nil, err
+	return nil, 0, err
 }
 
 // isDataError reports whether err is the script's own refusal of a key's

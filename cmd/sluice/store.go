@@ -112,7 +112,9 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Me
 		},
 		OnRecover: func(r redisstore.Recovery) { logRecovery(logger, r) },
 		Observe:   observe,
-		OnDecided: decided,
+	}
+	if decided != nil {
+		opts.OnDecided = func(ctx context.Context, req sluice.Request, at time.Time, _ uint64) { decided(ctx, req, at) }
 	}
 	var local *memstore.Store
 	if failure == redisstore.FailLocal {
