@@ -262,20 +262,42 @@ func (cs grpcConns) close() error {
 	return errors.Join(errs...)
 }
 
-// envoyClient calls ShouldRateLimit, Envoy's rate limit service, of a
-// sluice serve or of envoyproxy/ratelimit: one descriptor (user, user:N),
-// or (user, attacker) for the flood key, in the limit's domain.
-type envoyClient struct {
+// grpcClient is a client of a gRPC rate limit service: the connections
+// its workers share, the request of each key, and how a worker asks
+// with its stub S (made on its connection by stub) and reads the answer.
+type grpcClient[S any, R any] struct {
 	conns grpcConns
-	reqs  []*rlsv3.RateLimitRequest
+	reqs  []R
+	stub  func(grpc.ClientConnInterface) S
+	ask   func(ctx context.Context, stub S, req R) (bool, error)
 }
 
-func newEnvoyClient(addr string, conns, keys int, l limitSpec) (*envoyClient, error) {
+func (c *grpcClient[S, R]) worker(i int) (worker, error) {
+	return grpcWorker[S, R]{c: c, stub: c.stub(c.conns[i%len(c.conns)])}, nil
+}
+
+func (c *grpcClient[S, R]) close() error { return c.conns.close() }
+
+type grpcWorker[S any, R any] struct {
+	c    *grpcClient[S, R]
+	stub S
+}
+
+func (w grpcWorker[S, R]) decide(ctx context.Context, k int) (bool, error) {
+	return w.c.ask(ctx, w.stub, w.c.reqs[k])
+}
+
+// newEnvoyClient calls ShouldRateLimit, Envoy's rate limit service, of a
+// sluice serve or of envoyproxy/ratelimit: one descriptor (user, user:N),
+// or (user, attacker) for the flood key, in the limit's domain.
+func newEnvoyClient(addr string, conns, keys int, l limitSpec) (client, error) {
 	cs, err := dialGRPC(addr, conns)
 	if err != nil {
 		return nil, err
 	}
-	c := &envoyClient{conns: cs, reqs: make([]*rlsv3.RateLimitRequest, keys)}
+	c := &grpcClient[rlsv3.RateLimitServiceClient, *rlsv3.RateLimitRequest]{
+		conns: cs, reqs: make([]*rlsv3.RateLimitRequest, keys), stub: rlsv3.NewRateLimitServiceClient, ask: askEnvoy,
+	}
 	for k := range keys {
 		_, key := l.request(k)
 		c.reqs[k] = &rlsv3.RateLimitRequest{
@@ -288,19 +310,8 @@ func newEnvoyClient(addr string, conns, keys int, l limitSpec) (*envoyClient, er
 	return c, nil
 }
 
-func (c *envoyClient) worker(i int) (worker, error) {
-	return envoyWorker{c: c, rls: rlsv3.NewRateLimitServiceClient(c.conns[i%len(c.conns)])}, nil
-}
-
-func (c *envoyClient) close() error { return c.conns.close() }
-
-type envoyWorker struct {
-	c   *envoyClient
-	rls rlsv3.RateLimitServiceClient
-}
-
-func (w envoyWorker) decide(ctx context.Context, k int) (bool, error) {
-	resp, err := w.rls.ShouldRateLimit(ctx, w.c.reqs[k])
+func askEnvoy(ctx context.Context, rls rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest) (bool, error) {
+	resp, err := rls.ShouldRateLimit(ctx, req)
 	if err != nil {
 		return false, err
 	}
@@ -316,19 +327,16 @@ func (w envoyWorker) decide(ctx context.Context, k int) (bool, error) {
 	return false, fmt.Errorf("overall_code %v", resp.OverallCode)
 }
 
-// guberClient calls gubernator's gRPC GetRateLimits, one token-bucket
+// newGuberClient calls gubernator's gRPC GetRateLimits, one token-bucket
 // limit per request.
-type guberClient struct {
-	conns grpcConns
-	reqs  []*gubernator.GetRateLimitsReq
-}
-
-func newGuberClient(addr string, conns, keys int, l limitSpec) (*guberClient, error) {
+func newGuberClient(addr string, conns, keys int, l limitSpec) (client, error) {
 	cs, err := dialGRPC(addr, conns)
 	if err != nil {
 		return nil, err
 	}
-	c := &guberClient{conns: cs, reqs: make([]*gubernator.GetRateLimitsReq, keys)}
+	c := &grpcClient[gubernator.V1Client, *gubernator.GetRateLimitsReq]{
+		conns: cs, reqs: make([]*gubernator.GetRateLimitsReq, keys), stub: gubernator.NewV1Client, ask: askGubernator,
+	}
 	for k := range keys {
 		c.reqs[k] = &gubernator.GetRateLimitsReq{Requests: []*gubernator.RateLimitReq{{
 			Name:      l.name,
@@ -343,19 +351,8 @@ func newGuberClient(addr string, conns, keys int, l limitSpec) (*guberClient, er
 	return c, nil
 }
 
-func (c *guberClient) worker(i int) (worker, error) {
-	return guberWorker{c: c, v1: gubernator.NewV1Client(c.conns[i%len(c.conns)])}, nil
-}
-
-func (c *guberClient) close() error { return c.conns.close() }
-
-type guberWorker struct {
-	c  *guberClient
-	v1 gubernator.V1Client
-}
-
-func (w guberWorker) decide(ctx context.Context, k int) (bool, error) {
-	resp, err := w.v1.GetRateLimits(ctx, w.c.reqs[k])
+func askGubernator(ctx context.Context, v1 gubernator.V1Client, req *gubernator.GetRateLimitsReq) (bool, error) {
+	resp, err := v1.GetRateLimits(ctx, req)
 	if err != nil {
 		return false, err
 	}
