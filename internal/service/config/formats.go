@@ -49,13 +49,14 @@ type Formats struct {
 // plans does (plans.MaxFileSize).
 const MaxTableFileSize = 64 << 20
 
-// keySource checks a key source with f.KeySource, recording a problem at
-// n; it reports whether the key source is good.
-func (d *decoder) keySource(n *yaml.Node, path, spec string) bool {
-	if d.formats.KeySource == nil {
+// checked checks spec with check, one of the Formats (nil accepts every
+// value), recording its error as a problem at n; it reports whether spec
+// is good.
+func (d *decoder) checked(check func(spec string) error, n *yaml.Node, path, spec string) bool {
+	if check == nil {
 		return true
 	}
-	if err := d.formats.KeySource(spec); err != nil {
+	if err := check(spec); err != nil {
 		d.add(deref(n), path, "%v", err)
 		return false
 	}
@@ -66,7 +67,7 @@ func (d *decoder) keySource(n *yaml.Node, path, spec string) bool {
 // Formats.KeySource accepts.
 func (d *decoder) keyField(n *yaml.Node, path string) (string, bool) {
 	s, ok := d.nonEmpty(n, path)
-	if !ok || !d.keySource(n, path, s) {
+	if !ok || !d.checked(d.formats.KeySource, n, path, s) {
 		return "", false
 	}
 	return s, true
@@ -123,17 +124,4 @@ func (d *decoder) redisPrefix(prefix string) error {
 		return nil
 	}
 	return d.formats.RedisPrefix(prefix)
-}
-
-// usageSpec checks a rule limit's usage with Formats.Usage, recording a
-// problem at n; it reports whether the usage is good.
-func (d *decoder) usageSpec(n *yaml.Node, path, spec string) bool {
-	if d.formats.Usage == nil {
-		return true
-	}
-	if err := d.formats.Usage(spec); err != nil {
-		d.add(deref(n), path, "%v", err)
-		return false
-	}
-	return true
 }

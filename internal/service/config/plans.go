@@ -257,7 +257,7 @@ func (d *decoder) planUsage(o object, path string, l Limit) (u PlanUsage, set, o
 	}
 	up, at := join(path, "usage"), o.fields["usage"].key
 	s, good := d.nonEmpty(uv, up)
-	if !good || !d.usageSpec(uv, up, s) {
+	if !good || !d.checked(d.formats.Usage, uv, up, s) {
 		return u, true, false
 	}
 	switch {

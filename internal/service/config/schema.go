@@ -876,7 +876,7 @@ func (d *decoder) ruleUsage(o object, path string, lim Limit, known bool, rl *Ru
 	up := join(path, "usage")
 	at := o.fields["usage"].key
 	s, ok := d.nonEmpty(o.get("usage"), up)
-	if !ok || !d.usageSpec(o.get("usage"), up, s) {
+	if !ok || !d.checked(d.formats.Usage, o.get("usage"), up, s) {
 		return false
 	}
 	switch {
