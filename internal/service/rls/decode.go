@@ -54,22 +54,21 @@ func DecodeSection(node *yaml.Node, path string) (Section, []Problem) {
 			d.at(node, path, "want a list of domains (each with domain and descriptors), got a mapping; a single domain document goes in a list (\"- domain: ...\"), or under domains")
 		case node.Kind == yaml.MappingNode:
 			domainsPath = path + ".domains"
-			d.fields(node, path, sectionKeys, func(key string, val *yaml.Node, p string) {
-				switch key {
-				case "response_headers":
+			d.fields(node, path, []field{
+				{"response_headers", func(val *yaml.Node, p string) {
 					s.ResponseHeaders = d.str(val, p)
 					if !validHeaderStyle(s.ResponseHeaders) {
 						d.at(d.resolve(val), p, "unknown response_headers %q (want none, ietf or reference)", s.ResponseHeaders)
 					}
-				case "dynamic_metadata":
-					s.DynamicMetadata = d.boolean(val, p)
-				case "domains":
+				}},
+				{"dynamic_metadata", d.flag(&s.DynamicMetadata)},
+				{"domains", func(val *yaml.Node, p string) {
 					if val = d.resolve(val); !isNull(val) && val.Kind != yaml.SequenceNode {
 						d.at(val, p, "want a list of domains (each with domain and descriptors), got %s", kindName(val))
 						return
 					}
 					s.Domains = d.domainList(val, p)
-				}
+				}},
 			})
 		default:
 			d.at(node, path, "want a list of domains (each with domain and descriptors), or a mapping with domains and response_headers, got %s", kindName(node))
@@ -245,9 +244,30 @@ func kindName(n *yaml.Node) string {
 	return "something else"
 }
 
-// fields calls f for each key of the mapping n, after checking that the
-// key is known and not repeated. It reports whether n is a mapping.
-func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key string, val *yaml.Node, path string)) bool {
+// A field is a key that a mapping may have, and what decodes its value
+// (at path).
+type field struct {
+	key    string
+	decode func(val *yaml.Node, path string)
+}
+
+// text, flag and whole decode a field's value into *s, *b and *i.
+func (d *decoder) text(s *string) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) { *s = d.str(n, path) }
+}
+
+func (d *decoder) flag(b *bool) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) { *b = d.boolean(n, path) }
+}
+
+func (d *decoder) whole(i *int64) func(*yaml.Node, string) {
+	return func(n *yaml.Node, path string) { *i = d.int64(n, path) }
+}
+
+// fields decodes each key of the mapping n with its field of fs, after
+// checking that the key is one of theirs (messages list them in fs's
+// order) and not repeated. It reports whether n is a mapping.
+func (d *decoder) fields(n *yaml.Node, path string, fs []field) bool {
 	n = d.resolve(n)
 	if d.visits > maxVisits {
 		if !d.over {
@@ -259,6 +279,10 @@ func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key s
 	if n.Kind != yaml.MappingNode {
 		d.at(n, path, "want a mapping, got %s", kindName(n))
 		return false
+	}
+	known := make([]string, len(fs))
+	for i, f := range fs {
+		known[i] = f.key
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -277,7 +301,7 @@ func (d *decoder) fields(n *yaml.Node, path string, known []string, f func(key s
 		}
 		seen[k.Value] = true
 		d.v.lines[kp] = pos{k.Line, k.Column}
-		f(k.Value, val, kp)
+		fs[slices.Index(known, k.Value)].decode(val, kp)
 	}
 	return true
 }
@@ -361,26 +385,13 @@ func (d *decoder) int64(n *yaml.Node, path string) int64 {
 	return i
 }
 
-var (
-	sectionKeys    = []string{"response_headers", "dynamic_metadata", "domains"}
-	domainKeys     = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "algorithm", "shadow_mode", "quota_mode", "metadata", "usage", "detailed_metric", "value_to_metric", "share_threshold", "descriptors"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "algorithm", "burst", "penalty"}
-	penaltyKeys    = []string{"block_for", "factor", "max_block", "forget_after"}
-	replaceKeys    = []string{"name"}
-)
-
 func (d *decoder) domain(n *yaml.Node, path string) Domain {
 	var dom Domain
 	n = d.resolve(n)
 	d.v.lines[path] = pos{n.Line, n.Column}
-	d.fields(n, path, domainKeys, func(key string, val *yaml.Node, p string) {
-		switch key {
-		case "domain":
-			dom.Domain = d.str(val, p)
-		case "descriptors":
-			dom.Descriptors = d.descriptors(val, p, 1)
-		}
+	d.fields(n, path, []field{
+		{"domain", d.text(&dom.Domain)},
+		{"descriptors", func(val *yaml.Node, p string) { dom.Descriptors = d.descriptors(val, p, 1) }},
 	})
 	return dom
 }
@@ -399,42 +410,30 @@ func (d *decoder) descriptors(n *yaml.Node, path string, depth int) []Descriptor
 
 func (d *decoder) descriptor(n *yaml.Node, path string, depth int) Descriptor {
 	var desc Descriptor
-	d.fields(n, path, descriptorKeys, func(key string, val *yaml.Node, p string) {
-		switch key {
-		case "key":
-			desc.Key = d.str(val, p)
-		case "value":
-			desc.Value = d.str(val, p)
-		case "rate_limit":
-			r, ok := d.rateLimit(val, p)
-			if ok {
+	d.fields(n, path, []field{
+		{"key", d.text(&desc.Key)},
+		{"value", d.text(&desc.Value)},
+		{"rate_limit", func(val *yaml.Node, p string) {
+			if r, ok := d.rateLimit(val, p); ok {
 				desc.RateLimit = &r
 			}
-		case "rate_limits":
+		}},
+		{"rate_limits", func(val *yaml.Node, p string) {
 			desc.RateLimits = []RateLimit{}
 			d.list(val, p, func(item *yaml.Node, ip string) {
 				r, _ := d.rateLimit(item, ip)
 				desc.RateLimits = append(desc.RateLimits, r)
 			})
-		case "algorithm":
-			desc.Algorithm = d.str(val, p)
-		case "shadow_mode":
-			desc.ShadowMode = d.boolean(val, p)
-		case "quota_mode":
-			desc.QuotaMode = d.boolean(val, p)
-		case "metadata":
-			desc.Metadata = d.metadata(val, p)
-		case "usage":
-			desc.Usage = d.boolean(val, p)
-		case "detailed_metric":
-			desc.DetailedMetric = d.boolean(val, p)
-		case "value_to_metric":
-			desc.ValueToMetric = d.boolean(val, p)
-		case "share_threshold":
-			desc.ShareThreshold = d.boolean(val, p)
-		case "descriptors":
-			desc.Descriptors = d.descriptors(val, p, depth+1)
-		}
+		}},
+		{"algorithm", d.text(&desc.Algorithm)},
+		{"shadow_mode", d.flag(&desc.ShadowMode)},
+		{"quota_mode", d.flag(&desc.QuotaMode)},
+		{"metadata", func(val *yaml.Node, p string) { desc.Metadata = d.metadata(val, p) }},
+		{"usage", d.flag(&desc.Usage)},
+		{"detailed_metric", d.flag(&desc.DetailedMetric)},
+		{"value_to_metric", d.flag(&desc.ValueToMetric)},
+		{"share_threshold", d.flag(&desc.ShareThreshold)},
+		{"descriptors", func(val *yaml.Node, p string) { desc.Descriptors = d.descriptors(val, p, depth+1) }},
 	})
 	return desc
 }
@@ -466,51 +465,40 @@ func (d *decoder) rateLimit(n *yaml.Node, path string) (RateLimit, bool) {
 		return r, false
 	}
 	hasRPU := false
-	ok := d.fields(n, path, rateLimitKeys, func(key string, val *yaml.Node, p string) {
-		switch key {
-		case "unit":
-			r.Unit = d.str(val, p)
-		case "requests_per_unit":
+	ok := d.fields(n, path, []field{
+		{"unit", d.text(&r.Unit)},
+		{"requests_per_unit", func(val *yaml.Node, p string) {
 			r.RequestsPerUnit, _ = d.uint32(val, p)
 			hasRPU = true
-		case "unit_multiplier":
+		}},
+		{"unit_multiplier", func(val *yaml.Node, p string) {
 			m, ok := d.uint32(val, p)
 			if ok && m == 0 {
 				d.at(d.resolve(val), p, "unit_multiplier must be at least 1 (leave it out for 1)")
 			}
 			r.UnitMultiplier = m
-		case "unlimited":
-			r.Unlimited = d.boolean(val, p)
-		case "name":
-			r.Name = d.str(val, p)
-		case "replaces":
+		}},
+		{"unlimited", d.flag(&r.Unlimited)},
+		{"name", d.text(&r.Name)},
+		{"replaces", func(val *yaml.Node, p string) {
 			d.list(val, p, func(item *yaml.Node, ip string) {
 				var rep Replace
-				d.fields(item, ip, replaceKeys, func(_ string, v *yaml.Node, np string) {
-					rep.Name = d.str(v, np)
-				})
+				d.fields(item, ip, []field{{"name", d.text(&rep.Name)}})
 				r.Replaces = append(r.Replaces, rep)
 			})
-		case "algorithm":
-			r.Algorithm = d.str(val, p)
-		case "burst":
-			r.Burst = d.int64(val, p)
-		case "penalty":
+		}},
+		{"algorithm", d.text(&r.Algorithm)},
+		{"burst", d.whole(&r.Burst)},
+		{"penalty", func(val *yaml.Node, p string) {
 			var pen Penalty
-			d.fields(val, p, penaltyKeys, func(k string, v *yaml.Node, fp string) {
-				switch k {
-				case "factor":
-					pen.Factor = d.int64(v, fp)
-				case "block_for":
-					pen.BlockFor = d.str(v, fp)
-				case "max_block":
-					pen.MaxBlock = d.str(v, fp)
-				case "forget_after":
-					pen.ForgetAfter = d.str(v, fp)
-				}
+			d.fields(val, p, []field{
+				{"block_for", d.text(&pen.BlockFor)},
+				{"factor", d.whole(&pen.Factor)},
+				{"max_block", d.text(&pen.MaxBlock)},
+				{"forget_after", d.text(&pen.ForgetAfter)},
 			})
 			r.Penalty = &pen
-		}
+		}},
 	})
 	if ok && !hasRPU && !r.Unlimited {
 		d.at(d.resolve(n), path+".requests_per_unit", "requests_per_unit is required (0 refuses every request), or set unlimited: true")
