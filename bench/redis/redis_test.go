@@ -95,20 +95,8 @@ func libraries(b *testing.B, addr string) []library {
 		{"evalsha", func(ctx context.Context, i int) error {
 			return trivial.Exec(ctx, rc, nil, nil).Error()
 		}},
-		{"sluice", func(ctx context.Context, i int) error {
-			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &policy, Key: names[i], Cost: 1})
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("denied: %+v", d)
-			}
-			return err
-		}},
-		{"sluice-unbatched", func(ctx context.Context, i int) error {
-			d, err := unbatched.Allow(ctx, time.Time{}, sluice.Request{Policy: &policy, Key: names[i], Cost: 1})
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("denied: %+v", d)
-			}
-			return err
-		}},
+		{"sluice", allowing(st, &policy, 1, "denied")},
+		{"sluice-unbatched", allowing(unbatched, &policy, 1, "denied")},
 		{"redis_rate", func(ctx context.Context, i int) error {
 			r, err := rl.Allow(ctx, names[i], limit)
 			if err == nil && r.Allowed == 0 {
@@ -116,6 +104,18 @@ func libraries(b *testing.B, addr string) []library {
 			}
 			return err
 		}},
+	}
+}
+
+// allowing is the decision of a Sluice library: st's Allow of cost units
+// of p on key number i, failing with refused when the store refuses.
+func allowing(st sluice.Store, p *sluice.Policy, cost int64, refused string) decideFunc {
+	return func(ctx context.Context, i int) error {
+		d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: p, Key: names[i], Cost: cost})
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("%s: %+v", refused, d)
+		}
+		return err
 	}
 }
 
@@ -215,13 +215,7 @@ func algorithmLibraries(b *testing.B, addr string) []library {
 		sluice.SlidingWindow(1_000_000, time.Second),
 		sluice.SlidingLog(1_000_000, time.Second),
 	} {
-		libs = append(libs, library{"sluice-" + p.Algorithm.String(), func(ctx context.Context, i int) error {
-			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 1})
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("%s denied: %+v", p.Algorithm, d)
-			}
-			return err
-		}})
+		libs = append(libs, library{"sluice-" + p.Algorithm.String(), allowing(st, &p, 1, p.Algorithm.String()+" denied")})
 	}
 	return libs
 }
@@ -234,13 +228,7 @@ func usageLibraries(b *testing.B, addr string) []library {
 	st := teststore.RedisOn(b, redisstore.Options{Addrs: []string{addr}, Failure: redisstore.FailError, Timeout: 10 * time.Second, MaxBatch: 1})
 	p := sluice.GCRA(1_000_000_000, time.Second, 1_000_000_000)
 	return []library{
-		{"sluice-check", func(ctx context.Context, i int) error {
-			d, err := st.Allow(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 0})
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("check refused: %+v", d)
-			}
-			return err
-		}},
+		{"sluice-check", allowing(st, &p, 0, "check refused")},
 		{"sluice-debit", func(ctx context.Context, i int) error {
 			_, err := st.Debit(ctx, time.Time{}, sluice.Request{Policy: &p, Key: names[i], Cost: 1})
 			return err
