@@ -20,7 +20,7 @@ func BenchmarkDecide(b *testing.B) {
 	b.Run("one", func(b *testing.B) {
 		st := memstore.New(memstore.Options{})
 		defer st.Close()
-		checks := []engine.Check{{Request: sluice.Request{Policy: &p, Key: "192.0.2.1", Cost: 1}}}
+		checks := []engine.Check{check(&p, "192.0.2.1", 1)}
 		res := make([]engine.CheckResult, 1)
 		var o engine.Outcome
 		b.ReportAllocs()

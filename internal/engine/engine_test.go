@@ -25,9 +25,19 @@ func decide(t *testing.T, st sluice.Store, checks ...engine.Check) (engine.Outco
 	return o, res
 }
 
+// check is a check of cost units of p on key, of mode (Enforced when
+// none is given).
+func check(p *sluice.Policy, key string, cost int64, mode ...engine.Mode) engine.Check {
+	c := engine.Check{Request: sluice.Request{Policy: p, Key: key, Cost: cost}}
+	if len(mode) > 0 {
+		c.Mode = mode[0]
+	}
+	return c
+}
+
 func remaining(t *testing.T, st sluice.Store, p sluice.Policy, key string) int64 {
 	t.Helper()
-	d, err := engine.State(context.Background(), st, t0, engine.Check{Request: sluice.Request{Policy: &p, Key: key}})
+	d, err := engine.State(context.Background(), st, t0, check(&p, key, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,12 +52,12 @@ func TestNever(t *testing.T) {
 		checks []engine.Check
 		denied []bool
 	}{
-		{"single", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 21}}}, []bool{true}},
-		{"summed", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}}, []bool{true, true}},
-		{"summed beside another", []engine.Check{{Request: sluice.Request{Policy: &other, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 6}}}, []bool{false, true, true}},
-		{"summed with a deferred check", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}, Mode: engine.Deferred}}, []bool{true, true}},
-		{"overflowing sum", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}, {Request: sluice.Request{Policy: &p, Key: "a", Cost: 1 << 62}}}, []bool{true, true, true}},
-		{"zero limit", []engine.Check{{Request: sluice.Request{Policy: &sluice.Policy{}, Key: "a", Cost: 1}}}, []bool{true}},
+		{"single", []engine.Check{check(&p, "a", 21)}, []bool{true}},
+		{"summed", []engine.Check{check(&p, "a", 15), check(&p, "a", 15)}, []bool{true, true}},
+		{"summed beside another", []engine.Check{check(&other, "a", 1), check(&p, "a", 15), check(&p, "a", 6)}, []bool{false, true, true}},
+		{"summed with a deferred check", []engine.Check{check(&p, "a", 15), check(&p, "a", 15, engine.Deferred)}, []bool{true, true}},
+		{"overflowing sum", []engine.Check{check(&p, "a", 1<<62), check(&p, "a", 1<<62), check(&p, "a", 1<<62)}, []bool{true, true, true}},
+		{"zero limit", []engine.Check{check(&sluice.Policy{}, "a", 1)}, []bool{true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,8 +89,8 @@ func TestNever(t *testing.T) {
 func TestDifferentCountersNotSummed(t *testing.T) {
 	p := sluice.TokenBucket(20, time.Minute, 0).Named("small")
 	st := memstore.New(memstore.Options{})
-	o, _ := decide(t, st, engine.Check{Request: sluice.Request{Policy: &p, Key: "a", Cost: 15}}, engine.Check{Request: sluice.Request{Policy: &p, Key: "b", Cost: 15}},
-		engine.Check{Request: sluice.Request{Policy: new(p.Named("other")), Key: "a", Cost: 15}})
+	o, _ := decide(t, st, check(&p, "a", 15), check(&p, "b", 15),
+		check(new(p.Named("other")), "a", 15))
 	if !o.Allowed {
 		t.Fatalf("Decide = %+v, want allowed", o)
 	}
@@ -93,7 +103,7 @@ func TestShadow(t *testing.T) {
 	enforced := sluice.FixedWindow(1, time.Minute).Named("enforced")
 	trial := sluice.FixedWindow(1, time.Minute).Named("trial")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Request: sluice.Request{Policy: &enforced, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &trial, Key: "a", Cost: 1}, Mode: engine.Shadow}}
+	checks := []engine.Check{check(&enforced, "a", 1), check(&trial, "a", 1, engine.Shadow)}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || o.DryRunDenied || !res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, the trial charged", o, res)
@@ -103,7 +113,7 @@ func TestShadow(t *testing.T) {
 		t.Errorf("second = %+v %+v, want refused, the trial would refuse", o, res)
 	}
 	// A shadow check never refuses, even when it can never pass.
-	o, res = decide(t, st, engine.Check{Request: sluice.Request{Policy: &trial, Key: "b", Cost: 2}, Mode: engine.Shadow})
+	o, res = decide(t, st, check(&trial, "b", 2, engine.Shadow))
 	if !o.Allowed || !o.DryRunDenied || res[0].Decision.RetryAfter != sluice.Never {
 		t.Errorf("impossible shadow = %+v %+v, want allowed, dry-run denied with Never", o, res)
 	}
@@ -130,7 +140,7 @@ func TestDeferred(t *testing.T) {
 	login := sluice.FixedWindow(1, time.Minute).Named("login")
 	api := sluice.FixedWindow(10, time.Minute).Named("api")
 	st := memstore.New(memstore.Options{})
-	checks := []engine.Check{{Request: sluice.Request{Policy: &api, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &login, Key: "a", Cost: 1}, Mode: engine.Deferred}}
+	checks := []engine.Check{check(&api, "a", 1), check(&login, "a", 1, engine.Deferred)}
 	o, res := decide(t, st, checks...)
 	if !o.Allowed || !res[0].Charged || res[1].Charged {
 		t.Fatalf("first = %+v %+v, want allowed, api charged, login only peeked", o, res)
@@ -149,13 +159,13 @@ func TestDeferred(t *testing.T) {
 
 func TestStoreError(t *testing.T) {
 	boom := errors.New("boom")
-	o, res := decide(t, teststore.Failing{Err: boom}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1}},
-		engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1}})
+	o, res := decide(t, teststore.Failing{Err: boom}, check(new(sluice.FixedWindow(1, time.Minute)), "a", 1),
+		check(new(sluice.FixedWindow(2, time.Minute)), "a", 1))
 	if o.Allowed || !errors.Is(o.Err, boom) || !errors.Is(res[0].Err, boom) || o.Never() {
 		t.Errorf("Decide = %+v %+v, want the store's error", o, res)
 	}
 	// A store that reports a cost it can never admit refuses: no error.
-	o, _ = decide(t, teststore.Failing{Err: sluice.ErrCostExceedsCapacity}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(1, time.Minute)), Key: "a", Cost: 1}})
+	o, _ = decide(t, teststore.Failing{Err: sluice.ErrCostExceedsCapacity}, check(new(sluice.FixedWindow(1, time.Minute)), "a", 1))
 	if o.Allowed || o.Err != nil || !o.Never() {
 		t.Errorf("Decide over ErrCostExceedsCapacity = %+v, want a refusal with RetryAfter Never", o)
 	}
@@ -163,8 +173,8 @@ func TestStoreError(t *testing.T) {
 
 func TestDegraded(t *testing.T) {
 	d := sluice.Decision{Allowed: false, Degraded: true, RetryAfter: time.Second}
-	o, res := decide(t, teststore.Failing{Degraded: &d}, engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(5, time.Minute)), Key: "a", Cost: 1}},
-		engine.Check{Request: sluice.Request{Policy: new(sluice.FixedWindow(2, time.Minute)), Key: "a", Cost: 1}})
+	o, res := decide(t, teststore.Failing{Degraded: &d}, check(new(sluice.FixedWindow(5, time.Minute)), "a", 1),
+		check(new(sluice.FixedWindow(2, time.Minute)), "a", 1))
 	if o.Allowed || !o.Decision.Degraded || o.Err != nil {
 		t.Errorf("Decide = %+v, want refused and degraded", o)
 	}
@@ -204,7 +214,7 @@ func TestOneCheckWithShadow(t *testing.T) {
 	for i := range 3000 {
 		clock.Advance(time.Duration(next(300)) * time.Millisecond)
 		p := policies[next(uint64(len(policies)))]
-		c := engine.Check{Request: sluice.Request{Policy: &p, Key: "k" + string(rune('a'+next(3))), Cost: 1 + int64(next(uint64(p.Capacity())))}}
+		c := check(&p, "k"+string(rune('a'+next(3))), 1+int64(next(uint64(p.Capacity()))))
 		if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 			c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 		}
@@ -212,7 +222,7 @@ func TestOneCheckWithShadow(t *testing.T) {
 		var got, want engine.Outcome
 		engine.Decide(ctx, alone, time.Time{}, []engine.Check{c}, one, &got)
 		two := make([]engine.CheckResult, 2)
-		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, {Request: sluice.Request{Policy: &roomy, Key: "other", Cost: 1}, Mode: engine.Shadow}}, two, &want)
+		engine.Decide(ctx, beside, time.Time{}, []engine.Check{c, check(&roomy, "other", 1, engine.Shadow)}, two, &want)
 		if got != want || one[0] != two[0] {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, c, got, one[0], want, two[0])
 		}
@@ -238,7 +248,7 @@ func TestEnforcedWithShadow(t *testing.T) {
 		var total int64
 		for j := range checks {
 			p := policies[next(uint64(len(policies)))]
-			c := engine.Check{Request: sluice.Request{Policy: &p, Key: "k" + string(rune('a'+next(2))), Cost: 1 + int64(next(3))}}
+			c := check(&p, "k"+string(rune('a'+next(2))), 1+int64(next(3)))
 			if p.Algorithm == sluice.LeakyBucketAlgorithm && next(2) == 0 {
 				c.MaxDelay = time.Duration(next(2000)) * time.Millisecond
 			}
@@ -255,7 +265,7 @@ func TestEnforcedWithShadow(t *testing.T) {
 		var o, w engine.Outcome
 		buf.Decide(ctx, alone, time.Time{}, checks, got, &o)
 		want := make([]engine.CheckResult, len(checks)+1)
-		engine.Decide(ctx, beside, time.Time{}, append(checks, engine.Check{Request: sluice.Request{Policy: &roomy, Key: "other", Cost: 1}, Mode: engine.Shadow}), want, &w)
+		engine.Decide(ctx, beside, time.Time{}, append(checks, check(&roomy, "other", 1, engine.Shadow)), want, &w)
 		if o != w || !slices.Equal(got, want[:len(checks)]) {
 			t.Fatalf("request %d (%+v): alone %+v %+v, with a shadow check %+v %+v", i, checks, o, got, w, want)
 		}
@@ -276,8 +286,8 @@ func TestBudgetAndSettle(t *testing.T) {
 	st := memstore.New(memstore.Options{})
 	ctx := context.Background()
 	checks := []engine.Check{
-		{Request: sluice.Request{Policy: &calls, Key: "k", Cost: 1}},
-		{Request: sluice.Request{Policy: &calls, Key: "free", Cost: 0}}, // reported, not decided
+		check(&calls, "k", 1),
+		check(&calls, "free", 0), // reported, not decided
 		{Request: sluice.Request{Policy: &tokens, Key: "k", Cost: 0, SettleWithin: time.Minute}, Budget: true},
 	}
 	o, res := decide(t, st, checks...)
@@ -298,7 +308,7 @@ func TestBudgetAndSettle(t *testing.T) {
 		t.Errorf("calls remaining after the refusal = %d, want 9", got)
 	}
 	// A check of cost 0 without Budget reports and never refuses.
-	o, _ = decide(t, st, engine.Check{Request: sluice.Request{Policy: &tokens, Key: "k", Cost: 0}})
+	o, _ = decide(t, st, check(&tokens, "k", 0))
 	if !o.Allowed {
 		t.Errorf("a cost-0 check that is not a budget = %+v, want allowed (reported only)", o)
 	}
@@ -336,11 +346,11 @@ func TestDecideOverwrites(t *testing.T) {
 		name   string
 		checks []engine.Check
 	}{
-		{"one", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1}}}},
-		{"refused", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 4}}}},
-		{"free", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a"}}}},
-		{"shadow", []engine.Check{{Request: sluice.Request{Policy: &q, Key: "a", Cost: 1}, Mode: engine.Shadow}}},
-		{"two", []engine.Check{{Request: sluice.Request{Policy: &p, Key: "a", Cost: 1}}, {Request: sluice.Request{Policy: &q, Key: "a", Cost: 1}}}},
+		{"one", []engine.Check{check(&p, "a", 1)}},
+		{"refused", []engine.Check{check(&p, "a", 4)}},
+		{"free", []engine.Check{check(&p, "a", 0)}},
+		{"shadow", []engine.Check{check(&q, "a", 1, engine.Shadow)}},
+		{"two", []engine.Check{check(&p, "a", 1), check(&q, "a", 1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for round := range 3 {
