@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -200,11 +201,7 @@ func TestCompareStores(t *testing.T) {
 			if msg == "" {
 				t.Fatalf("CompareStores passed a %s store", kind)
 			}
-			for _, want := range []string{"trace seed 1, step ", "a: {", "b: {"} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("CompareStores message lacks %q:\n%s", want, msg)
-				}
-			}
+			testkit.WantAll(t, "CompareStores message", msg, "trace seed 1, step ", "a: {", "b: {")
 		})
 	}
 }

@@ -288,10 +288,10 @@ func TestEnvoyEnvStartRefused(t *testing.T) {
 	})
 	setEnv(t, fileEnv(root, "LIMIT_REQUEST_HEADERS_ENABLED=true")...)
 	r := runSluice(t, nil, "serve", "--envoy-env")
-	wantAll(t, "stderr", r.stderr, "LIMIT_REQUEST_HEADERS_ENABLED: set to \"true\"", "1 problem in the environment")
+	testkit.WantAll(t, "stderr", r.stderr, "LIMIT_REQUEST_HEADERS_ENABLED: set to \"true\"", "1 problem in the environment")
 	t.Setenv("LIMIT_REQUEST_HEADERS_ENABLED", "false")
 	r = runSluice(t, nil, "serve", "--envoy-env")
-	wantAll(t, "stderr", r.stderr, filepath.Join(dir, "b.yaml")+":4: [0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\"",
+	testkit.WantAll(t, "stderr", r.stderr, filepath.Join(dir, "b.yaml")+":4: [0].descriptors[0].rate_limit.unit: unknown unit \"fortnight\"",
 		"the service did not start")
 }
 

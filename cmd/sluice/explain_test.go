@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/service/server"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestCheckExplain runs sluice check --explain against a service whose
@@ -41,7 +42,7 @@ limits:
 	if r.code != 0 {
 		t.Fatalf("explain tb: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	wantAll(t, "explain tb: stdout", r.stdout,
+	testkit.WantAll(t, "explain tb: stdout", r.stdout,
 		"limit      tb (token_bucket, 10 per 1h, burst 10)\n",
 		"key        \"alice\"\n",
 		"state      tracked\n",
@@ -60,7 +61,7 @@ limits:
 	if r.code != 1 {
 		t.Errorf("explain log: exit %d, want 1 (a request would be denied)\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	wantAll(t, "explain log: stdout", r.stdout, "counted    3 of 3 in 3 entries\n", "oldest     ", "a request  cost 1: denied, retry in ")
+	testkit.WantAll(t, "explain log: stdout", r.stdout, "counted    3 of 3 in 3 entries\n", "oldest     ", "a request  cost 1: denied, retry in ")
 	// The oldest entry leaves the log an hour after it was counted: at most
 	// an hour from now (exactly an hour when the explain came within the
 	// same millisecond as the requests), and surely more than 59 minutes.

@@ -137,7 +137,7 @@ func TestGRPCShouldRateLimit(t *testing.T) {
 		"limits: {x: {algorithm: gcra, limit: 1, period: 1s}}\nproxy: {rules: [{limits: [{limit: x, key: \"cookie:s\"}]}]}\n"
 	writeConfig(t, path, bad)
 	testkit.WaitFor(t, waitTimeout, "the file to be refused", func() bool { return strings.Contains(in.stderr.String(), "problems=2") })
-	wantAll(t, "log", in.stderr.String(),
+	testkit.WantAll(t, "log", in.stderr.String(),
 		`problem="`+path+`:12: envoy[0].descriptors[1].rate_limit.unit: unknown unit \"minutes\"`,
 		`problem="`+path+`:14: proxy.rules[0].limits[0].key: key spec \"cookie:s\": unknown source \"cookie\"`,
 	)

@@ -11,6 +11,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // result is the outcome of one in-process run of sluice.
@@ -54,17 +56,6 @@ func runQuiet(t *testing.T, stdin io.Reader, args ...string) result {
 	return r
 }
 
-// wantAll fails t for each of wants that text lacks; what names text in
-// the message.
-func wantAll(t *testing.T, what, text string, wants ...string) {
-	t.Helper()
-	for _, want := range wants {
-		if !strings.Contains(text, want) {
-			t.Errorf("%s lacks %q:\n%s", what, want, text)
-		}
-	}
-}
-
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"-help"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -72,7 +63,7 @@ func TestHelp(t *testing.T) {
 			if r.code != 0 || r.err != nil {
 				t.Fatalf("sluice %v: exit %d, error %v; want 0, nil", args, r.code, r.err)
 			}
-			wantAll(t, fmt.Sprintf("sluice %v: stdout", args), r.stdout, "Usage:\n  sluice <command> [flags]", "  simulate   replay a trace", "  help ")
+			testkit.WantAll(t, fmt.Sprintf("sluice %v: stdout", args), r.stdout, "Usage:\n  sluice <command> [flags]", "  simulate   replay a trace", "  help ")
 			if r.stderr != "" {
 				t.Errorf("sluice %v: stderr = %q, want nothing", args, r.stderr)
 			}
@@ -109,7 +100,7 @@ func TestCommandLineErrors(t *testing.T) {
 			if r.code != 2 || !errors.As(r.err, &ue) {
 				t.Fatalf("sluice %q: exit %d, error %v; want 2 and a usage error", tt.args, r.code, r.err)
 			}
-			wantAll(t, fmt.Sprintf("sluice %q: stderr", tt.args), r.stderr, tt.stderr...)
+			testkit.WantAll(t, fmt.Sprintf("sluice %q: stderr", tt.args), r.stderr, tt.stderr...)
 			if r.stdout != "" {
 				t.Errorf("sluice %q: stdout = %q, want nothing", tt.args, r.stdout)
 			}

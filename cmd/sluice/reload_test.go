@@ -76,7 +76,7 @@ func TestReloadOnFileChange(t *testing.T) {
 		return strings.Contains(in.stderr.String(), "problems=2")
 	})
 	log := in.stderr.String()
-	wantAll(t, "log", log,
+	testkit.WantAll(t, "log", log,
 		`problem="`+path+`:3: limits.keep.algorithm: unknown algorithm \"fixed_windows\"`,
 		`problem="`+path+`:4: limits.added.burst: `,
 		`msg="reload refused; the running configuration stays" trigger="file changed" file=`+path+` problems=2`,

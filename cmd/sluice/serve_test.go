@@ -181,7 +181,7 @@ func TestServeDefaultConfig(t *testing.T) {
 	if _, err := os.Stat(in.readyFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the ready file outlives the service: %v", err)
 	}
-	wantAll(t, "log", in.stderr.String(), "msg=\"shutting down\"", "msg=stopped")
+	testkit.WantAll(t, "log", in.stderr.String(), "msg=\"shutting down\"", "msg=stopped")
 }
 
 // TestServeJSONLogs checks that --log-format json writes one JSON object

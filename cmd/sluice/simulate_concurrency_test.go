@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 const concurrencyTrace = "../../internal/simulate/testdata/concurrency.csv"
@@ -50,7 +52,7 @@ func TestSimulateConcurrencyJSONL(t *testing.T) {
 func TestSimulateConcurrencyTable(t *testing.T) {
 	trace := "t_ms,key,cost,duration_ms\n0,a,1,100\n0,a,1,100\n0,b,2\n50,a,1,0\n100,a,1\n100,b,3\n"
 	r := runOK(t, strings.NewReader(trace), "simulate", "--algorithm", "concurrency", "--limit", "2", "--lease", "1s")
-	wantAll(t, "stdout", r.stdout,
+	testkit.WantAll(t, "stdout", r.stdout,
 		"Trace: 6 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.1Z (100ms), 2 keys\nPolicy: concurrency, limit 2 held at once, lease 1s\n",
 		"\nKEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX HELD\n",
 		"\na      4         3         1       4     3              2\n",
@@ -67,7 +69,7 @@ func TestSimulateConcurrencyPattern(t *testing.T) {
 	// At 0, 0.5, 1, ... s: the one at 1 s finds two running (0 and 0.5)
 	// and is refused; the one at 1.5 s finds the one at 0 ended. So every
 	// third request is refused: 0 1 _ 3 4 _ ... of 20.
-	wantAll(t, "stdout", r.stdout,
+	testkit.WantAll(t, "stdout", r.stdout,
 		"Pattern: steady, 2/s per key, 10s, 1 key, each request held 1.5s\n",
 		"\nclient-1  20        14        6       20    14             2\n",
 	)

@@ -136,7 +136,7 @@ func TestSimulateJSONL(t *testing.T) {
 func TestSimulateTable(t *testing.T) {
 	trace := "t_ms,key,cost\n0,a\n0,a\n0,b,3\n500,a\n"
 	r := runOK(t, strings.NewReader(trace), "simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1s", "--trace", "-")
-	wantAll(t, "stdout", r.stdout,
+	testkit.WantAll(t, "stdout", r.stdout,
 		"Trace: 4 requests, 1970-01-01T00:00:00Z to 1970-01-01T00:00:00.5Z (500ms), 2 keys\nPolicy: fixed_window, limit 2 per 1s\n",
 		"\na      3         2         1       3     2              0s\n",
 		"\nb      1         0         1       3     0              0s\n",
@@ -565,7 +565,7 @@ func TestSimulateChartAndTableAgree(t *testing.T) {
 			t.Errorf("the SVG lacks %q", want)
 		}
 	}
-	wantAll(t, "the table", r.stdout,
+	testkit.WantAll(t, "the table", r.stdout,
 		"fixed_window    400       0       400            200  ",
 		"MAX COST IN ANY 1m0s: the most cost admitted for one key within any interval of that length,\n"+
 			"counted when admitted (a --chart row adds up all keys, and counts leaky_bucket's requests when they start).\n",
@@ -646,13 +646,13 @@ func TestSimulatePenalty(t *testing.T) {
 	args := []string{"simulate", "--algorithm", "fixed_window", "--limit", "2", "--period", "1m",
 		"--block-for", "1m", "--factor", "2", "--forget-after", "1h", "--trace", "-"}
 	r := runOK(t, strings.NewReader(trace), args...)
-	wantAll(t, "stdout", r.stdout,
+	testkit.WantAll(t, "stdout", r.stdout,
 		"Policy: fixed_window, limit 2 per 1m0s, block 1m0s ×2, forgotten after 1h0m0s\n",
 		"KEY    REQUESTS  ADMITTED  DENIED  COST  COST ADMITTED  MAX DELAY  BLOCKS  BLOCKED  LONGEST BLOCK\n",
 		"alice  10        6         4       10    6              0s         3       1        4m0s\n",
 	)
 	r = runSluice(t, strings.NewReader(trace), append(args, "--format", "jsonl")...)
-	wantAll(t, "stdout", r.stdout,
+	testkit.WantAll(t, "stdout", r.stdout,
 		`{"t":0,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":60000,"delay_ms":0,"reset_after_ms":60000,"blocked":true,"offence":true}`,
 		`{"t":1000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":59000,"delay_ms":0,"reset_after_ms":59000,"blocked":true}`,
 		`{"t":60000,"key":"alice","cost":1,"allowed":false,"remaining":0,"retry_after_ms":120000,"delay_ms":0,"reset_after_ms":120000,"blocked":true,"offence":true}`,

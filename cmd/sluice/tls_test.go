@@ -203,11 +203,7 @@ func TestServeMutualTLS(t *testing.T) {
 		t.Errorf("listen.grpc, the allowed client: %v %v, want OK", r, err)
 	}
 	log := s.stderr.String()
-	for _, want := range []string{"listener=listen.http", "listener=listen.grpc", "listener=listen.admin", "URI:spiffe://cluster.local/ns/web/sa/app", "DNS:web.internal", "CN:web"} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the refusals' log lines lack %q:\n%s", want, log)
-		}
-	}
+	testkit.WantAll(t, "the refusals' log lines", log, "listener=listen.http", "listener=listen.grpc", "listener=listen.admin", "URI:spiffe://cluster.local/ns/web/sa/app", "DNS:web.internal", "CN:web")
 	if strings.Contains(log, "PRIVATE KEY") {
 		t.Errorf("the log holds key material:\n%s", log)
 	}

@@ -115,6 +115,17 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// WantAll fails t (without stopping it) for each of wants that text
+// lacks; what names text in the message.
+func WantAll(t testing.TB, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, text)
+		}
+	}
+}
+
 // Receive returns what c sends, failing t when nothing comes within
 // timeout; what says what is awaited.
 func Receive[T any](t testing.TB, timeout time.Duration, what string, c <-chan T) T {

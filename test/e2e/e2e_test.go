@@ -139,11 +139,7 @@ limits:
 	if _, err := os.Stat(s.readyFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the ready file outlives the process: %v", err)
 	}
-	for _, want := range []string{"msg=\"configuration reloaded\"", "msg=\"shutting down\"", "msg=stopped"} {
-		if !strings.Contains(s.log.String(), want) {
-			t.Errorf("log lacks %q", want)
-		}
-	}
+	testkit.WantAll(t, "the log", s.log.String(), "msg=\"configuration reloaded\"", "msg=\"shutting down\"", "msg=stopped")
 
 	// A second signal does not wait for the drain.
 	s2 := startSluice(t, "sluice (drain)", "--http", "127.0.0.1:0", "--drain-delay", "1m")

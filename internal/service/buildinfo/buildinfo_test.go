@@ -4,6 +4,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 func TestFrom(t *testing.T) {
@@ -46,11 +48,7 @@ func TestFrom(t *testing.T) {
 				t.Errorf("From = %+v, want %+v", got, tc.want)
 			}
 			s := got.String()
-			for _, w := range tc.text {
-				if !strings.Contains(s, w) {
-					t.Errorf("String() = %q, want it to contain %q", s, w)
-				}
-			}
+			testkit.WantAll(t, "String()", s, tc.text...)
 			if tc.want.Time == "" && strings.Contains(s, "time:") {
 				t.Errorf("String() = %q shows a time the build does not carry", s)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/service/metrics"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/internal/teststore"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -107,11 +108,7 @@ func TestForwardAuthUntrustedPeer(t *testing.T) {
 		t.Errorf("sluice_forward_auth_untrusted_total = %v, want 4", got)
 	}
 	log := logs.String()
-	for _, want := range []string{"level=WARN", "proxy.trusted_proxies", "peer=198.51.100.1 ", "sluice_forward_auth_untrusted_total"} {
-		if !strings.Contains(log, want) {
-			t.Errorf("log lacks %q:\n%s", want, log)
-		}
-	}
+	testkit.WantAll(t, "log", log, "level=WARN", "proxy.trusted_proxies", "peer=198.51.100.1 ", "sluice_forward_auth_untrusted_total")
 	if lines() != 1 {
 		t.Errorf("%d log lines for one peer, want 1:\n%s", lines(), log)
 	}
