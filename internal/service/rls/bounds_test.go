@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -148,17 +148,7 @@ func TestMalformedRequest(t *testing.T) {
 	// Without ServerOptions the handler still decodes requests.
 	srv := grpc.NewServer()
 	New(memstore.New(memstore.Options{}), compile(t, "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), Options{}).Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
-	plain, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
+	plain := testkit.ServeGRPC(t, srv)
 	resp, err = rlsv3.NewRateLimitServiceClient(plain).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "m", Descriptors: descriptors(1)})
 	if err != nil || resp.OverallCode != ok || resp.Statuses[0].GetLimitRemaining() != 4 {
 		t.Errorf("ShouldRateLimit on a server without ServerOptions = %v, %v; want OK with 4 left", resp, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -97,26 +95,10 @@ func startWith(t *testing.T, store sluice.Store, cfg *Config) *harness {
 	t.Helper()
 	h := &harness{clock: teststore.NewClock(t0), events: &events{}}
 	h.svc = New(store, cfg, Options{Now: h.clock.Now, OnDecision: h.events.add})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.addr = lis.Addr().String()
 	srv := grpc.NewServer(ServerOptions()...)
 	h.svc.Register(srv)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve = %v", err)
-		}
-	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := testkit.ServeGRPC(t, srv)
+	h.addr = conn.Target()
 	h.client = rlsv3.NewRateLimitServiceClient(conn)
 	return h
 }

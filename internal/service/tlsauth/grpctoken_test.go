@@ -2,19 +2,18 @@ package tlsauth_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/service/tlsauth"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // TestTokenUnary calls a real gRPC server on a loopback port, whose
@@ -32,18 +31,7 @@ func TestTokenUnary(t *testing.T) {
 	serve := func(service string) healthpb.HealthClient {
 		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(tlsauth.TokenUnary(service, current.Load)))
 		healthpb.RegisterHealthServer(srv, health.NewServer())
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
-		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return healthpb.NewHealthClient(conn)
+		return healthpb.NewHealthClient(testkit.ServeGRPC(t, srv))
 	}
 	guarded, other := serve("grpc.health.v1.Health"), serve("envoy.service.ratelimit.v3.RateLimitService")
 	call := func(c healthpb.HealthClient, auth ...string) codes.Code {
