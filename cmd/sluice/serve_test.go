@@ -131,12 +131,8 @@ func (in *instance) metric(t *testing.T, series string) string {
 	if code != 200 {
 		t.Fatalf("GET /metrics = %d", code)
 	}
-	for line := range strings.SplitSeq(body, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return v
-		}
-	}
-	return ""
+	v, _ := testkit.SeriesValue(body, series)
+	return v
 }
 
 // writeConfig writes a configuration file at path, in place (truncated,

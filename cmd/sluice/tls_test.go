@@ -302,12 +302,8 @@ func TestServeTLSRotationUnderLoad(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, series+" "); ok {
-				return v
-			}
-		}
-		return ""
+		v, _ := testkit.SeriesValue(string(b), series)
+		return v
 	}
 	if got, err := strconv.ParseFloat(metric("sluice_tls_certificate_expiry_timestamp_seconds"), 64); err != nil || int64(got) != notAfter.Unix() {
 		t.Errorf("expiry metric = %v (%v), want %d", got, err, notAfter.Unix())

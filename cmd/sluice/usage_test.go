@@ -123,10 +123,8 @@ func TestDocsLLMBudget(t *testing.T) {
 	for _, series := range []string{`sluice_usage_settled_total{limit="team-tokens"}`, `sluice_usage_units_total{limit="team-tokens"}`} {
 		var want string
 		for _, b := range docBlocks(t, doc, "text") {
-			for _, l := range strings.Split(b, "\n") {
-				if v, ok := strings.CutPrefix(l, series+" "); ok {
-					want = v
-				}
+			if v, ok := testkit.SeriesValue(b, series); ok {
+				want = v
 			}
 		}
 		if got := admin.metric(t, series); got == "" || got != want {

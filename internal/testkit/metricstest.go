@@ -1,9 +1,11 @@
 // This file reads one series of a Prometheus registry, for the
-// tests of internal/service/metrics and internal/service/server.
+// tests of internal/service/metrics and internal/service/server, or of
+// the text a /metrics endpoint serves.
 
 package testkit
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,4 +51,17 @@ func MetricValue(t testing.TB, g prometheus.Gatherer, name string, labels ...str
 		}
 	}
 	return 0, false
+}
+
+// SeriesValue returns the value of series, a metric's name with its
+// labels as they are written (`sluice_config_limits` or
+// `sluice_decisions_total{limit="a",outcome="allowed"}`), in the
+// Prometheus text exposition text; it reports false when text has none.
+func SeriesValue(text, series string) (string, bool) {
+	for line := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v, true
+		}
+	}
+	return "", false
 }

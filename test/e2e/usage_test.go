@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,13 +184,13 @@ func metric(t *testing.T, in *sluice, series string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(b)
-	if m == nil {
+	text, ok := testkit.SeriesValue(string(b), series)
+	if !ok {
 		return 0
 	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
+	v, err := strconv.ParseFloat(text, 64)
 	if err != nil {
-		t.Fatalf("%s: %s = %q", in.Name, series, m[1])
+		t.Fatalf("%s: %s = %q", in.Name, series, text)
 	}
 	return v
 }
