@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	rlscommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -130,11 +133,11 @@ func TestReplayReproducesDecisions(t *testing.T) {
 				!strings.Contains(string(b), `{"limit":"envoy:edge.path#1","key":`) || !strings.Contains(string(b), `"mode":"shadow"`) {
 				t.Fatalf("the log has %d lines, want %d with forward-auth, Envoy's, denials and dry-run denials:\n%s", lines, replayDecisions, b)
 			}
-			// On Redis a dry run decided by a call of its own has that
-			// call's time; on the memory store every call of a decision
-			// has the decision's.
-			if got := strings.Contains(string(b), `"at":`); got != (store == "redis") {
-				t.Errorf("the log has limits with times of their own: %t, want %t", got, store == "redis")
+			// A dry run decided by a call of its own has that call's
+			// time and order (on the memory store, the decision's time
+			// and a later order).
+			if !strings.Contains(string(b), `"at":`) || store == "memory" && !strings.Contains(string(b), `"order":`) {
+				t.Errorf("the log has no limits with times and orders of their own")
 			}
 
 			out := replayOut(t, log, cfg)
@@ -330,5 +333,127 @@ decision_log:
 	r := runSluice(t, nil, "serve", "--config", bad)
 	if want := bad + ":6: decision_log.sample: must be a number greater than 0 and at most 1"; r.code != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("serve with a bad decision_log = %d %q, want 1 with %q", r.code, r.stderr, want)
+	}
+}
+
+// concurrentLimits are the limits of TestReplayConcurrent: short
+// periods, so that refills and window edges fall every few milliseconds,
+// between decisions that come from several callers at once on two keys;
+// the dry run, decided after its request's other limits by a call of its
+// own, has one key for every request.
+const concurrentLimits = `limits:
+  tb: {algorithm: token_bucket, limit: 3, period: 6ms}
+  fw: {algorithm: fixed_window, limit: 2, period: 3ms}
+  sw: {algorithm: sliding_window, limit: 3, period: 5ms}
+  dry: {algorithm: fixed_window, limit: 2, period: 1ms, shadow: true}
+envoy:
+  - domain: edge
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 40}
+`
+
+// TestReplayConcurrent writes a decision log of concurrent requests, 8
+// callers at once on a few keys, on each store, and replays it against the
+// configuration that wrote it: every decision comes out the same. Under
+// concurrent requests a call may find its key's shard at a later time
+// than the one it was given (the memory store's time never steps back),
+// and decisions of one key come within a microsecond of each other (on
+// Redis, the calls batched into one script share its TIME); the log has
+// the time and order the store decided each at.
+//
+// With local refusals (redis-local), a request refused locally replays
+// refused too, but its other limits report the states the store had
+// cached, which may be older than Redis's at the refusal's time: only
+// the requests' outcomes are compared there.
+func TestReplayConcurrent(t *testing.T) {
+	for _, store := range []string{"memory", "redis", "redis-local"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			storeYAML := ""
+			if store != "memory" {
+				srv := testkit.StartRedis(t)
+				local := "local_refusals: {enabled: false}, "
+				if store == "redis-local" {
+					local = ""
+				}
+				storeYAML = fmt.Sprintf("store:\n  backend: redis\n  redis: {%saddrs: [%q]}\n  timeout: 2s\n", local, srv.Addr)
+			}
+			cfg := writeConfig(t, filepath.Join(dir, "sluice.yaml"), `listen: {http: "127.0.0.1:0", grpc: "127.0.0.1:0"}
+`+storeYAML+concurrentLimits)
+			log := filepath.Join(dir, "decisions.jsonl")
+			in := startServe(t, "--config", cfg, "--decision-log", log)
+			client := rlsv3.NewRateLimitServiceClient(dialGRPC(t, in.grpc))
+			const callers, each = 8, 150
+			var wg sync.WaitGroup
+			for c := range callers {
+				wg.Go(func() {
+					for i := range each {
+						key := []string{"a", "b"}[(c+i)%2]
+						var body string
+						switch (c + i) % 5 {
+						case 0:
+							body = fmt.Sprintf(`{"limit":"tb","key":%q}`, key)
+						case 1:
+							body = fmt.Sprintf(`{"checks":[{"limit":"fw","key":%q},{"limit":"sw","key":%q},{"limit":"dry","key":"all"}]}`, key, key)
+						case 2:
+							body = fmt.Sprintf(`{"checks":[{"limit":"tb","key":%q},{"limit":"dry","key":"all"}]}`, key)
+						case 3:
+							body = fmt.Sprintf(`{"limit":"sw","key":%q}`, key)
+						case 4:
+							if _, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+								Descriptors: []*rlscommon.RateLimitDescriptor{descriptor("user", key)}}); err != nil {
+								t.Errorf("ShouldRateLimit: %v", err)
+								return
+							}
+							continue
+						}
+						resp, err := http.Post(in.url("/v1/check"), "application/json", strings.NewReader(body))
+						if err != nil {
+							t.Errorf("check: %v", err)
+							return
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 && resp.StatusCode != 429 {
+							t.Errorf("check %s = %d", body, resp.StatusCode)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			if v := in.metric(t, "sluice_store_local_refused_decisions_total"); store == "redis-local" && (v == "" || v == "0") {
+				t.Errorf("no request was refused locally (%q)", v)
+			}
+			if err := in.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lines := strings.Count(string(b), "\n"); lines != callers*each || !strings.Contains(string(b), `"outcome":"denied"`) || !strings.Contains(string(b), `"outcome":"shadow_denied"`) {
+				t.Fatalf("the log has %d lines, want %d with denials and dry-run denials", lines, callers*each)
+			}
+			out := replayOut(t, log, cfg)
+			if !strings.Contains(out, fmt.Sprintf("replayed %d of %[1]d decisions", callers*each)) || !strings.Contains(out, "changed: 0 (0 refused that were admitted, 0 admitted that were refused)") {
+				t.Errorf("replay against the same configuration:\n%s", out)
+			}
+			if store == "redis-local" {
+				return
+			}
+			table, _, _ := strings.Cut(out, "keys most affected")
+			for line := range strings.SplitSeq(table, "\n") {
+				f := strings.Fields(line)
+				if len(f) == 8 && f[0] != "door" && (f[4] != f[5] || f[6] != "0" || f[7] != "0") {
+					t.Errorf("replay changed a limit's refusals: %s", line)
+				}
+			}
+		})
 	}
 }

@@ -431,14 +431,14 @@ func newService(cfg *config.Config, f *serveFlags, logger *slog.Logger) (*servic
 	if s.tracing, err = tracing.Setup(context.Background(), tracing.Options{Getenv: getenv, Keys: f.traceKeys, Version: s.build.Version, ServiceName: f.traceService, Section: cfg.Tracing()}); err != nil {
 		return nil, err
 	}
-	// With a decision log, Redis tells the time of each decision, which
+	// With a decision log, the store tells the time of each decision, which
 	// the log writes.
 	dopts, dlogOn, err := decisionLogOptions(f, cfg)
 	if err != nil {
 		s.tracing.Shutdown(context.Background())
 		return nil, err
 	}
-	var decided func(context.Context, sluice.Request, time.Time)
+	var decided func(context.Context, sluice.Request, time.Time, uint64)
 	if dlogOn {
 		decided = decisionlog.Saw
 	}

@@ -70,18 +70,23 @@ func (o *openedStore) close() error {
 	return errors.Join(errs...)
 }
 
-func newMemStore(maxKeys int) *memstore.Store {
-	return memstore.New(memstore.Options{MaxKeys: maxKeys, SweepInterval: sweepInterval})
+// newMemStore returns the memory store; decided, when not nil, is told
+// the time and order of each decision (memstore.Options.OnDecided).
+func newMemStore(maxKeys int, decided func(context.Context, sluice.Request, time.Time, uint64)) *memstore.Store {
+	return memstore.New(memstore.Options{MaxKeys: maxKeys, SweepInterval: sweepInterval, OnDecided: decided})
 }
 
 // openStore builds the store that cfg describes. A Redis store does not
 // wait for Redis: until it answers, the failure policy decides.
 //
 // observe, when not nil, is told of each Redis script call (tracing);
-// decided, of the time of each decision on Redis (the decision log).
-func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics, observe func(context.Context, redisstore.Call), decided func(context.Context, sluice.Request, time.Time)) (*openedStore, error) {
+// decided, of the time and order of each decision (the decision log).
+// The memory store that decides for Redis when it fails (on_error:
+// local) tells nothing: its decisions are logged as degraded, which a
+// replay does not decide.
+func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Metrics, observe func(context.Context, redisstore.Call), decided func(context.Context, sluice.Request, time.Time, uint64)) (*openedStore, error) {
 	if cfg.Backend != config.RedisBackend {
-		ms := newMemStore(maxKeys)
+		ms := newMemStore(maxKeys, decided)
 		return &openedStore{store: ms, closers: []func() error{ms.Close}}, nil
 	}
 	failure, err := redisstore.ParseFailurePolicy(string(cfg.OnError))
@@ -112,13 +117,11 @@ func openStore(cfg config.Store, maxKeys int, logger *slog.Logger, m *metrics.Me
 		},
 		OnRecover: func(r redisstore.Recovery) { logRecovery(logger, r) },
 		Observe:   observe,
-	}
-	if decided != nil {
-		opts.OnDecided = func(ctx context.Context, req sluice.Request, at time.Time, _ uint64) { decided(ctx, req, at) }
+		OnDecided: decided,
 	}
 	var local *memstore.Store
 	if failure == redisstore.FailLocal {
-		local = newMemStore(maxKeys)
+		local = newMemStore(maxKeys, nil)
 		opts.Local = local
 	}
 	rs, err := redisstore.New(opts)

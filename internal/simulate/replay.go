@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -24,8 +25,8 @@ type ReplayLimit struct {
 // Replay plays the decisions of a decision log through a candidate
 // configuration's limits, at the logged times, on a memory store of its
 // own, and compares what the candidate decides with what was decided.
-// Give it the log's records in order of time (Add; see SortRecords), then
-// read Report.
+// Give it the log's records in order of time, then order (Add; see
+// SortRecords), then read Report.
 type Replay struct {
 	limits  map[string]ReplayLimit
 	store   *memstore.Store
@@ -36,6 +37,25 @@ type Replay struct {
 	keys    map[keyID]*KeyChange
 	skipped map[[2]string]int
 	chart   *replayChart
+	// later holds the dry runs decided by a store call of their own,
+	// after their decision's first (Entry.At and Order), by time and
+	// order: each is decided in its place among the log's records.
+	later []laterRun
+}
+
+// maxTime is after every logged time.
+var maxTime = time.Unix(1<<62, 0)
+
+// laterRun is a dry-run limit of a logged decision that the store decided
+// by a call of its own, at at with order, after the decision's enforced
+// limits, which passed or not.
+type laterRun struct {
+	at     time.Time
+	order  uint64
+	rec    *decisionlog.Record
+	entry  int
+	check  engine.Check
+	passed bool
 }
 
 // ReplayReport is what a replay found.
@@ -146,8 +166,12 @@ func outcome(d sluice.Decision, shadow bool) string {
 	return "denied"
 }
 
-// Add replays one logged decision.
+// Add replays one logged decision. A dry-run limit that the store decided
+// by a call of its own at a later time or order (Entry.At) is decided in
+// its place among the records: before the first record Add is given that
+// comes after it, or at Report.
 func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
+	r.runLater(ctx, rec.Time, rec.Order)
 	r.rep.Decisions++
 	if r.rep.From.IsZero() {
 		r.rep.From = rec.Time
@@ -162,6 +186,7 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 	checks := make([]engine.Check, 0, len(rec.Limits))
 	idx := make([]int, 0, len(rec.Limits)) // the entry of each check
 	cand := make([]string, len(rec.Limits))
+	var later []laterRun
 	for i, e := range rec.Limits {
 		l, ok := r.limits[e.Limit]
 		switch {
@@ -191,6 +216,10 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		c := engine.Check{Request: sluice.Request{Policy: &l.Policy, Key: e.Key, Cost: e.Cost}, Budget: rec.Door != "rls"}
 		if l.Shadow {
 			c.Mode = engine.Shadow
+			if !e.At.IsZero() {
+				later = append(later, laterRun{at: e.At, order: e.Order, rec: rec, entry: i, check: c})
+				continue
+			}
 		}
 		if !e.At.IsZero() {
 			r.timed.at[c.Policy] = e.At
@@ -214,6 +243,14 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			cand[i] = outcome(res[j].Decision, checks[j].Mode == engine.Shadow)
 		}
 	}
+	for _, l := range later {
+		l.passed = o.Allowed || len(checks) == 0
+		i := len(r.later) // after those of the same time and order
+		for i > 0 && (r.later[i-1].at.After(l.at) || r.later[i-1].at.Equal(l.at) && r.later[i-1].order > l.order) {
+			i--
+		}
+		r.later = slices.Insert(r.later, i, l)
+	}
 	var was, now bool // the request refused, then and under the candidate
 	for i, e := range rec.Limits {
 		was = was || e.Outcome == "denied"
@@ -227,55 +264,88 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			r.rep.NewlyAdmitted++
 		}
 	}
-	for i, e := range rec.Limits {
-		if cand[i] == "" || e.Unsampled || e.Mode != "" {
-			continue
-		}
-		g := r.groups[groupKey{rec.Door, rec.Rule, e.Limit}]
-		if g == nil {
-			g = &LimitChange{Door: rec.Door, Rule: rec.Rule, Limit: e.Limit}
-			r.groups[groupKey{rec.Door, rec.Rule, e.Limit}] = g
-		}
-		g.Decisions++
-		thenRefused, nowRefused := refused(e.Outcome), refused(cand[i])
-		if thenRefused {
-			g.Refused++
-		}
-		if nowRefused {
-			g.CandidateRefused++
-		}
-		k := r.keys[keyID{e.Limit, e.Key}]
-		if k == nil {
-			k = &KeyChange{Limit: e.Limit, Key: e.Key}
-			r.keys[keyID{e.Limit, e.Key}] = k
-		}
-		if thenRefused && k.FirstRefused.IsZero() {
-			k.FirstRefused = rec.Time
-		}
-		if nowRefused && k.FirstCandidateRefused.IsZero() {
-			k.FirstCandidateRefused = rec.Time
-		}
-		if thenRefused != nowRefused {
-			k.Changed++
-			if nowRefused {
-				g.NewlyRefused++
-			} else {
-				g.NewlyAdmitted++
-			}
-		}
-		if r.chart != nil && e.Limit == r.chart.limit {
-			req := Request{T: rec.Time.UnixMilli(), Key: e.Key, Cost: e.Cost}
-			r.chart.add(req, e.Outcome == "allowed", cand[i] == "allowed")
-		}
+	for i := range rec.Limits {
+		r.count(rec, i, cand[i])
 	}
 	return nil
 }
 
+// runLater decides the dry runs of r.later that come before (t, order).
+func (r *Replay) runLater(ctx context.Context, t time.Time, order uint64) {
+	n := 0
+	for _, l := range r.later {
+		if l.at.Compare(t) > 0 || l.at.Equal(t) && l.order >= order {
+			break
+		}
+		n++
+		// A dry run is charged when its decision passed, peeked when it
+		// was refused: a limit that admits nothing stands for the
+		// refusal.
+		checks := []engine.Check{l.check}
+		if !l.passed {
+			checks = []engine.Check{{Request: sluice.Request{Policy: &refusesAll, Key: l.check.Key, Cost: 1}}, l.check}
+		}
+		res := make([]engine.CheckResult, len(checks))
+		var o engine.Outcome
+		r.now = l.at
+		engine.Decide(ctx, r.store, l.at, checks, res, &o)
+		r.count(l.rec, l.entry, outcome(res[len(res)-1].Decision, true))
+	}
+	r.later = slices.Delete(r.later, 0, n)
+}
+
+// count counts entry i of rec, whose outcome under the candidate is cand
+// ("" for an entry not replayed).
+func (r *Replay) count(rec *decisionlog.Record, i int, cand string) {
+	e := rec.Limits[i]
+	if cand == "" || e.Unsampled || e.Mode != "" {
+		return
+	}
+	g := r.groups[groupKey{rec.Door, rec.Rule, e.Limit}]
+	if g == nil {
+		g = &LimitChange{Door: rec.Door, Rule: rec.Rule, Limit: e.Limit}
+		r.groups[groupKey{rec.Door, rec.Rule, e.Limit}] = g
+	}
+	g.Decisions++
+	thenRefused, nowRefused := refused(e.Outcome), refused(cand)
+	if thenRefused {
+		g.Refused++
+	}
+	if nowRefused {
+		g.CandidateRefused++
+	}
+	k := r.keys[keyID{e.Limit, e.Key}]
+	if k == nil {
+		k = &KeyChange{Limit: e.Limit, Key: e.Key}
+		r.keys[keyID{e.Limit, e.Key}] = k
+	}
+	if thenRefused && k.FirstRefused.IsZero() {
+		k.FirstRefused = rec.Time
+	}
+	if nowRefused && k.FirstCandidateRefused.IsZero() {
+		k.FirstCandidateRefused = rec.Time
+	}
+	if thenRefused != nowRefused {
+		k.Changed++
+		if nowRefused {
+			g.NewlyRefused++
+		} else {
+			g.NewlyAdmitted++
+		}
+	}
+	if r.chart != nil && e.Limit == r.chart.limit {
+		req := Request{T: rec.Time.UnixMilli(), Key: e.Key, Cost: e.Cost}
+		r.chart.add(req, e.Outcome == "allowed", cand == "allowed")
+	}
+}
+
 // timedStore gives each store call of a replayed decision the time its
-// limit was decided at, when the log has one for it (Entry.At: a dry
-// run's own script call on Redis), and the record's time otherwise. at
-// maps the Policy of each such check to its time; a call of several
-// requests (AllowAll) takes its first one's.
+// limit was decided at, when the log has one for it (Entry.At: a limit
+// that is not a dry run, decided by a call of its own, such as the peek
+// of a request refused before anything was charged; dry runs with times
+// of their own are decided apart, see Replay.later), and the record's
+// time otherwise. at maps the Policy of each such check to its time; a
+// call of several requests (AllowAll) takes its first one's.
 type timedStore struct {
 	*memstore.Store
 	at map[*sluice.Policy]time.Time
@@ -303,16 +373,20 @@ func (s *timedStore) Peek(ctx context.Context, now time.Time, req sluice.Request
 	return s.Store.Peek(ctx, s.time(req.Policy, now), req)
 }
 
-// SortRecords orders records by time, keeping the log's order between
-// equal times. A log is written in the order the doors finished their
-// decisions, which under concurrent requests need not be the order in
-// which the store decided them.
+// SortRecords orders records by time, then by order (Record.Order),
+// keeping the log's order between equal ones. A log is written in the
+// order the doors finished their decisions, which under concurrent
+// requests need not be the order in which the store decided them.
 func SortRecords(records []*decisionlog.Record) {
-	slices.SortStableFunc(records, func(a, b *decisionlog.Record) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(records, func(a, b *decisionlog.Record) int {
+		return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Order, b.Order))
+	})
 }
 
-// Report returns what the replay found so far.
+// Report returns what the replay found so far, the dry runs still to
+// decide decided.
 func (r *Replay) Report() *ReplayReport {
+	r.runLater(context.Background(), maxTime, math.MaxUint64)
 	rep := r.rep
 	rep.Limits = rep.Limits[:0]
 	for _, g := range r.groups {

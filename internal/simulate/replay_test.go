@@ -111,20 +111,67 @@ func TestReplaySkipsModes(t *testing.T) {
 	}
 }
 
-// TestSortRecords orders records by time, keeping the log's order
-// between equal times.
+// TestSortRecords orders records by time, then order, keeping the log's
+// order between equal ones (order 0: a log written before orders).
 func TestSortRecords(t *testing.T) {
 	base := time.Unix(1800000000, 0).UTC()
 	var records []*decisionlog.Record
-	for i, us := range []int64{5, 1, 3, 1, 2} {
-		records = append(records, &decisionlog.Record{Time: base.Add(time.Duration(us) * time.Microsecond), Door: "check", Rule: string(rune('a' + i))})
+	for i, tc := range []struct {
+		us    int64
+		order uint64
+	}{{5, 0}, {1, 7}, {3, 0}, {1, 2}, {2, 0}, {1, 7}, {1, 0}} {
+		records = append(records, &decisionlog.Record{Time: base.Add(time.Duration(tc.us) * time.Microsecond), Order: tc.order, Door: "check", Rule: string(rune('a' + i))})
 	}
 	SortRecords(records)
 	got := ""
 	for _, r := range records {
 		got += r.Rule
 	}
-	if want := "bdeca"; got != want {
+	if want := "gdbfeca"; got != want {
 		t.Errorf("SortRecords: order %q, want %q", got, want)
+	}
+}
+
+// TestReplayLaterDryRun replays a decision whose dry run was decided by a
+// call of its own after another decision on the dry run's key: the dry
+// run is decided in its place, after that decision, at its own time,
+// and nothing changes. Decided with its record, it would come first, and
+// take the other decision's unit.
+func TestReplayLaterDryRun(t *testing.T) {
+	limits := map[string]ReplayLimit{
+		"enforced": {Policy: sluice.FixedWindow(5, time.Hour).Named("enforced")},
+		"dry":      {Policy: sluice.FixedWindow(1, time.Hour).Named("dry"), Shadow: true},
+	}
+	base := time.Unix(1800000000, 0).UTC()
+	at := func(us int64) time.Time { return base.Add(time.Duration(us) * time.Microsecond) }
+	records := []*decisionlog.Record{
+		// Its dry run came third: at 10 µs, order 3.
+		{Time: at(0), Order: 1, Door: "check", Limits: []decisionlog.Entry{
+			{Limit: "enforced", Key: "a", Cost: 1, Outcome: "allowed"},
+			{Limit: "dry", Key: "k", Cost: 1, Outcome: "shadow_denied", At: at(10), Order: 3},
+		}},
+		{Time: at(5), Order: 2, Door: "check", Limits: []decisionlog.Entry{
+			{Limit: "dry", Key: "k", Cost: 1, Outcome: "allowed"},
+		}},
+		// Same time as the first's dry run, a later order.
+		{Time: at(10), Order: 4, Door: "check", Limits: []decisionlog.Entry{
+			{Limit: "enforced", Key: "a", Cost: 1, Outcome: "allowed"},
+		}},
+	}
+	r := NewReplay(limits, "")
+	defer r.Close()
+	for _, rec := range records {
+		if err := r.Add(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := r.Report()
+	for _, g := range rep.Limits {
+		if g.NewlyRefused != 0 || g.NewlyAdmitted != 0 {
+			t.Errorf("limit %s: %d newly refused, %d newly admitted; want none", g.Limit, g.NewlyRefused, g.NewlyAdmitted)
+		}
+		if g.Limit == "dry" && (g.Decisions != 2 || g.Refused != 1) {
+			t.Errorf("limit dry: %d decisions, %d refused; want 2 and 1", g.Decisions, g.Refused)
+		}
 	}
 }

@@ -38,10 +38,17 @@ import (
 
 // Record is one line of the log: one decision of a front door.
 type Record struct {
-	// Time is when the store decided: on the memory store the time it was
-	// given for every call of the decision (see Store), on Redis the TIME
-	// of the decision's first script call (see Stamp).
+	// Time is when the store decided the decision's first store call: on
+	// the memory store the time it was given (see Store), or a later one
+	// its shard had seen, on Redis the TIME of the script call (see
+	// Stamp).
 	Time time.Time `json:"time"`
+	// Order puts the decisions of one time in the order the store made
+	// them: on the memory store a number it took under the key's lock
+	// (memstore.Options.OnDecided), larger for a later decision; 0 when
+	// the store gives none (Redis), and in logs written before it. A
+	// replay decides in order of time, then Order, then line.
+	Order uint64 `json:"order,omitempty"`
 	// Door is "check" (POST /v1/check), "forward_auth", "proxy" or "rls"
 	// (Envoy's rate limit service).
 	Door string `json:"door"`
@@ -74,21 +81,26 @@ type Entry struct {
 	// request's own limit) or "zero" (requests_per_unit 0).
 	Mode string `json:"mode,omitempty"`
 	// At is the time this limit was decided at when it differs from the
-	// record's: on Redis, a limit decided by a script call of its own (a
-	// dry run's, after the enforced limits').
+	// record's, or when its Order does: a limit decided by a store call
+	// of its own (a dry run's, after the enforced limits'), on Redis, or
+	// on the memory store when the limit's shard had seen a later time.
 	At time.Time `json:"at,omitzero"`
+	// Order is the order of the store call that decided the limit, with
+	// At (see Record.Order).
+	Order uint64 `json:"order,omitempty"`
 }
 
 // Stamp sets the record's time and its entries' from the times the
-// store reported (Entry.At, from Decision.AtOf): a record with no Time
-// takes the earliest of them, or now when there is none (a decision that
-// made no store call, or one the store's failure policy made); an
-// entry's At that equals the record's Time is cleared.
+// store reported (Entry.At and Order, from Decision.AtOf and OrderOf): a
+// record with no Time takes the earliest of them, or now when there is
+// none (a decision that made no store call, or one the store's failure
+// policy made); an entry's At and Order that equal the record's Time and
+// Order are cleared.
 func (rec *Record) Stamp(now time.Time) {
 	if rec.Time.IsZero() {
 		for i := range rec.Limits {
-			if at := rec.Limits[i].At; !at.IsZero() && (rec.Time.IsZero() || at.Before(rec.Time)) {
-				rec.Time = at
+			if e := &rec.Limits[i]; !e.At.IsZero() && (rec.Time.IsZero() || e.At.Before(rec.Time) || e.At.Equal(rec.Time) && e.Order < rec.Order) {
+				rec.Time, rec.Order = e.At, e.Order
 			}
 		}
 		if rec.Time.IsZero() {
@@ -96,8 +108,8 @@ func (rec *Record) Stamp(now time.Time) {
 		}
 	}
 	for i := range rec.Limits {
-		if e := &rec.Limits[i]; e.At.Equal(rec.Time) {
-			e.At = time.Time{}
+		if e := &rec.Limits[i]; e.At.Equal(rec.Time) && e.Order == rec.Order {
+			e.At, e.Order = time.Time{}, 0
 		}
 	}
 }

@@ -2,6 +2,7 @@ package decisionlog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -287,29 +288,67 @@ func TestStamp(t *testing.T) {
 	}
 }
 
-// TestSaw records the times a store reports in the Decision of the
-// context, and AtOf finds a limit's last one.
+// TestStampOrder: entries of one time and different orders keep their
+// own, the record takes the first call's, and a line without orders
+// (an older log) reads as order 0.
+func TestStampOrder(t *testing.T) {
+	now := time.Unix(1800000000, 0).UTC()
+	rec := Record{Door: "check", Limits: []Entry{
+		{Limit: "a", Key: "k", Cost: 1, Outcome: "allowed", At: now, Order: 8},
+		{Limit: "b", Key: "k", Cost: 1, Outcome: "allowed", At: now, Order: 7},
+		{Limit: "c", Key: "k", Cost: 1, Outcome: "allowed", At: now.Add(time.Microsecond), Order: 7},
+	}}
+	rec.Stamp(now.Add(time.Second))
+	if !rec.Time.Equal(now) || rec.Order != 7 {
+		t.Errorf("Time, Order = %v, %d; want %v, 7", rec.Time, rec.Order, now)
+	}
+	want := []Entry{{At: now, Order: 8}, {}, {At: now.Add(time.Microsecond), Order: 7}}
+	for i, e := range rec.Limits {
+		if !e.At.Equal(want[i].At) || e.Order != want[i].Order {
+			t.Errorf("Limits[%d] = %v, %d; want %v, %d", i, e.At, e.Order, want[i].At, want[i].Order)
+		}
+	}
+	b, err := json.Marshal(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(b); !strings.Contains(s, `"time":"2027-01-15T08:00:00Z","order":7,`) || !strings.Contains(s, `"at":"2027-01-15T08:00:00Z","order":8}`) || strings.Count(s, `"order"`) != 3 {
+		t.Errorf("the line reads %s", s)
+	}
+	old, err := NewReader(strings.NewReader(`{"time":"2026-01-01T00:00:00Z","door":"check","limits":[{"limit":"a","key":"k","cost":1,"outcome":"allowed"}]}` + "\n")).Next()
+	if err != nil || old.Order != 0 || old.Limits[0].Order != 0 {
+		t.Errorf("a line without orders reads as %+v, %v", old, err)
+	}
+}
+
+// TestSaw records the times and orders a store reports in the Decision
+// of the context: the first call's are the decision's, and AtOf and
+// OrderOf find a limit's last ones.
 func TestSaw(t *testing.T) {
 	p := &sluice.Policy{Name: "p"}
 	q := &sluice.Policy{Name: "q"}
 	at := time.Unix(1800000000, 0)
-	Saw(context.Background(), sluice.Request{Policy: p, Key: "k"}, at) // no Decision: nothing
-	d := &Decision{Door: "check"}
+	Saw(context.Background(), sluice.Request{Policy: p, Key: "k"}, at, 1) // no Decision: nothing
+	d := &Decision{Door: "check", At: at.Add(-time.Second)}
 	ctx := With(context.Background(), d)
-	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at)
-	Saw(ctx, sluice.Request{Policy: q, Key: "k"}, at.Add(time.Microsecond))
-	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at.Add(2*time.Microsecond))
+	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at, 4)
+	Saw(ctx, sluice.Request{Policy: q, Key: "k"}, at.Add(time.Microsecond), 5)
+	Saw(ctx, sluice.Request{Policy: p, Key: "k"}, at.Add(2*time.Microsecond), 9)
+	if !d.At.Equal(at) || d.Order != 4 {
+		t.Errorf("the decision's At, Order = %v, %d; want the first call's, %v, 4", d.At, d.Order, at)
+	}
 	for _, tc := range []struct {
 		limit, key string
 		want       time.Time
+		order      uint64
 	}{
-		{"p", "k", at.Add(2 * time.Microsecond)},
-		{"q", "k", at.Add(time.Microsecond)},
-		{"p", "other", time.Time{}},
-		{"r", "k", time.Time{}},
+		{"p", "k", at.Add(2 * time.Microsecond), 9},
+		{"q", "k", at.Add(time.Microsecond), 5},
+		{"p", "other", time.Time{}, 0},
+		{"r", "k", time.Time{}, 0},
 	} {
-		if got := d.AtOf(tc.limit, tc.key); !got.Equal(tc.want) {
-			t.Errorf("AtOf(%q, %q) = %v, want %v", tc.limit, tc.key, got, tc.want)
+		if got, order := d.AtOf(tc.limit, tc.key), d.OrderOf(tc.limit, tc.key); !got.Equal(tc.want) || order != tc.order {
+			t.Errorf("AtOf, OrderOf(%q, %q) = %v, %d; want %v, %d", tc.limit, tc.key, got, order, tc.want, tc.order)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func (s *Service) startLog(ctx context.Context, domain string) (context.Context,
 // quota descriptors refused the request; shadowAll the domain's shadow
 // mode.
 func (s *Service) writeLog(dl *decisionlog.Decision, domain string, items []item, ds []sluice.Decision, quotaRefused, shadowAll bool, now time.Time) {
-	rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Rule: dl.Rule}
+	rec := decisionlog.Record{Time: dl.At, Order: dl.Order, Door: dl.Door, Rule: dl.Rule}
 	for i := range items {
 		it := &items[i]
 		if !it.matched || it.unlimited {
@@ -71,7 +71,7 @@ func (s *Service) writeLog(dl *decisionlog.Decision, domain string, items []item
 			default:
 				e.Outcome = "denied"
 			}
-			e.At = dl.AtOf(l.policy.Name, it.key)
+			e.At, e.Order = dl.AtOf(l.policy.Name, it.key), dl.OrderOf(l.policy.Name, it.key)
 			rec.Limits = append(rec.Limits, e)
 		}
 	}

@@ -143,10 +143,10 @@ func (h *Handler) serveCheck(w http.ResponseWriter, r *http.Request) {
 		h.tracing.Decision(ctx, "", deciding, d)
 	}
 	if dl != nil {
-		rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Limits: make([]decisionlog.Entry, 0, len(results))}
+		rec := decisionlog.Record{Time: dl.At, Order: dl.Order, Door: dl.Door, Limits: make([]decisionlog.Entry, 0, len(results))}
 		for i := range results {
 			if res := &results[i]; res.Err == nil {
-				rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: res.Policy.Name, Key: res.Key, Cost: res.Cost, Outcome: metrics.Outcome(res.Decision, res.Shadow), At: dl.AtOf(res.Policy.Name, res.Key)})
+				rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: res.Policy.Name, Key: res.Key, Cost: res.Cost, Outcome: metrics.Outcome(res.Decision, res.Shadow), At: dl.AtOf(res.Policy.Name, res.Key), Order: dl.OrderOf(res.Policy.Name, res.Key)})
 			}
 		}
 		h.writeDecision(&rec, now)

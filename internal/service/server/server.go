@@ -581,13 +581,13 @@ func (h *Handler) logEvent(ev *httplimit.Event, now time.Time) {
 	if dl == nil {
 		return
 	}
-	rec := decisionlog.Record{Time: dl.At, Door: dl.Door, Rule: dl.Rule, Limits: make([]decisionlog.Entry, 0, len(ev.Results))}
+	rec := decisionlog.Record{Time: dl.At, Order: dl.Order, Door: dl.Door, Rule: dl.Rule, Limits: make([]decisionlog.Entry, 0, len(ev.Results))}
 	for i := range ev.Results {
 		r := &ev.Results[i]
 		if !r.Applied || r.Err != nil {
 			continue
 		}
-		rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: r.Policy.Name, Key: r.Key, Cost: r.Cost, Outcome: metrics.Outcome(r.Decision, r.Shadow), At: dl.AtOf(r.Policy.Name, r.Key)})
+		rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: r.Policy.Name, Key: r.Key, Cost: r.Cost, Outcome: metrics.Outcome(r.Decision, r.Shadow), At: dl.AtOf(r.Policy.Name, r.Key), Order: dl.OrderOf(r.Policy.Name, r.Key)})
 	}
 	h.writeDecision(&rec, now)
 }
