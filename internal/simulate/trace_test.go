@@ -4,11 +4,12 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // readAll reads every request of a trace.
@@ -179,20 +180,14 @@ func TestAppendCSV(t *testing.T) {
 
 // TestExampleTraces checks that every shipped example trace is valid.
 func TestExampleTraces(t *testing.T) {
-	paths, err := filepath.Glob("../../examples/traces/*.csv")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no example traces: %v", err)
-	}
-	for _, path := range paths {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if n, err := CheckTrace(f); err != nil || n == 0 {
-				t.Errorf("CheckTrace(%s) = %d, %v, want some requests and no error", path, n, err)
-			}
-		})
-	}
+	testkit.EachFile(t, "../../examples/traces/*.csv", func(t *testing.T, path string) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if n, err := CheckTrace(f); err != nil || n == 0 {
+			t.Errorf("CheckTrace(%s) = %d, %v, want some requests and no error", path, n, err)
+		}
+	})
 }

@@ -139,6 +139,21 @@ func Receive[T any](t testing.TB, timeout time.Duration, what string, c <-chan T
 	}
 }
 
+// EachFile runs f as a subtest of t for each file that pattern matches
+// (filepath.Glob), named after the file less its extension; it fails t
+// when nothing matches.
+func EachFile(t *testing.T, pattern string, f func(t *testing.T, path string)) {
+	t.Helper()
+	paths, err := filepath.Glob(pattern)
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no files match %s (%v)", pattern, err)
+	}
+	for _, path := range paths {
+		base := filepath.Base(path)
+		t.Run(strings.TrimSuffix(base, filepath.Ext(base)), func(t *testing.T) { f(t, path) })
+	}
+}
+
 // WriteFile writes content to path and returns path.
 func WriteFile(t testing.TB, path, content string) string {
 	t.Helper()

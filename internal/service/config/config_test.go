@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/service/rls"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // wantLines returns the "# want: " lines of a fixture: the problems Parse
@@ -47,63 +48,51 @@ func problems(err error) []string {
 // mistake each, and compares the problems with the fixture's "# want:"
 // lines.
 func TestParseBad(t *testing.T) {
-	files, err := filepath.Glob("testdata/bad/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	for _, file := range files {
+	testkit.EachFile(t, "testdata/bad/*.yaml", func(t *testing.T, file string) {
 		name := filepath.Base(file)
-		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := wantLines(t, data)
-			if len(want) == 0 {
-				t.Fatalf("%s has no # want: lines", file)
-			}
-			c, err := Parse(name, data, testFormats)
-			if err == nil {
-				t.Fatalf("Parse(%s) = %v, nil; want problems:\n%s", name, c, strings.Join(want, "\n"))
-			}
-			got := problems(err)
-			if got == nil {
-				t.Fatalf("Parse(%s) error %T (%v), want *Error", name, err, err)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("Parse(%s) problems:\n%s\nwant:\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
-			if c != nil {
-				t.Errorf("Parse(%s) returned a Config with its error", name)
-			}
-			if e := err.Error(); e != strings.Join(want, "\n") {
-				t.Errorf("Error() = %q, want the problems one per line", e)
-			}
-		})
-	}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := wantLines(t, data)
+		if len(want) == 0 {
+			t.Fatalf("%s has no # want: lines", file)
+		}
+		c, err := Parse(name, data, testFormats)
+		if err == nil {
+			t.Fatalf("Parse(%s) = %v, nil; want problems:\n%s", name, c, strings.Join(want, "\n"))
+		}
+		got := problems(err)
+		if got == nil {
+			t.Fatalf("Parse(%s) error %T (%v), want *Error", name, err, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("Parse(%s) problems:\n%s\nwant:\n%s", name, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if c != nil {
+			t.Errorf("Parse(%s) returned a Config with its error", name)
+		}
+		if e := err.Error(); e != strings.Join(want, "\n") {
+			t.Errorf("Error() = %q, want the problems one per line", e)
+		}
+	})
 }
 
 func TestParseGood(t *testing.T) {
-	files, err := filepath.Glob("testdata/good/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
-			c, err := Load(file, testFormats)
-			if err != nil {
-				t.Fatalf("Load(%s, testFormats): %v", file, err)
+	testkit.EachFile(t, "testdata/good/*.yaml", func(t *testing.T, file string) {
+		c, err := Load(file, testFormats)
+		if err != nil {
+			t.Fatalf("Load(%s, testFormats): %v", file, err)
+		}
+		if got := c.Source(); got != file {
+			t.Errorf("Source() = %q, want %q", got, file)
+		}
+		for _, l := range c.Limits() {
+			if err := l.Policy.Validate(); err != nil {
+				t.Errorf("limit %s: %v", l.Name(), err)
 			}
-			if got := c.Source(); got != file {
-				t.Errorf("Source() = %q, want %q", got, file)
-			}
-			for _, l := range c.Limits() {
-				if err := l.Policy.Validate(); err != nil {
-					t.Errorf("limit %s: %v", l.Name(), err)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestMemoryProxyExample checks every value of a configuration with both

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the .want files of testdata/bad")
@@ -41,64 +43,51 @@ func problemLines(ps []Problem) string {
 // TestDecodeBad decodes one fixture per configuration mistake and compares
 // the problems with the fixture's .want file.
 func TestDecodeBad(t *testing.T) {
-	files, err := filepath.Glob("testdata/bad/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
-		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
+	testkit.EachFile(t, "testdata/bad/*.yaml", func(t *testing.T, f string) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ps := Decode(envoyNode(t, data), "envoy")
+		got := problemLines(ps)
+		wantFile := strings.TrimSuffix(f, ".yaml") + ".want"
+		if *update {
+			if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, ps := Decode(envoyNode(t, data), "envoy")
-			got := problemLines(ps)
-			wantFile := strings.TrimSuffix(f, ".yaml") + ".want"
-			if *update {
-				if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
+		}
+		want, err := os.ReadFile(wantFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == "" {
+			t.Fatalf("Decode(%s) found no problem", f)
+		}
+		if got != string(want) {
+			t.Errorf("Decode(%s) problems:\n%s\nwant:\n%s", f, got, want)
+		}
+		for _, p := range ps {
+			if p.Line == 0 || !strings.HasPrefix(p.Path, "envoy") {
+				t.Errorf("problem %q has no line or no path in the envoy section", p)
 			}
-			want, err := os.ReadFile(wantFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got == "" {
-				t.Fatalf("Decode(%s) found no problem", f)
-			}
-			if got != string(want) {
-				t.Errorf("Decode(%s) problems:\n%s\nwant:\n%s", f, got, want)
-			}
-			for _, p := range ps {
-				if p.Line == 0 || !strings.HasPrefix(p.Path, "envoy") {
-					t.Errorf("problem %q has no line or no path in the envoy section", p)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestDecodeGood(t *testing.T) {
-	files, err := filepath.Glob("testdata/good/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			domains, ps := Decode(envoyNode(t, data), "envoy")
-			if len(ps) > 0 {
-				t.Fatalf("Decode(%s) = problems\n%s", f, problemLines(ps))
-			}
-			if _, err := Compile(domains); err != nil {
-				t.Fatalf("Compile(%s) = %v", f, err)
-			}
-		})
-	}
+	testkit.EachFile(t, "testdata/good/*.yaml", func(t *testing.T, f string) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		domains, ps := Decode(envoyNode(t, data), "envoy")
+		if len(ps) > 0 {
+			t.Fatalf("Decode(%s) = problems\n%s", f, problemLines(ps))
+		}
+		if _, err := Compile(domains); err != nil {
+			t.Fatalf("Compile(%s) = %v", f, err)
+		}
+	})
 }
 
 // TestDecodeFields checks that every field reaches the Go types.
