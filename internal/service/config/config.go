@@ -443,6 +443,16 @@ func RestartRequired(old, new *Config) []string {
 	return out
 }
 
+// copyOf returns a copy of *p, nil for nil: a section as its accessor
+// hands it out, which the caller may change without changing the Config.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
 // same reports whether a and b are both nil, or both set with equal keys.
 func same[T any, K comparable](a, b *T, key func(*T) K) bool {
 	if a == nil || b == nil {

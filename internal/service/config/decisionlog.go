@@ -37,13 +37,7 @@ const minDecisionLogKey = 16
 
 // DecisionLog returns the decision_log section, or nil when the file has
 // none.
-func (c *Config) DecisionLog() *DecisionLog {
-	if c.decisionLog == nil {
-		return nil
-	}
-	l := *c.decisionLog
-	return &l
-}
+func (c *Config) DecisionLog() *DecisionLog { return copyOf(c.decisionLog) }
 
 // decisionLogSection decodes the decision_log section. Its key_file is
 // read now, so that a missing file or a short secret is a problem of the

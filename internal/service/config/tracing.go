@@ -28,13 +28,7 @@ type Tracing struct {
 }
 
 // Tracing returns the tracing section, or nil when the file has none.
-func (c *Config) Tracing() *Tracing {
-	if c.tracing == nil {
-		return nil
-	}
-	t := *c.tracing
-	return &t
-}
+func (c *Config) Tracing() *Tracing { return copyOf(c.tracing) }
 
 // tracingSection decodes the tracing section.
 func (d *decoder) tracingSection(at, n *yaml.Node) *Tracing {

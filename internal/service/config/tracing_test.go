@@ -20,6 +20,10 @@ func TestTracingSection(t *testing.T) {
 	if err != nil || c.Tracing() == nil || *c.Tracing() != want {
 		t.Fatalf("full section = %+v (%v), want %+v", c.Tracing(), err, want)
 	}
+	c.Tracing().Endpoint = "http://elsewhere:4317"
+	if got := c.Tracing().Endpoint; got != want.Endpoint {
+		t.Errorf("after a change to what Tracing() returned, Tracing().Endpoint = %q, want the file's %q", got, want.Endpoint)
+	}
 	old := c
 	c, _ = Parse("t.yaml", []byte("limits: {}\ntracing: {endpoint: \"http://collector:4317\", protocol: grpc, sample_ratio: 0.5}\n"), testFormats)
 	if got := RestartRequired(old, c); len(got) != 1 || got[0] != "tracing" {
