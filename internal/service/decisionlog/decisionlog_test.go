@@ -352,3 +352,37 @@ func TestSaw(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderErrors: a line the reader cannot take names its line and,
+// for a value of the wrong type, its field and what it wants; it never
+// panics.
+func TestReaderErrors(t *testing.T) {
+	const ok = `{"time":"2026-01-01T00:00:00Z","door":"check","limits":[{"limit":"a","key":"k","cost":1,"outcome":"allowed"}]}`
+	for _, tc := range []struct{ line, want string }{
+		{`{"time":"2026-01-01T00:00:00Z","order":-1,"door":"check"}`, "line 2: order: want a whole number from 0, got number -1"},
+		{`{"time":"2026-01-01T00:00:00Z","order":"7","door":"check"}`, "line 2: order: want a whole number from 0, got string"},
+		{`{"time":"2026-01-01T00:00:00Z","order":1.5,"door":"check"}`, "line 2: order: want a whole number from 0, got number 1.5"},
+		{`{"time":"2026-01-01T00:00:00Z","order":18446744073709551616,"door":"check"}`, "line 2: order: want a whole number from 0, got number 18446744073709551616"},
+		{`{"time":"2026-01-01T00:00:00Z","door":"check","limits":[{"limit":"a","key":"k","outcome":"allowed","order":-3}]}`, "line 2: limits.order: want a whole number from 0, got number -3"},
+		{`{"time":"2026-01-01T00:00:00Z","door":"check","limits":[{"limit":"a","key":"k","outcome":"allowed","order":3}]}`, "line 2: limits[0]: an order without at"},
+		{`{"time":"2026-01-01T00:00:00Z","door":"check","limits":[{"limit":"a","key":"k","cost":"1","outcome":"allowed"}]}`, "line 2: limits.cost: want a whole number, got string"},
+		{`{"time":"2026-01-01T00:00:00Z","door":7}`, "line 2: door: want a string, got number"},
+		{`{"time":"2026-01-01T00:00:00Z","door":"check","limits":[null]}`, "line 2: limits[0]: no limit or outcome"},
+		{`{"time":"2026-01-01T00:00:00Z","door":"check","limits":{}}`, "line 2: limits: want a list, got object"},
+		{`{"order":1,"door":"check"}`, "line 2: not a decision: no time or door"},
+		{`not json`, "line 2: invalid character"},
+	} {
+		r := NewReader(strings.NewReader(ok + "\n" + tc.line + "\n"))
+		if _, err := r.Next(); err != nil {
+			t.Fatalf("line 1: %v", err)
+		}
+		if _, err := r.Next(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.line, err, tc.want)
+		}
+	}
+	// An order with its time reads.
+	rec, err := NewReader(strings.NewReader(`{"time":"2026-01-01T00:00:00Z","order":4,"door":"check","limits":[{"limit":"a","key":"k","outcome":"allowed","at":"2026-01-01T00:00:00.000001Z","order":5}]}`)).Next()
+	if err != nil || rec.Order != 4 || rec.Limits[0].Order != 5 {
+		t.Errorf("a line with orders reads as %+v, %v", rec, err)
+	}
+}

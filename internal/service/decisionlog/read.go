@@ -3,8 +3,10 @@ package decisionlog
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"reflect"
 )
 
 // MaxLine is the longest line Reader reads.
@@ -34,7 +36,7 @@ func (r *Reader) Next() (*Record, error) {
 		}
 		var rec Record
 		if err := json.Unmarshal(b, &rec); err != nil {
-			return nil, fmt.Errorf("line %d: %v", r.line, err)
+			return nil, fmt.Errorf("line %d: %v", r.line, fieldError(err))
 		}
 		if rec.Time.IsZero() || rec.Door == "" {
 			return nil, fmt.Errorf("line %d: not a decision: no time or door", r.line)
@@ -43,6 +45,10 @@ func (r *Reader) Next() (*Record, error) {
 			if e.Limit == "" || e.Outcome == "" {
 				return nil, fmt.Errorf("line %d: limits[%d]: no limit or outcome", r.line, i)
 			}
+			if e.Order != 0 && e.At.IsZero() {
+				// Stamp writes an entry's order only with its time.
+				return nil, fmt.Errorf("line %d: limits[%d]: an order without at", r.line, i)
+			}
 		}
 		return &rec, nil
 	}
@@ -50,4 +56,29 @@ func (r *Reader) Next() (*Record, error) {
 		return nil, fmt.Errorf("line %d: %w", r.line+1, err)
 	}
 	return nil, io.EOF
+}
+
+// fieldError words err, json's error for a line, as the field and what it
+// wants when a value has the wrong type ("order": -1 or "x").
+func fieldError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err
+	}
+	want := "a " + te.Type.String()
+	switch te.Type.Kind() {
+	case reflect.Uint64:
+		want = "a whole number from 0"
+	case reflect.Int64, reflect.Int:
+		want = "a whole number"
+	case reflect.String:
+		want = "a string"
+	case reflect.Bool:
+		want = "true or false"
+	case reflect.Slice:
+		want = "a list"
+	case reflect.Struct:
+		want = "an object"
+	}
+	return fmt.Errorf("%s: want %s, got %s", te.Field, want, te.Value)
 }
