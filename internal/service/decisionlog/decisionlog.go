@@ -45,8 +45,10 @@ type Record struct {
 	Time time.Time `json:"time"`
 	// Order puts the decisions of one time in the order the store made
 	// them: on the memory store a number it took under the key's lock
-	// (memstore.Options.OnDecided), larger for a later decision; 0 when
-	// the store gives none (Redis), and in logs written before it. A
+	// (memstore.Options.OnDecided), larger for a later decision; on Redis
+	// the call's place in the batch that ran it, from 1, 0 for a call
+	// that ran alone, 2³²−1 for a local refusal
+	// (redisstore.Options.OnDecided); 0 in logs written before it. A
 	// replay decides in order of time, then Order, then line.
 	Order uint64 `json:"order,omitempty"`
 	// Door is "check" (POST /v1/check), "forward_auth", "proxy" or "rls"
