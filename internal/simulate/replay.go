@@ -77,10 +77,12 @@ type ReplayReport struct {
 	// Concurrency those that are concurrency limits (a log has no
 	// release times to replay them with).
 	Missing, Concurrency []string
-	// Skipped counts the logged limits of Envoy's rate limit service that
-	// are not replayed, by limit and mode (decisionlog.Entry.Mode): their
-	// outcome is taken as logged, and one that refused the request keeps
-	// the decision's other limits from being charged, as it did.
+	// Skipped counts the logged limits whose outcome is taken as logged,
+	// by limit and mode: those of Envoy's rate limit service that are not
+	// replayed (decisionlog.Entry.Mode), one that refused the request
+	// keeping the decision's other limits from being charged, as it did;
+	// and those that would have admitted a local refusal
+	// (decisionlog.LocalRefusal), with the mode "local refusal".
 	Skipped []SkippedLimit
 	// From and To are the first and last logged times.
 	From, To time.Time
@@ -145,7 +147,13 @@ var skipReasons = map[string]string{
 	"usage":    "usage debited whatever it fits",
 	"override": "the request's own limit",
 	"zero":     "requests_per_unit 0",
+	modeLocal:  "would have admitted a request that Redis's store refused from the state it kept, which may be older than Redis's",
 }
+
+// modeLocal is the mode under which a replay reports the limits it takes
+// as logged in a local refusal (decisionlog.LocalRefusal): those that
+// would have admitted the request, read from the state the store kept.
+const modeLocal = "local refusal"
 
 // refusesAll is the policy that stands, in a replayed decision, for a
 // skipped limit that refused the request: it admits nothing.
@@ -243,6 +251,11 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 			cand[i] = outcome(res[j].Decision, checks[j].Mode == engine.Shadow)
 		}
 	}
+	for i := range rec.Limits {
+		if cand[i] != "" {
+			cand[i] = r.asLogged(rec, i, cand[i])
+		}
+	}
 	for _, l := range later {
 		l.passed = o.Allowed || len(checks) == 0
 		i := len(r.later) // after those of the same time and order
@@ -289,9 +302,24 @@ func (r *Replay) runLater(ctx context.Context, t time.Time, order uint64) {
 		var o engine.Outcome
 		r.now = l.at
 		engine.Decide(ctx, r.store, l.at, checks, res, &o)
-		r.count(l.rec, l.entry, outcome(res[len(res)-1].Decision, true))
+		r.count(l.rec, l.entry, r.asLogged(l.rec, l.entry, outcome(res[len(res)-1].Decision, true)))
 	}
 	r.later = slices.Delete(r.later, 0, n)
+}
+
+// asLogged returns cand, the outcome under the candidate of entry i of
+// rec, or the logged one for a limit that would have admitted a request
+// refused locally (decisionlog.LocalRefusal): Redis's store read it from
+// the state it kept, which may be older than Redis's, so the log does not
+// say what Redis would have decided. The limit that refused is compared.
+func (r *Replay) asLogged(rec *decisionlog.Record, i int, cand string) string {
+	e := &rec.Limits[i]
+	local := e.Order == decisionlog.LocalRefusal || e.At.IsZero() && rec.Order == decisionlog.LocalRefusal
+	if !local || e.Outcome != "allowed" || e.Mode != "" {
+		return cand
+	}
+	r.skipped[[2]string{e.Limit, modeLocal}]++
+	return e.Outcome
 }
 
 // count counts entry i of rec, whose outcome under the candidate is cand

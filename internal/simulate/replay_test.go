@@ -111,6 +111,65 @@ func TestReplaySkipsModes(t *testing.T) {
 	}
 }
 
+// TestReplayLocalRefusal takes as logged a limit that would have
+// admitted a request Redis's store refused locally: the store read it from
+// the state it kept, older than Redis's, and the log cannot say what Redis
+// would have decided. The limit that refused is compared, and a decision
+// Redis made is compared limit by limit.
+func TestReplayLocalRefusal(t *testing.T) {
+	limits := map[string]ReplayLimit{
+		"a": {Policy: sluice.FixedWindow(1, time.Hour).Named("a")},
+		"b": {Policy: sluice.FixedWindow(1, time.Hour).Named("b")},
+	}
+	t0 := time.Unix(1800000000, 0).UTC()
+	entry := func(limit string, cost int64, outcome string) decisionlog.Entry {
+		return decisionlog.Entry{Limit: limit, Key: "k", Cost: cost, Outcome: outcome}
+	}
+	for _, tc := range []struct {
+		name            string
+		order           uint64
+		first, second   []decisionlog.Entry
+		changed, limits int // requests, and limits' outcomes
+		skipped         []SkippedLimit
+	}{
+		// b is full since the first decision (another instance's request
+		// may have made it): its "allowed" was read from the kept state.
+		{"local", decisionlog.LocalRefusal, []decisionlog.Entry{entry("b", 1, "allowed")},
+			[]decisionlog.Entry{entry("a", 5, "denied"), entry("b", 1, "allowed")}, 0, 0, []SkippedLimit{{"b", modeLocal, 1}}},
+		// Redis decided: b's "allowed" was Redis's, and differs.
+		{"redis", 0, []decisionlog.Entry{entry("b", 1, "allowed")},
+			[]decisionlog.Entry{entry("a", 5, "denied"), entry("b", 1, "allowed")}, 0, 1, nil},
+		// The limit that refused locally is compared: b, empty, admits.
+		{"refusing limit", decisionlog.LocalRefusal, nil,
+			[]decisionlog.Entry{entry("a", 1, "allowed"), entry("b", 1, "denied")}, 1, 1, []SkippedLimit{{"a", modeLocal, 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewReplay(limits, "")
+			defer r.Close()
+			recs := []*decisionlog.Record{{Time: t0.Add(time.Millisecond), Order: tc.order, Door: "check", Rule: "r", Limits: tc.second}}
+			if tc.first != nil {
+				recs = slices.Insert(recs, 0, &decisionlog.Record{Time: t0, Door: "check", Rule: "r", Limits: tc.first})
+			}
+			for _, rec := range recs {
+				if err := r.Add(t.Context(), rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep := r.Report()
+			limitsChanged := 0
+			for _, g := range rep.Limits {
+				limitsChanged += g.NewlyRefused + g.NewlyAdmitted
+			}
+			if rep.Changed != tc.changed || limitsChanged != tc.limits {
+				t.Errorf("changed %d requests and %d limits' outcomes, want %d and %d", rep.Changed, limitsChanged, tc.changed, tc.limits)
+			}
+			if !slices.Equal(rep.Skipped, tc.skipped) {
+				t.Errorf("Skipped = %v, want %v", rep.Skipped, tc.skipped)
+			}
+		})
+	}
+}
+
 // TestSortRecords orders records by time, then order, keeping the log's
 // order between equal ones (order 0: a log written before orders).
 func TestSortRecords(t *testing.T) {

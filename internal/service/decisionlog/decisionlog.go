@@ -46,10 +46,10 @@ type Record struct {
 	// Order puts the decisions of one time in the order the store made
 	// them: on the memory store a number it took under the key's lock
 	// (memstore.Options.OnDecided), larger for a later decision; on Redis
-	// the call's place in the batch that ran it, from 1, 0 for a call
-	// that ran alone, 2³²−1 for a local refusal
-	// (redisstore.Options.OnDecided); 0 in logs written before it. A
-	// replay decides in order of time, then Order, then line.
+	// a call's place in the batch that Redis ran as one script (0 for a
+	// call that ran alone), or LocalRefusal (redisstore.Options.OnDecided);
+	// 0 in logs written before it. A replay decides in order of time, then
+	// Order, then line.
 	Order uint64 `json:"order,omitempty"`
 	// Door is "check" (POST /v1/check), "forward_auth", "proxy" or "rls"
 	// (Envoy's rate limit service).
@@ -62,6 +62,13 @@ type Record struct {
 	// Limits holds each limit of the decision, in the door's order.
 	Limits []Entry `json:"limits"`
 }
+
+// LocalRefusal is the Order of a decision that Redis's store refused
+// locally, from the states it keeps of its keys (store.redis.
+// local_refusals), without a call to Redis: after every decision of its
+// microsecond. Its limits that would have admitted the request were read
+// from those states, which may be older than Redis's.
+const LocalRefusal = math.MaxUint32
 
 // Entry is one limit's part of a decision.
 type Entry struct {
