@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,7 @@ type call struct {
 	op    string // "allow", "all" or "peek"
 	reqs  []sluice.Request
 	ds    []sluice.Decision
+	now   time.Time // the time the caller read
 	at    time.Time
 	order uint64
 }
@@ -121,6 +123,13 @@ func TestOnDecidedReplays(t *testing.T) {
 				c.ds = make([]sluice.Decision, len(c.reqs))
 				ctx := context.WithValue(context.Background(), callKey{}, c)
 				now := t0.Add(time.Duration(clock.Add(steps[rng.IntN(len(steps))])) * time.Microsecond)
+				c.now = now
+				if rng.IntN(4) == 0 {
+					// A caller descheduled between its clock read and
+					// its call: others read later times and decide
+					// first, on its shard too.
+					runtime.Gosched()
+				}
 				var err error
 				switch c.op {
 				case "allow":
@@ -146,11 +155,25 @@ func TestOnDecidedReplays(t *testing.T) {
 			t.Fatalf("the orders told are not 1 to %d: %d at %d", len(all), c.order, i)
 		}
 	}
-	clamped := 0
-	for i := 1; i < len(all); i++ {
-		if all[i].at.Before(all[i-1].at) {
-			clamped++
+	// later counts the calls decided after the time their caller read
+	// (their shard had seen a later one); apart, those told a time before
+	// the previous order's (on another shard).
+	later, apart := 0, 0
+	for i, c := range all {
+		if c.at.Before(c.now) {
+			t.Fatalf("order %d was told %v, before the time it was given, %v", c.order, c.at, c.now)
 		}
+		if c.at.After(c.now) {
+			later++
+		}
+		if i > 0 && c.at.Before(all[i-1].at) {
+			apart++
+		}
+	}
+	if later == 0 {
+		// Then the times told are the times given, and the test shows
+		// nothing the callers' times would not.
+		t.Fatalf("no call of %d found its shard at a later time than it read", len(all))
 	}
 	// As a replay of the decision log does: by time, then order.
 	slices.SortFunc(all, func(a, b *call) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.order, b.order)) })
@@ -183,5 +206,5 @@ func TestOnDecidedReplays(t *testing.T) {
 	if changed > 0 {
 		t.Errorf("%d of %d decisions replay differently in the order and at the times told", changed, len(all))
 	}
-	t.Logf("%d decisions; %d told a time before the previous order's (other shard)", len(all), clamped)
+	t.Logf("%d decisions; %d decided after the time read; %d told a time before the previous order's (other shard)", len(all), later, apart)
 }
