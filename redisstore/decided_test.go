@@ -39,7 +39,7 @@ func (d *decidedTimes) of(ctx context.Context) []decidedAt {
 // between the wall clock's readings around the call, on admissions and
 // refusals alike; for a local refusal, a time no earlier than the latest
 // reply's and no later than the call's end; at the caller's time,
-// nothing.
+// nothing. A call that ran alone has order 0, a local refusal 2³²−1.
 func TestOnDecided(t *testing.T) {
 	srv := testkit.StartRedis(t)
 	tb := sluice.TokenBucket(2, time.Hour, 2).Named("tb")
@@ -102,9 +102,15 @@ func TestOnDecided(t *testing.T) {
 				if len(got) != len(reqs) {
 					t.Fatalf("%s #%d (local refusals %t): told %v, want one time for each of %d requests", c.name, i, local, got, len(reqs))
 				}
+				// One call at a time runs alone (order 0); a local
+				// refusal comes after the replies of its time.
+				order := uint64(0)
+				if wasLocal {
+					order = 1<<32 - 1
+				}
 				for j, g := range got {
-					if g.limit != reqs[j].Policy.Name || g.key != reqs[j].Key || g.at != got[0].at || g.at < before || g.at > after {
-						t.Errorf("%s #%d (local refusals %t, local %t): told %+v, want %s/%s at one time within [%d, %d]", c.name, i, local, wasLocal, g, reqs[j].Policy.Name, reqs[j].Key, before, after)
+					if g.limit != reqs[j].Policy.Name || g.key != reqs[j].Key || g.at != got[0].at || g.at < before || g.at > after || g.order != order {
+						t.Errorf("%s #%d (local refusals %t, local %t): told %+v, want %s/%s at one time within [%d, %d], order %d", c.name, i, local, wasLocal, g, reqs[j].Policy.Name, reqs[j].Key, before, after, order)
 					}
 				}
 				if !wasLocal {
