@@ -374,3 +374,69 @@ func TestDecideOverwrites(t *testing.T) {
 		})
 	}
 }
+
+// sentStore records the requests Decide sends to the memory store.
+type sentStore struct {
+	*memstore.Store
+	sent []sluice.Request
+}
+
+func (s *sentStore) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	s.sent = append(s.sent, req)
+	return s.Store.Allow(ctx, now, req)
+}
+
+func (s *sentStore) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Request, out []sluice.Decision) (sluice.Decision, error) {
+	s.sent = append(s.sent, reqs...)
+	return s.Store.AllowAll(ctx, now, reqs, out)
+}
+
+func (s *sentStore) Peek(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+	s.sent = append(s.sent, req)
+	return s.Store.Peek(ctx, now, req)
+}
+
+// TestShadowSendsNoEstimate: a Check carries the store request it sends,
+// SettleWithin too, but a shadow check's estimate is a dry run's: the
+// store is sent it without SettleWithin, alone or in a group, charged or
+// peeked, while the enforced check's estimate takes the lease.
+func TestShadowSendsNoEstimate(t *testing.T) {
+	tokens := sluice.FixedWindow(100, time.Hour).Named("tokens")
+	trial := sluice.FixedWindow(1, time.Hour).Named("trial")
+	wide := sluice.FixedWindow(5, time.Hour).Named("wide")
+	st := &sentStore{Store: memstore.New(memstore.Options{})}
+	estimate := func(p *sluice.Policy, cost int64, mode engine.Mode, group int) engine.Check {
+		return engine.Check{Request: sluice.Request{Policy: p, Key: "k", Cost: cost, SettleWithin: time.Minute}, Mode: mode, Group: group, Budget: true}
+	}
+	checks := []engine.Check{
+		estimate(&tokens, 10, engine.Enforced, 0),
+		estimate(&trial, 1, engine.Shadow, 0),
+		estimate(&wide, 1, engine.Shadow, 1),
+		estimate(&trial, 1, engine.Shadow, 1),
+	}
+	for round, want := range []bool{true, true, false} {
+		if round == 2 {
+			checks[0].Cost = 90 // of 80 left, refused: the shadow checks are peeked
+		}
+		st.sent = st.sent[:0]
+		o, _ := decide(t, st, checks...)
+		if o.Allowed != want || want && o.Decision.Lease == "" {
+			t.Fatalf("round %d: Decide = %+v, want allowed %t, with a lease when allowed", round, o, want)
+		}
+		shadows := 0
+		for _, r := range st.sent {
+			switch {
+			case r.Policy == &tokens && r.SettleWithin != time.Minute:
+				t.Errorf("round %d: the enforced estimate was sent with SettleWithin %v", round, r.SettleWithin)
+			case r.Policy != &tokens:
+				shadows++
+				if r.SettleWithin != 0 {
+					t.Errorf("round %d: a shadow check of %s was sent with SettleWithin %v", round, r.Policy.Name, r.SettleWithin)
+				}
+			}
+		}
+		if shadows < 3 {
+			t.Errorf("round %d: %d shadow requests sent (%+v), want at least 3", round, shadows, st.sent)
+		}
+	}
+}
