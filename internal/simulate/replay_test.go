@@ -234,3 +234,45 @@ func TestReplayLaterDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayShadowGroup: Envoy's door decides a shadow descriptor's
+// limits together, all or nothing, and so does the replay, whether the
+// group was decided by the record's first store call or by a later one
+// (at, order). Decided one by one, wide would be charged while narrow
+// refuses, and refuse the third request it admitted.
+func TestReplayShadowGroup(t *testing.T) {
+	limits := map[string]ReplayLimit{
+		"wide":   {Policy: sluice.FixedWindow(2, time.Hour).Named("wide"), Shadow: true},
+		"narrow": {Policy: sluice.FixedWindow(1, time.Hour).Named("narrow"), Shadow: true},
+		"api":    {Policy: sluice.FixedWindow(100, time.Hour).Named("api")},
+	}
+	base := time.Unix(1800000000, 0).UTC()
+	for _, later := range []bool{false, true} {
+		t.Run(map[bool]string{false: "first call", true: "later call"}[later], func(t *testing.T) {
+			r := NewReplay(limits, "")
+			defer r.Close()
+			for i, narrow := range []string{"allowed", "shadow_denied", "shadow_denied", "shadow_denied"} {
+				rec := &decisionlog.Record{Time: base.Add(time.Duration(i) * time.Millisecond), Order: uint64(2*i + 1), Door: "rls", Rule: "edge"}
+				var at time.Time
+				var order uint64
+				if later {
+					// An enforced descriptor first; the shadow one's
+					// limits by a call of their own, one µs on.
+					rec.Limits = append(rec.Limits, decisionlog.Entry{Limit: "api", Key: "edge_user_u", Cost: 1, Outcome: "allowed"})
+					at, order = rec.Time.Add(time.Microsecond), rec.Order+1
+				}
+				rec.Limits = append(rec.Limits,
+					decisionlog.Entry{Limit: "wide", Key: "edge_ip_x", Cost: 1, Outcome: "allowed", At: at, Order: order},
+					decisionlog.Entry{Limit: "narrow", Key: "edge_ip_x", Cost: 1, Outcome: narrow, At: at, Order: order})
+				if err := r.Add(t.Context(), rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, g := range r.Report().Limits {
+				if g.NewlyRefused != 0 || g.NewlyAdmitted != 0 {
+					t.Errorf("limit %s: %d newly refused, %d newly admitted; want none", g.Limit, g.NewlyRefused, g.NewlyAdmitted)
+				}
+			}
+		})
+	}
+}
