@@ -224,11 +224,6 @@ func (r *Replay) Add(ctx context.Context, rec *decisionlog.Record) error {
 		c := engine.Check{Request: sluice.Request{Policy: &l.Policy, Key: e.Key, Cost: e.Cost}, Budget: rec.Door != "rls"}
 		if l.Shadow {
 			c.Mode = engine.Shadow
-			if rec.Door == "rls" {
-				// Envoy's door decides a shadow descriptor's limits
-				// together, all or nothing; they share its key.
-				c.Group = groupOf(rec, e.Key)
-			}
 			if !e.At.IsZero() {
 				later = append(later, laterRun{at: e.At, order: e.Order, rec: rec, entry: i, check: c})
 				continue
@@ -296,54 +291,20 @@ func (r *Replay) runLater(ctx context.Context, t time.Time, order uint64) {
 			break
 		}
 		n++
-	}
-	for i := 0; i < n; {
-		// The dry runs of one store call: one, or a group (an Envoy
-		// descriptor's limits), decided together.
-		l := &r.later[i]
-		j := i + 1
-		for l.check.Group != 0 && j < n && sameCall(l, &r.later[j]) {
-			j++
-		}
 		// A dry run is charged when its decision passed, peeked when it
 		// was refused: a limit that admits nothing stands for the
 		// refusal.
-		var checks []engine.Check
+		checks := []engine.Check{l.check}
 		if !l.passed {
-			checks = append(checks, engine.Check{Request: sluice.Request{Policy: &refusesAll, Key: l.check.Key, Cost: 1}})
-		}
-		first := len(checks)
-		for k := i; k < j; k++ {
-			checks = append(checks, r.later[k].check)
+			checks = []engine.Check{{Request: sluice.Request{Policy: &refusesAll, Key: l.check.Key, Cost: 1}}, l.check}
 		}
 		res := make([]engine.CheckResult, len(checks))
 		var o engine.Outcome
 		r.now = l.at
 		engine.Decide(ctx, r.store, l.at, checks, res, &o)
-		for k := i; k < j; k++ {
-			lk := &r.later[k]
-			r.count(lk.rec, lk.entry, r.asLogged(lk.rec, lk.entry, outcome(res[first+k-i].Decision, true)))
-		}
-		i = j
+		r.count(l.rec, l.entry, r.asLogged(l.rec, l.entry, outcome(res[len(res)-1].Decision, true)))
 	}
 	r.later = slices.Delete(r.later, 0, n)
-}
-
-// sameCall reports whether the dry runs a and b were decided by one store
-// call: of one record and group, at one time and order.
-func sameCall(a, b *laterRun) bool {
-	return a.rec == b.rec && a.check.Group == b.check.Group && a.at.Equal(b.at) && a.order == b.order
-}
-
-// groupOf returns the shadow group of key in rec, a record of Envoy's
-// door: 1 + the index of the first entry with key.
-func groupOf(rec *decisionlog.Record, key string) int {
-	for i := range rec.Limits {
-		if rec.Limits[i].Key == key {
-			return i + 1
-		}
-	}
-	return 0
 }
 
 // asLogged returns cand, the outcome under the candidate of entry i of
