@@ -73,11 +73,14 @@ type Options struct {
 	// under the shard's lock from one counter of the store: of two
 	// decisions on one key, the later one has a time no earlier and the
 	// greater order, so that sorting by time, then order, puts every
-	// key's decisions in the order they were made. The
-	// requests of one AllowAll share a time and an order. A decision log
-	// writes both, so that a replay decides in the same order at the same
-	// instants. It must be quick, safe for concurrent use, and must not
-	// call the store. When it is nil the store counts nothing.
+	// key's decisions in the order they were made. The requests of one
+	// AllowAll share a time and an order; a call that fails (a cost
+	// above the capacity) tells nothing. A decision log writes both, so
+	// that a replay decides in the same order at the same instants. It
+	// must be quick, safe for concurrent use, and must not call the
+	// store. When it is set, Allow's shortest path (a token bucket or
+	// GCRA without a penalty) is not taken: every decision goes through
+	// the path that tells it. When it is nil the store counts nothing.
 	OnDecided func(ctx context.Context, req sluice.Request, at time.Time, order uint64)
 }
 
