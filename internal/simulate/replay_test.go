@@ -12,6 +12,19 @@ import (
 
 // TestReplayEntryTimes replays decisions whose dry run was decided after
 // a window's edge that the enforced limit's call came before (Entry.At):
+// replayAll replays recs, in order, against limits and returns the report.
+func replayAll(t *testing.T, limits map[string]ReplayLimit, recs ...*decisionlog.Record) *ReplayReport {
+	t.Helper()
+	r := NewReplay(limits, "")
+	defer r.Close()
+	for _, rec := range recs {
+		if err := r.Add(t.Context(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r.Report()
+}
+
 // each limit is decided at its own time, and nothing changes.
 func TestReplayEntryTimes(t *testing.T) {
 	limits := map[string]ReplayLimit{
@@ -49,14 +62,7 @@ func TestReplayEntryTimes(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := NewReplay(limits, "")
-			defer r.Close()
-			for _, rec := range tc.records {
-				if err := r.Add(t.Context(), rec); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rep := r.Report()
+			rep := replayAll(t, limits, tc.records...)
 			for _, g := range rep.Limits {
 				if g.NewlyRefused != 0 || g.NewlyAdmitted != 0 {
 					t.Errorf("limit %s: %d newly refused, %d newly admitted; want none", g.Limit, g.NewlyRefused, g.NewlyAdmitted)
@@ -84,20 +90,13 @@ func TestReplaySkipsModes(t *testing.T) {
 			{Limit: "envoy:edge.user", Key: "u", Cost: 1, Outcome: user},
 		}}
 	}
-	r := NewReplay(limits, "")
-	defer r.Close()
-	for _, rec := range []*decisionlog.Record{
+	rep := replayAll(t, limits,
 		rec("usage", "denied", "allowed"), // not charged
 		rec("usage", "allowed", "allowed"),
 		rec("quota", "denied", "allowed"), // charged
 		rec("shadow", "shadow_denied", "denied"),
 		rec("zero", "denied", "denied"),
-	} {
-		if err := r.Add(t.Context(), rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rep := r.Report()
+	)
 	if rep.Changed != 0 || len(rep.Limits) != 1 || rep.Limits[0].NewlyRefused != 0 || rep.Limits[0].NewlyAdmitted != 0 {
 		t.Errorf("replay changed decisions: %+v, %+v", rep, rep.Limits)
 	}
@@ -144,18 +143,11 @@ func TestReplayLocalRefusal(t *testing.T) {
 			[]decisionlog.Entry{entry("a", 1, "allowed"), entry("b", 1, "denied")}, 1, 1, []SkippedLimit{{"a", modeLocal, 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := NewReplay(limits, "")
-			defer r.Close()
 			recs := []*decisionlog.Record{{Time: t0.Add(time.Millisecond), Order: tc.order, Door: "check", Rule: "r", Limits: tc.second}}
 			if tc.first != nil {
 				recs = slices.Insert(recs, 0, &decisionlog.Record{Time: t0, Door: "check", Rule: "r", Limits: tc.first})
 			}
-			for _, rec := range recs {
-				if err := r.Add(t.Context(), rec); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rep := r.Report()
+			rep := replayAll(t, limits, recs...)
 			limitsChanged := 0
 			for _, g := range rep.Limits {
 				limitsChanged += g.NewlyRefused + g.NewlyAdmitted
@@ -217,14 +209,7 @@ func TestReplayLaterDryRun(t *testing.T) {
 			{Limit: "enforced", Key: "a", Cost: 1, Outcome: "allowed"},
 		}},
 	}
-	r := NewReplay(limits, "")
-	defer r.Close()
-	for _, rec := range records {
-		if err := r.Add(t.Context(), rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rep := r.Report()
+	rep := replayAll(t, limits, records...)
 	for _, g := range rep.Limits {
 		if g.NewlyRefused != 0 || g.NewlyAdmitted != 0 {
 			t.Errorf("limit %s: %d newly refused, %d newly admitted; want none", g.Limit, g.NewlyRefused, g.NewlyAdmitted)
