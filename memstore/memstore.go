@@ -435,8 +435,10 @@ func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	d := sh.decide(s, c, req, h, t, req.Cost, true, nil)
+	var r algo.Verdict
+	sh.run(&r, s, c, req, h, t, req.Cost, true, nil)
 	order := s.nextOrder()
+	d := decision(r, req.Policy.Limit)
 	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
@@ -472,7 +474,8 @@ func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Requ
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	r := sh.run(s, c, req, h, t, req.Cost, true, &lt)
+	var r algo.Verdict
+	sh.run(&r, s, c, req, h, t, req.Cost, true, &lt)
 	if r.Allowed {
 		lt.estimate(0, c, req, h, t)
 	}
@@ -512,7 +515,9 @@ func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *s
 	sh = &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	return sh, h, t, sh.decide(s, c, req, h, t, req.Cost, false, nil)
+	var r algo.Verdict
+	sh.run(&r, s, c, req, h, t, req.Cost, false, nil)
+	return sh, h, t, decision(r, req.Policy.Limit)
 }
 
 // AllowAll decides every request and charges them all, or none when one is
@@ -576,8 +581,9 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 func (s *Store) allowAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, sums []int64, ds []sluice.Decision, t int64) (sluice.Decision, error) {
 	// Decide without charging.
 	allowed, blocked := true, false
+	var r algo.Verdict
 	for i := range reqs {
-		r := s.shards[idx[i]].run(s, cs[i], &reqs[i], hs[i], t, sums[i], false, nil)
+		s.shards[idx[i]].run(&r, s, cs[i], &reqs[i], hs[i], t, sums[i], false, nil)
 		if r.RetryAfter == sluice.Never {
 			return decision(r, reqs[i].Policy.Limit), capacityError(&reqs[i])
 		}
@@ -686,6 +692,7 @@ func (s *Store) unlockAll(locked []int) {
 // report their state as it stays, without the charge. The shards of idx
 // must be locked.
 func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx []int, ds []sluice.Decision, t int64, allowed bool, lt *leaseTaker) {
+	var v algo.Verdict
 	for i := range reqs {
 		r := &reqs[i]
 		if r.MaxDelay != 0 {
@@ -698,11 +705,12 @@ func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, id
 		}
 		switch {
 		case allowed:
-			s.shards[idx[i]].run(s, cs[i], r, hs[i], t, r.Cost, true, lt) // the decision is ds[i] already
+			s.shards[idx[i]].run(&v, s, cs[i], r, hs[i], t, r.Cost, true, lt) // the decision is ds[i] already
 		case ds[i].Allowed:
 			// The policy's own state: an offence of another request of
 			// the call on the same key may have blocked it since.
-			ds[i] = decision(s.shards[idx[i]].runOwn(s, cs[i], r, hs[i], t, 0, false, nil), r.Policy.Limit)
+			s.shards[idx[i]].runOwn(&v, s, cs[i], r, hs[i], t, 0, false, nil)
+			ds[i] = decision(v, r.Policy.Limit)
 			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
@@ -717,39 +725,39 @@ func (sh *shard) advance(t int64) int64 {
 	return t
 }
 
-// decide runs req's algorithm on the state of h at t, for cost, and stores
-// the new state when commit is set and the request is admitted; a
-// concurrency policy's hold is then taken for lt's lease. sh.mu must be
-// held.
-func (sh *shard) decide(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) sluice.Decision {
-	return decision(sh.run(s, c, req, h, t, cost, commit, lt), req.Policy.Limit)
-}
-
-// run is decide's algorithm step, before its verdict becomes a Decision,
-// and, under a policy with a penalty, the penalty's: a blocked key is
-// refused without running the algorithm's charge, and when commit is set
-// a refusal by the policy itself starts a block.
-func (sh *shard) run(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+// run decides req on the state of h at t, for cost, and writes the verdict
+// to *r: req's algorithm, and under a policy with a penalty the
+// penalty's (a blocked key is refused without running the algorithm's
+// charge, and when commit is set a refusal by the policy itself starts a
+// block). With commit, an admitted request's new state is stored, and a
+// concurrency policy's hold is taken for lt's lease. sh.mu must be held.
+// The verdict goes through a pointer, at every step down to the
+// algorithm, because a Verdict is too large for the compiler to keep in
+// registers: returned, it is copied at each step.
+func (sh *shard) run(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) {
 	if !c.penalized {
-		return sh.runOwn(s, c, req, h, t, cost, commit, lt)
+		sh.runOwn(r, s, c, req, h, t, cost, commit, lt)
+		return
 	}
 	if i, found := sh.pen.find(h); found && sh.pen.slots[i].v.Blocks(t) {
-		return sh.pen.slots[i].v.During(t, sh.uncharged(s, c, req, h, t, cost))
+		*r = sh.pen.slots[i].v.During(t, sh.uncharged(s, c, req, h, t, cost))
+		return
 	}
-	own := sh.runOwn(s, c, req, h, t, cost, commit, lt)
-	if commit && algo.Offends(own) {
-		return sh.offend(s, c, h, t, own)
+	sh.runOwn(r, s, c, req, h, t, cost, commit, lt)
+	if commit && algo.Offends(*r) {
+		*r = sh.offend(s, c, h, t, *r)
 	}
-	return own
 }
 
 // uncharged returns the policy's own verdict on req at t for cost, as a
 // block needs it: uncharged, and when admitted with the ResetAfter of the
 // state as it is.
 func (sh *shard) uncharged(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64) algo.Verdict {
-	own := sh.runOwn(s, c, req, h, t, cost, false, nil)
+	var own, initial algo.Verdict
+	sh.runOwn(&own, s, c, req, h, t, cost, false, nil)
 	if own.Allowed {
-		own.ResetAfter = sh.step(s, c, req, h, t, 0, false, nil).ResetAfter
+		sh.step(&initial, s, c, req, h, t, 0, false, nil)
+		own.ResetAfter = initial.ResetAfter
 	}
 	return own
 }
@@ -794,24 +802,28 @@ func verdict(d sluice.Decision) algo.Verdict {
 // runOwn is run without the penalty: the policy's own algorithm. A
 // request of cost 0 is a check: is a unit left after cost (the costs of
 // the requests before it on the same key), charging nothing.
-func (sh *shard) runOwn(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+func (sh *shard) runOwn(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) {
 	if req.Cost == 0 {
-		return algo.Check(sh.step(s, c, req, h, t, cost, false, nil), sh.step(s, c, req, h, t, cost+1, false, nil))
+		var next algo.Verdict
+		sh.step(r, s, c, req, h, t, cost, false, nil)
+		sh.step(&next, s, c, req, h, t, cost+1, false, nil)
+		*r = algo.Check(*r, next)
+		return
 	}
-	return sh.step(s, c, req, h, t, cost, commit, lt)
+	sh.step(r, s, c, req, h, t, cost, commit, lt)
 }
 
-// step runs req's algorithm for cost.
-func (sh *shard) step(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) algo.Verdict {
+// step runs req's algorithm for cost, writing its verdict to *r.
+func (sh *shard) step(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) {
 	switch req.Policy.Algorithm {
 	case sluice.ConcurrencyAlgorithm:
-		return sh.decideConc(s, c, h, t, cost, commit, lt)
+		*r = sh.decideConc(s, c, h, t, cost, commit, lt)
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
-		return sh.decideWindow(s, c, req, h, t, cost, commit)
+		sh.decideWindow(r, s, c, req, h, t, cost, commit)
 	case sluice.SlidingLogAlgorithm:
-		return sh.decideLog(s, c, req, h, t, cost, commit)
+		*r = sh.decideLog(s, c, req, h, t, cost, commit)
 	default:
-		return sh.decideTAT(s, c, req, h, t, cost, commit)
+		sh.decideTAT(r, s, c, req, h, t, cost, commit)
 	}
 }
 
@@ -844,42 +856,38 @@ func (sh *shard) storeTAT(s *Store, i int, found bool, h uint64, t int64, ns alg
 	}
 }
 
-func (sh *shard) decideTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
+func (sh *shard) decideTAT(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) {
 	i, found := sh.tat.find(h)
 	var st algo.TAT
 	if found {
 		st = sh.tat.slots[i].v
 	}
 	var ns algo.TAT
-	var r algo.Verdict
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
-		ns, r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
+		ns, *r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
 	} else {
-		ns = c.pp.TokenBucketTo(&r, st, t, cost)
+		ns = c.pp.TokenBucketTo(r, st, t, cost)
 	}
 	if commit && r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)
 	}
-	return r
 }
 
-func (sh *shard) decideWindow(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
+func (sh *shard) decideWindow(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) {
 	i, found := sh.win.find(h)
 	var st algo.Window
 	if found {
 		st = sh.win.slots[i].v
 	}
 	var ns algo.Window
-	var r algo.Verdict
 	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
-		ns, r = algo.FixedWindow(c.pp.Params, st, t, cost)
+		ns, *r = algo.FixedWindow(c.pp.Params, st, t, cost)
 	} else {
-		ns, r = algo.SlidingWindow(c.pp.Params, st, t, cost)
+		ns, *r = algo.SlidingWindow(c.pp.Params, st, t, cost)
 	}
 	if commit && r.Allowed {
 		sh.storeWin(s, i, found, h, t, ns)
 	}
-	return r
 }
 
 // storeWin writes the window state ns of h, found in slot i or not, at t:
