@@ -416,7 +416,7 @@ func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, 
 
 // allow is Allow for every request that does not take its shortest path
 // (compiled.tokenBucket).
-func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (sluice.Decision, error) {
+func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (d sluice.Decision, err error) {
 	c := s.compile(req.Policy)
 	if req.Cost < 0 {
 		return sluice.Decision{}, costError(req.Cost)
@@ -438,8 +438,8 @@ func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, true, nil)
 	order := s.nextOrder()
-	d := decision(r, req.Policy.Limit)
 	sh.mu.Unlock()
+	put(&d, &r, req.Policy.Limit)
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
@@ -589,7 +589,8 @@ func (s *Store) allowAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx
 		}
 		allowed = allowed && r.Allowed
 		blocked = blocked || cs[i].penalized && s.shards[idx[i]].blocks(hs[i], t)
-		ds = append(ds, decision(r, reqs[i].Policy.Limit)) // written in place, not copied from a returned Decision
+		ds = append(ds, sluice.Decision{})
+		put(&ds[i], &r, reqs[i].Policy.Limit)
 	}
 	if !allowed && !blocked {
 		// A refusal by a penalized policy itself, while no key of the
@@ -825,6 +826,18 @@ func (sh *shard) step(r *algo.Verdict, s *Store, c *compiled, req *sluice.Reques
 	default:
 		sh.decideTAT(r, s, c, req, h, t, cost, commit)
 	}
+}
+
+// put writes r to *d as the Decision under a policy of the given limit,
+// every field, one by one: a Decision assigned whole is built in a
+// temporary and copied, which stalls when the copy reads back a value just
+// written a field at a time (docs/BENCHMARKS.md, "Why the hot path is
+// shaped as it is").
+func put(d *sluice.Decision, r *algo.Verdict, limit int64) {
+	d.Allowed, d.Degraded, d.Blocked, d.Offence = r.Allowed, false, r.Blocked, r.Offence
+	d.Limit, d.Remaining = limit, r.Remaining
+	d.RetryAfter, d.ResetAfter, d.Delay = r.RetryAfter, r.ResetAfter, r.Delay
+	d.Lease = ""
 }
 
 // decision returns r as a Decision under a policy of the given limit.
