@@ -870,11 +870,7 @@ func (sh *shard) storeTAT(s *Store, i int, found bool, h uint64, t int64, ns alg
 }
 
 func (sh *shard) decideTAT(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) {
-	i, found := sh.tat.find(h)
-	var st algo.TAT
-	if found {
-		st = sh.tat.slots[i].v
-	}
+	i, st, found := sh.tat.lookup(h)
 	var ns algo.TAT
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
 		ns, *r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
@@ -887,11 +883,7 @@ func (sh *shard) decideTAT(r *algo.Verdict, s *Store, c *compiled, req *sluice.R
 }
 
 func (sh *shard) decideWindow(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) {
-	i, found := sh.win.find(h)
-	var st algo.Window
-	if found {
-		st = sh.win.slots[i].v
-	}
+	i, st, found := sh.win.lookup(h)
 	var ns algo.Window
 	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
 		ns, *r = algo.FixedWindow(c.pp.Params, st, t, cost)
