@@ -20,7 +20,8 @@ import (
 // BenchmarkCheckTracing is BenchmarkCheck/single through the door as
 // cmd/sluice builds it, with tracing off and on, sampling 1% and every
 // request, exporting over OTLP/HTTP to a receiver in the process that
-// discards what it gets (docs/BENCHMARKS.md, "Tracing").
+// discards what it gets (docs/BENCHMARKS.md, "Per request: time and
+// allocations").
 func BenchmarkCheckTracing(b *testing.B) {
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
