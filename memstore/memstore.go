@@ -466,7 +466,7 @@ func (s *Store) report(ctx context.Context, req *sluice.Request, t int64, order 
 
 // allowLeased is allow for a request that takes a lease: under a
 // concurrency policy, or with an estimate to settle.
-func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Request, c *compiled) (sluice.Decision, error) {
+func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Request, c *compiled) (d sluice.Decision, err error) {
 	var hb [1]uint64
 	lt := newLeaseTaker(hb[:])
 	t := s.micros(now)
@@ -481,11 +481,11 @@ func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Requ
 	}
 	order := s.nextOrder()
 	sh.mu.Unlock()
+	put(&d, &r, req.Policy.Limit)
 	if r.RetryAfter == sluice.Never {
-		return decision(r, req.Policy.Limit), capacityError(req)
+		return d, capacityError(req)
 	}
 	s.report(ctx, req, t, order)
-	d := decision(r, req.Policy.Limit)
 	d.Lease = s.lease(&lt)
 	return d, nil
 }
@@ -517,7 +517,8 @@ func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *s
 	t = sh.advance(t)
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, false, nil)
-	return sh, h, t, decision(r, req.Policy.Limit)
+	put(&d, &r, req.Policy.Limit)
+	return sh, h, t, d
 }
 
 // AllowAll decides every request and charges them all, or none when one is
@@ -585,7 +586,9 @@ func (s *Store) allowAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx
 	for i := range reqs {
 		s.shards[idx[i]].run(&r, s, cs[i], &reqs[i], hs[i], t, sums[i], false, nil)
 		if r.RetryAfter == sluice.Never {
-			return decision(r, reqs[i].Policy.Limit), capacityError(&reqs[i])
+			var d sluice.Decision
+			put(&d, &r, reqs[i].Policy.Limit)
+			return d, capacityError(&reqs[i])
 		}
 		allowed = allowed && r.Allowed
 		blocked = blocked || cs[i].penalized && s.shards[idx[i]].blocks(hs[i], t)
@@ -598,7 +601,7 @@ func (s *Store) allowAll(reqs []sluice.Request, cs []*compiled, hs []uint64, idx
 		for i := range reqs {
 			if cs[i].penalized && !ds[i].Allowed {
 				r := s.shards[idx[i]].offend(s, cs[i], hs[i], t, verdict(ds[i]))
-				ds[i] = decision(r, reqs[i].Policy.Limit)
+				put(&ds[i], &r, reqs[i].Policy.Limit)
 			}
 		}
 	}
@@ -711,7 +714,7 @@ func (s *Store) settleAll(reqs []sluice.Request, cs []*compiled, hs []uint64, id
 			// The policy's own state: an offence of another request of
 			// the call on the same key may have blocked it since.
 			s.shards[idx[i]].runOwn(&v, s, cs[i], r, hs[i], t, 0, false, nil)
-			ds[i] = decision(v, r.Policy.Limit)
+			put(&ds[i], &v, r.Policy.Limit)
 			ds[i].Allowed, ds[i].Delay = true, 0
 		}
 	}
@@ -838,20 +841,6 @@ func put(d *sluice.Decision, r *algo.Verdict, limit int64) {
 	d.Limit, d.Remaining = limit, r.Remaining
 	d.RetryAfter, d.ResetAfter, d.Delay = r.RetryAfter, r.ResetAfter, r.Delay
 	d.Lease = ""
-}
-
-// decision returns r as a Decision under a policy of the given limit.
-func decision(r algo.Verdict, limit int64) sluice.Decision {
-	return sluice.Decision{
-		Allowed:    r.Allowed,
-		Limit:      limit,
-		Remaining:  r.Remaining,
-		RetryAfter: r.RetryAfter,
-		ResetAfter: r.ResetAfter,
-		Delay:      r.Delay,
-		Blocked:    r.Blocked,
-		Offence:    r.Offence,
-	}
 }
 
 // storeTAT writes the state ns of h, found in slot i or not, after an

@@ -76,6 +76,7 @@ func (s *Store) settle(id [16]byte, t int64, usage []int64) bool {
 		return false
 	}
 	settled := false
+	var v algo.Verdict // what a settlement decided, which Release does not report
 	for _, e := range es {
 		sh := &s.shards[e.h&s.mask]
 		sh.mu.Lock()
@@ -89,10 +90,10 @@ func (s *Store) settle(id [16]byte, t int64, usage []int64) bool {
 		if e.index < len(usage) && usage[e.index] >= 0 {
 			switch actual := usage[e.index]; {
 			case actual > e.cost:
-				sh.debt(s, e.c, e.h, tt, actual-e.cost, tt, false)
+				sh.debt(&v, s, e.c, e.h, tt, actual-e.cost, tt, false)
 				s.countUsage(e.c.fp, actual-e.cost, 0)
 			case actual < e.cost:
-				sh.debt(s, e.c, e.h, tt, e.cost-actual, e.at, true)
+				sh.debt(&v, s, e.c, e.h, tt, e.cost-actual, e.at, true)
 				s.countUsage(e.c.fp, 0, e.cost-actual)
 			}
 		}
@@ -185,7 +186,7 @@ func (s *Store) Refund(_ context.Context, now time.Time, req sluice.Request) (sl
 	return s.debitOrRefund(now, &req, true)
 }
 
-func (s *Store) debitOrRefund(now time.Time, req *sluice.Request, refund bool) (sluice.Decision, error) {
+func (s *Store) debitOrRefund(now time.Time, req *sluice.Request, refund bool) (d sluice.Decision, err error) {
 	op := "debit"
 	if refund {
 		op = "refund"
@@ -199,72 +200,69 @@ func (s *Store) debitOrRefund(now time.Time, req *sluice.Request, refund bool) (
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
 	t = sh.advance(t)
-	r := sh.debt(s, c, h, t, req.Cost, t, refund)
+	var r algo.Verdict
+	sh.debt(&r, s, c, h, t, req.Cost, t, refund)
 	sh.mu.Unlock()
 	if refund {
 		s.countUsage(c.fp, 0, req.Cost)
 	} else {
 		s.countUsage(c.fp, req.Cost, 0)
 	}
-	return decision(r, req.Policy.Limit), nil
+	put(&d, &r, req.Policy.Limit)
+	return d, nil
 }
 
 // debt debits cost units to the key of hash h under the rate policy c at
-// t, or refunds them to its charge made at the instant at, and stores the
-// new state. sh.mu must be held.
-func (sh *shard) debt(s *Store, c *compiled, h uint64, t, cost, at int64, refund bool) algo.Verdict {
+// t, or refunds them to its charge made at the instant at, stores the new
+// state and writes the verdict to *r. sh.mu must be held.
+func (sh *shard) debt(r *algo.Verdict, s *Store, c *compiled, h uint64, t, cost, at int64, refund bool) {
 	p := c.pp.Params
 	switch c.policy.Algorithm {
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
 		i, st, found := sh.win.lookup(h)
 		var ns algo.Window
-		var r algo.Verdict
 		switch {
 		case c.policy.Algorithm == sluice.FixedWindowAlgorithm && refund:
-			ns, r = algo.FixedWindowRefund(p, st, t, at, cost)
+			ns, *r = algo.FixedWindowRefund(p, st, t, at, cost)
 		case c.policy.Algorithm == sluice.FixedWindowAlgorithm:
-			ns, r = algo.FixedWindowDebit(p, st, t, cost)
+			ns, *r = algo.FixedWindowDebit(p, st, t, cost)
 		case refund:
-			ns, r = algo.SlidingWindowRefund(p, st, t, at, cost)
+			ns, *r = algo.SlidingWindowRefund(p, st, t, at, cost)
 		default:
-			ns, r = algo.SlidingWindowDebit(p, st, t, cost)
+			ns, *r = algo.SlidingWindowDebit(p, st, t, cost)
 		}
 		sh.storeWin(s, i, found, h, t, ns)
-		return r
 	case sluice.SlidingLogAlgorithm:
 		i, found := sh.logs.find(h)
 		if !found {
 			if refund {
-				return algo.SlidingLogRefund(p, &algo.Log{}, t, at, cost)
+				*r = algo.SlidingLogRefund(p, &algo.Log{}, t, at, cost)
+				return
 			}
 			ls := &logState{}
-			r := algo.SlidingLogDebit(p, &ls.log, t, cost)
+			*r = algo.SlidingLogDebit(p, &ls.log, t, cost)
 			sh.addLog(s, h, t, p.Period, ls)
-			return r
+			return
 		}
 		ls := sh.logs.slots[i].v
-		var r algo.Verdict
 		if refund {
-			r = algo.SlidingLogRefund(p, &ls.log, t, at, cost)
+			*r = algo.SlidingLogRefund(p, &ls.log, t, at, cost)
 		} else {
-			r = algo.SlidingLogDebit(p, &ls.log, t, cost)
+			*r = algo.SlidingLogDebit(p, &ls.log, t, cost)
 		}
 		ls.expire = ls.log.Expiry(p.Period)
 		if ls.log.Len() == 0 {
 			sh.logs.remove(i)
 		}
-		return r
 	default:
 		i, st, found := sh.tat.lookup(h)
 		var ns algo.TAT
-		var r algo.Verdict
 		if refund {
-			ns, r = c.pp.Refund(st, t, cost)
+			ns, *r = c.pp.Refund(st, t, cost)
 		} else {
-			ns, r = c.pp.Debit(st, t, cost)
+			ns, *r = c.pp.Debit(st, t, cost)
 		}
 		sh.storeTAT(s, i, found, h, t, ns)
-		return r
 	}
 }
 
