@@ -735,9 +735,8 @@ func (sh *shard) advance(t int64) int64 {
 // charge, and when commit is set a refusal by the policy itself starts a
 // block). With commit, an admitted request's new state is stored, and a
 // concurrency policy's hold is taken for lt's lease. sh.mu must be held.
-// The verdict goes through a pointer, at every step down to the
-// algorithm, because a Verdict is too large for the compiler to keep in
-// registers: returned, it is copied at each step.
+// Verdicts pass down by pointer (docs/BENCHMARKS.md, "Why the hot path is
+// shaped as it is").
 func (sh *shard) run(r *algo.Verdict, s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool, lt *leaseTaker) {
 	if !c.penalized {
 		sh.runOwn(r, s, c, req, h, t, cost, commit, lt)
@@ -831,11 +830,9 @@ func (sh *shard) step(r *algo.Verdict, s *Store, c *compiled, req *sluice.Reques
 	}
 }
 
-// put writes r to *d as the Decision under a policy of the given limit,
-// every field, one by one: a Decision assigned whole is built in a
-// temporary and copied, which stalls when the copy reads back a value just
-// written a field at a time (docs/BENCHMARKS.md, "Why the hot path is
-// shaped as it is").
+// put writes r to *d, field by field, as the Decision under a policy of
+// the given limit (docs/BENCHMARKS.md, "Why the hot path is shaped as it
+// is").
 func put(d *sluice.Decision, r *algo.Verdict, limit int64) {
 	d.Allowed, d.Degraded, d.Blocked, d.Offence = r.Allowed, false, r.Blocked, r.Offence
 	d.Limit, d.Remaining = limit, r.Remaining
