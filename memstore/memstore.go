@@ -430,11 +430,7 @@ func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (
 		}
 		return s.allowLeased(ctx, now, req, c)
 	}
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
+	sh, h, t := s.lockKey(c, req.Key, now)
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, true, nil)
 	order := s.nextOrder()
@@ -469,11 +465,7 @@ func (s *Store) report(ctx context.Context, req *sluice.Request, t int64, order 
 func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Request, c *compiled) (d sluice.Decision, err error) {
 	var hb [1]uint64
 	lt := newLeaseTaker(hb[:])
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
+	sh, h, t := s.lockKey(c, req.Key, now)
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, true, &lt)
 	if r.Allowed {
@@ -506,15 +498,22 @@ func (s *Store) Peek(ctx context.Context, now time.Time, req sluice.Request) (sl
 	return d, nil
 }
 
+// lockKey locks the shard of key under c and returns it, still locked,
+// with the key's hash and the shard's time in microseconds of a decision
+// at now.
+func (s *Store) lockKey(c *compiled, key string, now time.Time) (sh *shard, h uint64, t int64) {
+	t = s.micros(now)
+	h = s.hash(c, key)
+	sh = &s.shards[h&s.mask]
+	sh.mu.Lock()
+	return sh, h, sh.advance(t)
+}
+
 // lockPeek locks the shard of req's key and decides req at now without
 // charging it, for Peek and Inspect. It returns the shard, still locked,
 // the key's hash and the shard's time in microseconds.
 func (s *Store) lockPeek(c *compiled, req *sluice.Request, now time.Time) (sh *shard, h uint64, t int64, d sluice.Decision) {
-	t = s.micros(now)
-	h = s.hash(c, req.Key)
-	sh = &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
+	sh, h, t = s.lockKey(c, req.Key, now)
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, false, nil)
 	put(&d, &r, req.Policy.Limit)

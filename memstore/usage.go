@@ -195,11 +195,7 @@ func (s *Store) debitOrRefund(now time.Time, req *sluice.Request, refund bool) (
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
-	t = sh.advance(t)
+	sh, h, t := s.lockKey(c, req.Key, now)
 	var r algo.Verdict
 	sh.debt(&r, s, c, h, t, req.Cost, t, refund)
 	sh.mu.Unlock()
@@ -309,12 +305,8 @@ func (s *Store) Unblock(_ context.Context, now time.Time, req sluice.Request) (b
 	if c.err != nil {
 		return false, c.err
 	}
-	t := s.micros(now)
-	h := s.hash(c, req.Key)
-	sh := &s.shards[h&s.mask]
-	sh.mu.Lock()
+	sh, h, t := s.lockKey(c, req.Key, now)
 	defer sh.mu.Unlock()
-	t = sh.advance(t)
 	i, found := sh.pen.find(h)
 	if !found {
 		return false, nil
