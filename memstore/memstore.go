@@ -871,9 +871,9 @@ func (sh *shard) decideWindow(r *algo.Verdict, s *Store, c *compiled, req *sluic
 	i, st, found := sh.win.lookup(h)
 	var ns algo.Window
 	if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
-		ns, *r = algo.FixedWindow(c.pp.Params, st, t, cost)
+		ns = algo.FixedWindow(c.pp.Params, st, t, cost, r)
 	} else {
-		ns, *r = algo.SlidingWindow(c.pp.Params, st, t, cost)
+		ns = algo.SlidingWindow(c.pp.Params, st, t, cost, r)
 	}
 	if commit && r.Allowed {
 		sh.storeWin(s, i, found, h, t, ns)

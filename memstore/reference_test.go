@@ -105,9 +105,9 @@ func (r *reference) verdict(req *sluice.Request, t, cost int64, maxDelay time.Du
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
 		var ns algo.Window
 		if req.Policy.Algorithm == sluice.FixedWindowAlgorithm {
-			ns, res = algo.FixedWindow(p, r.win[k], t, cost)
+			ns = algo.FixedWindow(p, r.win[k], t, cost, &res)
 		} else {
-			ns, res = algo.SlidingWindow(p, r.win[k], t, cost)
+			ns = algo.SlidingWindow(p, r.win[k], t, cost, &res)
 		}
 		if commit && res.Allowed {
 			r.win[k] = ns

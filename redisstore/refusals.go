@@ -503,9 +503,9 @@ func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 		}
 		_, *r = e.pp.LeakyBucket(e.tat, t, cost, md)
 	case sluice.FixedWindowAlgorithm:
-		_, *r = algo.FixedWindow(e.pp.Params, e.win, t, cost)
+		algo.FixedWindow(e.pp.Params, e.win, t, cost, r)
 	case sluice.SlidingWindowAlgorithm:
-		_, *r = algo.SlidingWindow(e.pp.Params, e.win, t, cost)
+		algo.SlidingWindow(e.pp.Params, e.win, t, cost, r)
 	case sluice.SlidingLogAlgorithm:
 		*r = algo.SlidingLogPeek(e.pp.Params, e.log, t, cost)
 	default:

@@ -35,7 +35,8 @@ func (s Window) roll(now int64, p *Params) (at int64, b Bounds, prev, curr int64
 // FixedWindow decides a request under fixed windows: of length P aligned
 // to multiples of P since the Unix epoch, or p.Cal's calendar windows.
 // A request is admitted iff the window's count plus cost is at most L.
-func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
+// It returns the new state and writes the verdict to *r.
+func FixedWindow(p Params, s Window, now, cost int64, r *Verdict) Window {
 	now, b, _, count := s.roll(now, &p)
 	end := b.End
 	resetAfter := func(count int64) int64 {
@@ -45,7 +46,8 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		return end - now
 	}
 	if cost > p.Limit {
-		return s, Verdict{Remaining: max(p.Limit-count, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
+		*r = Verdict{Remaining: max(p.Limit-count, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(count))}
+		return s
 	}
 	if count+cost <= p.Limit {
 		count += cost
@@ -53,11 +55,13 @@ func FixedWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		if count > 0 {
 			ns = Window{Start: b.Start, Expire: end, Curr: uint32(count)}
 		}
-		return ns, Verdict{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
+		*r = Verdict{Allowed: true, Remaining: p.Limit - count, ResetAfter: ceilMillis(resetAfter(count))}
+		return ns
 	}
-	return s, Verdict{
+	*r = Verdict{
 		Remaining:  max(p.Limit-count, 0),
 		RetryAfter: retryMillis(end - now),
 		ResetAfter: ceilMillis(resetAfter(count)),
 	}
+	return s
 }

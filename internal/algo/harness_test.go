@@ -97,9 +97,9 @@ func (l *limiter) decide(now, cost int64) Verdict {
 	case leakyBucket:
 		l.tat, r = LeakyBucket(l.p, l.tat, now, cost, l.maxDelay)
 	case fixedWindow:
-		l.win, r = FixedWindow(l.p, l.win, now, cost)
+		l.win = FixedWindow(l.p, l.win, now, cost, &r)
 	case slidingWindow:
-		l.win, r = SlidingWindow(l.p, l.win, now, cost)
+		l.win = SlidingWindow(l.p, l.win, now, cost, &r)
 	case slidingLog:
 		r = SlidingLog(l.p, &l.log, now, cost)
 	}

@@ -11,18 +11,19 @@ import "math"
 // rounding: the previous window's count weighted by the fraction of the
 // current window still to come. For windows of length P that is
 // prev·(P − (now − start))/P + curr. A request is admitted iff
-// estimate + cost ≤ L.
-func SlidingWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
+// estimate + cost ≤ L. It returns the new state and writes the verdict
+// to *r.
+func SlidingWindow(p Params, s Window, now, cost int64, r *Verdict) Window {
 	now, b, prev, curr := s.roll(now, &p)
 	// prevPart is prev·(E−now)/(E−S) as a quotient and a remainder.
 	prevQ, prevR, _ := mulDivmod(prev, b.End-now, b.End-b.Start)
 	remaining := func(curr int64) int64 {
 		// floor(L − estimate) = L − curr − ceil(prev·(E−now)/(E−S))
-		r := p.Limit - curr - prevQ
+		n := p.Limit - curr - prevQ
 		if prevR > 0 {
-			r--
+			n--
 		}
-		return max(r, 0)
+		return max(n, 0)
 	}
 	resetAt := func(prev, curr int64) int64 {
 		switch {
@@ -34,7 +35,8 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		return now
 	}
 	if cost > p.Limit {
-		return s, Verdict{Remaining: remaining(curr), RetryAfter: Never, ResetAfter: ceilMillis(resetAt(prev, curr) - now)}
+		*r = Verdict{Remaining: remaining(curr), RetryAfter: Never, ResetAfter: ceilMillis(resetAt(prev, curr) - now)}
+		return s
 	}
 	// estimate + cost ≤ L  ⇔  prevQ + prevR/(E−S) + curr + cost ≤ L
 	//                      ⇔  curr + cost + prevQ < L, or = L with prevR = 0
@@ -46,13 +48,15 @@ func SlidingWindow(p Params, s Window, now, cost int64) (Window, Verdict) {
 		if expire > now {
 			ns = Window{Start: b.Start, Expire: expire, Prev: uint32(prev), Curr: uint32(curr)}
 		}
-		return ns, Verdict{Allowed: true, Remaining: remaining(curr), ResetAfter: ceilMillis(expire - now)}
+		*r = Verdict{Allowed: true, Remaining: remaining(curr), ResetAfter: ceilMillis(expire - now)}
+		return ns
 	}
-	return s, Verdict{
+	*r = Verdict{
 		Remaining:  remaining(curr),
 		RetryAfter: retryMillis(slidingRetryAt(p, b, prev, curr, cost) - now),
 		ResetAfter: ceilMillis(resetAt(prev, curr) - now),
 	}
+	return s
 }
 
 // slidingRetryAt returns the first microsecond at which a request of the

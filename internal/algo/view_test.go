@@ -68,21 +68,22 @@ func TestViews(t *testing.T) {
 
 				// The fixed window: the count of the window holding now.
 				v = ViewFixedWindow(wp, fw, now)
-				if _, r := FixedWindow(wp, fw, now, 0); v.Current != wp.Limit-r.Remaining || v.WindowStart != WindowStart(now, p.Period) {
+				var r Verdict
+				if FixedWindow(wp, fw, now, 0, &r); v.Current != wp.Limit-r.Remaining || v.WindowStart != WindowStart(now, p.Period) {
 					t.Fatalf("fixed window view %+v, but Remaining is %d", v, r.Remaining)
 				}
 				checkFrac(t, "fixed Estimate", v.Estimate, big.NewRat(v.Current, 1))
-				fw, _ = FixedWindow(wp, fw, now, min(cost, wp.Limit))
+				fw = FixedWindow(wp, fw, now, min(cost, wp.Limit), &r)
 
 				// The sliding window: prev·(P − x)/P + curr.
 				v = ViewSlidingWindow(wp, sw, now)
 				est := new(big.Rat).Mul(big.NewRat(v.Previous, 1), big.NewRat(p.Period-(now-v.WindowStart), p.Period))
 				est.Add(est, big.NewRat(v.Current, 1))
 				checkFrac(t, "sliding Estimate", v.Estimate, est)
-				if _, r := SlidingWindow(wp, sw, now, 0); r.Remaining != max(wp.Limit-v.Estimate.Whole-sign(v.Estimate.Num), 0) {
+				if SlidingWindow(wp, sw, now, 0, &r); r.Remaining != max(wp.Limit-v.Estimate.Whole-sign(v.Estimate.Num), 0) {
 					t.Fatalf("sliding window view %+v, but Remaining is %d", v, r.Remaining)
 				}
-				sw, _ = SlidingWindow(wp, sw, now, min(cost, wp.Limit))
+				sw = SlidingWindow(wp, sw, now, min(cost, wp.Limit), &r)
 
 				// The sliding log: the entries admitted less than P ago.
 				v = ViewLog(wp, &lg, now)
