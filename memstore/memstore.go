@@ -858,7 +858,7 @@ func (sh *shard) decideTAT(r *algo.Verdict, s *Store, c *compiled, req *sluice.R
 	i, st, found := sh.tat.lookup(h)
 	var ns algo.TAT
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
-		ns, *r = c.pp.LeakyBucket(st, t, cost, req.MaxDelay)
+		ns = c.pp.LeakyBucketTo(r, st, t, cost, req.MaxDelay)
 	} else {
 		ns = c.pp.TokenBucketTo(r, st, t, cost)
 	}

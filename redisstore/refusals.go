@@ -501,7 +501,7 @@ func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 		if md == 0 && maxDelay > 0 {
 			md = 1
 		}
-		_, *r = e.pp.LeakyBucket(e.tat, t, cost, md)
+		e.pp.LeakyBucketTo(r, e.tat, t, cost, md)
 	case sluice.FixedWindowAlgorithm:
 		algo.FixedWindow(e.pp.Params, e.win, t, cost, r)
 	case sluice.SlidingWindowAlgorithm:

@@ -25,7 +25,14 @@ func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT,
 // LeakyBucket is LeakyBucket with pp's constants.
 func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Verdict) {
 	var r Verdict
-	ns, delay := pp.tatStep(s, now, cost, &r)
+	s = pp.LeakyBucketTo(&r, s, now, cost, maxDelay)
+	return s, r
+}
+
+// LeakyBucketTo is LeakyBucket writing its verdict to r, as
+// TokenBucketTo is TokenBucket.
+func (pp *Prepared) LeakyBucketTo(r *Verdict, s TAT, now, cost int64, maxDelay time.Duration) TAT {
+	ns, delay := pp.tatStep(s, now, cost, r)
 	if maxDelay > 0 && delay > maxDelay && r.RetryAfter != Never {
 		// The queue is longer than the caller can wait. The request passes
 		// once the queue has shrunk to maxDelay (and, when it is also over
@@ -33,19 +40,20 @@ func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) 
 		short := retryMillis(int64((delay - maxDelay + time.Microsecond - 1) / time.Microsecond))
 		if !r.Allowed {
 			r.RetryAfter = max(r.RetryAfter, short)
-			return s, r
+			return s
 		}
 		var peek Verdict
 		pp.tatStep(s, now, 0, &peek)
-		return s, Verdict{
+		*r = Verdict{
 			Remaining:  peek.Remaining,
 			RetryAfter: short,
 			ResetAfter: peek.ResetAfter,
 			Delay:      delay,
 		}
+		return s
 	}
 	if r.Allowed {
 		r.Delay = delay
 	}
-	return ns, r
+	return ns
 }
