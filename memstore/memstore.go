@@ -823,7 +823,7 @@ func (sh *shard) step(r *algo.Verdict, s *Store, c *compiled, req *sluice.Reques
 	case sluice.FixedWindowAlgorithm, sluice.SlidingWindowAlgorithm:
 		sh.decideWindow(r, s, c, req, h, t, cost, commit)
 	case sluice.SlidingLogAlgorithm:
-		*r = sh.decideLog(s, c, req, h, t, cost, commit)
+		sh.decideLog(r, s, c, h, t, cost, commit)
 	default:
 		sh.decideTAT(r, s, c, req, h, t, cost, commit)
 	}
@@ -895,28 +895,28 @@ func (sh *shard) storeWin(s *Store, i int, found bool, h uint64, t int64, ns alg
 	}
 }
 
-func (sh *shard) decideLog(s *Store, c *compiled, req *sluice.Request, h uint64, t, cost int64, commit bool) algo.Verdict {
+func (sh *shard) decideLog(r *algo.Verdict, s *Store, c *compiled, h uint64, t, cost int64, commit bool) {
 	ap := c.pp.Params
 	i, found := sh.logs.find(h)
 	if !found {
-		r := algo.SlidingLogPeek(ap, &algo.Log{}, t, cost)
+		algo.SlidingLogPeek(ap, &algo.Log{}, t, cost, r)
 		if commit && r.Allowed && cost > 0 {
 			ls := &logState{}
-			algo.SlidingLog(ap, &ls.log, t, cost)
+			algo.SlidingLog(ap, &ls.log, t, cost, r)
 			sh.addLog(s, h, t, ap.Period, ls)
 		}
-		return r
+		return
 	}
 	ls := sh.logs.slots[i].v
 	if !commit {
-		return algo.SlidingLogPeek(ap, &ls.log, t, cost)
+		algo.SlidingLogPeek(ap, &ls.log, t, cost, r)
+		return
 	}
-	r := algo.SlidingLog(ap, &ls.log, t, cost)
+	algo.SlidingLog(ap, &ls.log, t, cost, r)
 	ls.expire = ls.log.Expiry(ap.Period)
 	if ls.log.Len() == 0 {
 		sh.logs.remove(i)
 	}
-	return r
 }
 
 // addLog tracks ls, the new log of the key of hash h (absent from the

@@ -119,9 +119,9 @@ func (r *reference) verdict(req *sluice.Request, t, cost int64, maxDelay time.Du
 			r.logs[k] = l
 		}
 		if commit {
-			res = algo.SlidingLog(p, l, t, cost)
+			algo.SlidingLog(p, l, t, cost, &res)
 		} else {
-			res = algo.SlidingLogPeek(p, l, t, cost)
+			algo.SlidingLogPeek(p, l, t, cost, &res)
 		}
 	default:
 		var ns algo.TAT

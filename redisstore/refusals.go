@@ -507,7 +507,7 @@ func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 	case sluice.SlidingWindowAlgorithm:
 		algo.SlidingWindow(e.pp.Params, e.win, t, cost, r)
 	case sluice.SlidingLogAlgorithm:
-		*r = algo.SlidingLogPeek(e.pp.Params, e.log, t, cost)
+		algo.SlidingLogPeek(e.pp.Params, e.log, t, cost, r)
 	default:
 		e.pp.TokenBucketTo(r, e.tat, t, cost)
 	}

@@ -216,7 +216,10 @@ func SlidingLogDebit(p Params, l *Log, now, cost int64) Verdict {
 	if c := addCount(sum, cost) - sum; c > 0 {
 		l.push(now, c)
 	}
-	v := Check(SlidingLogPeek(p, l, now, 0), SlidingLogPeek(p, l, now, 1))
+	var v0, v1 Verdict
+	SlidingLogPeek(p, l, now, 0, &v0)
+	SlidingLogPeek(p, l, now, 1, &v1)
+	v := Check(v0, v1)
 	v.Allowed = fitted
 	if fitted {
 		v.RetryAfter = 0
@@ -258,7 +261,8 @@ func SlidingLogRefund(p Params, l *Log, now, at, cost int64) Verdict {
 	if k == 0 {
 		l.head = 0
 	}
-	v := SlidingLogPeek(p, l, now, 0)
+	var v Verdict
+	SlidingLogPeek(p, l, now, 0, &v)
 	v.Allowed, v.RetryAfter = true, 0
 	return v
 }

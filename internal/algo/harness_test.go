@@ -101,7 +101,7 @@ func (l *limiter) decide(now, cost int64) Verdict {
 	case slidingWindow:
 		l.win = SlidingWindow(l.p, l.win, now, cost, &r)
 	case slidingLog:
-		r = SlidingLog(l.p, &l.log, now, cost)
+		SlidingLog(l.p, &l.log, now, cost, &r)
 	}
 	return r
 }
@@ -109,7 +109,9 @@ func (l *limiter) decide(now, cost int64) Verdict {
 // peek returns the decision decide would make, leaving the state as it is.
 func (l *limiter) peek(now, cost int64) Verdict {
 	if l.alg == slidingLog {
-		return SlidingLogPeek(l.p, &l.log, now, cost)
+		var r Verdict
+		SlidingLogPeek(l.p, &l.log, now, cost, &r)
+		return r
 	}
 	c := *l
 	return c.decide(now, cost)

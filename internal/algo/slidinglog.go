@@ -131,8 +131,9 @@ func (l *Log) counted(now, period int64) (sum int64, first int) {
 
 // SlidingLogPeek decides a request under the sliding log without changing
 // the log: a request admitted at s counts at t iff t − s < P, and a request
-// is admitted iff the counted cost plus its own is at most L.
-func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
+// is admitted iff the counted cost plus its own is at most L. It writes
+// the verdict to *r.
+func SlidingLogPeek(p Params, l *Log, now, cost int64, r *Verdict) {
 	now = l.clamp(now)
 	sum, first := l.counted(now, p.Period)
 	resetAfter := func(newest int64, any bool) int64 {
@@ -144,13 +145,15 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 	newest, any := l.Newest()
 	any = any && first < l.n
 	if cost > p.Limit {
-		return Verdict{Remaining: max(p.Limit-sum, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		*r = Verdict{Remaining: max(p.Limit-sum, 0), RetryAfter: Never, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		return
 	}
 	if sum+cost <= p.Limit {
 		if cost > 0 {
 			newest, any = now, true
 		}
-		return Verdict{Allowed: true, Remaining: p.Limit - sum - cost, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		*r = Verdict{Allowed: true, Remaining: p.Limit - sum - cost, ResetAfter: ceilMillis(resetAfter(newest, any))}
+		return
 	}
 	// Drop entries oldest first until the rest leaves room for cost; the
 	// request passes once the last dropped entry stops counting.
@@ -158,7 +161,7 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 	for ; rest+cost > p.Limit; i++ {
 		rest -= l.at(i).Cost
 	}
-	return Verdict{
+	*r = Verdict{
 		Remaining:  max(p.Limit-sum, 0),
 		RetryAfter: retryMillis(l.at(i-1).At + p.Period - now),
 		ResetAfter: ceilMillis(resetAfter(newest, any)),
@@ -167,12 +170,11 @@ func SlidingLogPeek(p Params, l *Log, now, cost int64) Verdict {
 
 // SlidingLog decides a request like SlidingLogPeek and, when it is
 // admitted, records it in l. Entries that no longer count are dropped.
-func SlidingLog(p Params, l *Log, now, cost int64) Verdict {
-	r := SlidingLogPeek(p, l, now, cost)
+func SlidingLog(p Params, l *Log, now, cost int64, r *Verdict) {
+	SlidingLogPeek(p, l, now, cost, r)
 	now = l.clamp(now)
 	l.expire(now, p.Period)
 	if r.Allowed && cost > 0 {
 		l.push(now, cost)
 	}
-	return r
 }

@@ -100,7 +100,7 @@ func TestViews(t *testing.T) {
 				if v.Entries != n || v.Counted != sum || v.Oldest != oldest || v.Newest != newest {
 					t.Fatalf("log view %+v, want %d entries of cost %d from %d to %d", v, n, sum, oldest, newest)
 				}
-				SlidingLog(wp, &lg, now, min(cost, wp.Limit))
+				SlidingLog(wp, &lg, now, min(cost, wp.Limit), &r)
 			}
 		})
 	}
