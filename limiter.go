@@ -69,12 +69,14 @@ func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, 
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
-func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (Decision, error) {
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (d Decision, err error) {
+	ps := *l.policies.Load()
 	// One policy, the common case, goes straight to the store.
-	if ps := *l.policies.Load(); len(ps) == 1 && cost >= 1 {
+	if len(ps) == 1 && cost >= 1 {
 		return l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost})
 	}
-	return l.decide(ctx, now, key, cost, 0)
+	err = l.decide(ctx, &d, now, ps, key, cost, 0)
+	return d, err
 }
 
 // Peek returns the decision Allow would make now, without charging
@@ -98,38 +100,26 @@ func (l *Limiter) Peek(ctx context.Context, key string, cost int64) (Decision, e
 	return algo.Combine(ds), nil
 }
 
-func (l *Limiter) decide(ctx context.Context, now time.Time, key string, cost int64, maxDelay time.Duration) (Decision, error) {
-	return l.decidePolicies(ctx, now, *l.policies.Load(), key, cost, maxDelay, nil)
-}
-
-// decidePolicies decides key under ps. out, if not nil, has len(ps) and
-// receives each policy's decision.
-func (l *Limiter) decidePolicies(ctx context.Context, now time.Time, ps []Policy, key string, cost int64, maxDelay time.Duration, out []Decision) (Decision, error) {
-	return l.decideSettled(ctx, now, ps, key, cost, maxDelay, 0, out)
-}
-
-// decideSettled is decidePolicies with the requests' SettleWithin.
-func (l *Limiter) decideSettled(ctx context.Context, now time.Time, ps []Policy, key string, cost int64, maxDelay, within time.Duration, out []Decision) (Decision, error) {
+// decide decides key under ps, each request with SettleWithin within, and
+// writes the decision to *d.
+func (l *Limiter) decide(ctx context.Context, d *Decision, now time.Time, ps []Policy, key string, cost int64, within time.Duration) (err error) {
 	if cost < 0 {
-		return Decision{}, fmt.Errorf("sluice: %w: %d, want at least 0", ErrInvalidCost, cost)
+		return fmt.Errorf("sluice: %w: %d, want at least 0", ErrInvalidCost, cost)
 	}
 	if len(ps) == 1 {
-		d, err := l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost, MaxDelay: maxDelay, SettleWithin: within})
-		if out != nil {
-			out[0] = d
-		}
-		return d, err
+		*d, err = l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost, SettleWithin: within})
+		return err
 	}
 	rp := reqPool.Get().(*[]Request)
 	reqs := (*rp)[:0]
 	for i := range ps {
-		reqs = append(reqs, Request{Policy: &ps[i], Key: key, Cost: cost, MaxDelay: maxDelay, SettleWithin: within})
+		reqs = append(reqs, Request{Policy: &ps[i], Key: key, Cost: cost, SettleWithin: within})
 	}
-	d, err := l.store.AllowAll(ctx, now, reqs, out)
+	*d, err = l.store.AllowAll(ctx, now, reqs, nil)
 	clear(reqs) // keep no key alive in the pool
 	*rp = reqs[:0]
 	reqPool.Put(rp)
-	return d, err
+	return err
 }
 
 // reqPool holds the request slices of multi-policy decisions, so that a
@@ -158,7 +148,9 @@ func (l *Limiter) AllowEstimate(ctx context.Context, key string, estimate int64,
 	if within <= 0 {
 		return Decision{}, fmt.Errorf("sluice: allow estimate: settle within %v, want a positive time", within)
 	}
-	return l.decideSettled(ctx, time.Time{}, *l.policies.Load(), key, estimate, 0, within, nil)
+	var d Decision
+	err := l.decide(ctx, &d, time.Time{}, *l.policies.Load(), key, estimate, within)
+	return d, err
 }
 
 // Settle settles the lease of a decision AllowEstimate admitted with the
