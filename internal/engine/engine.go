@@ -225,11 +225,11 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 			o.settle(checks, res, sc, nil, false)
 		default:
 			var d sluice.Decision
-			err := charge(ctx, store, now, checks, res, n.enforced, sc, &d)
-			if errors.Is(err, sluice.ErrCostExceedsCapacity) {
+			charged, err := charge(ctx, store, now, checks, res, n.enforced, sc, &d)
+			if err != nil && errors.Is(err, sluice.ErrCostExceedsCapacity) {
 				// A store that finds a cost it can never admit (the
 				// checks above should have found it) refuses it too.
-				d, err = sluice.Decision{RetryAfter: sluice.Never}, nil
+				d, charged, err = sluice.Decision{RetryAfter: sluice.Never}, &d, nil
 				for i := range checks {
 					if charges(&checks[i]) {
 						res[i] = CheckResult{Decision: d, Denied: true}
@@ -239,7 +239,7 @@ func decide(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 			if err != nil {
 				o.Allowed, o.Decision, o.Err = false, sluice.Decision{}, err
 			} else {
-				o.settle(checks, res, sc, &d, n.enforced > 0)
+				o.settle(checks, res, sc, charged, n.enforced > 0)
 			}
 		}
 	}
@@ -403,19 +403,19 @@ func reportOne(ctx context.Context, store sluice.Store, now time.Time, checks []
 
 // charge charges the n enforced checks that charge, all or nothing, in
 // one store call (Allow for one, AllowAll for several, with sc's
-// buffers), and writes each one's result and the store's combined
-// decision to *combined.
-func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, n int, sc *scratch, combined *sluice.Decision) error {
-	var err error
+// buffers), writes each one's result, and returns the store's combined
+// decision: the one check's own decision, or *buf.
+func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Check, res []CheckResult, n int, sc *scratch, buf *sluice.Decision) (combined *sluice.Decision, err error) {
+	combined = buf
 	switch n {
 	case 0:
 		*combined = sluice.Decision{Allowed: true}
-		return nil
+		return combined, nil
 	case 1:
 		for i := range checks {
 			if charges(&checks[i]) {
 				err = allowOne(ctx, store, now, &checks[i], &res[i].Decision)
-				*combined = res[i].Decision
+				combined = &res[i].Decision
 				break
 			}
 		}
@@ -455,7 +455,7 @@ func charge(ctx context.Context, store sluice.Store, now time.Time, checks []Che
 		r.Charged = err == nil && allowed
 		r.Denied = err == nil && !r.Decision.Allowed
 	}
-	return err
+	return combined, err
 }
 
 // allowOne charges c alone with the store's Allow and writes the store's
@@ -503,12 +503,12 @@ func (o *Outcome) settle(checks []Check, res []CheckResult, sc *scratch, charged
 		}
 		sc.ds = ds
 		o.Decision = algo.Combine(ds)
+		if sent {
+			o.Decision.Lease = charged.Lease // what the charged checks hold
+		}
 	}
 	if sent && !charged.Allowed {
 		allowed = false
-	}
-	if sent {
-		o.Decision.Lease = charged.Lease // what the charged checks hold
 	}
 	o.Allowed = allowed
 	o.Decision.Allowed = allowed
