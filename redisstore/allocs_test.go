@@ -51,19 +51,32 @@ func TestLocalRefusalAllocs(t *testing.T) {
 				{"AllowAll-nil-out", func() (sluice.Decision, error) { return st.AllowAll(t.Context(), now, reqs, nil) }},
 				{"AllowAll-one", func() (sluice.Decision, error) { return st.AllowAll(t.Context(), now, reqs[3:], nil) }},
 			} {
-				local := st.LocalRefusalStats().Local
-				const runs = 1000
-				bad := 0
-				n := testing.AllocsPerRun(runs, func() {
-					if d, err := c.call(); err != nil || d.Allowed {
-						bad++
+				// AllocsPerRun counts every goroutine's allocations, and the
+				// Redis client's own (its first use of a connection builds
+				// a ring of thousands) can fall in one measurement: the
+				// least of three is the refusal's.
+				n := -1.0
+				for range 3 {
+					local := st.LocalRefusalStats().Local
+					const runs = 1000
+					bad := 0
+					got := testing.AllocsPerRun(runs, func() {
+						if d, err := c.call(); err != nil || d.Allowed {
+							bad++
+						}
+					})
+					if bad > 0 {
+						t.Fatalf("%s: %d calls failed or were admitted", c.name, bad)
 					}
-				})
-				if bad > 0 {
-					t.Fatalf("%s: %d calls failed or were admitted", c.name, bad)
-				}
-				if got := st.LocalRefusalStats().Local - local; got != runs+1 {
-					t.Fatalf("%s: %d of %d refusals were local", c.name, got, runs+1)
+					if l := st.LocalRefusalStats().Local - local; l != runs+1 {
+						t.Fatalf("%s: %d of %d refusals were local", c.name, l, runs+1)
+					}
+					if n < 0 || got < n {
+						n = got
+					}
+					if n == 0 {
+						break
+					}
 				}
 				if n != 0 {
 					t.Errorf("%s: a local refusal allocates %v times, want 0", c.name, n)
