@@ -119,7 +119,7 @@ func BenchmarkHotTokenBucket(b *testing.B) {
 	t := int64(1_700_000_000_000_000)
 	cpu := testkit.StartMeter()
 	for b.Loop() {
-		st = pp.TokenBucketTo(&r, st, t, 1)
+		st = pp.TokenBucketTo(st, t, 1, &r)
 	}
 	cpu.Report(b)
 	if !r.Allowed {

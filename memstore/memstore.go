@@ -403,7 +403,7 @@ func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, 
 		st = sh.tat.slots[i].v
 	}
 	var r algo.Verdict
-	ns := c.pp.TokenBucketTo(&r, st, t, req.Cost)
+	ns := c.pp.TokenBucketTo(st, t, req.Cost, &r)
 	if r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)
 	}
@@ -858,9 +858,9 @@ func (sh *shard) decideTAT(r *algo.Verdict, s *Store, c *compiled, req *sluice.R
 	i, st, found := sh.tat.lookup(h)
 	var ns algo.TAT
 	if req.Policy.Algorithm == sluice.LeakyBucketAlgorithm {
-		ns = c.pp.LeakyBucketTo(r, st, t, cost, req.MaxDelay)
+		ns = c.pp.LeakyBucketTo(st, t, cost, req.MaxDelay, r)
 	} else {
-		ns = c.pp.TokenBucketTo(r, st, t, cost)
+		ns = c.pp.TokenBucketTo(st, t, cost, r)
 	}
 	if commit && r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)

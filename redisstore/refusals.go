@@ -501,7 +501,7 @@ func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 		if md == 0 && maxDelay > 0 {
 			md = 1
 		}
-		e.pp.LeakyBucketTo(r, e.tat, t, cost, md)
+		e.pp.LeakyBucketTo(e.tat, t, cost, md, r)
 	case sluice.FixedWindowAlgorithm:
 		algo.FixedWindow(e.pp.Params, e.win, t, cost, r)
 	case sluice.SlidingWindowAlgorithm:
@@ -509,7 +509,7 @@ func (e *entry) decide(r *algo.Verdict, t, cost int64, maxDelay time.Duration) {
 	case sluice.SlidingLogAlgorithm:
 		algo.SlidingLogPeek(e.pp.Params, e.log, t, cost, r)
 	default:
-		e.pp.TokenBucketTo(r, e.tat, t, cost)
+		e.pp.TokenBucketTo(e.tat, t, cost, r)
 	}
 }
 

@@ -2,7 +2,12 @@
 // state transitions.
 //
 // Every function here has the shape (params, state, now, cost) -> (state',
-// Verdict): it reads no clock, does no I/O and keeps no state of its own. Time
+// Verdict): it reads no clock, does no I/O and keeps no state of its own.
+// Those on the stores' hot paths (FixedWindow, SlidingWindow, SlidingLog,
+// the Prepared ...To methods) return the new state and write the Verdict
+// to a *Verdict, their last argument, so that it is not copied back
+// through the stack (docs/BENCHMARKS.md, "Why the hot path is shaped as it
+// is"). Time
 // is an int64 count of microseconds since the Unix epoch, the resolution of
 // Redis's TIME, so the Lua scripts of the Redis store can mirror these
 // functions decision by decision.

@@ -92,7 +92,7 @@ func (l *limiter) decide(now, cost int64) Verdict {
 		if ns, remaining, resetAfter, ok := pp.Admit(l.tat, now, cost); ok {
 			l.tat, r = ns, Verdict{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
 		} else {
-			l.tat = pp.TokenBucketTo(&r, l.tat, now, cost)
+			l.tat = pp.TokenBucketTo(l.tat, now, cost, &r)
 		}
 	case leakyBucket:
 		l.tat, r = LeakyBucket(l.p, l.tat, now, cost, l.maxDelay)

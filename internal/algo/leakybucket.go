@@ -25,13 +25,13 @@ func LeakyBucket(p Params, s TAT, now, cost int64, maxDelay time.Duration) (TAT,
 // LeakyBucket is LeakyBucket with pp's constants.
 func (pp *Prepared) LeakyBucket(s TAT, now, cost int64, maxDelay time.Duration) (TAT, Verdict) {
 	var r Verdict
-	s = pp.LeakyBucketTo(&r, s, now, cost, maxDelay)
+	s = pp.LeakyBucketTo(s, now, cost, maxDelay, &r)
 	return s, r
 }
 
 // LeakyBucketTo is LeakyBucket writing its verdict to r, as
 // TokenBucketTo is TokenBucket.
-func (pp *Prepared) LeakyBucketTo(r *Verdict, s TAT, now, cost int64, maxDelay time.Duration) TAT {
+func (pp *Prepared) LeakyBucketTo(s TAT, now, cost int64, maxDelay time.Duration, r *Verdict) TAT {
 	ns, delay := pp.tatStep(s, now, cost, r)
 	if maxDelay > 0 && delay > maxDelay && r.RetryAfter != Never {
 		// The queue is longer than the caller can wait. The request passes

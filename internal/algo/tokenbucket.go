@@ -16,13 +16,12 @@ func TokenBucket(p Params, s TAT, now, cost int64) (TAT, Verdict) {
 // TokenBucket is TokenBucket (and GCRA) with pp's constants.
 func (pp *Prepared) TokenBucket(s TAT, now, cost int64) (TAT, Verdict) {
 	var r Verdict
-	s = pp.TokenBucketTo(&r, s, now, cost)
+	s = pp.TokenBucketTo(s, now, cost, &r)
 	return s, r
 }
 
-// TokenBucketTo is TokenBucket writing its verdict to r, for hot paths: a
-// Verdict returned by value is copied through the stack at every call.
-func (pp *Prepared) TokenBucketTo(r *Verdict, s TAT, now, cost int64) TAT {
+// TokenBucketTo is TokenBucket writing its verdict to r.
+func (pp *Prepared) TokenBucketTo(s TAT, now, cost int64, r *Verdict) TAT {
 	s, _ = pp.tatStep(s, now, cost, r)
 	return s
 }
