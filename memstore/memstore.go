@@ -361,7 +361,7 @@ func capacityError(r *sluice.Request) error {
 // Allow decides req and charges it when admitted. A zero now means the
 // store's clock. It costs one lookup of the compiled policy, one hash and
 // one lock.
-func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (sluice.Decision, error) {
+func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (d sluice.Decision, err error) {
 	p := req.Policy
 	c := s.policies[policySlot(p)].Load()
 	if c == nil || !c.is(p) || req.Cost < 1 || !c.tokenBucket || req.SettleWithin > 0 {
@@ -385,19 +385,21 @@ func (s *Store) Allow(ctx context.Context, now time.Time, req sluice.Request) (s
 		st := &sh.tat.slots[i].v
 		if ns, remaining, resetAfter, ok := c.pp.Admit(*st, t, req.Cost); ok && ns.Expiry() > t {
 			*st = ns
+			// Before the unlock, as put is.
+			d = sluice.Decision{Allowed: true, Limit: p.Limit, Remaining: remaining, ResetAfter: resetAfter}
 			sh.mu.Unlock()
-			return sluice.Decision{Allowed: true, Limit: p.Limit, Remaining: remaining, ResetAfter: resetAfter}, nil
+			return d, nil
 		}
 	}
-	allowed, remaining, retryAfter, resetAfter, err := sh.allowTAT(s, c, &req, h, t, i, found)
-	return sluice.Decision{Allowed: allowed, Limit: p.Limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}, err
+	err = sh.allowTAT(&d, s, c, &req, h, t, i, found)
+	return d, err
 }
 
 // allowTAT is the rest of Allow's token-bucket and GCRA path, with the
 // shard locked and the key's slot looked up (i, and found): a denial, a
-// new key, or a state back to initial. It unlocks the shard and returns
-// the decision's fields that vary.
-func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, t int64, i int, found bool) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error) {
+// new key, or a state back to initial. It writes the decision to *d and
+// unlocks the shard.
+func (sh *shard) allowTAT(d *sluice.Decision, s *Store, c *compiled, req *sluice.Request, h uint64, t int64, i int, found bool) error {
 	var st algo.TAT
 	if found {
 		st = sh.tat.slots[i].v
@@ -407,11 +409,12 @@ func (sh *shard) allowTAT(s *Store, c *compiled, req *sluice.Request, h uint64, 
 	if r.Allowed {
 		sh.storeTAT(s, i, found, h, t, ns)
 	}
+	put(d, &r, req.Policy.Limit)
 	sh.mu.Unlock()
 	if r.RetryAfter == sluice.Never {
-		err = capacityError(req)
+		return capacityError(req)
 	}
-	return r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, err
+	return nil
 }
 
 // allow is Allow for every request that does not take its shortest path
@@ -434,8 +437,8 @@ func (s *Store) allow(ctx context.Context, now time.Time, req *sluice.Request) (
 	var r algo.Verdict
 	sh.run(&r, s, c, req, h, t, req.Cost, true, nil)
 	order := s.nextOrder()
-	sh.mu.Unlock()
 	put(&d, &r, req.Policy.Limit)
+	sh.mu.Unlock()
 	if d.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
@@ -472,8 +475,8 @@ func (s *Store) allowLeased(ctx context.Context, now time.Time, req *sluice.Requ
 		lt.estimate(0, c, req, h, t)
 	}
 	order := s.nextOrder()
-	sh.mu.Unlock()
 	put(&d, &r, req.Policy.Limit)
+	sh.mu.Unlock()
 	if r.RetryAfter == sluice.Never {
 		return d, capacityError(req)
 	}
@@ -830,8 +833,8 @@ func (sh *shard) step(r *algo.Verdict, s *Store, c *compiled, req *sluice.Reques
 }
 
 // put writes r to *d, field by field, as the Decision under a policy of
-// the given limit (docs/BENCHMARKS.md, "Why the hot path is shaped as it
-// is").
+// the given limit. Deciders put before they unlock the shard
+// (docs/BENCHMARKS.md, "Why the hot path is shaped as it is").
 func put(d *sluice.Decision, r *algo.Verdict, limit int64) {
 	d.Allowed, d.Degraded, d.Blocked, d.Offence = r.Allowed, false, r.Blocked, r.Offence
 	d.Limit, d.Remaining = limit, r.Remaining
