@@ -565,8 +565,8 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 		return sluice.Decision{}, err
 	}
 	// A repeated (policy, key) sees the cost of the requests before it.
-	var sbuf [smallRepeat]int64
-	sums, _ := summedCosts(hs, reqs, sbuf[:0])
+	var sbuf [engine.SmallRepeat]int64
+	sums, _ := engine.SummedCosts(hs, reqs, sbuf[:0])
 	var lbuf [8]int
 	locked, t := s.lockAll(now, idx, lbuf[:0])
 	d, err := s.allowAll(reqs, cs, hs, idx, sums, ds, t)
@@ -628,41 +628,6 @@ func (s *Store) settleLeased(reqs []sluice.Request, cs []*compiled, hs []uint64,
 		lt.estimate(i, cs[i], &reqs[i], hs[i], t)
 	}
 	return s.lease(&lt)
-}
-
-// smallRepeat is the most requests of an AllowAll whose repeated (policy,
-// key) pairs summedCosts finds by comparing each request with the ones
-// before it: at most 28 comparisons, and nothing allocated.
-const smallRepeat = 8
-
-// summedCosts appends to sums, for each request of reqs, its cost plus the
-// costs of the requests before it on the same (policy, key), which hs
-// holds the hashes of, and returns sums. Up to smallRepeat requests it
-// compares each hash with the ones before it; for more it keeps a running
-// sum per hash in a map, comparing no pair, so that its work grows
-// linearly with the requests. compared is the number of pairs of hashes it
-// compared.
-func summedCosts(hs []uint64, reqs []sluice.Request, sums []int64) (_ []int64, compared int) {
-	if len(reqs) <= smallRepeat {
-		for i := range reqs {
-			cost := reqs[i].Cost
-			for j := range i {
-				if hs[j] == hs[i] {
-					cost += reqs[j].Cost
-				}
-			}
-			sums = append(sums, cost)
-			compared += i
-		}
-		return sums, compared
-	}
-	running := make(map[uint64]int64, len(reqs))
-	for i := range reqs {
-		sum := running[hs[i]] + reqs[i].Cost
-		running[hs[i]] = sum
-		sums = append(sums, sum)
-	}
-	return sums, 0
 }
 
 // lockAll locks the shards of idx, each once and in index order, and

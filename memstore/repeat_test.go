@@ -7,24 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/testkit"
 )
-
-// TestSummedCosts: the running sums of repeated hashes are right, and
-// above smallRepeat requests no pair of hashes is compared, so that the
-// work grows linearly with the requests (the pairs compared before grew
-// with their square: 200 million for 20,000 requests).
-func TestSummedCosts(t *testing.T) {
-	testkit.CheckSummedCosts(t, smallRepeat, func(keys []int, costs []int64) ([]int64, int) {
-		hs := make([]uint64, len(keys))
-		reqs := make([]sluice.Request, len(keys))
-		for i, k := range keys {
-			hs[i] = uint64(k) * 0x9e3779b97f4a7c15
-			reqs[i].Cost = costs[i]
-		}
-		return summedCosts(hs, reqs, nil)
-	})
-}
 
 // TestAllowAllManyRepeats: an AllowAll of many requests on a few keys
 // decides each as one request of the summed cost up to it, and charges

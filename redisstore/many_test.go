@@ -67,19 +67,3 @@ return out`
 		t.Errorf("the script read KEYS %d times for %d requests, want at most %d", reads, n, 4*n)
 	}
 }
-
-// TestSummedCosts: the running sums of a local refusal's repeated Redis
-// keys are right, and above maxLocalAll requests no pair of keys is
-// compared, so that the work grows linearly with the requests.
-func TestSummedCosts(t *testing.T) {
-	testkit.CheckSummedCosts(t, maxLocalAll, func(keys []int, costs []int64) ([]int64, int) {
-		entries := [...]*entry{{key: "a"}, {key: "b"}, {key: "c"}}
-		es := make([]*entry, len(keys))
-		reqs := make([]sluice.Request, len(keys))
-		for i, k := range keys {
-			es[i] = entries[k]
-			reqs[i].Cost = costs[i]
-		}
-		return summedCosts(es, reqs, nil)
-	})
-}

@@ -46,6 +46,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/engine"
 )
 
 // Errors.
@@ -810,7 +811,7 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 
 // maxLocalAll is the most requests of an AllowAll whose local refusal
 // keeps its work on the stack.
-const maxLocalAll = 8
+const maxLocalAll = engine.SmallRepeat
 
 // oneKey reports whether every request of reqs has the same key.
 func oneKey(reqs []sluice.Request) bool {
@@ -882,8 +883,13 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 	}
 	res = res[:len(reqs)]
 	// The same Redis key: one request of their summed cost.
+	var kbuf [maxLocalAll]string
+	keys := kbuf[:0]
+	for _, e := range es {
+		keys = append(keys, e.key)
+	}
 	var sbuf [maxLocalAll]int64
-	sums, _ := summedCosts(es, reqs, sbuf[:0])
+	sums, _ := engine.SummedCosts(keys, reqs, sbuf[:0])
 	refused, never := verdicts(es, reqs, sums, t, res)
 	if never || !refused {
 		return es, d, 0, false // a cost that can never pass: the script reports it, with its error
@@ -929,7 +935,7 @@ func (s *Store) refuseMany(cs []*compiled, reqs []sluice.Request, out []sluice.D
 }
 
 // verdicts decides each request of reqs, of summed costs sums (see
-// summedCosts), on its entry of es at t into res, as AllowAll's script
+// engine.SummedCosts), on its entry of es at t into res, as AllowAll's script
 // would before charging anything, and reports whether one refuses and
 // whether one can never pass.
 func verdicts(es []*entry, reqs []sluice.Request, sums []int64, t int64, res []algo.Verdict) (refused, never bool) {
@@ -947,36 +953,6 @@ func verdicts(es []*entry, reqs []sluice.Request, sums []int64, t int64, res []a
 		refused = refused || !res[i].Allowed
 	}
 	return refused, false
-}
-
-// summedCosts appends to sums, for each request of reqs, its cost plus
-// the costs of the requests before it on the same Redis key (their
-// entries es hold it), as AllowAll's script sums them, and returns sums.
-// Up to maxLocalAll requests it compares each key with the ones before
-// it, allocating nothing; for more it keeps a running sum per key in a
-// map, comparing no pair, so that its work grows linearly with the
-// requests. compared is the number of pairs of keys it compared.
-func summedCosts(es []*entry, reqs []sluice.Request, sums []int64) (_ []int64, compared int) {
-	if len(reqs) <= maxLocalAll {
-		for i := range reqs {
-			cost := reqs[i].Cost
-			for j := range i {
-				if es[j].key == es[i].key {
-					cost += reqs[j].Cost
-				}
-			}
-			sums = append(sums, cost)
-			compared += i
-		}
-		return sums, compared
-	}
-	running := make(map[string]int64, len(reqs))
-	for i := range reqs {
-		sum := running[es[i].key] + reqs[i].Cost
-		running[es[i].key] = sum
-		sums = append(sums, sum)
-	}
-	return sums, 0
 }
 
 // learnMany keeps what AllowAll's reply vals says about its keys: after a
