@@ -343,8 +343,12 @@ decision_log:
 // periods, so that refills and window edges fall every few milliseconds,
 // between decisions that come from several callers at once on two keys;
 // the dry run, decided after its request's other limits by a call of its
-// own, has one key for every request.
+// own, has one key for every request. once admits one request an hour,
+// so that the Redis store refuses the rest of its key and, with local
+// refusals, refuses some locally however slowly a loaded machine sends
+// them (the short periods may then refill before a key is refused).
 const concurrentLimits = `limits:
+  once: {algorithm: fixed_window, limit: 1, period: 1h}
   tb: {algorithm: token_bucket, limit: 3, period: 6ms}
   fw: {algorithm: fixed_window, limit: 2, period: 3ms}
   sw: {algorithm: sliding_window, limit: 3, period: 5ms}
@@ -395,7 +399,7 @@ func TestReplayConcurrent(t *testing.T) {
 					for i := range each {
 						key := []string{"a", "b"}[(c+i)%2]
 						var body string
-						switch (c + i) % 5 {
+						switch (c + i) % 6 {
 						case 0:
 							body = fmt.Sprintf(`{"limit":"tb","key":%q}`, key)
 						case 1:
@@ -411,6 +415,8 @@ func TestReplayConcurrent(t *testing.T) {
 								return
 							}
 							continue
+						case 5:
+							body = `{"limit":"once","key":"all"}`
 						}
 						resp, err := http.Post(in.url("/v1/check"), "application/json", strings.NewReader(body))
 						if err != nil {
