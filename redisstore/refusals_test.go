@@ -421,10 +421,13 @@ func clockReport(st *Store, c *compiled, userKey string, before, read int64, sta
 // TestLocalRefusalsRedisDown: a refusal cached before Redis went away is
 // still a refusal, not degraded, until its state would admit; degraded
 // decisions are never cached; and a Redis restarted empty is asked again
-// once the cached state would admit (at most its RetryAfter later).
+// once the cached state would admit (at most its RetryAfter later). The
+// states refuse for a minute (MaxAge), however long a loaded machine
+// takes to stop and restart redis-server.
 func TestLocalRefusalsRedisDown(t *testing.T) {
 	srv := testkit.StartRedis(t)
-	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: time.Second, BreakerThreshold: 1, BreakerCooldown: 20 * time.Millisecond})
+	st := newTestStore(t, []string{srv.Addr}, Options{Failure: FailDeny, Timeout: time.Second, BreakerThreshold: 1, BreakerCooldown: 20 * time.Millisecond,
+		LocalRefusals: LocalRefusals{MaxAge: time.Minute}})
 	// One unit back every 1.5 s.
 	p := sluice.TokenBucket(2, 3*time.Second, 2)
 	req := sluice.Request{Policy: &p, Key: "k", Cost: 1}
