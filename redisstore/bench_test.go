@@ -141,9 +141,9 @@ func BenchmarkLocalRefusal(b *testing.B) {
 	checkLocal(b, st, local, start)
 }
 
-// checkLocal fails b unless every refusal since start was local but those
-// that asked Redis because the state had aged past
-// DefaultLocalRefusalMaxAge: one per key each time it does. local is the
+// checkLocal fails b unless every call since start was refused locally
+// but those that asked Redis because the cached states had aged past
+// DefaultLocalRefusalMaxAge: one call each time they do. local is the
 // count of local refusals at start.
 func checkLocal(b *testing.B, st *Store, local uint64, start time.Time) {
 	n := st.LocalRefusalStats().Local - local

@@ -810,7 +810,8 @@ func (s *Store) AllowAll(ctx context.Context, now time.Time, reqs []sluice.Reque
 }
 
 // maxLocalAll is the most requests of an AllowAll whose local refusal
-// keeps its work on the stack.
+// keeps its work on the stack: at most engine.SmallRepeat, up to which
+// engine.SummedCosts allocates nothing.
 const maxLocalAll = engine.SmallRepeat
 
 // oneKey reports whether every request of reqs has the same key.
