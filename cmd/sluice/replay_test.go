@@ -344,11 +344,13 @@ decision_log:
 // between decisions that come from several callers at once on two keys;
 // the dry run, decided after its request's other limits by a call of its
 // own, has one key for every request. once admits one request an hour,
-// so that the Redis store refuses the rest of its key and, with local
-// refusals, refuses some locally however slowly a loaded machine sends
-// them (the short periods may then refill before a key is refused).
+// so that the store refuses the rest of its key (the Redis store with
+// local refusals, some locally), and its dry run dryonce would refuse them
+// too, however slowly a loaded machine sends them: the short periods may
+// then refill before a key is refused.
 const concurrentLimits = `limits:
   once: {algorithm: fixed_window, limit: 1, period: 1h}
+  dryonce: {algorithm: fixed_window, limit: 1, period: 1h, shadow: true}
   tb: {algorithm: token_bucket, limit: 3, period: 6ms}
   fw: {algorithm: fixed_window, limit: 2, period: 3ms}
   sw: {algorithm: sliding_window, limit: 3, period: 5ms}
@@ -416,7 +418,7 @@ func TestReplayConcurrent(t *testing.T) {
 							}
 							continue
 						case 5:
-							body = `{"limit":"once","key":"all"}`
+							body = `{"checks":[{"limit":"once","key":"all"},{"limit":"dryonce","key":"all"}]}`
 						}
 						resp, err := http.Post(in.url("/v1/check"), "application/json", strings.NewReader(body))
 						if err != nil {
