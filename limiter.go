@@ -63,20 +63,27 @@ func (l *Limiter) Policies() []Policy {
 // A cost of 0 charges nothing and asks whether key has a unit left under
 // every policy: for a budget whose cost is known only afterwards (see
 // AllowEstimate and Debit).
-func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (Decision, error) {
-	return l.AllowAt(ctx, time.Time{}, key, cost)
+func (l *Limiter) Allow(ctx context.Context, key string, cost int64) (d Decision, err error) {
+	err = l.allow(ctx, &d, time.Time{}, key, cost)
+	return d, err
 }
 
 // AllowAt is Allow at an explicit time, for simulations and tests. Stores
 // that keep their own clock (Redis) may ignore now; see their docs.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, key string, cost int64) (d Decision, err error) {
+	err = l.allow(ctx, &d, now, key, cost)
+	return d, err
+}
+
+// allow is AllowAt writing its decision to *d.
+func (l *Limiter) allow(ctx context.Context, d *Decision, now time.Time, key string, cost int64) (err error) {
 	ps := *l.policies.Load()
 	// One policy, the common case, goes straight to the store.
 	if len(ps) == 1 && cost >= 1 {
-		return l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost})
+		*d, err = l.store.Allow(ctx, now, Request{Policy: &ps[0], Key: key, Cost: cost})
+		return err
 	}
-	err = l.decide(ctx, &d, now, ps, key, cost, 0)
-	return d, err
+	return l.decide(ctx, d, now, ps, key, cost, 0)
 }
 
 // Peek returns the decision Allow would make now, without charging
